@@ -1,0 +1,103 @@
+// Package adapters speaks each provider family's wire format: it builds the
+// upstream request for a deployment, decodes capacity (rate-limit headers,
+// Retry-After, body hints) and the error class from every response, and
+// translates answers and streams back to the client's format.
+//
+// One file per wire family (openai.go, ...). Adapters hold no state and import
+// neither Caddy nor the rest of this project except capacity.
+package adapters
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+// Endpoint is what an adapter needs to reach one provider account.
+type Endpoint struct {
+	// BaseURL is the API root without a trailing slash, e.g.
+	// "https://api.openai.com/v1".
+	BaseURL string
+	// APIKey is the provider's key. It is only ever put in the upstream
+	// request's auth header; never logged or returned.
+	APIKey string
+	// Header holds extra upstream headers (the Caddyfile `header` lines).
+	Header http.Header
+}
+
+// EventKind says what one upstream stream event means to the relay.
+type EventKind uint8
+
+const (
+	// EventSkip is not content: an SSE comment (": keep-alive"), a ping, an
+	// event the client format has no use for. It is not a first token.
+	EventSkip EventKind = iota
+	// EventData is content to relay to the client.
+	EventData
+	// EventFinal is content to relay that also ends the answer (it carries a
+	// finish_reason); a terminator may still follow.
+	EventFinal
+	// EventDone is the stream's terminator ("data: [DONE]").
+	EventDone
+	// EventError is an in-band error: the stream failed mid-way.
+	EventError
+)
+
+// Adapter speaks one provider family's wire format. The client side is the
+// OpenAI Chat Completions format.
+type Adapter interface {
+	// Name is the Caddyfile `type` ("openai", ...).
+	Name() string
+	// ChatRequest builds the upstream request for a client's Chat Completions
+	// body, with the deployment's upstream model in place of the client's
+	// model group and the provider's key set. Nothing of the client's request
+	// headers is copied. It fails only if body is not a JSON object.
+	ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error)
+	// Observe decodes the error class and the capacity (rate-limit windows,
+	// Retry-After) of one response. body is the response body for an error
+	// status, nil for a success. now is the local time the response arrived;
+	// absolute times in the response are read against its Date header when
+	// present, so clock skew with the provider does not matter.
+	Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation
+	// ChatResponse translates a successful non-streaming upstream body into a
+	// Chat Completions body.
+	ChatResponse(body []byte) ([]byte, error)
+	// StreamEvent reads one upstream SSE event. For EventData and EventFinal,
+	// out is the Chat Completions chunk JSON to send as "data: <out>"; for
+	// EventError, obs holds the class and out the client-format error JSON.
+	StreamEvent(ev *Event) (out []byte, kind EventKind, obs capacity.Observation)
+}
+
+var registry = map[string]Adapter{}
+
+// Register makes an adapter available under its Name. It panics on a
+// duplicate name: adapters register from init.
+func Register(a Adapter) {
+	if _, dup := registry[a.Name()]; dup {
+		panic("adapters: duplicate adapter " + a.Name())
+	}
+	registry[a.Name()] = a
+}
+
+// Get returns the adapter for a Caddyfile `type`, or an error naming the
+// known types.
+func Get(name string) (Adapter, error) {
+	if a, ok := registry[name]; ok {
+		return a, nil
+	}
+	return nil, fmt.Errorf("unknown provider type %q (known: %v)", name, Names())
+}
+
+// Names lists the registered adapter types, sorted.
+func Names() []string {
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

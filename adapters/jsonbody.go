@@ -1,0 +1,144 @@
+package adapters
+
+import (
+	"errors"
+	"strconv"
+)
+
+// errNotObject is returned when a body is not a JSON object.
+var errNotObject = errors.New("request body is not a JSON object")
+
+// SetString returns body, a JSON object, with its top-level member key set to
+// the string value: replaced in place when present, added first otherwise.
+// Only the top level is scanned and nothing else of body is re-encoded, so a
+// 4 KB chat body is rewritten with one copy. body must be valid JSON (the
+// handler has parsed it); a body that is not an object returns an error.
+func SetString(body []byte, key, value string) ([]byte, error) {
+	start, end, err := findMember(body, key)
+	if err != nil {
+		return nil, err
+	}
+	quoted := strconv.AppendQuote(make([]byte, 0, len(value)+2), value)
+	if start < 0 {
+		// Insert right after '{'.
+		open := skipSpace(body, 0)
+		out := make([]byte, 0, len(body)+len(key)+len(quoted)+4)
+		out = append(out, body[:open+1]...)
+		out = strconv.AppendQuote(out, key)
+		out = append(out, ':')
+		out = append(out, quoted...)
+		if next := skipSpace(body, open+1); next < len(body) && body[next] != '}' {
+			out = append(out, ',')
+		}
+		return append(out, body[open+1:]...), nil
+	}
+	out := make([]byte, 0, len(body)-(end-start)+len(quoted))
+	out = append(out, body[:start]...)
+	out = append(out, quoted...)
+	return append(out, body[end:]...), nil
+}
+
+// findMember returns the byte span of the value of the top-level member key,
+// or start -1 when the object has no such member.
+func findMember(b []byte, key string) (start, end int, err error) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return 0, 0, errNotObject
+	}
+	i++
+	for {
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return 0, 0, errNotObject
+		}
+		if b[i] == '}' {
+			return -1, -1, nil
+		}
+		if b[i] == ',' {
+			i++
+			continue
+		}
+		if b[i] != '"' {
+			return 0, 0, errNotObject
+		}
+		kEnd := skipString(b, i)
+		if kEnd < 0 {
+			return 0, 0, errNotObject
+		}
+		name := b[i+1 : kEnd-1]
+		i = skipSpace(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return 0, 0, errNotObject
+		}
+		vStart := skipSpace(b, i+1)
+		vEnd := skipValue(b, vStart)
+		if vEnd < 0 {
+			return 0, 0, errNotObject
+		}
+		// Keys with escapes never equal the plain keys we look for.
+		if string(name) == key {
+			return vStart, vEnd, nil
+		}
+		i = vEnd
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] == '"', or -1.
+func skipString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index after the JSON value starting at b[i], or -1.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				k := skipString(b, j)
+				if k < 0 {
+					return -1
+				}
+				j = k - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default:
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\r' && b[j] != '\t' {
+			j++
+		}
+		if j == i {
+			return -1
+		}
+		return j
+	}
+}

@@ -1,0 +1,366 @@
+package adapters
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+func init() { Register(OpenAI{}) }
+
+// OpenAI speaks the OpenAI Chat Completions wire format, which OpenAI, Groq,
+// Mistral, DeepSeek, Together, Fireworks, OpenRouter, Cerebras, vLLM and
+// Ollama all serve. Requests go to BaseURL + "/chat/completions" with
+// "Authorization: Bearer <key>".
+//
+// Rate-limit dialects it decodes (fixtures in testdata/):
+//   - OpenAI, Groq: x-ratelimit-{limit,remaining,reset}-{requests,tokens},
+//     resets as Go durations ("20s", "2m59.56s", "7.44ms");
+//     https://platform.openai.com/docs/guides/rate-limits
+//   - Cerebras: the same names with a "-day" or "-minute" suffix, resets in
+//     seconds; the tightest window of each kind wins;
+//   - Together: x-ratelimit-{limit,remaining,reset} (requests, reset in
+//     seconds) and x-tokenlimit-{limit,remaining};
+//   - Mistral: ratelimitbysize-{limit,remaining,reset} and
+//     x-ratelimitbysize-*-minute (tokens, reset in seconds);
+//   - Retry-After (seconds or HTTP-date), Azure's retry-after-ms, and the
+//     "Please try again in 125ms." hint in the error message.
+type OpenAI struct{}
+
+// Name implements Adapter.
+func (OpenAI) Name() string { return "openai" }
+
+// ChatRequest implements Adapter.
+func (OpenAI) ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
+	out, err := SetString(body, "model", model)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.BaseURL+"/chat/completions", bytes.NewReader(out))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range ep.Header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if ep.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+ep.APIKey)
+	}
+	return req, nil
+}
+
+// ChatResponse implements Adapter: the body is already in the client's format
+// and names the upstream model that answered.
+func (OpenAI) ChatResponse(body []byte) ([]byte, error) { return body, nil }
+
+// Observe implements Adapter.
+func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation {
+	ref := refTime(h, now)
+	o := capacity.NewObservation(capacity.OK)
+	o.Requests, o.Tokens = openAIWindows(h, ref)
+	o.RetryAfter = retryAfter(h, ref)
+	if status >= 200 && status < 300 {
+		return o
+	}
+	e := parseOpenAIError(body)
+	o.Message = e.message
+	o.Class = classifyOpenAI(status, e)
+	if o.RetryAfter < 0 && (o.Class == capacity.RateLimited || o.Class == capacity.Overloaded) {
+		o.RetryAfter = messageHint(e.message)
+	}
+	return o
+}
+
+// StreamEvent implements Adapter.
+func (OpenAI) StreamEvent(ev *Event) ([]byte, EventKind, capacity.Observation) {
+	if ev.Comment {
+		return nil, EventSkip, capacity.Observation{}
+	}
+	data := bytes.TrimSpace(ev.Data)
+	if bytes.Equal(data, []byte("[DONE]")) {
+		return nil, EventDone, capacity.Observation{}
+	}
+	if len(data) == 0 {
+		return nil, EventSkip, capacity.Observation{}
+	}
+	// Most chunks carry neither an error nor a finish_reason: check cheaply
+	// before decoding.
+	hasErr := bytes.Contains(data, []byte(`"error"`))
+	if !hasErr && !hasFinishReason(data) {
+		if data[0] != '{' {
+			return nil, EventError, streamBroken("invalid JSON event in stream")
+		}
+		return data, EventData, capacity.Observation{}
+	}
+	var chunk struct {
+		Error   json.RawMessage `json:"error"`
+		Choices []struct {
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(data, &chunk); err != nil {
+		return nil, EventError, streamBroken("invalid JSON event in stream")
+	}
+	if len(chunk.Error) > 0 && !bytes.Equal(chunk.Error, []byte("null")) {
+		e := parseErrorValue(chunk.Error)
+		return nil, EventError, classifyStreamError(e)
+	}
+	for _, c := range chunk.Choices {
+		if c.FinishReason != nil && *c.FinishReason == "error" {
+			return nil, EventError, streamBroken("finish_reason error")
+		}
+		if c.FinishReason != nil && *c.FinishReason != "" {
+			return data, EventFinal, capacity.Observation{}
+		}
+	}
+	return data, EventData, capacity.Observation{}
+}
+
+// hasFinishReason reports whether data has a non-null "finish_reason".
+func hasFinishReason(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`"finish_reason"`))
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(`"finish_reason"`):]
+		j := skipSpace(data, 0)
+		if j < len(data) && data[j] == ':' {
+			j = skipSpace(data, j+1)
+			if j < len(data) && data[j] != 'n' {
+				return true
+			}
+		}
+	}
+}
+
+func streamBroken(msg string) capacity.Observation {
+	o := capacity.NewObservation(capacity.Server)
+	o.Message = msg
+	return o
+}
+
+func classifyStreamError(e apiError) capacity.Observation {
+	o := capacity.NewObservation(capacity.Server)
+	o.Message = e.message
+	status := 0
+	if n := parseCount(e.code); n >= 100 && n < 600 {
+		status = int(n)
+	}
+	switch {
+	case status != 0:
+		o.Class = classifyOpenAI(status, e)
+	case strings.Contains(e.code+e.typ, "rate_limit"):
+		o.Class = capacity.RateLimited
+	case strings.Contains(e.code+e.typ, "insufficient_quota"):
+		o.Class = capacity.QuotaExhausted
+	case strings.Contains(e.code+e.typ, "overloaded"):
+		o.Class = capacity.Overloaded
+	}
+	if o.Class.Transient() {
+		o.RetryAfter = messageHint(e.message)
+	}
+	return o
+}
+
+// apiError is an OpenAI-family error body, whichever of its shapes was sent:
+// {"error":{"message","type","code"}}, {"error":"text"} (Ollama),
+// {"message":"..."} (Mistral), {"object":"error","message","type","code":400}
+// (old vLLM), {"error":{"code":429,"message","metadata":{"raw"}}} (OpenRouter).
+type apiError struct {
+	message, typ, code string
+}
+
+func parseOpenAIError(body []byte) apiError {
+	var top struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
+	}
+	if json.Unmarshal(body, &top) != nil {
+		return apiError{message: truncate(string(body), 200)}
+	}
+	if len(top.Error) > 0 && !bytes.Equal(top.Error, []byte("null")) {
+		return parseErrorValue(top.Error)
+	}
+	return apiError{message: truncate(top.Message, 500), typ: top.Type, code: rawString(top.Code)}
+}
+
+func parseErrorValue(raw json.RawMessage) apiError {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return apiError{message: truncate(s, 500)}
+	}
+	var e struct {
+		Message  string          `json:"message"`
+		Type     string          `json:"type"`
+		Code     json.RawMessage `json:"code"`
+		Metadata struct {
+			Raw string `json:"raw"`
+		} `json:"metadata"`
+	}
+	_ = json.Unmarshal(raw, &e)
+	msg := e.Message
+	if e.Metadata.Raw != "" {
+		msg += ": " + e.Metadata.Raw
+	}
+	return apiError{message: truncate(msg, 500), typ: e.Type, code: rawString(e.Code)}
+}
+
+// rawString turns a JSON string or number into its text ("429", "rate_limit_exceeded").
+func rawString(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	if len(raw) > 0 && raw[0] != 'n' && raw[0] != '{' && raw[0] != '[' {
+		return string(raw)
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// classifyOpenAI maps a status and an error body to a class (DESIGN.md,
+// "Error classes"). insufficient_quota arrives as a 429 but is not transient.
+func classifyOpenAI(status int, e apiError) capacity.Class {
+	code, typ, msg := strings.ToLower(e.code), strings.ToLower(e.typ), strings.ToLower(e.message)
+	switch {
+	case code == "insufficient_quota" || typ == "insufficient_quota" ||
+		code == "billing_hard_limit_reached" || status == http.StatusPaymentRequired:
+		return capacity.QuotaExhausted
+	case status == http.StatusTooManyRequests:
+		return capacity.RateLimited
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return capacity.Auth
+	case status >= 400 && status < 500 && status != http.StatusRequestTimeout && isContextLength(code, msg):
+		return capacity.ContextLength
+	case status == 498 || status == http.StatusServiceUnavailable || status == 529:
+		// Groq's 498 is "flex tier at capacity"; 529 is Anthropic-style overload.
+		return capacity.Overloaded
+	case status >= 500 || status == http.StatusRequestTimeout:
+		return capacity.Server
+	case status >= 400:
+		return capacity.ClientError
+	}
+	// 1xx/3xx where a JSON answer was expected: the provider misbehaves.
+	return capacity.Server
+}
+
+func isContextLength(code, msg string) bool {
+	return code == "context_length_exceeded" ||
+		strings.Contains(msg, "maximum context length") ||
+		strings.Contains(msg, "context length") ||
+		strings.Contains(msg, "context window") ||
+		strings.Contains(msg, "prompt is too long")
+}
+
+// openAIWindows decodes the OpenAI family's rate-limit headers into the
+// tightest request and token windows.
+func openAIWindows(h http.Header, ref time.Time) (requests, tokens capacity.Window) {
+	var req, tok windowSet
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		v := vs[0]
+		switch {
+		case hasPrefixFold(k, "x-ratelimitbysize-"): // Mistral: tokens
+			field, suffix := splitField(k[len("x-ratelimitbysize-"):])
+			tok.set(suffix, field, v, ref)
+		case hasPrefixFold(k, "ratelimitbysize-"): // Mistral: tokens
+			field, suffix := splitField(k[len("ratelimitbysize-"):])
+			tok.set(suffix, field, v, ref)
+		case hasPrefixFold(k, "x-tokenlimit-"): // Together: tokens
+			field, suffix := splitField(k[len("x-tokenlimit-"):])
+			tok.set(suffix, field, v, ref)
+		case hasPrefixFold(k, "x-ratelimit-"):
+			field, rest := splitField(k[len("x-ratelimit-"):])
+			dim, suffix := splitField(rest)
+			switch {
+			case strings.EqualFold(dim, "tokens"):
+				tok.set(suffix, field, v, ref)
+			case strings.EqualFold(dim, "requests"), dim == "": // Together: no dimension = requests
+				req.set(suffix, field, v, ref)
+			}
+		}
+	}
+	return req.tightest(), tok.tightest()
+}
+
+// splitField splits "Limit-Requests-Day" into "Limit" and "Requests-Day".
+func splitField(s string) (string, string) {
+	if i := strings.IndexByte(s, '-'); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// windowSet collects the windows of one kind a response states, one per
+// suffix ("", "Day", "Minute"); a handful at most.
+type windowSet struct {
+	n        int
+	suffixes [4]string
+	windows  [4]capacity.Window
+}
+
+func (s *windowSet) set(suffix, field, v string, ref time.Time) {
+	i := 0
+	for i < s.n && !strings.EqualFold(s.suffixes[i], suffix) {
+		i++
+	}
+	if i == s.n {
+		if s.n == len(s.windows) {
+			return
+		}
+		s.n++
+		s.suffixes[i], s.windows[i] = suffix, capacity.UnknownWindow
+	}
+	w := &s.windows[i]
+	switch {
+	case strings.EqualFold(field, "limit"):
+		w.Limit = parseCount(v)
+	case strings.EqualFold(field, "remaining"):
+		w.Remaining = parseCount(v)
+	case strings.EqualFold(field, "reset"):
+		w.Reset = parseReset(v, ref)
+	}
+}
+
+// tightest returns the window with the fewest remaining (ties: the later
+// reset), the one that will stop requests first.
+func (s *windowSet) tightest() capacity.Window {
+	best := capacity.UnknownWindow
+	for _, w := range s.windows[:s.n] {
+		switch {
+		case best == capacity.UnknownWindow:
+			best = w
+		case w.Remaining >= 0 && (best.Remaining < 0 || w.Remaining < best.Remaining):
+			best = w
+		case w.Remaining == best.Remaining && w.Reset > best.Reset:
+			best = w
+		}
+	}
+	return best
+}

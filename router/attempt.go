@@ -1,0 +1,264 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/llmrouter/caddy-llm-router/adapters"
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+// Bounds on what is read from a provider.
+const (
+	maxErrorBody    = 64 << 10 // error bodies: enough for any provider's JSON error
+	maxResponseBody = 32 << 20 // a non-streaming answer
+)
+
+var (
+	errAttemptTimeout = errors.New("provider timeout")
+	errRequestTimeout = errors.New("request deadline")
+	errIdleTimeout    = errors.New("stream idle timeout")
+)
+
+// outcome is the result of one attempt.
+type outcome struct {
+	obs      capacity.Observation
+	status   int
+	header   http.Header
+	body     []byte
+	stream   *Stream
+	timeout  bool // the provider's own timeout ended it (a silent deployment)
+	deadline bool // the request's deadline ended it
+	canceled bool // the client went away
+}
+
+func (o *outcome) clientError() bool {
+	return o.obs.Class == capacity.ClientError || o.obs.Class == capacity.ContextLength
+}
+
+// exchange makes one attempt on d. Its time limit is the smaller of the
+// deployment's own (timeout, or ttft_timeout for a stream until its first
+// event) and what is left until the request's deadline; which of the two
+// ended it decides between a failover (the provider's fault) and a 504.
+func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, deadline time.Time) *outcome {
+	limit, cause := d.Timeout, errAttemptTimeout
+	if req.Stream && d.TTFTTimeout > 0 {
+		limit = d.TTFTTimeout
+	}
+	if left := deadline.Sub(r.Clock.Now()); limit <= 0 || left <= limit {
+		limit, cause = left, errRequestTimeout
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	timer := time.AfterFunc(limit, func() { cancel(cause) })
+	finish := func() {
+		timer.Stop()
+		cancel(nil)
+	}
+
+	out := &outcome{}
+	fail := func(class capacity.Class, err error) *outcome {
+		finish()
+		switch {
+		case parent.Err() != nil:
+			out.canceled = true
+		case errors.Is(context.Cause(ctx), errRequestTimeout):
+			out.deadline = true
+		case errors.Is(context.Cause(ctx), errAttemptTimeout):
+			out.timeout = true
+		}
+		out.obs = capacity.NewObservation(class)
+		out.obs.Message = err.Error()
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			out.obs.Message = cause.Error()
+		}
+		return out
+	}
+
+	upReq, err := d.Adapter.ChatRequest(ctx, d.Endpoint, d.Model, req.Body, req.Stream)
+	if err != nil {
+		finish()
+		out.obs = capacity.NewObservation(capacity.ClientError)
+		out.obs.Message = err.Error()
+		out.status = http.StatusBadRequest
+		return out
+	}
+	resp, err := d.Transport.RoundTrip(upReq)
+	if err != nil {
+		return fail(capacity.Transport, err)
+	}
+	out.status, out.header = resp.StatusCode, resp.Header
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body.Close()
+		if err != nil && len(body) == 0 {
+			return fail(capacity.Transport, err)
+		}
+		finish()
+		out.body = body
+		out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, body, r.Clock.Now())
+		return out
+	}
+	if !req.Stream {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+		resp.Body.Close()
+		if err != nil {
+			return fail(capacity.Transport, err)
+		}
+		finish()
+		out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
+		if out.body, err = d.Adapter.ChatResponse(body); err != nil {
+			out.obs = capacity.NewObservation(capacity.Server)
+			out.obs.Message = "untranslatable answer: " + err.Error()
+		}
+		return out
+	}
+
+	// A stream: read until the first event that is content. Comments and
+	// pings do not count; an error event before any content is a failure
+	// like an error status, and the router may still fail over.
+	out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
+	s := &Stream{
+		r: r, d: d, body: resp.Body, sse: adapters.NewSSEReader(resp.Body),
+		ctx: ctx, cancel: cancel, timer: timer,
+	}
+	for {
+		ev, err := s.sse.Next()
+		if err != nil {
+			resp.Body.Close()
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // no content at all is no answer
+			}
+			return fail(capacity.Transport, err)
+		}
+		data, kind, obs := d.Adapter.StreamEvent(ev)
+		switch kind {
+		case adapters.EventSkip:
+			continue
+		case adapters.EventError, adapters.EventDone:
+			resp.Body.Close()
+			finish()
+			if kind == adapters.EventDone {
+				obs = capacity.NewObservation(capacity.Server)
+				obs.Message = "stream ended before any content"
+			}
+			out.obs = obs
+			return out
+		}
+		// Committed: from now on silence is bounded by idle_timeout, and the
+		// request deadline no longer applies.
+		s.first = append([]byte(nil), data...)
+		s.final = kind == adapters.EventFinal
+		timer.Stop()
+		s.idle = time.AfterFunc(time.Hour, func() { cancel(errIdleTimeout) })
+		s.idle.Stop()
+		out.stream = s
+		return out
+	}
+}
+
+// Stream is a streaming answer whose first content event has arrived: the
+// deployment is chosen, and what follows is relayed as it comes.
+type Stream struct {
+	r      *Router
+	d      *Deployment
+	body   io.ReadCloser
+	sse    *adapters.SSEReader
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer // the attempt's timeout, stopped at commit
+	idle   *time.Timer // idle_timeout between events
+	first  []byte
+	final  bool // an event with a finish_reason was seen
+	once   sync.Once
+}
+
+// Close releases the upstream stream; Relay calls it.
+func (s *Stream) Close() {
+	s.once.Do(func() {
+		s.timer.Stop()
+		if s.idle != nil {
+			s.idle.Stop()
+		}
+		s.cancel(nil)
+		s.body.Close()
+	})
+}
+
+// StreamError is an in-band error that ended a stream after it began.
+type StreamError struct {
+	// Class is the failure's error class.
+	Class capacity.Class
+	// Message says what happened, for the client and the logs (no secrets).
+	Message string
+}
+
+func (e *StreamError) Error() string { return e.Message }
+
+// Relay sends the stream to the client: event writes each chunk's JSON (or,
+// with done, the terminator) and flushes it. It returns nil when the stream
+// completed, a *StreamError when the provider failed mid-stream (the caller
+// ends the client's stream with an in-band error, never with a terminator),
+// or the write error when the client went away.
+func (s *Stream) Relay(event func(data []byte, done bool) error) error {
+	defer s.Close()
+	if err := event(s.first, false); err != nil {
+		return err
+	}
+	idle := s.d.IdleTimeout
+	for {
+		if idle > 0 {
+			s.idle.Reset(idle)
+		}
+		ev, err := s.sse.Next()
+		if idle > 0 {
+			s.idle.Stop()
+		}
+		if err != nil {
+			if err == io.EOF && s.final {
+				// Complete but without "[DONE]": finish it for the client.
+				return event(nil, true)
+			}
+			cause := context.Cause(s.ctx)
+			if errors.Is(cause, context.Canceled) {
+				return cause // the client went away
+			}
+			msg := "stream from the provider was cut"
+			if errors.Is(cause, errIdleTimeout) {
+				msg = "stream from the provider went silent"
+			}
+			return s.failed(capacity.NewObservation(capacity.Transport), msg)
+		}
+		data, kind, obs := s.d.Adapter.StreamEvent(ev)
+		switch kind {
+		case adapters.EventSkip:
+			continue
+		case adapters.EventDone:
+			return event(nil, true)
+		case adapters.EventError:
+			msg := obs.Message
+			if msg == "" {
+				msg = "provider error mid-stream"
+			}
+			return s.failed(obs, "stream failed: "+msg)
+		case adapters.EventFinal:
+			s.final = true
+		}
+		if err := event(data, false); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Stream) failed(obs capacity.Observation, msg string) error {
+	obs.Message = msg
+	s.d.State.Observe(s.r.Clock.Now(), obs, s.r.Policy)
+	s.r.Logger.Warn("stream failed after it began",
+		zap.String("deployment", s.d.Name), zap.String("class", obs.Class.String()), zap.String("message", msg))
+	return &StreamError{Class: obs.Class, Message: msg}
+}

@@ -1,0 +1,422 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/adapters"
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+// fakeClock advances only when the router sleeps, and records each sleep.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	sleeps []time.Duration
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sleeps = append(c.sleeps, d)
+	c.now = c.now.Add(d)
+	return ctx.Err()
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func (c *fakeClock) Sleeps() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.sleeps...)
+}
+
+// script is a fake provider: each call answers with the next reply (the
+// last one repeats) and counts attempts.
+type script struct {
+	calls   atomic.Int32
+	replies []func(*http.Request) (*http.Response, error)
+}
+
+func (s *script) RoundTrip(req *http.Request) (*http.Response, error) {
+	n := int(s.calls.Add(1)) - 1
+	if n >= len(s.replies) {
+		n = len(s.replies) - 1
+	}
+	return s.replies[n](req)
+}
+
+func reply(status int, body string, headers ...string) func(*http.Request) (*http.Response, error) {
+	return func(req *http.Request) (*http.Response, error) {
+		h := http.Header{"Content-Type": {"application/json"}}
+		for i := 0; i+1 < len(headers); i += 2 {
+			h.Set(headers[i], headers[i+1])
+		}
+		return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+	}
+}
+
+// hang answers only when the attempt's context ends.
+func hang(req *http.Request) (*http.Response, error) {
+	<-req.Context().Done()
+	return nil, req.Context().Err()
+}
+
+const okBody = `{"id":"x","object":"chat.completion","model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`
+
+const rateLimited = `{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+
+func deployment(name string, s *script) *Deployment {
+	return &Deployment{
+		Name: name, Model: name + "-up", Adapter: adapters.OpenAI{},
+		Endpoint:  &adapters.Endpoint{BaseURL: "http://" + name + ".invalid/v1", APIKey: "sk-" + name},
+		Transport: s, Timeout: 30 * time.Second, TTFTTimeout: 15 * time.Second, IdleTimeout: 30 * time.Second,
+		State: capacity.NewState(),
+	}
+}
+
+func newRouter(clock *fakeClock) *Router {
+	r := New()
+	r.Clock = clock
+	return r
+}
+
+var chatReq = &Request{Body: []byte(`{"model":"fast","messages":[{"role":"user","content":"hi"}]}`), Tokens: 10}
+
+func TestFailoverAtOnceOn429(t *testing.T) {
+	clock := newFakeClock()
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "30")}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	r := newRouter(clock)
+
+	res := r.Serve(context.Background(), group, chatReq)
+	if res.Err != nil || res.Deployment != group[1] || res.Status != 200 {
+		t.Fatalf("expected b to answer 200, got %v %v %d", res.Err, res.Deployment, res.Status)
+	}
+	if res.Attempts != 2 || res.FailoverReason != "rate_limited" {
+		t.Errorf("expected 2 attempts after rate_limited, got %d %q", res.Attempts, res.FailoverReason)
+	}
+	if s := clock.Sleeps(); len(s) != 0 {
+		t.Errorf("expected no wait while b was ready, got %v", s)
+	}
+	// Within the 30 s, a is not touched again.
+	for i := 0; i < 5; i++ {
+		clock.Advance(5 * time.Second)
+		if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[1] {
+			t.Fatalf("request %d: expected b, got %v", i, res.Err)
+		}
+	}
+	if n := a.calls.Load(); n != 1 {
+		t.Errorf("expected a attempted once within its 30 s, got %d", n)
+	}
+	clock.Advance(6 * time.Second)
+	a.replies = append(a.replies, reply(200, okBody))
+	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[0] {
+		t.Errorf("expected a back after its reset, got %v", res.Deployment)
+	}
+}
+
+func TestWaitIsMaxNotPlus(t *testing.T) {
+	clock := newFakeClock()
+	a := &script{replies: []func(*http.Request) (*http.Response, error){
+		reply(429, rateLimited, "Retry-After", "3"), reply(200, okBody)}}
+	r := newRouter(clock)
+	res := r.Serve(context.Background(), []*Deployment{deployment("a", a)}, chatReq)
+	if res.Err != nil || res.Attempts != 2 {
+		t.Fatalf("expected success on attempt 2, got %v after %d", res.Err, res.Attempts)
+	}
+	if s := clock.Sleeps(); len(s) != 1 || s[0] != 3*time.Second {
+		t.Errorf("expected one wait of max(3s, 500ms) = 3s, got %v", s)
+	}
+}
+
+func TestRetryAfterZeroIsFlooredByBackoff(t *testing.T) {
+	clock := newFakeClock()
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "0")}}
+	r := newRouter(clock)
+	res := r.Serve(context.Background(), []*Deployment{deployment("a", a)}, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != 429 {
+		t.Fatalf("expected 429, got %v", res.Err)
+	}
+	if n := a.calls.Load(); n != 4 {
+		t.Errorf("expected max_attempts = 4 attempts, got %d", n)
+	}
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}
+	got := clock.Sleeps()
+	if len(got) != len(want) {
+		t.Fatalf("expected waits %v, got %v", want, got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("wait %d: expected %v, got %v", i, want[i], got[i])
+		}
+	}
+	if e.RetryAfter < time.Second {
+		t.Errorf("expected Retry-After of at least 1 s, got %v", e.RetryAfter)
+	}
+}
+
+func TestServerRetryAfterBeatsBackoff(t *testing.T) {
+	clock := newFakeClock()
+	a := &script{replies: []func(*http.Request) (*http.Response, error){
+		reply(503, `{"error":{"message":"overloaded","type":"server_error"}}`, "Retry-After", "30"), reply(200, okBody)}}
+	r := newRouter(clock)
+	r.Policy.BackoffBase = 2 * time.Second
+	res := r.Serve(context.Background(), []*Deployment{deployment("a", a)}, chatReq)
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if s := clock.Sleeps(); len(s) != 1 || s[0] != 30*time.Second {
+		t.Errorf("expected a 30 s wait (server's, over 2 s backoff), got %v", s)
+	}
+}
+
+func TestAllCoolingPastDeadlineAnswers429AtOnce(t *testing.T) {
+	clock := newFakeClock()
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "30")}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "20")}}
+	r := newRouter(clock)
+	r.Deadline = 10 * time.Second
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	res := r.Serve(context.Background(), group, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != 429 || e.RetryAfter != 20*time.Second {
+		t.Fatalf("expected 429 with Retry-After 20s, got %#v", res.Err)
+	}
+	if len(clock.Sleeps()) != 0 || res.Attempts != 2 {
+		t.Errorf("expected 2 attempts and no wait, got %d and %v", res.Attempts, clock.Sleeps())
+	}
+	// The next request touches neither.
+	res = r.Serve(context.Background(), group, chatReq)
+	if !errors.As(res.Err, &e) || e.Status != 429 || res.Attempts != 0 {
+		t.Errorf("expected an immediate 429 without attempts, got %v after %d", res.Err, res.Attempts)
+	}
+	if a.calls.Load() != 1 || b.calls.Load() != 1 {
+		t.Errorf("expected one attempt each, got %d and %d", a.calls.Load(), b.calls.Load())
+	}
+}
+
+func TestWaitsOnlyWhenItEndsBeforeDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		retryAfter string
+		wantWait   bool
+	}{{"5", true}, {"7", false}} {
+		clock := newFakeClock()
+		a := &script{replies: []func(*http.Request) (*http.Response, error){
+			reply(429, rateLimited, "Retry-After", tc.retryAfter), reply(200, okBody)}}
+		r := newRouter(clock)
+		r.Deadline = 6 * time.Second
+		res := r.Serve(context.Background(), []*Deployment{deployment("a", a)}, chatReq)
+		if tc.wantWait && (res.Err != nil || len(clock.Sleeps()) != 1) {
+			t.Errorf("Retry-After %s: expected a wait then success, got %v, %v", tc.retryAfter, res.Err, clock.Sleeps())
+		}
+		if !tc.wantWait && (res.Err == nil || len(clock.Sleeps()) != 0) {
+			t.Errorf("Retry-After %s: expected 429 without waiting, got %v, %v", tc.retryAfter, res.Err, clock.Sleeps())
+		}
+	}
+}
+
+func TestSuccessWithNothingRemainingIsSkipped(t *testing.T) {
+	clock := newFakeClock()
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody,
+		"x-ratelimit-limit-requests", "3", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20s")}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	group[0].Quality = 1 // a first while it has capacity
+	r := newRouter(clock)
+	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[0] {
+		t.Fatalf("expected a first, got %v", res.Deployment)
+	}
+	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[1] || res.Attempts != 1 {
+		t.Fatalf("expected b at once (a has 0 left), got %v after %d", res.Deployment, res.Attempts)
+	}
+	clock.Advance(21 * time.Second)
+	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[0] {
+		t.Errorf("expected a after its reset, got %v", res.Deployment)
+	}
+}
+
+func TestContextLengthTriesLargerWindow(t *testing.T) {
+	tooLong := reply(400, `{"error":{"message":"maximum context length is 8192","type":"invalid_request_error","code":"context_length_exceeded"}}`)
+	small := &script{replies: []func(*http.Request) (*http.Response, error){tooLong}}
+	same := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	large := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	group := []*Deployment{deployment("small", small), deployment("same", same), deployment("large", large)}
+	group[0].ContextWindow, group[1].ContextWindow, group[2].ContextWindow = 8192, 8192, 128000
+	group[0].Quality, group[1].Quality = 1, 0.9
+	r := newRouter(newFakeClock())
+	res := r.Serve(context.Background(), group, chatReq)
+	if res.Deployment != group[2] || same.calls.Load() != 0 {
+		t.Fatalf("expected the larger window to answer and the same-size one untouched, got %v (same: %d)", res.Deployment, same.calls.Load())
+	}
+	// With no larger window, the provider's 400 goes to the client.
+	res = r.Serve(context.Background(), group[:2], chatReq)
+	if res.Err != nil || res.Status != 400 || !strings.Contains(string(res.Body), "context_length_exceeded") {
+		t.Errorf("expected the provider's 400 passed on, got %v %d %s", res.Err, res.Status, res.Body)
+	}
+	if small.calls.Load() != 2 {
+		t.Errorf("expected small tried once per request, got %d", small.calls.Load())
+	}
+}
+
+func TestClientErrorIsPassedOnWithoutRetry(t *testing.T) {
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(400, `{"error":{"message":"bad","type":"invalid_request_error","code":"content_policy_violation"}}`)}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	r := newRouter(newFakeClock())
+	res := r.Serve(context.Background(), []*Deployment{deployment("a", a), deployment("b", b)}, chatReq)
+	if res.Status != 400 || res.Attempts != 1 || b.calls.Load() != 0 {
+		t.Errorf("expected the 400 after 1 attempt, got %d after %d (b: %d)", res.Status, res.Attempts, b.calls.Load())
+	}
+}
+
+func TestHangEndsAtDeadline(t *testing.T) {
+	a := &script{replies: []func(*http.Request) (*http.Response, error){hang}}
+	r := New()
+	r.Deadline = 100 * time.Millisecond
+	start := time.Now()
+	res := r.Serve(context.Background(), []*Deployment{deployment("a", a)}, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != 504 {
+		t.Fatalf("expected 504, got %v", res.Err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("expected the deadline to end it, took %v", el)
+	}
+}
+
+func TestProviderTimeoutFailsOverAndIsNotRetried(t *testing.T) {
+	a := &script{replies: []func(*http.Request) (*http.Response, error){hang}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(503, `{"error":"busy"}`), reply(200, okBody)}}
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	group[0].Timeout = 20 * time.Millisecond
+	group[0].Quality = 1
+	r := New()
+	r.Policy.BackoffBase = time.Millisecond
+	res := r.Serve(context.Background(), group, chatReq)
+	if res.Err != nil || res.Deployment != group[1] {
+		t.Fatalf("expected b to answer, got %v", res.Err)
+	}
+	if a.calls.Load() != 1 || b.calls.Load() != 2 {
+		t.Errorf("expected the silent a tried once and b twice, got %d and %d", a.calls.Load(), b.calls.Load())
+	}
+}
+
+func sse(events ...string) func(*http.Request) (*http.Response, error) {
+	return reply(200, strings.Join(events, "\n\n")+"\n\n", "Content-Type", "text/event-stream")
+}
+
+const chunk = `data: {"id":"c","object":"chat.completion.chunk","model":"up","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`
+const final = `data: {"id":"c","object":"chat.completion.chunk","model":"up","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
+
+func relay(t *testing.T, s *Stream) ([]string, error) {
+	t.Helper()
+	var got []string
+	err := s.Relay(func(data []byte, done bool) error {
+		if done {
+			got = append(got, "[DONE]")
+		} else {
+			got = append(got, string(data))
+		}
+		return nil
+	})
+	return got, err
+}
+
+func TestStreamFailsOverBeforeFirstContent(t *testing.T) {
+	a := &script{replies: []func(*http.Request) (*http.Response, error){
+		sse(": keep-alive", `data: {"error":{"message":"overloaded","type":"server_error","code":null}}`)}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){sse(": keep-alive", chunk, final, "data: [DONE]")}}
+	req := &Request{Body: chatReq.Body, Stream: true, Tokens: 10}
+	r := newRouter(newFakeClock())
+	res := r.Serve(context.Background(), []*Deployment{deployment("a", a), deployment("b", b)}, req)
+	if res.Err != nil || res.Stream == nil || res.Attempts != 2 {
+		t.Fatalf("expected b's stream after 2 attempts, got %v after %d", res.Err, res.Attempts)
+	}
+	got, err := relay(t, res.Stream)
+	if err != nil || len(got) != 3 || got[2] != "[DONE]" || !strings.Contains(got[0], `"Hi"`) {
+		t.Errorf("expected chunk, final, [DONE], got %q %v", got, err)
+	}
+}
+
+func TestStreamMidwayErrorIsInBand(t *testing.T) {
+	for name, body := range map[string]func(*http.Request) (*http.Response, error){
+		"error event":   sse(chunk, `data: {"error":{"message":"boom","type":"server_error","param":null,"code":null}}`),
+		"cut":           reply(200, chunk+"\n\n"+`data: {"id":"c","obj`, "Content-Type", "text/event-stream"),
+		"no terminator": reply(200, chunk+"\n\n", "Content-Type", "text/event-stream"),
+	} {
+		a := &script{replies: []func(*http.Request) (*http.Response, error){body}}
+		d := deployment("a", a)
+		r := newRouter(newFakeClock())
+		res := r.Serve(context.Background(), []*Deployment{d}, &Request{Body: chatReq.Body, Stream: true})
+		if res.Stream == nil {
+			t.Fatalf("%s: expected a committed stream, got %v", name, res.Err)
+		}
+		got, err := relay(t, res.Stream)
+		var se *StreamError
+		if !errors.As(err, &se) {
+			t.Errorf("%s: expected a StreamError, got %v", name, err)
+		}
+		for _, g := range got {
+			if g == "[DONE]" {
+				t.Errorf("%s: a failed stream must not end with [DONE]", name)
+			}
+		}
+		if snap := d.State.Snapshot(); snap.ConsecutiveFailures != 1 {
+			t.Errorf("%s: expected the failure counted on the deployment, got %d", name, snap.ConsecutiveFailures)
+		}
+	}
+}
+
+func TestStreamWithFinishButNoDoneIsFinalized(t *testing.T) {
+	a := &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, final)}}
+	r := newRouter(newFakeClock())
+	res := r.Serve(context.Background(), []*Deployment{deployment("a", a)}, &Request{Body: chatReq.Body, Stream: true})
+	got, err := relay(t, res.Stream)
+	if err != nil || len(got) != 3 || got[2] != "[DONE]" {
+		t.Errorf("expected the stream finished with [DONE], got %q %v", got, err)
+	}
+}
+
+func TestUpstreamNeverSeesClientModelOrOtherKeys(t *testing.T) {
+	var got *http.Request
+	var body []byte
+	a := &script{replies: []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
+		got = req
+		body, _ = io.ReadAll(req.Body)
+		return reply(200, okBody)(req)
+	}}}
+	r := newRouter(newFakeClock())
+	r.Serve(context.Background(), []*Deployment{deployment("a", a)}, chatReq)
+	if got.Header.Get("Authorization") != "Bearer sk-a" {
+		t.Errorf("expected the provider key, got %q", got.Header.Get("Authorization"))
+	}
+	if !strings.Contains(string(body), `"model":"a-up"`) || strings.Contains(string(body), `"fast"`) {
+		t.Errorf("expected the upstream model in the body, got %s", body)
+	}
+	if got.URL.String() != "http://a.invalid/v1/chat/completions" {
+		t.Errorf("expected the chat completions URL, got %s", got.URL)
+	}
+}

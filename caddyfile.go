@@ -1,0 +1,409 @@
+package llmrouter
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("llm_router", parseCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("llm_router", httpcaddyfile.Before, "reverse_proxy")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	m := new(Handler)
+	err := m.UnmarshalCaddyfile(h.Dispenser)
+	return m, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	llm_router [<matcher>] {
+//	    deadline      <duration>
+//	    max_attempts  <n>
+//	    backoff_base  <duration>
+//	    backoff_max   <duration>
+//	    max_body      <size>
+//	    weights       [cost <w>] [latency <w>] [reliability <w>] [quality <w>] [capacity <w>]
+//
+//	    provider <name> {
+//	        type          openai
+//	        base_url      <url>
+//	        api_key       <key>
+//	        timeout       <duration>
+//	        ttft_timeout  <duration>
+//	        idle_timeout  <duration>
+//	        header        <name> <value>
+//	        transport     http { ... }
+//	    }
+//
+//	    model <name> {
+//	        deployment <provider> <upstream model> [{
+//	            cost_input      <USD per 1M tokens>
+//	            cost_output     <USD per 1M tokens>
+//	            quality         <0..1>
+//	            context_window  <tokens>
+//	            weight          <n>
+//	        }]
+//	    }
+//	}
+//
+// Unknown and duplicate subdirectives, negative values, a deployment naming
+// an unknown provider and a model group without deployments are errors.
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := map[string]bool{}
+	type ref struct {
+		provider string
+		line     int
+		file     string
+	}
+	var refs []ref
+	for d.NextBlock(0) {
+		key := d.Val()
+		if key != "provider" && key != "model" {
+			if seen[key] {
+				return d.Errf("duplicate subdirective %s", key)
+			}
+			seen[key] = true
+		}
+		switch key {
+		case "deadline":
+			if err := parseDuration(d, &h.Deadline); err != nil {
+				return err
+			}
+		case "backoff_base":
+			if err := parseDuration(d, &h.BackoffBase); err != nil {
+				return err
+			}
+		case "backoff_max":
+			if err := parseDuration(d, &h.BackoffMax); err != nil {
+				return err
+			}
+		case "max_attempts":
+			n, err := parseInt(d)
+			if err != nil {
+				return err
+			}
+			if n < 1 {
+				return d.Errf("max_attempts must be at least 1, got %d", n)
+			}
+			h.MaxAttempts = int(n)
+		case "max_body":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			size, err := humanize.ParseBytes(d.Val())
+			if err != nil || size == 0 || size > 1<<40 {
+				return d.Errf("max_body: invalid size %q", d.Val())
+			}
+			h.MaxBody = int64(size)
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "weights":
+			w, err := parseWeights(d)
+			if err != nil {
+				return err
+			}
+			h.Weights = w
+		case "provider":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			name := d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if _, dup := h.Providers[name]; dup {
+				return d.Errf("duplicate provider %s", name)
+			}
+			p, err := parseProvider(d)
+			if err != nil {
+				return err
+			}
+			if h.Providers == nil {
+				h.Providers = map[string]*Provider{}
+			}
+			h.Providers[name] = p
+		case "model":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			name := d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if _, dup := h.Models[name]; dup {
+				return d.Errf("duplicate model %s", name)
+			}
+			g := new(ModelGroup)
+			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				if d.Val() != "deployment" {
+					return d.Errf("unknown subdirective %s in model %s (expected deployment)", d.Val(), name)
+				}
+				dep, err := parseDeployment(d)
+				if err != nil {
+					return err
+				}
+				refs = append(refs, ref{dep.Provider, d.Line(), d.File()})
+				g.Deployments = append(g.Deployments, dep)
+			}
+			if len(g.Deployments) == 0 {
+				return d.Errf("model %s has no deployment", name)
+			}
+			if h.Models == nil {
+				h.Models = map[string]*ModelGroup{}
+			}
+			h.Models[name] = g
+		default:
+			return d.Errf("unknown subdirective %s", key)
+		}
+	}
+	if len(h.Models) == 0 {
+		return d.Err("llm_router needs at least one model block")
+	}
+	for _, r := range refs {
+		if _, ok := h.Providers[r.provider]; !ok {
+			return d.Errf("%s:%d: deployment names unknown provider %s", r.file, r.line, r.provider)
+		}
+	}
+	return nil
+}
+
+func parseProvider(d *caddyfile.Dispenser) (*Provider, error) {
+	p := new(Provider)
+	seen := map[string]bool{}
+	var transport http.RoundTripper
+	var transportName string
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		if key != "header" {
+			if seen[key] {
+				return nil, d.Errf("duplicate subdirective %s in provider", key)
+			}
+			seen[key] = true
+		}
+		switch key {
+		case "type", "base_url", "api_key":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			v := d.Val()
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			switch key {
+			case "type":
+				p.Type = v
+			case "base_url":
+				p.BaseURL = v
+			case "api_key":
+				p.APIKey = v
+			}
+		case "timeout":
+			if err := parseDuration(d, &p.Timeout); err != nil {
+				return nil, err
+			}
+		case "ttft_timeout":
+			if err := parseDuration(d, &p.TTFTTimeout); err != nil {
+				return nil, err
+			}
+		case "idle_timeout":
+			if err := parseDuration(d, &p.IdleTimeout); err != nil {
+				return nil, err
+			}
+		case "header":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return nil, d.ArgErr()
+			}
+			if p.Headers == nil {
+				p.Headers = http.Header{}
+			}
+			p.Headers.Add(args[0], args[1])
+		case "transport":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			transportName = d.Val()
+			modID := "http.reverse_proxy.transport." + transportName
+			unm, err := caddyfile.UnmarshalModule(d, modID)
+			if err != nil {
+				return nil, err
+			}
+			rt, ok := unm.(http.RoundTripper)
+			if !ok {
+				return nil, d.Errf("module %s (%T) is not a RoundTripper", modID, unm)
+			}
+			transport = rt
+		default:
+			return nil, d.Errf("unknown subdirective %s in provider", key)
+		}
+	}
+	if p.Type == "" {
+		return nil, d.Err("provider needs a type")
+	}
+	if p.BaseURL == "" {
+		return nil, d.Err("provider needs a base_url")
+	}
+	if transport != nil {
+		// Like reverse_proxy: an https upstream turns TLS on in the transport.
+		if te, ok := transport.(reverseproxy.TLSTransport); ok && !te.TLSEnabled() &&
+			strings.HasPrefix(strings.ToLower(p.BaseURL), "https://") {
+			if err := te.EnableTLS(new(reverseproxy.TLSConfig)); err != nil {
+				return nil, err
+			}
+		}
+		p.TransportRaw = caddyconfig.JSONModuleObject(transport, "protocol", transportName, nil)
+	}
+	return p, nil
+}
+
+func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return nil, d.Errf("deployment takes <provider> <upstream model>, got %d arguments", len(args))
+	}
+	dep := &Deployment{Provider: args[0], Model: args[1]}
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		if seen[key] {
+			return nil, d.Errf("duplicate subdirective %s in deployment", key)
+		}
+		seen[key] = true
+		switch key {
+		case "cost_input", "cost_output", "quality":
+			f, err := parseFloat(d)
+			if err != nil {
+				return nil, err
+			}
+			switch key {
+			case "cost_input":
+				dep.CostInput = f
+			case "cost_output":
+				dep.CostOutput = f
+			case "quality":
+				if f > 1 {
+					return nil, d.Errf("quality must be within 0..1, got %v", f)
+				}
+				dep.Quality = f
+			}
+		case "context_window":
+			n, err := parseInt(d)
+			if err != nil {
+				return nil, err
+			}
+			dep.ContextWindow = n
+		case "weight":
+			n, err := parseInt(d)
+			if err != nil {
+				return nil, err
+			}
+			dep.Weight = int(n)
+		default:
+			return nil, d.Errf("unknown subdirective %s in deployment", key)
+		}
+	}
+	return dep, nil
+}
+
+func parseWeights(d *caddyfile.Dispenser) (*Weights, error) {
+	args := d.RemainingArgs()
+	if len(args) == 0 || len(args)%2 != 0 {
+		return nil, d.Err("weights takes pairs: <feature> <weight> ...")
+	}
+	w := new(Weights)
+	for i := 0; i < len(args); i += 2 {
+		f, err := strconv.ParseFloat(args[i+1], 64)
+		if err != nil || f < 0 {
+			return nil, d.Errf("weights: %s must be a non-negative number, got %q", args[i], args[i+1])
+		}
+		var dst **float64
+		switch args[i] {
+		case "cost":
+			dst = &w.Cost
+		case "latency":
+			dst = &w.Latency
+		case "reliability":
+			dst = &w.Reliability
+		case "quality":
+			dst = &w.Quality
+		case "capacity":
+			dst = &w.Capacity
+		default:
+			return nil, d.Errf("weights: unknown feature %s (cost, latency, reliability, quality, capacity)", args[i])
+		}
+		if *dst != nil {
+			return nil, d.Errf("weights: duplicate feature %s", args[i])
+		}
+		*dst = &f
+	}
+	return w, nil
+}
+
+// parseDuration reads one non-negative Caddy duration argument.
+func parseDuration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	key := d.Val()
+	dur, err := caddy.ParseDuration(d.Val())
+	if err != nil {
+		return d.Errf("bad duration %q: %v", key, err)
+	}
+	if dur < 0 {
+		return d.Errf("duration must not be negative, got %s", key)
+	}
+	*dst = caddy.Duration(dur)
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return nil
+}
+
+// parseInt reads one non-negative integer argument.
+func parseInt(d *caddyfile.Dispenser) (int64, error) {
+	if !d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	n, err := strconv.ParseInt(d.Val(), 10, 64)
+	if err != nil || n < 0 {
+		return 0, d.Errf("expected a non-negative integer, got %q", d.Val())
+	}
+	if d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	return n, nil
+}
+
+// parseFloat reads one non-negative number argument.
+func parseFloat(d *caddyfile.Dispenser) (float64, error) {
+	if !d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	f, err := strconv.ParseFloat(d.Val(), 64)
+	if err != nil || f < 0 {
+		return 0, d.Errf("expected a non-negative number, got %q", d.Val())
+	}
+	if d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	return f, nil
+}
+
+// Interface guards
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

@@ -1,0 +1,68 @@
+package llmrouter
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddytest"
+)
+
+// TestCaddyfileAdapt checks each testdata/caddyfile_adapt/*.caddyfiletest:
+// a Caddyfile, a line of dashes, and the JSON that `caddy adapt` must give.
+func TestCaddyfileAdapt(t *testing.T) {
+	files, err := filepath.Glob("testdata/caddyfile_adapt/*.caddyfiletest")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("expected golden files, got %v %v", files, err)
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.SplitN(string(raw), "----------", 2)
+		if len(parts) != 2 {
+			t.Fatalf("%s: expected a Caddyfile and JSON separated by ----------", f)
+		}
+		if !caddytest.CompareAdapt(t, f, parts[0], "caddyfile", strings.TrimSpace(parts[1])) {
+			t.Errorf("%s: adapted JSON differs", f)
+		}
+	}
+}
+
+func TestCaddyfileErrors(t *testing.T) {
+	const providers = `provider p {
+		type openai
+		base_url http://127.0.0.1:1/v1
+	}`
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"unknown subdirective", `llm_router { bogus 1 ` + "\n" + providers + "\n model m { deployment p x } }", "unknown subdirective bogus"},
+		{"duplicate subdirective", "llm_router {\n deadline 1s\n deadline 2s\n" + providers + "\n model m { deployment p x } }", "duplicate subdirective deadline"},
+		{"negative duration", "llm_router {\n deadline -1s\n" + providers + "\n model m { deployment p x } }", "must not be negative"},
+		{"negative provider timeout", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n timeout -5s\n }\n model m { deployment p x } }", "must not be negative"},
+		{"unknown provider", "llm_router {\n" + providers + "\n model m {\n deployment nope x\n }\n}", "unknown provider nope"},
+		{"empty model group", "llm_router {\n" + providers + "\n model m {\n }\n}", "has no deployment"},
+		{"no model", "llm_router {\n" + providers + "\n}", "at least one model"},
+		{"duplicate provider", "llm_router {\n" + providers + "\n" + providers + "\n model m { deployment p x } }", "duplicate provider p"},
+		{"duplicate provider field", "llm_router {\n provider p {\n type openai\n type openai\n base_url http://h\n }\n model m { deployment p x } }", "duplicate subdirective type"},
+		{"unknown provider field", "llm_router {\n provider p {\n type openai\n base_url http://h\n colour red\n }\n model m { deployment p x } }", "unknown subdirective colour"},
+		{"provider without type", "llm_router {\n provider p {\n base_url http://h\n }\n model m { deployment p x } }", "needs a type"},
+		{"deployment arity", "llm_router {\n" + providers + "\n model m {\n deployment p\n }\n}", "deployment takes"},
+		{"quality range", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n quality 2\n }\n }\n}", "quality must be within"},
+		{"bad weight feature", "llm_router {\n weights speed 1\n" + providers + "\n model m { deployment p x } }", "unknown feature speed"},
+		{"max_attempts zero", "llm_router {\n max_attempts 0\n" + providers + "\n model m { deployment p x } }", "at least 1"},
+		{"bad size", "llm_router {\n max_body lots\n" + providers + "\n model m { deployment p x } }", "invalid size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h Handler
+			err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("expected an error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+}

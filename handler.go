@@ -1,0 +1,252 @@
+package llmrouter
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/llmrouter/caddy-llm-router/router"
+)
+
+// Response headers that tell the client which deployment answered.
+const (
+	HeaderDeployment = "X-LLM-Router-Deployment"
+	HeaderAttempts   = "X-LLM-Router-Attempts"
+)
+
+// ServeHTTP answers Chat Completions and the model list; anything else goes
+// to next.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "", "use POST for chat completions")
+			return nil
+		}
+		return h.serveChat(w, r)
+	case strings.HasSuffix(path, "/models") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		return h.serveModels(w)
+	}
+	return next.ServeHTTP(w, r)
+}
+
+// chatRequest is what routing needs of a Chat Completions body; the rest is
+// passed upstream untouched.
+type chatRequest struct {
+	Model               string          `json:"model"`
+	Messages            json.RawMessage `json:"messages"`
+	Stream              bool            `json:"stream"`
+	MaxTokens           *int64          `json:"max_tokens"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+}
+
+func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_encoding", "",
+			"request bodies with Content-Encoding are not accepted; send plain JSON")
+		return nil
+	}
+	body, err := readBody(w, r, h.MaxBody)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
+				fmt.Sprintf("request body exceeds %d bytes", h.MaxBody))
+			return nil
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "could not read the request body")
+		return nil
+	}
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		param, msg := "", "the request body is not valid JSON"
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			param = typeErr.Field
+			msg = fmt.Sprintf("invalid type for '%s': expected %s", typeErr.Field, typeErr.Type)
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", param, msg)
+		return nil
+	}
+	if req.Model == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", "model",
+			"you must provide a model parameter")
+		return nil
+	}
+	if len(req.Messages) == 0 || req.Messages[0] != '[' || strings.TrimSpace(string(req.Messages)) == "[]" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", "messages",
+			"'messages' must be a non-empty array")
+		return nil
+	}
+	group, ok := h.groups[req.Model]
+	if !ok {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
+			fmt.Sprintf("the model %s does not exist; GET /v1/models lists the model groups", strconv.Quote(truncate(req.Model, 100))))
+		return nil
+	}
+
+	res := h.router.Serve(r.Context(), group, &router.Request{
+		Body: body, Stream: req.Stream, Tokens: estimateTokens(&req, len(req.Messages)),
+	})
+	h.setPlaceholders(r, res)
+	if errors.Is(res.Err, router.ErrClientGone) {
+		return nil
+	}
+	var rerr *router.Error
+	if errors.As(res.Err, &rerr) {
+		setRouterHeaders(w, res)
+		if rerr.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(rerr.RetryAfter/time.Second)))
+		}
+		writeError(w, rerr.Status, rerr.Type, rerr.Code, "", rerr.Message)
+		return nil
+	}
+	if res.Stream != nil {
+		return h.relay(w, r, res)
+	}
+	setRouterHeaders(w, res)
+	ct := "application/json"
+	if res.Header != nil && res.Header.Get("Content-Type") != "" && res.Status >= 300 {
+		ct = res.Header.Get("Content-Type")
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(res.Status)
+	_, _ = w.Write(res.Body)
+	return nil
+}
+
+// relay writes a committed stream as server-sent events, flushing each. A
+// failure after the first byte ends the stream with an in-band error event
+// and no "[DONE]", so no client takes a cut answer for a complete one.
+func (h *Handler) relay(w http.ResponseWriter, r *http.Request, res *router.Result) error {
+	setRouterHeaders(w, res)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	err := res.Stream.Relay(func(data []byte, done bool) error {
+		var werr error
+		if done {
+			_, werr = w.Write([]byte("data: [DONE]\n\n"))
+		} else {
+			_, werr = w.Write(append(append([]byte("data: "), data...), '\n', '\n'))
+		}
+		if werr != nil {
+			return werr
+		}
+		return rc.Flush()
+	})
+	var se *router.StreamError
+	if errors.As(err, &se) {
+		payload, _ := json.Marshal(errorBody{Error: errorDetail{
+			Message: "the upstream stream failed after it began: " + se.Message,
+			Type:    "server_error", Code: "stream_interrupted",
+		}})
+		_, _ = w.Write(append(append([]byte("data: "), payload...), '\n', '\n'))
+		_ = rc.Flush()
+	} else if err != nil {
+		h.logger.Debug("client went away mid-stream", zap.String("deployment", res.Deployment.Name), zap.Error(err))
+	}
+	return nil
+}
+
+func (h *Handler) serveModels(w http.ResponseWriter) error {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	list := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: make([]model, 0, len(h.names))}
+	for _, n := range h.names {
+		list.Data = append(list.Data, model{ID: n, Object: "model", OwnedBy: "llm_router"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(list)
+}
+
+func (h *Handler) setPlaceholders(r *http.Request, res *router.Result) {
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return
+	}
+	if res.Deployment != nil {
+		repl.Set("http.llm_router.deployment", res.Deployment.Name)
+	}
+	repl.Set("http.llm_router.attempts", res.Attempts)
+	repl.Set("http.llm_router.failover_reason", res.FailoverReason)
+}
+
+func setRouterHeaders(w http.ResponseWriter, res *router.Result) {
+	if res.Deployment != nil {
+		w.Header().Set(HeaderDeployment, res.Deployment.Name)
+	}
+	w.Header().Set(HeaderAttempts, strconv.Itoa(res.Attempts))
+}
+
+// readBody reads the whole body, at most limit bytes (else an
+// *http.MaxBytesError).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+}
+
+// estimateTokens guesses prompt plus output tokens: about 4 bytes of JSON
+// messages per token, plus the requested output limit.
+func estimateTokens(req *chatRequest, messageBytes int) int64 {
+	n := int64(messageBytes)/4 + 1
+	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
+		n += *req.MaxCompletionTokens
+	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
+		n += *req.MaxTokens
+	}
+	return n
+}
+
+// errorBody is the OpenAI error format.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// writeError answers with an OpenAI-format error.
+func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	var p *string
+	if param != "" {
+		p = &param
+	}
+	b, _ := json.Marshal(errorBody{Error: errorDetail{Message: msg, Type: typ, Param: p, Code: code}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -59,11 +59,11 @@ func load(t *testing.T, config string) *caddytest.Tester {
 
 // mockStats reads what an llm_mock site saw.
 type mockStats struct {
-	Requests          int64               `json:"requests"`
-	LastModel         string              `json:"last_model"`
-	LastAuthorization string              `json:"last_authorization"`
+	Requests          int64             `json:"requests"`
+	LastModel         string            `json:"last_model"`
+	LastAuthorization string            `json:"last_authorization"`
 	LastHeaders       map[string]string `json:"last_headers"`
-	LastBody          string              `json:"last_body"`
+	LastBody          string            `json:"last_body"`
 }
 
 func stats(t *testing.T, port int) mockStats {

@@ -1,0 +1,244 @@
+package mockllm
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("llm_mock", parseCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("llm_mock", httpcaddyfile.Before, "reverse_proxy")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	m := new(Handler)
+	if err := m.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	llm_mock [<matcher>] {
+//	    model             <name>
+//	    latency           <duration>
+//	    first_token_delay <duration>
+//	    chunks            <count>
+//	    chunk_interval    <duration>
+//	    reply             <text>
+//	    api_key           <key>
+//	    rate_limit {
+//	        requests <count>
+//	        tokens   <count>
+//	        window   <duration>
+//	    }
+//	    fault rate_limit|status|hang|cut|error_event|keepalive {
+//	        every  <n>
+//	        from   <duration>
+//	        for    <duration>
+//	        status <code>
+//	        header <name> <value>
+//	        body   <text>
+//	        after  <chunks>
+//	    }
+//	}
+//
+// Every subdirective is optional and may appear once, except fault
+// (repeatable, tried in order) and header inside fault (repeatable).
+// The block may be omitted for a mock with all defaults.
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := make(map[string]bool)
+	for d.NextBlock(0) {
+		name := d.Val()
+		if name != "fault" {
+			if seen[name] {
+				return d.Errf("duplicate subdirective %q", name)
+			}
+			seen[name] = true
+		}
+		var err error
+		switch name {
+		case "model":
+			h.Model, err = oneArg(d)
+		case "latency":
+			h.Latency, err = durationArg(d)
+		case "first_token_delay":
+			h.FirstTokenDelay, err = durationArg(d)
+		case "chunks":
+			h.Chunks, err = intArg(d, 1)
+		case "chunk_interval":
+			h.ChunkInterval, err = durationArg(d)
+		case "reply":
+			h.Reply, err = oneArg(d)
+		case "api_key":
+			h.APIKey, err = oneArg(d)
+		case "rate_limit":
+			h.RateLimit, err = parseRateLimit(d)
+		case "fault":
+			var f Fault
+			f, err = parseFault(d)
+			h.Faults = append(h.Faults, f)
+		default:
+			return d.Errf("unrecognized subdirective %q", name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func parseRateLimit(d *caddyfile.Dispenser) (*RateLimit, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	rl := new(RateLimit)
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if seen[name] {
+			return nil, d.Errf("rate_limit: duplicate subdirective %q", name)
+		}
+		seen[name] = true
+		var err error
+		switch name {
+		case "requests":
+			rl.Requests, err = intArg(d, 0)
+		case "tokens":
+			rl.Tokens, err = intArg(d, 0)
+		case "window":
+			rl.Window, err = durationArg(d)
+			if err == nil && rl.Window == 0 {
+				err = d.Errf("window must be positive")
+			}
+		default:
+			return nil, d.Errf("rate_limit: unrecognized subdirective %q", name)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rl, nil
+}
+
+func parseFault(d *caddyfile.Dispenser) (Fault, error) {
+	var f Fault
+	if !d.NextArg() {
+		return f, d.Errf("fault needs a kind: rate_limit, status, hang, cut, error_event or keepalive")
+	}
+	f.Kind = d.Val()
+	switch f.Kind {
+	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive:
+	default:
+		return f, d.Errf("unknown fault kind %q (want rate_limit, status, hang, cut, error_event or keepalive)", f.Kind)
+	}
+	if d.NextArg() {
+		return f, d.ArgErr()
+	}
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if name != "header" {
+			if seen[name] {
+				return f, d.Errf("fault %s: duplicate subdirective %q", f.Kind, name)
+			}
+			seen[name] = true
+		}
+		var err error
+		switch name {
+		case "every":
+			f.Every, err = intArg(d, 1)
+		case "from":
+			f.From, err = durationArg(d)
+		case "for":
+			f.For, err = durationArg(d)
+		case "status":
+			f.Status, err = intArg(d, 100)
+			if err == nil && f.Status > 599 {
+				err = d.Errf("status must be 100-599, got %d", f.Status)
+			}
+		case "header":
+			var field, value string
+			if !d.AllArgs(&field, &value) {
+				return f, d.ArgErr()
+			}
+			if f.Headers == nil {
+				f.Headers = make(http.Header)
+			}
+			f.Headers.Add(field, value)
+		case "body":
+			f.Body, err = oneArg(d)
+		case "after":
+			var n int
+			n, err = intArg(d, 0)
+			f.After = &n
+		default:
+			return f, d.Errf("fault %s: unrecognized subdirective %q", f.Kind, name)
+		}
+		if err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// oneArg returns the single argument of the current subdirective.
+func oneArg(d *caddyfile.Dispenser) (string, error) {
+	var v string
+	if !d.AllArgs(&v) {
+		return "", d.ArgErr()
+	}
+	return v, nil
+}
+
+// intArg parses the single argument of the current subdirective as an
+// integer of at least minimum.
+func intArg(d *caddyfile.Dispenser, minimum int) (int, error) {
+	name := d.Val()
+	v, err := oneArg(d)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, d.Errf("%s: bad number %q: %v", name, v, err)
+	}
+	if n < minimum {
+		return 0, d.Errf("%s must be at least %d, got %d", name, minimum, n)
+	}
+	return n, nil
+}
+
+// durationArg parses the single argument of the current subdirective
+// as a non-negative duration.
+func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
+	name := d.Val()
+	v, err := oneArg(d)
+	if err != nil {
+		return 0, err
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return 0, d.Errf("%s: bad duration %q: %v", name, v, err)
+	}
+	if dur < 0 {
+		return 0, d.Errf("%s must not be negative, got %s", name, time.Duration(dur))
+	}
+	return caddy.Duration(dur), nil
+}
+
+// Interface guards
+var (
+	_ caddyfile.Unmarshaler = (*Handler)(nil)
+)

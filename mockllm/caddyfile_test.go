@@ -1,0 +1,277 @@
+package mockllm
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+func TestUnmarshalCaddyfile(t *testing.T) {
+	tests := []struct {
+		name  string
+		input string
+		want  Handler
+	}{
+		{"bare", `llm_mock`, Handler{}},
+		{"empty block", `llm_mock {
+		}`, Handler{}},
+		{"everything", `llm_mock {
+			model             gpt-mock
+			latency           150ms
+			first_token_delay 1s
+			chunks            8
+			chunk_interval    20ms
+			reply             "Hi there, friend."
+			api_key           {env.MOCK_KEY}
+			rate_limit {
+				requests 100
+				tokens   40000
+				window   30s
+			}
+			fault rate_limit {
+				every  3
+				header Retry-After 30
+				header X-Extra one
+				header X-Extra two
+			}
+			fault status {
+				from   10s
+				for    1m
+				status 503
+				body   "{\"error\":{\"message\":\"down\"}}"
+			}
+			fault cut {
+				after 0
+			}
+			fault hang
+			fault error_event {
+				after 2
+			}
+			fault keepalive
+		}`, Handler{
+			Model:           "gpt-mock",
+			Latency:         caddy.Duration(150 * time.Millisecond),
+			FirstTokenDelay: caddy.Duration(time.Second),
+			Chunks:          8,
+			ChunkInterval:   caddy.Duration(20 * time.Millisecond),
+			Reply:           "Hi there, friend.",
+			APIKey:          "{env.MOCK_KEY}",
+			RateLimit:       &RateLimit{Requests: 100, Tokens: 40000, Window: caddy.Duration(30 * time.Second)},
+			Faults: []Fault{
+				{Kind: FaultRateLimit, Every: 3, Headers: http.Header{"Retry-After": {"30"}, "X-Extra": {"one", "two"}}},
+				{Kind: FaultStatus, From: caddy.Duration(10 * time.Second), For: caddy.Duration(time.Minute), Status: 503, Body: `{"error":{"message":"down"}}`},
+				{Kind: FaultCut, After: intp(0)},
+				{Kind: FaultHang},
+				{Kind: FaultErrorEvent, After: intp(2)},
+				{Kind: FaultKeepAlive},
+			},
+		}},
+		{"rate limit partial and day duration", `llm_mock {
+			rate_limit {
+				tokens 10
+				window 1d
+			}
+		}`, Handler{RateLimit: &RateLimit{Tokens: 10, Window: caddy.Duration(24 * time.Hour)}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got Handler
+			if err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.input)); err != nil {
+				t.Fatalf("expected no error, got %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				gj, _ := json.Marshal(got)
+				wj, _ := json.Marshal(tt.want)
+				t.Errorf("expected %s, got %s", wj, gj)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("expected the parsed config to validate, got %v", err)
+			}
+		})
+	}
+}
+
+func TestUnmarshalCaddyfileErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		input string
+		want  string // substring of the error
+	}{
+		{"directive argument", `llm_mock foo`, "wrong argument count"},
+		{"unknown subdirective", `llm_mock {
+			temperature 1
+		}`, `unrecognized subdirective "temperature"`},
+		{"duplicate subdirective", `llm_mock {
+			model a
+			model b
+		}`, `duplicate subdirective "model"`},
+		{"missing argument", `llm_mock {
+			model
+		}`, "wrong argument count"},
+		{"extra argument", `llm_mock {
+			reply a b
+		}`, "wrong argument count"},
+		{"bad number", `llm_mock {
+			chunks many
+		}`, `chunks: bad number "many"`},
+		{"zero chunks", `llm_mock {
+			chunks 0
+		}`, "chunks must be at least 1"},
+		{"bad duration", `llm_mock {
+			latency soon
+		}`, `latency: bad duration "soon"`},
+		{"negative duration", `llm_mock {
+			chunk_interval -5ms
+		}`, "chunk_interval must not be negative"},
+		{"negative first token delay", `llm_mock {
+			first_token_delay -1s
+		}`, "first_token_delay must not be negative"},
+		{"duplicate rate_limit", `llm_mock {
+			rate_limit {
+				requests 1
+			}
+			rate_limit {
+				tokens 1
+			}
+		}`, `duplicate subdirective "rate_limit"`},
+		{"rate_limit unknown", `llm_mock {
+			rate_limit {
+				burst 1
+			}
+		}`, `rate_limit: unrecognized subdirective "burst"`},
+		{"rate_limit duplicate", `llm_mock {
+			rate_limit {
+				requests 1
+				requests 2
+			}
+		}`, `rate_limit: duplicate subdirective "requests"`},
+		{"rate_limit negative", `llm_mock {
+			rate_limit {
+				tokens -1
+			}
+		}`, "tokens must be at least 0"},
+		{"rate_limit zero window", `llm_mock {
+			rate_limit {
+				window 0s
+			}
+		}`, "window must be positive"},
+		{"rate_limit argument", `llm_mock {
+			rate_limit 10
+		}`, "wrong argument count"},
+		{"fault without kind", `llm_mock {
+			fault
+		}`, "fault needs a kind"},
+		{"fault unknown kind", `llm_mock {
+			fault explode
+		}`, `unknown fault kind "explode"`},
+		{"fault extra argument", `llm_mock {
+			fault status 503
+		}`, "wrong argument count"},
+		{"fault unknown subdirective", `llm_mock {
+			fault status {
+				code 503
+			}
+		}`, `fault status: unrecognized subdirective "code"`},
+		{"fault duplicate", `llm_mock {
+			fault status {
+				status 503
+				status 502
+			}
+		}`, `fault status: duplicate subdirective "status"`},
+		{"fault every zero", `llm_mock {
+			fault hang {
+				every 0
+			}
+		}`, "every must be at least 1"},
+		{"fault negative from", `llm_mock {
+			fault hang {
+				from -1s
+			}
+		}`, "from must not be negative"},
+		{"fault status range", `llm_mock {
+			fault status {
+				status 700
+			}
+		}`, "status must be 100-599"},
+		{"fault status low", `llm_mock {
+			fault status {
+				status 42
+			}
+		}`, "status must be at least 100"},
+		{"fault header without value", `llm_mock {
+			fault rate_limit {
+				header Retry-After
+			}
+		}`, "wrong argument count"},
+		{"fault negative after", `llm_mock {
+			fault cut {
+				after -1
+			}
+		}`, "after must be at least 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h Handler
+			err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.input))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("expected an error containing %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
+
+// TestCaddyfileAdapt checks the directive is registered and ordered
+// (no "order" line needed) and adapts to the JSON fields documented.
+func TestCaddyfileAdapt(t *testing.T) {
+	input := "{\n\tadmin off\n}\n\n" + `:8080 {
+	respond /health 200
+	reverse_proxy /proxied localhost:9999
+	llm_mock /v1/* {
+		model m
+		latency 10ms
+		fault status {
+			every 2
+			status 503
+			header Retry-After 1
+		}
+	}
+}
+`
+	adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
+	out, warnings, err := adapter.Adapt([]byte(input), nil)
+	if err != nil {
+		t.Fatalf("adapt: %v", err)
+	}
+	if len(warnings) > 0 {
+		t.Errorf("expected no warnings, got %v", warnings)
+	}
+	got := string(out)
+	want := `{"faults":[{"every":2,"headers":{"Retry-After":["1"]},"kind":"status","status":503}],"handler":"llm_mock","latency":10000000,"model":"m"}`
+	if !strings.Contains(got, want) {
+		t.Errorf("expected handler JSON %s in %s", want, got)
+	}
+	if i, j := strings.Index(got, `"handler":"llm_mock"`), strings.Index(got, `"handler":"reverse_proxy"`); i < 0 || j < 0 || i > j {
+		t.Errorf("expected llm_mock ordered before reverse_proxy, got %s", got)
+	}
+
+	// The adapted JSON provisions into a working handler.
+	var h Handler
+	start := strings.Index(got, `{"faults"`)
+	if err := json.Unmarshal([]byte(got[start:start+len(want)]), &h); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	if h.Faults[0].Headers.Get("Retry-After") != "1" || time.Duration(h.Latency) != 10*time.Millisecond {
+		t.Errorf("unexpected round trip %+v", h)
+	}
+}

@@ -1,0 +1,1149 @@
+package mockllm
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// fakeClock drives rate-limit windows and fault From/For windows.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := new(fakeClock)
+	c.ns.Store(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// served is a mock behind an httptest server, with a signal for every
+// handler invocation that returned (panicked ones included).
+type served struct {
+	h        *Handler
+	srv      *httptest.Server
+	returned chan struct{}
+}
+
+func serve(t *testing.T, cfg Handler, clock *fakeClock) *served {
+	t.Helper()
+	h := new(Handler)
+	*h = cfg
+	if clock != nil {
+		h.now = clock.now
+	}
+	if err := h.Setup(); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	s := &served{h: h, returned: make(chan struct{}, 1000)}
+	inner := h.HTTPHandler()
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { s.returned <- struct{}{} }()
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		_ = h.Close()
+		s.srv.Close()
+	})
+	return s
+}
+
+const chatBody = `{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}`
+const streamBody = `{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+func tokensOf(body string) int { return (len(body) + 3) / 4 }
+
+func (s *served) post(t *testing.T, path, body string, hdr ...string) *http.Response {
+	t.Helper()
+	return s.postCtx(t, context.Background(), path, body, hdr...)
+}
+
+func (s *served) postCtx(t *testing.T, ctx context.Context, path, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := s.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return resp
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading body: %v", err)
+	}
+	return string(b)
+}
+
+// sse is a parsed event stream.
+type sse struct {
+	data     []string // data: payloads, in order
+	comments int
+	err      error // nil when the stream ended cleanly
+	arrivals []time.Duration
+}
+
+func readSSE(resp *http.Response, start time.Time) sse {
+	defer resp.Body.Close()
+	var s sse
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case strings.HasPrefix(line, "data: "):
+			s.data = append(s.data, strings.TrimPrefix(line, "data: "))
+			s.arrivals = append(s.arrivals, time.Since(start))
+		case strings.HasPrefix(line, ":"):
+			s.comments++
+		}
+		if err != nil {
+			if err != io.EOF {
+				s.err = err
+			}
+			return s
+		}
+	}
+}
+
+type chunk struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Role    *string `json:"role"`
+			Content *string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *usage `json:"usage"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type apiError struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func decodeError(t *testing.T, body string) apiError {
+	t.Helper()
+	var e apiError
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("error body %q: %v", body, err)
+	}
+	return e
+}
+
+func TestChatCompletion(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       Handler
+		wantModel string
+		wantReply string
+		wantC     int
+	}{
+		{"defaults", Handler{}, "gpt-test", DefaultReply, DefaultChunks},
+		{"configured model", Handler{Model: "mock-4"}, "mock-4", DefaultReply, DefaultChunks},
+		{"reply and chunks", Handler{Reply: `say "hi"` + "\n\u00e9\u2028", Chunks: 3}, "gpt-test", `say "hi"` + "\n\u00e9\u2028", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := serve(t, tt.cfg, nil)
+			resp := s.post(t, "/v1/chat/completions", chatBody)
+			body := readAll(t, resp)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("expected 200, got %d: %s", resp.StatusCode, body)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("expected application/json, got %q", ct)
+			}
+			var got struct {
+				ID      string `json:"id"`
+				Object  string `json:"object"`
+				Created int64  `json:"created"`
+				Model   string `json:"model"`
+				Choices []struct {
+					Index   int `json:"index"`
+					Message struct {
+						Role    string `json:"role"`
+						Content string `json:"content"`
+					} `json:"message"`
+					FinishReason string `json:"finish_reason"`
+				} `json:"choices"`
+				Usage usage `json:"usage"`
+			}
+			if err := json.Unmarshal([]byte(body), &got); err != nil {
+				t.Fatalf("body %q: %v", body, err)
+			}
+			if !strings.HasPrefix(got.ID, "chatcmpl-mock-") {
+				t.Errorf("expected id chatcmpl-mock-N, got %q", got.ID)
+			}
+			if got.Object != "chat.completion" {
+				t.Errorf("expected object chat.completion, got %q", got.Object)
+			}
+			if d := time.Since(time.Unix(got.Created, 0)); d < 0 || d > time.Minute {
+				t.Errorf("expected created about now, got %d", got.Created)
+			}
+			if got.Model != tt.wantModel {
+				t.Errorf("expected model %q, got %q", tt.wantModel, got.Model)
+			}
+			if len(got.Choices) != 1 {
+				t.Fatalf("expected 1 choice, got %d", len(got.Choices))
+			}
+			c := got.Choices[0]
+			if c.Index != 0 || c.Message.Role != "assistant" || c.Message.Content != tt.wantReply || c.FinishReason != "stop" {
+				t.Errorf("expected assistant %q stop, got %+v", tt.wantReply, c)
+			}
+			want := usage{tokensOf(chatBody), tt.wantC, tokensOf(chatBody) + tt.wantC}
+			if got.Usage != want {
+				t.Errorf("expected usage %+v, got %+v", want, got.Usage)
+			}
+		})
+	}
+}
+
+func TestChatCompletionStream(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       Handler
+		wantModel string
+		wantReply string
+		wantC     int
+	}{
+		{"defaults", Handler{}, "gpt-test", DefaultReply, DefaultChunks},
+		{"one chunk", Handler{Chunks: 1, Model: "m"}, "m", DefaultReply, 1},
+		{"more chunks than runes", Handler{Chunks: 6, Reply: "héé"}, "gpt-test", "héé", 6},
+		{"escaping", Handler{Chunks: 4, Reply: "a\"b\\c\nd\te\x01"}, "gpt-test", "a\"b\\c\nd\te\x01", 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := serve(t, tt.cfg, nil)
+			resp := s.post(t, "/v1/chat/completions", streamBody)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("expected 200, got %d", resp.StatusCode)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+				t.Errorf("expected text/event-stream, got %q", ct)
+			}
+			ev := readSSE(resp, time.Now())
+			if ev.err != nil {
+				t.Fatalf("expected a clean end, got %v", ev.err)
+			}
+			if n := len(ev.data); n != tt.wantC+2 {
+				t.Fatalf("expected %d events, got %d: %q", tt.wantC+2, n, ev.data)
+			}
+			if last := ev.data[len(ev.data)-1]; last != "[DONE]" {
+				t.Fatalf("expected [DONE] last, got %q", last)
+			}
+			var joined strings.Builder
+			var id string
+			for i, d := range ev.data[:len(ev.data)-1] {
+				var c chunk
+				if err := json.Unmarshal([]byte(d), &c); err != nil {
+					t.Fatalf("event %d %q: %v", i, d, err)
+				}
+				if id == "" {
+					id = c.ID
+				}
+				if c.ID != id || !strings.HasPrefix(c.ID, "chatcmpl-mock-") {
+					t.Errorf("event %d: expected id %q, got %q", i, id, c.ID)
+				}
+				if c.Object != "chat.completion.chunk" || c.Model != tt.wantModel || len(c.Choices) != 1 {
+					t.Fatalf("event %d: unexpected shape %q", i, d)
+				}
+				ch := c.Choices[0]
+				if i == tt.wantC { // final
+					if ch.FinishReason == nil || *ch.FinishReason != "stop" || ch.Delta.Content != nil {
+						t.Errorf("expected final empty delta with stop, got %q", d)
+					}
+					want := usage{tokensOf(streamBody), tt.wantC, tokensOf(streamBody) + tt.wantC}
+					if c.Usage == nil || *c.Usage != want {
+						t.Errorf("expected usage %+v, got %q", want, d)
+					}
+					continue
+				}
+				if ch.FinishReason != nil {
+					t.Errorf("event %d: expected finish_reason null, got %q", i, *ch.FinishReason)
+				}
+				if (i == 0) != (ch.Delta.Role != nil) {
+					t.Errorf("event %d: expected role only in the first delta, got %q", i, d)
+				}
+				if i == 0 && *ch.Delta.Role != "assistant" {
+					t.Errorf("expected role assistant, got %q", *ch.Delta.Role)
+				}
+				if ch.Delta.Content == nil {
+					t.Fatalf("event %d: expected content, got %q", i, d)
+				}
+				joined.WriteString(*ch.Delta.Content)
+			}
+			if joined.String() != tt.wantReply {
+				t.Errorf("expected pieces to join to %q, got %q", tt.wantReply, joined.String())
+			}
+		})
+	}
+}
+
+func TestStreamPacing(t *testing.T) {
+	const (
+		latency  = 20 * time.Millisecond
+		ftd      = 40 * time.Millisecond
+		interval = 25 * time.Millisecond
+		chunks   = 4
+	)
+	s := serve(t, Handler{
+		Latency:         caddy.Duration(latency),
+		FirstTokenDelay: caddy.Duration(ftd),
+		ChunkInterval:   caddy.Duration(interval),
+		Chunks:          chunks,
+	}, nil)
+	start := time.Now()
+	resp := s.post(t, "/chat/completions", streamBody)
+	if got := time.Since(start); got < latency {
+		t.Errorf("expected headers after at least %s, got %s", latency, got)
+	}
+	ev := readSSE(resp, start)
+	if ev.err != nil || len(ev.arrivals) != chunks+2 {
+		t.Fatalf("expected %d events and a clean end, got %d, %v", chunks+2, len(ev.arrivals), ev.err)
+	}
+	for i := range chunks {
+		min := latency + ftd + time.Duration(i)*interval
+		if ev.arrivals[i] < min {
+			t.Errorf("chunk %d: expected after at least %s, got %s", i, min, ev.arrivals[i])
+		}
+	}
+	if total := ev.arrivals[len(ev.arrivals)-1]; total > 2*time.Second {
+		t.Errorf("expected the stream to end promptly, took %s", total)
+	}
+}
+
+func TestEmbeddingsAndModels(t *testing.T) {
+	t.Run("embeddings", func(t *testing.T) {
+		s := serve(t, Handler{}, nil)
+		reqBody := `{"model":"text-embedding-3-small","input":"hello"}`
+		body := readAll(t, s.post(t, "/v1/embeddings", reqBody))
+		var got struct {
+			Object string `json:"object"`
+			Data   []struct {
+				Object    string    `json:"object"`
+				Index     int       `json:"index"`
+				Embedding []float64 `json:"embedding"`
+			} `json:"data"`
+			Model string         `json:"model"`
+			Usage map[string]int `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			t.Fatalf("body %q: %v", body, err)
+		}
+		p := tokensOf(reqBody)
+		if got.Object != "list" || len(got.Data) != 1 || got.Data[0].Object != "embedding" ||
+			fmt.Sprint(got.Data[0].Embedding) != "[0.1 0.2 0.3]" || got.Model != "text-embedding-3-small" ||
+			got.Usage["prompt_tokens"] != p || got.Usage["total_tokens"] != p || len(got.Usage) != 2 {
+			t.Errorf("unexpected embeddings answer %s", body)
+		}
+	})
+	for _, tt := range []struct{ model, want string }{{"", "mock"}, {"mock-4", "mock-4"}} {
+		t.Run("models "+tt.want, func(t *testing.T) {
+			s := serve(t, Handler{Model: tt.model}, nil)
+			resp, err := s.srv.Client().Get(s.srv.URL + "/v1/models")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := `{"object":"list","data":[{"id":"` + tt.want + `","object":"model","owned_by":"llm_mock"}]}`
+			if got := readAll(t, resp); got != want {
+				t.Errorf("expected %s, got %s", want, got)
+			}
+		})
+	}
+}
+
+func TestUnservedPaths(t *testing.T) {
+	s := serve(t, Handler{}, nil)
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/chat/completions"},
+		{http.MethodPost, "/v1/completions"},
+		{http.MethodPost, "/v1/models"},
+		{http.MethodGet, "/llm_mock/reset"},
+		{http.MethodGet, "/"},
+	} {
+		req, _ := http.NewRequest(tt.method, s.srv.URL+tt.path, strings.NewReader("{}"))
+		resp, err := s.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s %s: expected 404, got %d", tt.method, tt.path, resp.StatusCode)
+		}
+	}
+	if n := s.h.Stats().Requests; n != 0 {
+		t.Errorf("expected 0 requests counted, got %d", n)
+	}
+}
+
+func TestCaddyHandlerPassesToNext(t *testing.T) {
+	h := new(Handler)
+	if err := h.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	var nextCalled bool
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		nextCalled = true
+		w.WriteHeader(http.StatusTeapot)
+		return nil
+	})
+	rec := httptest.NewRecorder()
+	if err := h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/other", nil), next); err != nil {
+		t.Fatal(err)
+	}
+	if !nextCalled || rec.Code != http.StatusTeapot {
+		t.Errorf("expected next handler to answer 418, got called=%v code=%d", nextCalled, rec.Code)
+	}
+	nextCalled = false
+	rec = httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
+	if err := h.ServeHTTP(rec, req, next); err != nil {
+		t.Fatal(err)
+	}
+	if nextCalled || rec.Code != http.StatusOK {
+		t.Errorf("expected the mock to answer 200, got called=%v code=%d", nextCalled, rec.Code)
+	}
+}
+
+func TestProvisionWithCaddyContext(t *testing.T) {
+	t.Setenv("LLM_MOCK_TEST_KEY", "sk-env")
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	h := &Handler{APIKey: "{env.LLM_MOCK_TEST_KEY}"}
+	if err := h.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if h.apiKey != "sk-env" {
+		t.Errorf("expected api key from the environment, got %q", h.apiKey)
+	}
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Cleanup(); err != nil { // Caddy may clean up twice after a failed load
+		t.Fatal(err)
+	}
+}
+
+func TestAPIKey(t *testing.T) {
+	t.Setenv("LLM_MOCK_TEST_KEY", "sk-secret")
+	s := serve(t, Handler{APIKey: "{env.LLM_MOCK_TEST_KEY}", RateLimit: &RateLimit{Requests: 5}}, nil)
+	tests := []struct {
+		name   string
+		auth   string
+		status int
+	}{
+		{"missing", "", http.StatusUnauthorized},
+		{"wrong", "Bearer sk-other", http.StatusUnauthorized},
+		{"not bearer", "sk-secret", http.StatusUnauthorized},
+		{"right", "Bearer sk-secret", http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var hdr []string
+			if tt.auth != "" {
+				hdr = []string{"Authorization", tt.auth}
+			}
+			resp := s.post(t, "/v1/chat/completions", chatBody, hdr...)
+			body := readAll(t, resp)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("expected %d, got %d: %s", tt.status, resp.StatusCode, body)
+			}
+			if got := s.h.Stats().LastAuthorization; got != tt.auth {
+				t.Errorf("expected last_authorization %q, got %q", tt.auth, got)
+			}
+			if resp.Header.Get("x-ratelimit-limit-requests") != "5" {
+				t.Errorf("expected rate-limit headers on every answer, got %v", resp.Header)
+			}
+			if tt.status != http.StatusUnauthorized {
+				return
+			}
+			want := `{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
+			if body != want {
+				t.Errorf("expected %s, got %s", want, body)
+			}
+			if got := resp.Header.Get("x-ratelimit-remaining-requests"); got != "5" {
+				t.Errorf("expected a 401 not to use the rate limit, remaining %q", got)
+			}
+		})
+	}
+}
+
+func TestBadJSON(t *testing.T) {
+	s := serve(t, Handler{}, nil)
+	resp := s.post(t, "/v1/chat/completions", `{"model":`)
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusBadRequest || decodeError(t, body).Error.Type != "invalid_request_error" {
+		t.Errorf("expected 400 invalid_request_error, got %d %s", resp.StatusCode, body)
+	}
+	if st := s.h.Stats(); st.Requests != 1 || st.LastBody != `{"model":` {
+		t.Errorf("expected the bad request counted, got %+v", st)
+	}
+}
+
+func TestRateLimitRequests(t *testing.T) {
+	clock := newFakeClock()
+	s := serve(t, Handler{RateLimit: &RateLimit{Requests: 3, Window: caddy.Duration(10 * time.Second)}}, clock)
+	steps := []struct {
+		advance   time.Duration
+		status    int
+		remaining string
+		reset     string
+		retry     string
+	}{
+		{0, 200, "2", "10s", ""},
+		{500 * time.Millisecond, 200, "1", "9.5s", ""},
+		{2 * time.Second, 200, "0", "7.5s", ""},
+		{12 * time.Millisecond, 429, "0", "7.488s", "8"},
+		{7 * time.Second, 429, "0", "488ms", "1"},
+		{488 * time.Millisecond, 200, "2", "10s", ""}, // window rolls
+		{time.Second, 200, "1", "9s", ""},
+	}
+	for i, st := range steps {
+		clock.advance(st.advance)
+		resp := s.post(t, "/v1/chat/completions", chatBody)
+		body := readAll(t, resp)
+		if resp.StatusCode != st.status {
+			t.Fatalf("step %d: expected %d, got %d: %s", i, st.status, resp.StatusCode, body)
+		}
+		for name, want := range map[string]string{
+			"x-ratelimit-limit-requests":     "3",
+			"x-ratelimit-remaining-requests": st.remaining,
+			"x-ratelimit-reset-requests":     st.reset,
+			"Retry-After":                    st.retry,
+			"x-ratelimit-limit-tokens":       "",
+		} {
+			if got := resp.Header.Get(name); got != want {
+				t.Errorf("step %d: expected %s %q, got %q", i, name, want, got)
+			}
+		}
+		if st.status == 429 {
+			want := `{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+			if body != want {
+				t.Errorf("step %d: expected %s, got %s", i, want, body)
+			}
+		}
+	}
+	if got := s.h.Stats(); got.Requests != int64(len(steps)) || got.RateLimited != 2 {
+		t.Errorf("expected %d requests and 2 rate limited, got %+v", len(steps), got)
+	}
+}
+
+func TestRateLimitTokens(t *testing.T) {
+	clock := newFakeClock()
+	per := tokensOf(chatBody) + DefaultChunks
+	s := serve(t, Handler{RateLimit: &RateLimit{Tokens: 2*per + 1}}, clock) // default 1m window
+	for i, want := range []struct {
+		status    int
+		remaining int
+	}{{200, per + 1}, {200, 1}, {429, 1}} {
+		resp := s.post(t, "/v1/chat/completions", chatBody)
+		body := readAll(t, resp)
+		if resp.StatusCode != want.status {
+			t.Fatalf("request %d: expected %d, got %d", i, want.status, resp.StatusCode)
+		}
+		if got := resp.Header.Get("x-ratelimit-remaining-tokens"); got != strconv.Itoa(want.remaining) {
+			t.Errorf("request %d: expected remaining tokens %d, got %q", i, want.remaining, got)
+		}
+		if got := resp.Header.Get("x-ratelimit-reset-tokens"); got != "1m0s" {
+			t.Errorf("request %d: expected reset 1m0s, got %q", i, got)
+		}
+		if resp.Header.Get("x-ratelimit-limit-requests") != "" {
+			t.Errorf("request %d: expected no request headers without a request limit", i)
+		}
+		if want.status == 429 {
+			if e := decodeError(t, body); e.Error.Type != "tokens" || e.Error.Message != "Rate limit reached for tokens" {
+				t.Errorf("expected a tokens rate limit error, got %s", body)
+			}
+			if resp.Header.Get("Retry-After") != "60" {
+				t.Errorf("expected Retry-After 60, got %q", resp.Header.Get("Retry-After"))
+			}
+		}
+	}
+	// Embeddings use prompt tokens only, so a 1-token one still fits.
+	resp := s.post(t, "/v1/embeddings", `{}`)
+	readAll(t, resp)
+	if resp.StatusCode != 200 || resp.Header.Get("x-ratelimit-remaining-tokens") != "0" {
+		t.Errorf("expected embeddings to use 1 token, got %d remaining %q", resp.StatusCode, resp.Header.Get("x-ratelimit-remaining-tokens"))
+	}
+}
+
+func TestNoRateLimitHeaders(t *testing.T) {
+	s := serve(t, Handler{}, nil)
+	resp := s.post(t, "/v1/chat/completions", chatBody)
+	readAll(t, resp)
+	for name := range resp.Header {
+		if strings.HasPrefix(strings.ToLower(name), "x-ratelimit") {
+			t.Errorf("expected no rate-limit headers, got %s", name)
+		}
+	}
+}
+
+func TestFaultEvery(t *testing.T) {
+	tests := []struct {
+		every   int
+		faulted []int // 1-based request numbers
+	}{
+		{0, []int{1, 2, 3, 4, 5, 6, 7}},
+		{1, []int{1, 2, 3, 4, 5, 6, 7}},
+		{3, []int{3, 6}},
+		{8, nil},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint("every ", tt.every), func(t *testing.T) {
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultStatus, Status: 503, Every: tt.every}}}, nil)
+			var faulted []int
+			for n := 1; n <= 7; n++ {
+				resp := s.post(t, "/v1/chat/completions", chatBody)
+				body := readAll(t, resp)
+				switch resp.StatusCode {
+				case 503:
+					faulted = append(faulted, n)
+					want := `{"error":{"message":"mock status 503","type":"server_error","param":null,"code":null}}`
+					if body != want {
+						t.Errorf("expected %s, got %s", want, body)
+					}
+				case 200:
+				default:
+					t.Fatalf("request %d: unexpected status %d", n, resp.StatusCode)
+				}
+			}
+			if fmt.Sprint(faulted) != fmt.Sprint(tt.faulted) {
+				t.Errorf("expected requests %v faulted, got %v", tt.faulted, faulted)
+			}
+			if got := s.h.Stats(); got.Requests != 7 || got.Faults != int64(len(tt.faulted)) {
+				t.Errorf("expected 7 requests and %d faults, got %+v", len(tt.faulted), got)
+			}
+		})
+	}
+}
+
+func TestFaultWindowAndOrder(t *testing.T) {
+	clock := newFakeClock()
+	s := serve(t, Handler{Faults: []Fault{
+		{Kind: FaultStatus, Status: 502, From: caddy.Duration(time.Second), For: caddy.Duration(2 * time.Second)},
+		{Kind: FaultStatus, Status: 504, From: caddy.Duration(5 * time.Second)},
+		{Kind: FaultStatus, Status: 500}, // shadowed from 5s on
+	}}, clock)
+	steps := []struct {
+		at     time.Duration
+		status int
+	}{
+		{0, 500},
+		{999 * time.Millisecond, 500},
+		{time.Second, 502},
+		{2999 * time.Millisecond, 502},
+		{3 * time.Second, 500},
+		{5 * time.Second, 504},
+		{time.Hour, 504},
+	}
+	var at time.Duration
+	for _, st := range steps {
+		clock.advance(st.at - at)
+		at = st.at
+		resp := s.post(t, "/v1/embeddings", `{"input":"x"}`)
+		readAll(t, resp)
+		if resp.StatusCode != st.status {
+			t.Errorf("at %s: expected %d, got %d", st.at, st.status, resp.StatusCode)
+		}
+	}
+}
+
+func TestFaultRateLimit(t *testing.T) {
+	s := serve(t, Handler{
+		RateLimit: &RateLimit{Requests: 10, Tokens: 100000},
+		Faults: []Fault{
+			{Kind: FaultRateLimit, Every: 2, Headers: http.Header{"Retry-After": {"30"}, "X-Custom": {"a", "b"}}},
+			{Kind: FaultRateLimit, Every: 3, Status: 503, Body: "busy"},
+		},
+	}, nil)
+	tests := []struct {
+		status int
+		body   string
+		retry  string
+	}{
+		{200, "", ""},
+		{429, `{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, "30"},
+		{503, "busy", ""},
+	}
+	for i, tt := range tests {
+		resp := s.post(t, "/v1/chat/completions", streamBody)
+		body := readAll(t, resp)
+		if resp.StatusCode != tt.status {
+			t.Fatalf("request %d: expected %d, got %d", i+1, tt.status, resp.StatusCode)
+		}
+		if tt.body != "" && body != tt.body {
+			t.Errorf("request %d: expected %s, got %s", i+1, tt.body, body)
+		}
+		if got := resp.Header.Get("Retry-After"); got != tt.retry {
+			t.Errorf("request %d: expected Retry-After %q, got %q", i+1, tt.retry, got)
+		}
+		if got := resp.Header.Get("x-ratelimit-remaining-requests"); got != strconv.Itoa(9-i) {
+			t.Errorf("request %d: expected remaining requests %d on every answer, got %q", i+1, 9-i, got)
+		}
+		if resp.Header.Get("x-ratelimit-remaining-tokens") == "" {
+			t.Errorf("request %d: expected token headers on every answer", i+1)
+		}
+		if tt.status == 429 && fmt.Sprint(resp.Header.Values("X-Custom")) != "[a b]" {
+			t.Errorf("expected fault headers, got %v", resp.Header)
+		}
+	}
+}
+
+func TestFaultHang(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprint("stream ", stream), func(t *testing.T) {
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultHang}}}, nil)
+			body := chatBody
+			if stream {
+				body = streamBody
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+			start := time.Now()
+			resp, err := s.srv.Client().Do(req)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("expected no answer, got %d", resp.StatusCode)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("expected the client's deadline, got %v", err)
+			}
+			if d := time.Since(start); d < 60*time.Millisecond {
+				t.Errorf("expected to hang until the client gave up, returned after %s", d)
+			}
+			select {
+			case <-s.returned:
+			case <-time.After(2 * time.Second):
+				t.Fatal("expected the handler to return once the client went away")
+			}
+		})
+	}
+}
+
+func TestFaultHangReleasedOnClose(t *testing.T) {
+	s := serve(t, Handler{Faults: []Fault{{Kind: FaultHang}}}, nil)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := s.srv.Client().Post(s.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("got status %d", resp.StatusCode)
+		}
+		errc <- err
+	}()
+	waitRequests(t, s.h, 1)
+	_ = s.h.Close()
+	select {
+	case err := <-errc:
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("expected an aborted connection, got %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("expected Close to release the hung request")
+	}
+}
+
+func TestFaultHangReleasedOnShutdown(t *testing.T) {
+	s := serve(t, Handler{Faults: []Fault{{Kind: FaultHang}}}, nil)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := s.srv.Client().Post(s.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	waitRequests(t, s.h, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.srv.Config.Shutdown(ctx); err != nil {
+		t.Fatalf("expected graceful shutdown to finish, got %v", err)
+	}
+	if err := <-errc; err == nil {
+		t.Error("expected an aborted connection")
+	}
+}
+
+func waitRequests(t *testing.T, h *Handler, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for h.Stats().Requests < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("expected %d requests to arrive", n)
+		}
+		time.Sleep(time.Millisecond) // polling in a test, not pacing the mock
+	}
+}
+
+func intp(n int) *int { return &n }
+
+func TestFaultCut(t *testing.T) {
+	tests := []struct {
+		name       string
+		after      *int
+		wantChunks int
+	}{
+		{"default after", nil, 1},
+		{"after 0", intp(0), 0},
+		{"after 3", intp(3), 3},
+		{"after beyond chunks", intp(99), DefaultChunks},
+	}
+	for _, tt := range tests {
+		t.Run("stream "+tt.name, func(t *testing.T) {
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultCut, After: tt.after}}}, nil)
+			resp := s.post(t, "/v1/chat/completions", streamBody)
+			ev := readSSE(resp, time.Now())
+			if !errors.Is(ev.err, io.ErrUnexpectedEOF) {
+				t.Errorf("expected unexpected EOF, got %v", ev.err)
+			}
+			if len(ev.data) != tt.wantChunks {
+				t.Errorf("expected %d chunks before the cut, got %q", tt.wantChunks, ev.data)
+			}
+			for _, d := range ev.data {
+				if d == "[DONE]" || strings.Contains(d, `"finish_reason":"stop"`) {
+					t.Errorf("expected no end of stream, got %q", d)
+				}
+			}
+		})
+	}
+	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings"} {
+		t.Run("plain "+path, func(t *testing.T) {
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultCut}}}, nil)
+			resp := s.post(t, path, chatBody)
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.ContentLength <= 0 {
+				t.Fatalf("expected 200 with a Content-Length, got %d %d", resp.StatusCode, resp.ContentLength)
+			}
+			b, err := io.ReadAll(resp.Body)
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("expected unexpected EOF, got %v", err)
+			}
+			if int64(len(b)) != resp.ContentLength/2 {
+				t.Errorf("expected half of %d bytes, got %d", resp.ContentLength, len(b))
+			}
+		})
+	}
+}
+
+func TestFaultErrorEvent(t *testing.T) {
+	defaultEvent := `{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}`
+	tests := []struct {
+		name       string
+		fault      Fault
+		wantChunks int
+		wantEvent  string
+	}{
+		{"default", Fault{Kind: FaultErrorEvent}, 1, defaultEvent},
+		{"after 2 custom body", Fault{Kind: FaultErrorEvent, After: intp(2), Body: `{"error":{"message":"overloaded"}}`}, 2, `{"error":{"message":"overloaded"}}`},
+		{"after all chunks", Fault{Kind: FaultErrorEvent, After: intp(DefaultChunks)}, DefaultChunks, defaultEvent},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := serve(t, Handler{Faults: []Fault{tt.fault}}, nil)
+			resp := s.post(t, "/v1/chat/completions", streamBody)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("expected 200, got %d", resp.StatusCode)
+			}
+			ev := readSSE(resp, time.Now())
+			if ev.err != nil {
+				t.Errorf("expected a clean end, got %v", ev.err)
+			}
+			if len(ev.data) != tt.wantChunks+1 {
+				t.Fatalf("expected %d chunks and the error, got %q", tt.wantChunks, ev.data)
+			}
+			if got := ev.data[len(ev.data)-1]; got != tt.wantEvent {
+				t.Errorf("expected error event %s, got %s", tt.wantEvent, got)
+			}
+		})
+	}
+	t.Run("plain", func(t *testing.T) {
+		s := serve(t, Handler{Faults: []Fault{{Kind: FaultErrorEvent}}}, nil)
+		resp := s.post(t, "/v1/chat/completions", chatBody)
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusInternalServerError || body != defaultEvent {
+			t.Errorf("expected 500 %s, got %d %s", defaultEvent, resp.StatusCode, body)
+		}
+	})
+}
+
+func TestFaultKeepAlive(t *testing.T) {
+	s := serve(t, Handler{
+		FirstTokenDelay: caddy.Duration(250 * time.Millisecond),
+		Faults: []Fault{
+			{Kind: FaultKeepAlive},
+			{Kind: FaultStatus, Status: 418},
+		},
+	}, nil)
+	start := time.Now()
+	ev := readSSE(s.post(t, "/v1/chat/completions", streamBody), start)
+	if ev.err != nil || len(ev.data) != DefaultChunks+2 || ev.data[len(ev.data)-1] != "[DONE]" {
+		t.Fatalf("expected a complete stream, got %q, %v", ev.data, ev.err)
+	}
+	if ev.comments < 2 || ev.comments > 3 { // at 0, 100 and 200ms, barring scheduler delays
+		t.Errorf("expected 3 keep-alive comments in 250ms, got %d", ev.comments)
+	}
+	if ev.arrivals[0] < 250*time.Millisecond {
+		t.Errorf("expected the first chunk after 250ms, got %s", ev.arrivals[0])
+	}
+	// keepalive never selects plain requests: the next fault applies.
+	resp := s.post(t, "/v1/chat/completions", chatBody)
+	readAll(t, resp)
+	if resp.StatusCode != 418 {
+		t.Errorf("expected the status fault for a plain request, got %d", resp.StatusCode)
+	}
+}
+
+func TestStreamStopsWhenClientLeaves(t *testing.T) {
+	s := serve(t, Handler{ChunkInterval: caddy.Duration(time.Hour)}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := s.postCtx(t, ctx, "/v1/chat/completions", streamBody)
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("expected a first chunk, got %q %v", line, err)
+	}
+	cancel()
+	resp.Body.Close()
+	select {
+	case <-s.returned:
+	case <-time.After(2 * time.Second):
+		t.Fatal("expected the handler to stop when the client went away")
+	}
+}
+
+func TestStatsAndReset(t *testing.T) {
+	s := serve(t, Handler{Faults: []Fault{{Kind: FaultStatus, Every: 2}}}, nil)
+	getStats := func() Stats {
+		t.Helper()
+		resp, err := s.srv.Client().Get(s.srv.URL + "/llm_mock/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st Stats
+		if err := json.Unmarshal([]byte(readAll(t, resp)), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := getStats(); st.Requests != 0 || st.LastHeaders == nil {
+		t.Errorf("expected empty stats with an empty header map, got %+v", st)
+	}
+	readAll(t, s.post(t, "/v1/chat/completions", chatBody, "Authorization", "Bearer a"))
+	readAll(t, s.post(t, "/openai/v1/embeddings", `{"model":"emb"}`, "Authorization", "Bearer b", "X-Test", "yes"))
+	st := getStats()
+	want := Stats{Requests: 2, Faults: 1, LastModel: "emb", LastAuthorization: "Bearer b", LastBody: `{"model":"emb"}`}
+	if st.Requests != want.Requests || st.Faults != want.Faults || st.LastModel != want.LastModel ||
+		st.LastAuthorization != want.LastAuthorization || st.LastBody != want.LastBody {
+		t.Errorf("expected %+v, got %+v", want, st)
+	}
+	if st.LastHeaders["X-Test"] != "yes" || st.LastHeaders["Authorization"] != "Bearer b" {
+		t.Errorf("expected last headers, got %v", st.LastHeaders)
+	}
+
+	resp := s.post(t, "/llm_mock/reset", "")
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("expected reset 200, got %d", resp.StatusCode)
+	}
+	if st := getStats(); st.Requests != 0 || st.Faults != 0 || st.LastModel != "" || st.LastBody != "" {
+		t.Errorf("expected zeroed stats, got %+v", st)
+	}
+	// The every count restarts too: request 1 after reset is not faulted.
+	resp = s.post(t, "/v1/chat/completions", chatBody)
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("expected request 1 after reset to pass, got %d", resp.StatusCode)
+	}
+}
+
+func TestResetRestartsRateLimitWindow(t *testing.T) {
+	clock := newFakeClock()
+	s := serve(t, Handler{RateLimit: &RateLimit{Requests: 1}}, clock)
+	readAll(t, s.post(t, "/v1/chat/completions", chatBody))
+	clock.advance(10 * time.Second)
+	resp := s.post(t, "/v1/chat/completions", chatBody)
+	readAll(t, resp)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "50" {
+		t.Fatalf("expected 429 with Retry-After 50, got %d %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	readAll(t, s.post(t, "/llm_mock/reset", ""))
+	resp = s.post(t, "/v1/chat/completions", chatBody)
+	readAll(t, resp)
+	if resp.StatusCode != 200 || resp.Header.Get("x-ratelimit-reset-requests") != "1m0s" {
+		t.Errorf("expected a fresh window after reset, got %d %q", resp.StatusCode, resp.Header.Get("x-ratelimit-reset-requests"))
+	}
+}
+
+func TestConcurrentRequests(t *testing.T) {
+	s := serve(t, Handler{
+		RateLimit: &RateLimit{Requests: 1000},
+		Faults:    []Fault{{Kind: FaultErrorEvent, Every: 3}},
+	}, nil)
+	const n = 30
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body := chatBody
+			if i%2 == 0 {
+				body = streamBody
+			}
+			resp, err := s.srv.Client().Post(s.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	if st := s.h.Stats(); st.Requests != n || st.Faults != n/3 {
+		t.Errorf("expected %d requests and %d faults, got %+v", n, n/3, st)
+	}
+}
+
+func TestNewPlainHandler(t *testing.T) {
+	h, err := New(Handler{Model: "plain", Chunks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := srv.Client().Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, resp)
+	if !strings.Contains(body, `"model":"plain"`) || !strings.Contains(body, `"completion_tokens":2`) {
+		t.Errorf("expected the configured answer, got %s", body)
+	}
+	if _, err := New(Handler{Chunks: -1}); err == nil {
+		t.Error("expected New to validate")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Handler
+		want string // substring of the error; empty for valid
+	}{
+		{"zero", Handler{}, ""},
+		{"full", Handler{Latency: 1, Chunks: 2, RateLimit: &RateLimit{Requests: 1, Tokens: 1, Window: 1},
+			Faults: []Fault{{Kind: FaultCut, After: intp(0), Status: 599, Every: 2}}}, ""},
+		{"latency", Handler{Latency: -1}, "latency"},
+		{"first token delay", Handler{FirstTokenDelay: -1}, "first_token_delay"},
+		{"chunks", Handler{Chunks: -1}, "chunks"},
+		{"chunk interval", Handler{ChunkInterval: -1}, "chunk_interval"},
+		{"rate requests", Handler{RateLimit: &RateLimit{Requests: -1}}, "requests"},
+		{"rate tokens", Handler{RateLimit: &RateLimit{Tokens: -1}}, "tokens"},
+		{"rate window", Handler{RateLimit: &RateLimit{Window: -1}}, "window"},
+		{"no kind", Handler{Faults: []Fault{{}}}, "kind is required"},
+		{"bad kind", Handler{Faults: []Fault{{Kind: "explode"}}}, "unknown kind"},
+		{"every", Handler{Faults: []Fault{{Kind: FaultHang, Every: -2}}}, "every"},
+		{"from", Handler{Faults: []Fault{{Kind: FaultHang, From: -1}}}, "from"},
+		{"for", Handler{Faults: []Fault{{Kind: FaultHang, For: -1}}}, "for"},
+		{"status", Handler{Faults: []Fault{{Kind: FaultStatus, Status: 600}}}, "status"},
+		{"after", Handler{Faults: []Fault{{Kind: FaultCut, After: intp(-1)}}}, "after"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("expected valid, got %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("expected an error about %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
+
+func TestJSONConfig(t *testing.T) {
+	var h Handler
+	raw := `{"model":"m","latency":"10ms","first_token_delay":5000000,"chunks":3,"chunk_interval":"1ms",
+		"reply":"r","api_key":"{env.K}","rate_limit":{"requests":2,"tokens":100,"window":"30s"},
+		"faults":[{"kind":"status","every":2,"from":"1s","for":"2s","status":503,
+		"headers":{"Retry-After":["5"]},"body":"b","after":0}]}`
+	if err := json.Unmarshal([]byte(raw), &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Latency != caddy.Duration(10*time.Millisecond) || h.FirstTokenDelay != caddy.Duration(5*time.Millisecond) ||
+		h.RateLimit.Window != caddy.Duration(30*time.Second) || len(h.Faults) != 1 ||
+		h.Faults[0].After == nil || *h.Faults[0].After != 0 || h.Faults[0].Headers.Get("Retry-After") != "5" {
+		t.Errorf("unexpected decoded config %+v", h)
+	}
+}
+
+func TestSplitReply(t *testing.T) {
+	for _, tt := range []struct {
+		s string
+		n int
+	}{{"Hello from llm_mock.", 5}, {"Hello from llm_mock.", 1}, {"ab", 5}, {"日本語テキスト", 3}, {"x", 1}} {
+		pieces := splitReply(tt.s, tt.n)
+		if len(pieces) != tt.n || strings.Join(pieces, "") != tt.s {
+			t.Errorf("split %q in %d: got %q", tt.s, tt.n, pieces)
+		}
+	}
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"b\s`, "\n\r\t\x00\x1f", "é日本\u2028\u2029", "bad\xffutf8", "<&>"} {
+		var got string
+		b := appendJSONString(nil, s)
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Errorf("%q encoded as %s: %v", s, b, err)
+			continue
+		}
+		want, _ := json.Marshal(s)
+		var wantS string
+		_ = json.Unmarshal(want, &wantS)
+		if got != wantS {
+			t.Errorf("expected %q, got %q", wantS, got)
+		}
+	}
+}

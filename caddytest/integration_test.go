@@ -49,6 +49,12 @@ const global = `{
 // once when the config does not load.
 func load(t *testing.T, config string) *caddytest.Tester {
 	t.Helper()
+	// caddytest skips when Caddy cannot start (a port taken): here that is a failure.
+	t.Cleanup(func() {
+		if t.Skipped() {
+			t.Error("the in-process Caddy could not start; are ports 2999 and 9080-9082 free?")
+		}
+	})
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{TestRequestTimeout: 30 * time.Second})
 	tester.InitServer(global+config, "caddyfile")
 	if t.Failed() {

@@ -98,7 +98,7 @@ func (OpenAI) StreamEvent(ev *Event) ([]byte, EventKind, capacity.Observation) {
 	// before decoding.
 	hasErr := bytes.Contains(data, []byte(`"error"`))
 	if !hasErr && !hasFinishReason(data) {
-		if data[0] != '{' {
+		if !json.Valid(data) {
 			return nil, EventError, streamBroken("invalid JSON event in stream")
 		}
 		return data, EventData, capacity.Observation{}

@@ -467,3 +467,42 @@ http://localhost:9081 {
 		t.Errorf("expected other paths to reach the next handler, got %q", body)
 	}
 }
+
+func TestPlaceholders(t *testing.T) {
+	load(t, `
+http://localhost:9080 {
+	header >X-Served-By "{http.llm_router.deployment} after {http.llm_router.attempts} ({http.llm_router.failover_reason})"
+	llm_router /v1/* {
+		provider a {
+			type openai
+			base_url http://localhost:9081/v1
+		}
+		provider b {
+			type openai
+			base_url http://localhost:9082/v1
+		}
+		model ph {
+			deployment a ph-a {
+				quality 1
+			}
+			deployment b ph-b
+		}
+	}
+}
+http://localhost:9081 {
+	llm_mock {
+		fault status {
+			status 502
+		}
+	}
+}
+http://localhost:9082 {
+	llm_mock
+}
+`)
+	resp := chat(t, "ph", false)
+	readBody(t, resp)
+	if got := resp.Header.Get("X-Served-By"); got != "b/ph-b after 2 (server)" {
+		t.Errorf("expected the placeholders filled, got %q", got)
+	}
+}

@@ -1,0 +1,106 @@
+package llmrouter
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func newCaddyContext(t *testing.T) caddy.Context {
+	t.Helper()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func handlerFromJSON(t *testing.T, raw string) *Handler {
+	t.Helper()
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(raw), h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+const jsonConfig = `{
+	"providers": {
+		"a": {"type": "openai", "base_url": "http://127.0.0.1:1/v1", "api_key": "sk-secret-a"},
+		"b": {"type": "openai", "base_url": "https://api.example.com/v1/", "api_key": "{env.LLM_ROUTER_TEST_KEY}"}
+	},
+	"models": {
+		"fast": {"deployments": [{"provider": "a", "model": "m1"}, {"provider": "b", "model": "m2", "quality": 0.5}]}
+	}
+}`
+
+func TestProvisionAndReloadKeepState(t *testing.T) {
+	t.Setenv("LLM_ROUTER_TEST_KEY", "sk-from-env")
+	first := handlerFromJSON(t, jsonConfig)
+	if err := first.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	group := first.groups["fast"]
+	if len(group) != 2 || group[1].Endpoint.APIKey != "sk-from-env" || group[1].Endpoint.BaseURL != "https://api.example.com/v1" {
+		t.Fatalf("expected the env key and a trimmed base URL, got %+v", group[1].Endpoint)
+	}
+	if first.Deadline != caddy.Duration(DefaultDeadline) || first.MaxAttempts != DefaultMaxAttempts || first.MaxBody != DefaultMaxBody {
+		t.Errorf("expected defaults, got %v %d %d", first.Deadline, first.MaxAttempts, first.MaxBody)
+	}
+	for _, k := range first.stateKeys {
+		if strings.Contains(k, "sk-") {
+			t.Errorf("a state key must not hold the API key: %s", k)
+		}
+	}
+
+	// A reload with new weights but the same identities keeps the states:
+	// the new config provisions before the old one is cleaned up.
+	second := handlerFromJSON(t, strings.Replace(jsonConfig, `"quality": 0.5`, `"quality": 0.9`, 1))
+	if err := second.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Cleanup()
+	if second.groups["fast"][0].State != group[0].State || second.groups["fast"][1].State != group[1].State {
+		t.Error("expected the capacity states to survive the reload")
+	}
+
+	// A changed key is a new identity: fresh state.
+	third := handlerFromJSON(t, strings.Replace(jsonConfig, "sk-secret-a", "sk-rotated", 1))
+	if err := third.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if third.groups["fast"][0].State == group[0].State {
+		t.Error("expected a new key to start with a fresh state")
+	}
+	_ = second.Cleanup()
+	_ = third.Cleanup()
+}
+
+func TestLoadErrors(t *testing.T) {
+	for _, tc := range []struct{ name, config, want string }{
+		{"unknown provider", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"deployments":[{"provider":"x","model":"y"}]}}}`, `unknown provider "x"`},
+		{"no deployment", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"deployments":[]}}}`, "no deployment"},
+		{"no model", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}}}`, "no model group"},
+		{"unknown type", `{"providers":{"a":{"type":"palm","base_url":"http://h/v1"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, `unknown provider type "palm"`},
+		{"bad base_url", `{"providers":{"a":{"type":"openai","base_url":"ftp://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "absolute http or https URL"},
+		{"negative timeout", `{"providers":{"a":{"type":"openai","base_url":"http://h","timeout":-1}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not be negative"},
+		{"quality", `{"providers":{"a":{"type":"openai","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y","quality":3}]}}}`, "quality"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := handlerFromJSON(t, tc.config)
+			err := h.Provision(newCaddyContext(t))
+			_ = h.Cleanup()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("expected an error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+	h := handlerFromJSON(t, `{"deadline":-5}`)
+	if err := h.Validate(); err == nil || !strings.Contains(err.Error(), "deadline must not be negative") {
+		t.Errorf("expected a negative deadline rejected, got %v", err)
+	}
+}

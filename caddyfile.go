@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -151,6 +152,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			g := new(ModelGroup)
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				line := d.Line()
 				if d.Val() != "deployment" {
 					return d.Errf("unknown subdirective %s in model %s (expected deployment)", d.Val(), name)
 				}
@@ -158,7 +160,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				if err != nil {
 					return err
 				}
-				refs = append(refs, ref{dep.Provider, d.Line(), d.File()})
+				for _, other := range g.Deployments {
+					if other.Provider == dep.Provider && other.Model == dep.Model {
+						return d.Errf("model %s lists deployment %s %s twice", name, dep.Provider, dep.Model)
+					}
+				}
+				refs = append(refs, ref{dep.Provider, line, d.File()})
 				g.Deployments = append(g.Deployments, dep)
 			}
 			if len(g.Deployments) == 0 {
@@ -177,7 +184,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	for _, r := range refs {
 		if _, ok := h.Providers[r.provider]; !ok {
-			return d.Errf("%s:%d: deployment names unknown provider %s", r.file, r.line, r.provider)
+			return fmt.Errorf("%s:%d - Error during parsing: deployment names unknown provider %s", r.file, r.line, r.provider)
 		}
 	}
 	return nil

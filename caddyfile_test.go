@@ -45,6 +45,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"negative duration", "llm_router {\n deadline -1s\n" + providers + "\n model m { deployment p x } }", "must not be negative"},
 		{"negative provider timeout", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n timeout -5s\n }\n model m { deployment p x } }", "must not be negative"},
 		{"unknown provider", "llm_router {\n" + providers + "\n model m {\n deployment nope x\n }\n}", "unknown provider nope"},
+		{"duplicate deployment", "llm_router {\n" + providers + "\n model m {\n deployment p x\n deployment p x\n }\n}", "twice"},
 		{"empty model group", "llm_router {\n" + providers + "\n model m {\n }\n}", "has no deployment"},
 		{"no model", "llm_router {\n" + providers + "\n}", "at least one model"},
 		{"duplicate provider", "llm_router {\n" + providers + "\n" + providers + "\n model m { deployment p x } }", "duplicate provider p"},

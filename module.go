@@ -365,7 +365,15 @@ func (h *Handler) check() error {
 		if g == nil || len(g.Deployments) == 0 {
 			return fmt.Errorf("model %s: no deployment", name)
 		}
+		seen := map[[2]string]bool{}
 		for _, d := range g.Deployments {
+			if d == nil {
+				return fmt.Errorf("model %s: empty deployment", name)
+			}
+			if seen[[2]string{d.Provider, d.Model}] {
+				return fmt.Errorf("model %s: deployment %s %s listed twice", name, d.Provider, d.Model)
+			}
+			seen[[2]string{d.Provider, d.Model}] = true
 			if _, ok := h.Providers[d.Provider]; !ok {
 				return fmt.Errorf("model %s: deployment names unknown provider %q", name, d.Provider)
 			}

@@ -66,10 +66,18 @@ type Adapter interface {
 	// ChatResponse translates a successful non-streaming upstream body into a
 	// Chat Completions body.
 	ChatResponse(body []byte) ([]byte, error)
-	// StreamEvent reads one upstream SSE event. For EventData and EventFinal,
-	// out is the Chat Completions chunk JSON to send as "data: <out>"; for
-	// EventError, obs holds the class and out the client-format error JSON.
-	StreamEvent(ev *Event) (out []byte, kind EventKind, obs capacity.Observation)
+	// NewStreamDecoder returns a decoder for one upstream stream (decoders
+	// may keep state across events, such as a message's model or a tool
+	// call's index).
+	NewStreamDecoder() StreamDecoder
+}
+
+// StreamDecoder reads one upstream stream, event by event.
+type StreamDecoder interface {
+	// Event reads one upstream SSE event. For EventData and EventFinal, out
+	// is the Chat Completions chunk JSON to send as "data: <out>" (valid
+	// until the next call); for EventError, obs holds the class and message.
+	Event(ev *Event) (out []byte, kind EventKind, obs capacity.Observation)
 }
 
 var registry = map[string]Adapter{}

@@ -82,8 +82,14 @@ func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) cap
 	return o
 }
 
-// StreamEvent implements Adapter.
-func (OpenAI) StreamEvent(ev *Event) ([]byte, EventKind, capacity.Observation) {
+// NewStreamDecoder implements Adapter: OpenAI chunks are relayed as they
+// are, so the decoder keeps no state.
+func (OpenAI) NewStreamDecoder() StreamDecoder { return openAIStream{} }
+
+type openAIStream struct{}
+
+// Event implements StreamDecoder.
+func (openAIStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
 	if ev.Comment {
 		return nil, EventSkip, capacity.Observation{}
 	}

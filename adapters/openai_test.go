@@ -148,7 +148,7 @@ func streamKinds(t *testing.T, name string) ([]EventKind, capacity.Class, error)
 			}
 			return kinds, class, err
 		}
-		_, kind, obs := OpenAI{}.StreamEvent(ev)
+		_, kind, obs := openAIStream{}.Event(ev)
 		kinds = append(kinds, kind)
 		if kind == EventError {
 			class = obs.Class
@@ -203,7 +203,7 @@ func TestStreamEventEdgeCases(t *testing.T) {
 		{`not json`, EventError, capacity.Server},
 		{`[DONE]`, EventDone, capacity.OK},
 	} {
-		_, kind, obs := OpenAI{}.StreamEvent(&Event{Data: []byte(tc.data)})
+		_, kind, obs := openAIStream{}.Event(&Event{Data: []byte(tc.data)})
 		if kind != tc.kind || (kind == EventError && obs.Class != tc.class) {
 			t.Errorf("%s: expected kind %d class %s, got %d %s", tc.data, tc.kind, tc.class, kind, obs.Class)
 		}

@@ -741,10 +741,10 @@ func TestFaultHang(t *testing.T) {
 			if stream {
 				body = streamBody
 			}
+			start := time.Now() // before the client's deadline starts counting
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+"/v1/chat/completions", strings.NewReader(body))
-			start := time.Now()
 			resp, err := s.srv.Client().Do(req)
 			if err == nil {
 				resp.Body.Close()

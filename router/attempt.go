@@ -124,7 +124,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	// like an error status, and the router may still fail over.
 	out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
 	s := &Stream{
-		r: r, d: d, body: resp.Body, sse: adapters.NewSSEReader(resp.Body),
+		r: r, d: d, body: resp.Body, sse: adapters.NewSSEReader(resp.Body), dec: d.Adapter.NewStreamDecoder(),
 		ctx: ctx, cancel: cancel, timer: timer,
 	}
 	for {
@@ -136,7 +136,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 			}
 			return fail(capacity.Transport, err)
 		}
-		data, kind, obs := d.Adapter.StreamEvent(ev)
+		data, kind, obs := s.dec.Event(ev)
 		switch kind {
 		case adapters.EventSkip:
 			continue
@@ -169,6 +169,7 @@ type Stream struct {
 	d      *Deployment
 	body   io.ReadCloser
 	sse    *adapters.SSEReader
+	dec    adapters.StreamDecoder
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	timer  *time.Timer // the attempt's timeout, stopped at commit
@@ -234,7 +235,7 @@ func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 			}
 			return s.failed(capacity.NewObservation(capacity.Transport), msg)
 		}
-		data, kind, obs := s.d.Adapter.StreamEvent(ev)
+		data, kind, obs := s.dec.Event(ev)
 		switch kind {
 		case adapters.EventSkip:
 			continue

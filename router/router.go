@@ -112,8 +112,8 @@ type Result struct {
 	Deployment *Deployment
 	// Attempts is the number of upstream attempts made.
 	Attempts int
-	// FailoverReason is the class of the last failed attempt before the
-	// answer ("" when the first attempt answered).
+	// FailoverReason is the class of the last failed attempt ("" when no
+	// attempt failed), whether another deployment then answered or not.
 	FailoverReason string
 
 	// Status, Header and Body are the answer for a non-streaming success, or
@@ -151,6 +151,12 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 	res := &Result{}
 	per := make([]attemptState, len(group))
 	var last *outcome
+	defer func() {
+		// Also on an error answer: why the last attempt failed.
+		if last != nil {
+			res.FailoverReason = last.obs.Class.String()
+		}
+	}()
 	failures := 0
 	var minContext int64 = -1 // after a context_length failure: only larger windows
 
@@ -225,9 +231,6 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 		case class == capacity.OK:
 			res.Deployment = d
 			res.Status, res.Header, res.Body, res.Stream = out.status, out.header, out.body, out.stream
-			if last != nil {
-				res.FailoverReason = last.obs.Class.String()
-			}
 			return res
 		case class == capacity.ClientError:
 			res.Deployment = d

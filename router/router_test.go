@@ -206,6 +206,9 @@ func TestAllCoolingPastDeadlineAnswers429AtOnce(t *testing.T) {
 	if !errors.As(res.Err, &e) || e.Status != 429 || e.RetryAfter != 20*time.Second {
 		t.Fatalf("expected 429 with Retry-After 20s, got %#v", res.Err)
 	}
+	if res.FailoverReason != "rate_limited" {
+		t.Errorf("expected the failover reason on the error answer too, got %q", res.FailoverReason)
+	}
 	if len(clock.Sleeps()) != 0 || res.Attempts != 2 {
 		t.Errorf("expected 2 attempts and no wait, got %d and %v", res.Attempts, clock.Sleeps())
 	}

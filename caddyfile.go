@@ -336,7 +336,7 @@ func parseWeights(d *caddyfile.Dispenser) (*Weights, error) {
 	w := new(Weights)
 	for i := 0; i < len(args); i += 2 {
 		f, err := strconv.ParseFloat(args[i+1], 64)
-		if err != nil || f < 0 {
+		if err != nil || f < 0 || !finite(f) {
 			return nil, d.Errf("weights: %s must be a non-negative number, got %q", args[i], args[i+1])
 		}
 		var dst **float64
@@ -403,7 +403,7 @@ func parseFloat(d *caddyfile.Dispenser) (float64, error) {
 		return 0, d.ArgErr()
 	}
 	f, err := strconv.ParseFloat(d.Val(), 64)
-	if err != nil || f < 0 {
+	if err != nil || f < 0 || !finite(f) {
 		return 0, d.Errf("expected a non-negative number, got %q", d.Val())
 	}
 	if d.NextArg() {

@@ -56,6 +56,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"quality range", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n quality 2\n }\n }\n}", "quality must be within"},
 		{"bad weight feature", "llm_router {\n weights speed 1\n" + providers + "\n model m { deployment p x } }", "unknown feature speed"},
 		{"max_attempts zero", "llm_router {\n max_attempts 0\n" + providers + "\n model m { deployment p x } }", "at least 1"},
+		{"NaN cost", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n cost_input NaN\n }\n }\n}", "non-negative number"},
+		{"Inf weight", "llm_router {\n weights cost +Inf\n" + providers + "\n model m { deployment p x } }", "non-negative number"},
 		{"bad size", "llm_router {\n max_body lots\n" + providers + "\n model m { deployment p x } }", "invalid size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/llmrouter/caddy-llm-router/adapters"
 	"github.com/llmrouter/caddy-llm-router/router"
 )
 
@@ -37,6 +39,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.serveChat(w, r)
 	case strings.HasSuffix(path, "/models") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		return h.serveModels(w)
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
+		// GET .../models/{id}: one model group, as the SDKs' models.retrieve asks.
+		if i := strings.LastIndex(path, "/models/"); i >= 0 {
+			return h.serveModel(w, path[i+len("/models/"):])
+		}
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -44,14 +51,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // chatRequest is what routing needs of a Chat Completions body; the rest is
 // passed upstream untouched.
 type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            json.RawMessage `json:"messages"`
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	Model               string        `json:"model"`
+	Messages            []chatMessage `json:"messages"`
+	Stream              bool          `json:"stream"`
+	N                   *int          `json:"n"`
+	MaxTokens           *int64        `json:"max_tokens"`
+	MaxCompletionTokens *int64        `json:"max_completion_tokens"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
+// chatMessage is checked for shape only; content goes upstream untouched.
+type chatMessage struct {
+	Role string `json:"role"`
+}
+
+// routingKeys are the body keys the router reads: each must appear at most
+// once and spelled exactly so, or the provider might read another value.
+var routingKeys = []string{"model", "messages", "stream", "n", "max_tokens", "max_completion_tokens", "stream_options"}
+
+// clientCredentialHeaders are the API-key headers SDKs send. They never go
+// upstream (upstream requests are built fresh); they are also dropped from
+// the request so Caddy's access log, which redacts only Authorization, does
+// not record them.
+var clientCredentialHeaders = []string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
+
 func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
+	for _, k := range clientCredentialHeaders {
+		r.Header.Del(k)
+	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_encoding", "",
 			"request bodies with Content-Encoding are not accepted; send plain JSON")
@@ -73,10 +102,16 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
 		param, msg := "", "the request body is not valid JSON"
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			param = typeErr.Field
-			msg = fmt.Sprintf("invalid type for '%s': expected %s", typeErr.Field, typeErr.Type)
+			param, msg = typeErr.Field, "the request body must be a JSON object"
+			if typeErr.Field != "" {
+				msg = fmt.Sprintf("invalid type for '%s': expected %s", typeErr.Field, jsonKind(typeErr))
+			}
 		}
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", param, msg)
+		return nil
+	}
+	if err := adapters.CheckKeys(body, routingKeys...); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", err.Error())
 		return nil
 	}
 	if req.Model == "" {
@@ -84,9 +119,20 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
 			"you must provide a model parameter")
 		return nil
 	}
-	if len(req.Messages) == 0 || req.Messages[0] != '[' || strings.TrimSpace(string(req.Messages)) == "[]" {
+	if len(req.Messages) == 0 {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", "messages",
 			"'messages' must be a non-empty array")
+		return nil
+	}
+	for i, m := range req.Messages {
+		if m.Role == "" {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", fmt.Sprintf("messages[%d]", i),
+				fmt.Sprintf("messages[%d] must be an object with a role", i))
+			return nil
+		}
+	}
+	if req.N != nil && (*req.N < 1 || *req.N > 128) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "n", "'n' must be between 1 and 128")
 		return nil
 	}
 	group, ok := h.groups[req.Model]
@@ -96,9 +142,14 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 
-	res := h.router.Serve(r.Context(), group, &router.Request{
-		Body: body, Stream: req.Stream, Tokens: estimateTokens(&req, len(req.Messages)),
-	})
+	rreq := &router.Request{Body: body, Stream: req.Stream, Tokens: estimateTokens(&req, len(body)), Choices: 1}
+	if req.N != nil {
+		rreq.Choices = *req.N
+	}
+	if req.StreamOptions != nil {
+		rreq.IncludeUsage = req.StreamOptions.IncludeUsage
+	}
+	res := h.router.Serve(r.Context(), group, rreq)
 	h.setPlaceholders(r, res)
 	if errors.Is(res.Err, router.ErrClientGone) {
 		return nil
@@ -179,6 +230,38 @@ func (h *Handler) serveModels(w http.ResponseWriter) error {
 	return json.NewEncoder(w).Encode(list)
 }
 
+func (h *Handler) serveModel(w http.ResponseWriter, id string) error {
+	if _, ok := h.groups[id]; !ok {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
+			fmt.Sprintf("the model %s does not exist", strconv.Quote(truncate(id, 100))))
+		return nil
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}{id, "model", 0, "llm_router"})
+}
+
+// jsonKind names the JSON type a field needed, for error messages.
+func jsonKind(e *json.UnmarshalTypeError) string {
+	switch e.Type.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int64, reflect.Pointer:
+		return "an integer"
+	case reflect.Slice:
+		return "an array"
+	case reflect.Struct:
+		return "an object"
+	}
+	return "another type"
+}
+
 func (h *Handler) setPlaceholders(r *http.Request, res *router.Result) {
 	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if !ok {
@@ -208,9 +291,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 }
 
 // estimateTokens guesses prompt plus output tokens: about 4 bytes of JSON
-// messages per token, plus the requested output limit.
-func estimateTokens(req *chatRequest, messageBytes int) int64 {
-	n := int64(messageBytes)/4 + 1
+// body per token, plus the requested output limit.
+func estimateTokens(req *chatRequest, bodyBytes int) int64 {
+	n := int64(bodyBytes)/4 + 1
 	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
 		n += *req.MaxCompletionTokens
 	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -264,7 +265,14 @@ func (h *Handler) provisionProvider(ctx caddy.Context, repl *caddy.Replacer, nam
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("base_url %q: must be an absolute http or https URL", p.BaseURL)
 	}
+	if u.Fragment != "" || (u.RawQuery != "" && p.Type != "azure") {
+		return fmt.Errorf("base_url %q: must not have a query or fragment (the adapter appends the API path)", p.BaseURL)
+	}
 	ep := &adapters.Endpoint{BaseURL: base, APIKey: repl.ReplaceKnown(p.APIKey, ""), Header: http.Header{}}
+	if p.APIKey != "" && ep.APIKey == "" {
+		h.logger.Warn("api_key is empty once its placeholders are replaced; is the environment variable set?",
+			zap.String("provider", name))
+	}
 	for k, vs := range p.Headers {
 		for _, v := range vs {
 			ep.Header.Add(k, repl.ReplaceKnown(v, ""))
@@ -380,10 +388,10 @@ func (h *Handler) check() error {
 			if d.Model == "" {
 				return fmt.Errorf("model %s: deployment on %s has no upstream model", name, d.Provider)
 			}
-			if d.Quality < 0 || d.Quality > 1 {
+			if !(d.Quality >= 0 && d.Quality <= 1) {
 				return fmt.Errorf("model %s: quality must be within 0..1", name)
 			}
-			if d.CostInput < 0 || d.CostOutput < 0 || d.ContextWindow < 0 || d.Weight < 0 {
+			if !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 || d.ContextWindow < 0 || d.Weight < 0 {
 				return fmt.Errorf("model %s: cost, context_window and weight must not be negative", name)
 			}
 		}
@@ -406,8 +414,8 @@ func (h *Handler) Validate() error {
 	}
 	if w := h.Weights; w != nil {
 		for _, v := range []*float64{w.Cost, w.Latency, w.Reliability, w.Quality, w.Capacity} {
-			if v != nil && *v < 0 {
-				return errors.New("weights must not be negative")
+			if v != nil && (*v < 0 || !finite(*v)) {
+				return errors.New("weights must be finite and not negative")
 			}
 		}
 	}
@@ -427,6 +435,8 @@ func (h *Handler) Cleanup() error {
 	h.ownedRTs = nil
 	return nil
 }
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 func durationOr(d caddy.Duration, def time.Duration) time.Duration {
 	if d > 0 {

@@ -87,6 +87,7 @@ func TestLoadErrors(t *testing.T) {
 		{"no model", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}}}`, "no model group"},
 		{"unknown type", `{"providers":{"a":{"type":"palm","base_url":"http://h/v1"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, `unknown provider type "palm"`},
 		{"bad base_url", `{"providers":{"a":{"type":"openai","base_url":"ftp://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "absolute http or https URL"},
+		{"query in base_url", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1?key=abc"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "query or fragment"},
 		{"negative timeout", `{"providers":{"a":{"type":"openai","base_url":"http://h","timeout":-1}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not be negative"},
 		{"quality", `{"providers":{"a":{"type":"openai","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y","quality":3}]}}}`, "quality"},
 	} {

@@ -1,8 +1,11 @@
 package adapters
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 )
 
 // errNotObject is returned when a body is not a JSON object.
@@ -41,43 +44,90 @@ func SetString(body []byte, key, value string) ([]byte, error) {
 // findMember returns the byte span of the value of the top-level member key,
 // or start -1 when the object has no such member.
 func findMember(b []byte, key string) (start, end int, err error) {
+	start, end = -1, -1
+	err = eachMember(b, func(name string, vStart, vEnd int) bool {
+		if name == key {
+			start, end = vStart, vEnd
+			return false
+		}
+		return true
+	})
+	return start, end, err
+}
+
+// CheckKeys rejects a JSON object that repeats a top-level key, or that
+// spells one of names in another case ("Model", "STREAM"): parsers disagree
+// on which copy wins (Go's is case-insensitive, most take the last), so the
+// router and the provider could read different models or stream modes.
+func CheckKeys(b []byte, names ...string) error {
+	var seen []string
+	var err error
+	walkErr := eachMember(b, func(name string, _, _ int) bool {
+		for _, s := range seen {
+			if s == name {
+				err = fmt.Errorf("duplicate key %q in the request body", name)
+				return false
+			}
+		}
+		for _, n := range names {
+			if name != n && strings.EqualFold(name, n) {
+				err = fmt.Errorf("key %q must be spelled %q", name, n)
+				return false
+			}
+		}
+		seen = append(seen, name)
+		return true
+	})
+	if walkErr != nil {
+		return walkErr
+	}
+	return err
+}
+
+// eachMember calls fn with each top-level member's key (unescaped) and the
+// byte span of its value, until fn returns false.
+func eachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return 0, 0, errNotObject
+		return errNotObject
 	}
 	i++
 	for {
 		i = skipSpace(b, i)
 		if i >= len(b) {
-			return 0, 0, errNotObject
+			return errNotObject
 		}
 		if b[i] == '}' {
-			return -1, -1, nil
+			return nil
 		}
 		if b[i] == ',' {
 			i++
 			continue
 		}
 		if b[i] != '"' {
-			return 0, 0, errNotObject
+			return errNotObject
 		}
 		kEnd := skipString(b, i)
 		if kEnd < 0 {
-			return 0, 0, errNotObject
+			return errNotObject
 		}
-		name := b[i+1 : kEnd-1]
+		name := string(b[i+1 : kEnd-1])
+		if strings.IndexByte(name, '\\') >= 0 {
+			if err := json.Unmarshal(b[i:kEnd], &name); err != nil {
+				return errNotObject
+			}
+		}
 		i = skipSpace(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
-			return 0, 0, errNotObject
+			return errNotObject
 		}
 		vStart := skipSpace(b, i+1)
 		vEnd := skipValue(b, vStart)
 		if vEnd < 0 {
-			return 0, 0, errNotObject
+			return errNotObject
 		}
-		// Keys with escapes never equal the plain keys we look for.
-		if string(name) == key {
-			return vStart, vEnd, nil
+		if !fn(name, vStart, vEnd) {
+			return nil
 		}
 		i = vEnd
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -61,8 +62,25 @@ func (OpenAI) ChatRequest(ctx context.Context, ep *Endpoint, model string, body 
 }
 
 // ChatResponse implements Adapter: the body is already in the client's format
-// and names the upstream model that answered.
-func (OpenAI) ChatResponse(body []byte) ([]byte, error) { return body, nil }
+// and names the upstream model that answered. A 200 that is not a chat
+// completion (an HTML page, an empty body, an error object) is an error, so
+// the router fails over instead of passing it on as an answer.
+func (OpenAI) ChatResponse(body []byte) ([]byte, error) {
+	var c struct {
+		Choices json.RawMessage `json:"choices"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil {
+		return nil, errors.New("the answer is not JSON")
+	}
+	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
+		return nil, errors.New("the answer is an error: " + parseErrorValue(c.Error).message)
+	}
+	if len(c.Choices) == 0 || c.Choices[0] != '[' {
+		return nil, errors.New("the answer has no choices")
+	}
+	return body, nil
+}
 
 // Observe implements Adapter.
 func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation {
@@ -94,6 +112,14 @@ func (openAIStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
 		return nil, EventSkip, capacity.Observation{}
 	}
 	data := bytes.TrimSpace(ev.Data)
+	if ev.Name == "error" {
+		// Some servers send errors as a named event, whatever the payload.
+		e := parseErrorValue(data)
+		if top := parseOpenAIError(data); top.message != "" || top.typ != "" {
+			e = top
+		}
+		return nil, EventError, classifyStreamError(e)
+	}
 	if bytes.Equal(data, []byte("[DONE]")) {
 		return nil, EventDone, capacity.Observation{}
 	}
@@ -258,6 +284,11 @@ func classifyOpenAI(status int, e apiError) capacity.Class {
 		return capacity.Auth
 	case status >= 400 && status < 500 && status != http.StatusRequestTimeout && isContextLength(code, msg):
 		return capacity.ContextLength
+	case status == http.StatusNotFound:
+		// The client asked for a model group that exists; a 404 means this
+		// deployment's model or URL is wrong (a deprecated model, a typo in
+		// base_url): the deployment's failure, not the client's.
+		return capacity.Server
 	case status == 498 || status == http.StatusServiceUnavailable || status == 529:
 		// Groq's 498 is "flex tier at capacity"; 529 is Anthropic-style overload.
 		return capacity.Overloaded

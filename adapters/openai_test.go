@@ -73,11 +73,11 @@ func TestParseReset(t *testing.T) {
 		"2":                    2 * time.Second,
 		"33011.375":            33011375 * time.Millisecond,
 		"2025-08-21T12:40:07Z": 7 * time.Second,
-		"1755780030":           30 * time.Second,     // Unix seconds
-		"1755780030000":        30 * time.Second,     // Unix milliseconds
-		"2025-08-21T12:39:00Z": 0,                    // in the past: already refreshed
-		"9999h":                capacity.MaxCooldown, // clamped
-		"99999999999s":         capacity.Unknown,     // overflows: garbage
+		"1755780030":           30 * time.Second, // Unix seconds
+		"1755780030000":        30 * time.Second, // Unix milliseconds
+		"2025-08-21T12:39:00Z": 0,                // in the past: already refreshed
+		"9999h":                capacity.Unknown, // past 24 h: garbage
+		"99999999999s":         capacity.Unknown, // overflows: garbage
 		"-5":                   capacity.Unknown,
 		"-5s":                  capacity.Unknown,
 		"NaN":                  capacity.Unknown,
@@ -254,4 +254,33 @@ func (infinite) Read(p []byte) (int, error) {
 		p[i] = 'x'
 	}
 	return len(p), nil
+}
+
+func TestCheckKeys(t *testing.T) {
+	names := []string{"model", "stream"}
+	for body, ok := range map[string]bool{
+		`{"model":"a","stream":true,"messages":[]}`:          true,
+		`{"model":"a","model":"b"}`:                          false,
+		`{"model":"a","MODEL":"b"}`:                          false,
+		`{"Stream":true}`:                                    false,
+		`{"mod\u0065l":"a","model":"b"}`:                     false,
+		`{"messages":[{"model":"x"}],"extra":{"model":"y"}}`: true,
+		`[1]`: false,
+	} {
+		if err := CheckKeys([]byte(body), names...); (err == nil) != ok {
+			t.Errorf("CheckKeys(%s): expected ok=%v, got %v", body, ok, err)
+		}
+	}
+	// An escaped key is still the key: the model is replaced, not duplicated.
+	out, err := SetString([]byte(`{"mod\u0065l":"fast"}`), "model", "up")
+	if err != nil || string(out) != `{"mod\u0065l":"up"}` {
+		t.Errorf("expected the escaped key's value replaced, got %s %v", out, err)
+	}
+}
+
+func TestNamedErrorEvent(t *testing.T) {
+	_, kind, obs := openAIStream{}.Event(&Event{Name: "error", Data: []byte(`{"type":"error","message":"overloaded"}`)})
+	if kind != EventError || obs.Class != capacity.Server {
+		t.Errorf("expected an error event, got %d %s", kind, obs.Class)
+	}
 }

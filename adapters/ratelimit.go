@@ -48,8 +48,9 @@ func parseCount(v string) int64 {
 //   - a Unix time in seconds or milliseconds (> 1e9; OpenRouter);
 //   - an RFC 3339 instant (Anthropic) or an HTTP-date.
 //
-// An instant in the past is 0 (already refreshed); longer than
-// capacity.MaxCooldown is clamped to it.
+// An instant in the past is 0 (already refreshed); a wait longer than
+// capacity.MaxCooldown is garbage (a Retry-After of 1e12), not advice, and
+// reads as Unknown, so the router's own backoff applies.
 func parseReset(v string, ref time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -81,16 +82,21 @@ func parseReset(v string, ref time.Time) time.Duration {
 	return capacity.Unknown
 }
 
-// seconds converts non-negative float seconds to a clamped duration.
+// seconds converts non-negative float seconds to a duration, Unknown past
+// capacity.MaxCooldown.
 func seconds(f float64) time.Duration {
-	if f*float64(time.Second) > float64(capacity.MaxCooldown) {
-		return capacity.MaxCooldown
+	if math.IsInf(f, 0) || f*float64(time.Second) > float64(capacity.MaxCooldown) {
+		return capacity.Unknown
 	}
 	return time.Duration(f * float64(time.Second))
 }
 
+// clampWait maps a past instant to 0 and an absurdly distant one to Unknown.
 func clampWait(d time.Duration) time.Duration {
-	return min(max(d, 0), capacity.MaxCooldown)
+	if d > capacity.MaxCooldown {
+		return capacity.Unknown
+	}
+	return max(d, 0)
 }
 
 // retryAfter reads retry-after-ms (Azure OpenAI, milliseconds) or

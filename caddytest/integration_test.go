@@ -424,6 +424,12 @@ http://localhost:9081 {
 		{"missing messages", `{"model":"m"}`, 400, "missing_required_parameter"},
 		{"empty messages", `{"model":"m","messages":[]}`, 400, "missing_required_parameter"},
 		{"unknown model group", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found"},
+		{"body is an array", `[{"model":"m"}]`, 400, "invalid_json"},
+		{"duplicate model key", `{"model":"m","model":"gpt-4.5-preview","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_json"},
+		{"model key in another case", `{"model":"x","MODEL":"m","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_json"},
+		{"stream key in another case", `{"model":"m","stream":false,"Stream":true,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_json"},
+		{"messages not objects", `{"model":"m","messages":[1,"x",null]}`, 400, "invalid_json"},
+		{"message without role", `{"model":"m","messages":[{"content":"hi"}]}`, 400, "invalid_value"},
 		{"too large", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`, 413, "request_too_large"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

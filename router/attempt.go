@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -28,6 +29,7 @@ var (
 
 // outcome is the result of one attempt.
 type outcome struct {
+	d        *Deployment
 	obs      capacity.Observation
 	status   int
 	header   http.Header
@@ -61,7 +63,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		cancel(nil)
 	}
 
-	out := &outcome{}
+	out := &outcome{d: d}
 	fail := func(class capacity.Class, err error) *outcome {
 		finish()
 		switch {
@@ -105,12 +107,17 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		return out
 	}
 	if !req.Stream {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
 		resp.Body.Close()
 		if err != nil {
 			return fail(capacity.Transport, err)
 		}
 		finish()
+		if len(body) > maxResponseBody {
+			out.obs = capacity.NewObservation(capacity.Server)
+			out.obs.Message = "answer larger than 32 MiB"
+			return out
+		}
 		out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
 		if out.body, err = d.Adapter.ChatResponse(body); err != nil {
 			out.obs = capacity.NewObservation(capacity.Server)
@@ -124,7 +131,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	// like an error status, and the router may still fail over.
 	out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
 	s := &Stream{
-		r: r, d: d, body: resp.Body, sse: adapters.NewSSEReader(resp.Body), dec: d.Adapter.NewStreamDecoder(),
+		r: r, d: d, req: req, body: resp.Body, sse: adapters.NewSSEReader(resp.Body), dec: d.Adapter.NewStreamDecoder(),
 		ctx: ctx, cancel: cancel, timer: timer,
 	}
 	for {
@@ -153,7 +160,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		// Committed: from now on silence is bounded by idle_timeout, and the
 		// request deadline no longer applies.
 		s.first = append([]byte(nil), data...)
-		s.final = kind == adapters.EventFinal
+		s.count(data, kind)
 		timer.Stop()
 		s.idle = time.AfterFunc(time.Hour, func() { cancel(errIdleTimeout) })
 		s.idle.Stop()
@@ -174,9 +181,29 @@ type Stream struct {
 	cancel context.CancelCauseFunc
 	timer  *time.Timer // the attempt's timeout, stopped at commit
 	idle   *time.Timer // idle_timeout between events
+	req    *Request
 	first  []byte
-	final  bool // an event with a finish_reason was seen
+	finals int  // events that finished a choice
+	usage  bool // a chunk carried usage
 	once   sync.Once
+}
+
+// count notes what a relayed event says about the stream's completeness.
+func (s *Stream) count(data []byte, kind adapters.EventKind) {
+	if kind == adapters.EventFinal {
+		s.finals++
+	}
+	// An escaped quote inside content never reads as this key.
+	if !s.usage && bytes.Contains(data, []byte(`"usage":{`)) {
+		s.usage = true
+	}
+}
+
+// complete reports whether everything the client asked for has arrived, so
+// a missing "[DONE]" can be supplied: every choice finished, and usage too
+// when it was asked for.
+func (s *Stream) complete() bool {
+	return s.finals >= max(s.req.Choices, 1) && (s.usage || !s.req.IncludeUsage)
 }
 
 // Close releases the upstream stream; Relay calls it.
@@ -221,7 +248,7 @@ func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 			s.idle.Stop()
 		}
 		if err != nil {
-			if err == io.EOF && s.final {
+			if err == io.EOF && s.complete() {
 				// Complete but without "[DONE]": finish it for the client.
 				return event(nil, true)
 			}
@@ -247,9 +274,8 @@ func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 				msg = "provider error mid-stream"
 			}
 			return s.failed(obs, "stream failed: "+msg)
-		case adapters.EventFinal:
-			s.final = true
 		}
+		s.count(data, kind)
 		if err := event(data, false); err != nil {
 			return err
 		}

@@ -62,6 +62,12 @@ type Request struct {
 	Stream bool
 	// Tokens estimates prompt plus max_tokens, for token windows.
 	Tokens int64
+	// Choices is the body's "n" (default 1): a stream is complete once that
+	// many choices have finished.
+	Choices int
+	// IncludeUsage is the body's stream_options.include_usage: a stream that
+	// asked for usage is complete only once the usage chunk arrived.
+	IncludeUsage bool
 }
 
 // Router walks a model group's deployments for one request. The zero value
@@ -233,7 +239,6 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 			res.Status, res.Header, res.Body, res.Stream = out.status, out.header, out.body, out.stream
 			return res
 		case class == capacity.ClientError:
-			res.Deployment = d
 			res.passOn(out)
 			return res
 		}
@@ -259,6 +264,7 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 
 // passOn makes a provider's client error the answer, as it is.
 func (res *Result) passOn(o *outcome) {
+	res.Deployment = o.d
 	res.Status, res.Header, res.Body, res.Err = o.status, o.header, o.body, nil
 }
 
@@ -273,7 +279,9 @@ func (r *Router) rank(group []*Deployment, per []attemptState, now time.Time, re
 		if per[i].excluded {
 			continue
 		}
-		if minContext >= 0 && (d.ContextWindow <= minContext) {
+		if minContext >= 0 && d.ContextWindow != 0 && d.ContextWindow <= minContext {
+			// Known to be no larger than one that was too small. An unknown
+			// window may be larger: worth an attempt.
 			continue
 		}
 		at, why := d.State.AvailableAt(now, req.Tokens)

@@ -423,3 +423,67 @@ func TestUpstreamNeverSeesClientModelOrOtherKeys(t *testing.T) {
 		t.Errorf("expected the chat completions URL, got %s", got.URL)
 	}
 }
+
+func TestNotAnAnswerFailsOver(t *testing.T) {
+	for name, bad := range map[string]func(*http.Request) (*http.Response, error){
+		"html":           reply(200, "<html>captive portal login</html>", "Content-Type", "text/html"),
+		"empty":          reply(200, ""),
+		"error in 200":   reply(200, `{"error":{"message":"internal","type":"server_error"}}`),
+		"model gone 404": reply(404, `{"error":{"message":"The model does not exist","type":"invalid_request_error","code":"model_not_found"}}`),
+	} {
+		a := &script{replies: []func(*http.Request) (*http.Response, error){bad}}
+		b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+		group := []*Deployment{deployment("a", a), deployment("b", b)}
+		group[0].Quality = 1
+		res := newRouter(newFakeClock()).Serve(context.Background(), group, chatReq)
+		if res.Err != nil || res.Deployment != group[1] || res.Status != 200 {
+			t.Errorf("%s: expected b to answer after a's bad answer, got %v %v", name, res.Err, res.Deployment)
+		}
+		if snap := group[0].State.Snapshot(); snap.ConsecutiveFailures != 1 {
+			t.Errorf("%s: expected a's failure counted, got %+v", name, snap)
+		}
+	}
+}
+
+func TestContextLengthTriesUnknownWindows(t *testing.T) {
+	tooLong := reply(400, `{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}`)
+	a := &script{replies: []func(*http.Request) (*http.Response, error){tooLong}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	group[0].Quality = 1
+	res := newRouter(newFakeClock()).Serve(context.Background(), group, chatReq)
+	if res.Deployment != group[1] || res.Err != nil {
+		t.Errorf("expected b (window unknown, maybe larger) to answer, got %v %v", res.Deployment, res.Err)
+	}
+	// With nothing left, the 400 goes back naming the deployment that gave it.
+	res = newRouter(newFakeClock()).Serve(context.Background(), group[:1], chatReq)
+	if res.Status != 400 || res.Deployment != group[0] {
+		t.Errorf("expected a's 400 with a named, got %d %v", res.Status, res.Deployment)
+	}
+}
+
+func TestStreamCompletenessWithoutDone(t *testing.T) {
+	usage := `data: {"id":"c","object":"chat.completion.chunk","model":"up","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+	finalOne := `data: {"id":"c","object":"chat.completion.chunk","model":"up","choices":[{"index":1,"delta":{},"finish_reason":"stop"}]}`
+	for _, tc := range []struct {
+		name     string
+		req      Request
+		events   []string
+		complete bool
+	}{
+		{"n=2, one choice finished", Request{Choices: 2}, []string{chunk, final}, false},
+		{"n=2, both finished", Request{Choices: 2}, []string{chunk, final, finalOne}, true},
+		{"usage asked, not sent", Request{Choices: 1, IncludeUsage: true}, []string{chunk, final}, false},
+		{"usage asked and sent", Request{Choices: 1, IncludeUsage: true}, []string{chunk, final, usage}, true},
+	} {
+		a := &script{replies: []func(*http.Request) (*http.Response, error){sse(tc.events...)}}
+		req := tc.req
+		req.Body, req.Stream = chatReq.Body, true
+		res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{deployment("a", a)}, &req)
+		got, err := relay(t, res.Stream)
+		done := len(got) > 0 && got[len(got)-1] == "[DONE]"
+		if done != tc.complete || (err == nil) != tc.complete {
+			t.Errorf("%s: expected complete=%v, got [DONE]=%v err=%v", tc.name, tc.complete, done, err)
+		}
+	}
+}

@@ -54,6 +54,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	            quality         <0..1>
 //	            context_window  <tokens>
 //	            weight          <n>
+//	            rpm             <requests per minute>
+//	            tpm             <tokens per minute>
 //	        }]
 //	    }
 //	}
@@ -321,6 +323,18 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 				return nil, err
 			}
 			dep.Weight = int(n)
+		case "rpm":
+			n, err := parseInt(d)
+			if err != nil {
+				return nil, err
+			}
+			dep.RPM = n
+		case "tpm":
+			n, err := parseInt(d)
+			if err != nil {
+				return nil, err
+			}
+			dep.TPM = n
 		default:
 			return nil, d.Errf("unknown subdirective %s in deployment", key)
 		}

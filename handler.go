@@ -142,7 +142,13 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 
-	rreq := &router.Request{Body: body, Stream: req.Stream, Tokens: estimateTokens(&req, len(body)), Choices: 1}
+	rreq := &router.Request{Body: body, Stream: req.Stream, Choices: 1, PromptTokens: int64(len(body))/4 + 1}
+	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
+		rreq.OutputTokens = *req.MaxCompletionTokens
+	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
+		rreq.OutputTokens = *req.MaxTokens
+	}
+	rreq.Tokens = rreq.PromptTokens + rreq.OutputTokens
 	if req.N != nil {
 		rreq.Choices = *req.N
 	}
@@ -150,12 +156,14 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
 		rreq.IncludeUsage = req.StreamOptions.IncludeUsage
 	}
 	res := h.router.Serve(r.Context(), group, rreq)
-	h.setPlaceholders(r, res)
+	h.annotate(r, res)
 	if errors.Is(res.Err, router.ErrClientGone) {
+		h.count(req.Model, res, 499) // nginx's "client closed request"
 		return nil
 	}
 	var rerr *router.Error
 	if errors.As(res.Err, &rerr) {
+		h.count(req.Model, res, rerr.Status)
 		setRouterHeaders(w, res)
 		if rerr.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(rerr.RetryAfter/time.Second)))
@@ -163,6 +171,7 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
 		writeError(w, rerr.Status, rerr.Type, rerr.Code, "", rerr.Message)
 		return nil
 	}
+	h.count(req.Model, res, res.Status)
 	if res.Stream != nil {
 		return h.relay(w, r, res)
 	}
@@ -262,16 +271,32 @@ func jsonKind(e *json.UnmarshalTypeError) string {
 	return "another type"
 }
 
-func (h *Handler) setPlaceholders(r *http.Request, res *router.Result) {
-	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if !ok {
-		return
-	}
+// annotate sets the placeholders and adds the same facts to Caddy's access
+// log entry for the request.
+func (h *Handler) annotate(r *http.Request, res *router.Result) {
+	name := ""
 	if res.Deployment != nil {
-		repl.Set("http.llm_router.deployment", res.Deployment.Name)
+		name = res.Deployment.Name
 	}
-	repl.Set("http.llm_router.attempts", res.Attempts)
-	repl.Set("http.llm_router.failover_reason", res.FailoverReason)
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Set("http.llm_router.deployment", name)
+		repl.Set("http.llm_router.attempts", res.Attempts)
+		repl.Set("http.llm_router.failover_reason", res.FailoverReason)
+	}
+	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
+		extra.Set(zap.String("llm_deployment", name))
+		extra.Set(zap.Int("llm_attempts", res.Attempts))
+		extra.Set(zap.String("llm_failover_reason", res.FailoverReason))
+	}
+}
+
+// count adds the request to llm_router_requests_total.
+func (h *Handler) count(group string, res *router.Result, status int) {
+	name := ""
+	if res.Deployment != nil {
+		name = res.Deployment.Name
+	}
+	h.metrics.request(group, name, status)
 }
 
 func setRouterHeaders(w http.ResponseWriter, res *router.Result) {
@@ -288,18 +313,6 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-}
-
-// estimateTokens guesses prompt plus output tokens: about 4 bytes of JSON
-// body per token, plus the requested output limit.
-func estimateTokens(req *chatRequest, bodyBytes int) int64 {
-	n := int64(bodyBytes)/4 + 1
-	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
-		n += *req.MaxCompletionTokens
-	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		n += *req.MaxTokens
-	}
-	return n
 }
 
 // errorBody is the OpenAI error format.

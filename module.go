@@ -90,8 +90,8 @@ type Handler struct {
 	// get 413. Default: 8 MB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
-	// Weights of the ranking's features. Default: cost 1, latency 1,
-	// reliability 1, quality 1, capacity 2.
+	// Weights of the ranking's features (see router.Weights for the score).
+	// Default: cost 1, latency 1, reliability 1, quality 1, capacity 2.
 	Weights *Weights `json:"weights,omitempty"`
 
 	// Providers by name: upstream accounts.
@@ -105,6 +105,7 @@ type Handler struct {
 	router    *router.Router
 	stateKeys []string
 	ownedRTs  []*reverseproxy.HTTPTransport
+	metrics   *metrics
 	logger    *zap.Logger
 }
 
@@ -188,8 +189,16 @@ type Deployment struct {
 	// context_length failure only deployments with a larger one are tried.
 	// Default: 0 (unknown).
 	ContextWindow int64 `json:"context_window,omitempty"`
-	// Weight breaks ties between otherwise equal deployments, higher first. Default: 1.
+	// Weight shares traffic between deployments whose scores tie (within
+	// 0.03): in proportion to it. Default: 1.
 	Weight int `json:"weight,omitempty"`
+	// RPM is the operator's declared limit in requests per minute, enforced
+	// locally over a sliding minute whatever the provider's headers say: the
+	// only protection for providers that send none. Default: 0 (none).
+	RPM int64 `json:"rpm,omitempty"`
+	// TPM is the declared limit in tokens per minute (estimated: prompt
+	// bytes / 4 plus max_tokens). Default: 0 (none).
+	TPM int64 `json:"tpm,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -251,7 +260,31 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Long:        longCooldown,
 	}
 	h.router.Logger = h.logger
+	h.router.Weights = h.Weights.resolve()
+	h.metrics = getMetrics()
+	if err := h.metrics.register(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
+	h.router.Observer = h.metrics
+	addLive(h)
 	return nil
+}
+
+// resolve fills the unset weights with their defaults.
+func (w *Weights) resolve() router.Weights {
+	out := router.DefaultWeights
+	if w == nil {
+		return out
+	}
+	for _, f := range []struct {
+		v   *float64
+		dst *float64
+	}{{w.Cost, &out.Cost}, {w.Latency, &out.Latency}, {w.Reliability, &out.Reliability}, {w.Quality, &out.Quality}, {w.Capacity, &out.Capacity}} {
+		if f.v != nil {
+			*f.dst = *f.v
+		}
+	}
+	return out
 }
 
 func (h *Handler) provisionProvider(ctx caddy.Context, repl *caddy.Replacer, name string, p *Provider) error {
@@ -317,6 +350,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		return nil, err
 	}
 	h.stateKeys = append(h.stateKeys, key)
+	st.(*capacity.State).Declare(dc.RPM, dc.TPM)
 	weight := dc.Weight
 	if weight == 0 {
 		weight = 1
@@ -391,8 +425,9 @@ func (h *Handler) check() error {
 			if !(d.Quality >= 0 && d.Quality <= 1) {
 				return fmt.Errorf("model %s: quality must be within 0..1", name)
 			}
-			if !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 || d.ContextWindow < 0 || d.Weight < 0 {
-				return fmt.Errorf("model %s: cost, context_window and weight must not be negative", name)
+			if !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 ||
+				d.ContextWindow < 0 || d.Weight < 0 || d.RPM < 0 || d.TPM < 0 {
+				return fmt.Errorf("model %s: cost, context_window, weight, rpm and tpm must not be negative", name)
 			}
 		}
 	}
@@ -425,6 +460,7 @@ func (h *Handler) Validate() error {
 // Cleanup releases what Provision acquired: the capacity states (kept in the
 // pool while another config uses them) and the transports it made.
 func (h *Handler) Cleanup() error {
+	removeLive(h)
 	for _, key := range h.stateKeys {
 		_, _ = states.Delete(key)
 	}

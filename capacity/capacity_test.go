@@ -97,7 +97,7 @@ func TestStateCircuit(t *testing.T) {
 	if !at.Equal(t0.Add(time.Second)) || why != Server {
 		t.Errorf("second consecutive failure: expected 1 s of backoff, got %v %s", at.Sub(t0), why)
 	}
-	if snap := s.Snapshot(); snap.ConsecutiveFailures != 2 || snap.LastClass != "server" {
+	if snap := s.Snapshot(t0); snap.ConsecutiveFailures != 2 || snap.LastClass != "server" {
 		t.Errorf("expected 2 failures recorded, got %+v", snap)
 	}
 	s.Observe(t0.Add(2*time.Second), NewObservation(OK), DefaultPolicy)
@@ -106,7 +106,7 @@ func TestStateCircuit(t *testing.T) {
 	}
 	// Client errors say nothing about the deployment.
 	s.Observe(t0.Add(3*time.Second), NewObservation(ClientError), DefaultPolicy)
-	if snap := s.Snapshot(); snap.ConsecutiveFailures != 0 {
+	if snap := s.Snapshot(t0); snap.ConsecutiveFailures != 0 {
 		t.Errorf("a client error is not a failure, got %d", snap.ConsecutiveFailures)
 	}
 	// A shorter later cooldown never shortens an open circuit.
@@ -126,5 +126,141 @@ func TestClassNames(t *testing.T) {
 	}
 	if _, ok := ParseClass("nope"); ok {
 		t.Error("expected an unknown name rejected")
+	}
+}
+
+func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, NewObservation(Server), DefaultPolicy) // open for 500 ms
+	if s.circuit(t0) != Open {
+		t.Fatal("expected the circuit open right after the failure")
+	}
+	later := t0.Add(time.Second)
+	if c := s.circuit(later); c != HalfOpen {
+		t.Fatalf("expected half-open after the cooldown, got %s", c)
+	}
+	if !s.Acquire(later, 1) {
+		t.Fatal("expected the first request to get the probe")
+	}
+	if s.Acquire(later, 1) {
+		t.Fatal("expected a second request refused while the probe is out")
+	}
+	if at, _ := s.AvailableAt(later, 1); !at.After(later) {
+		t.Errorf("expected others to wait while the probe is out, got %v", at)
+	}
+	// The probe succeeds: closed, everyone through.
+	s.Observe(later, NewObservation(OK), DefaultPolicy)
+	s.Release()
+	if c := s.circuit(later); c != Closed {
+		t.Errorf("expected closed after a successful probe, got %s", c)
+	}
+	if !s.Acquire(later, 1) || !s.Acquire(later, 1) {
+		t.Error("expected a closed circuit to let everyone through")
+	}
+	s.Release()
+	s.Release()
+
+	// A failed probe reopens it for longer.
+	s2 := NewState()
+	s2.Observe(t0, NewObservation(Server), DefaultPolicy)
+	s2.Acquire(t0.Add(time.Second), 1)
+	s2.Observe(t0.Add(time.Second), NewObservation(Server), DefaultPolicy)
+	s2.Release()
+	if at, _ := s2.AvailableAt(t0.Add(time.Second), 1); at.Sub(t0.Add(time.Second)) != time.Second {
+		t.Errorf("expected the second failure to open it for 1 s, got %v", at.Sub(t0.Add(time.Second)))
+	}
+}
+
+func TestRateLimitCircuitClosesAtReset(t *testing.T) {
+	s := NewState()
+	o := NewObservation(RateLimited)
+	o.RetryAfter = 10 * time.Second
+	if res := s.Observe(t0, o, DefaultPolicy); !res.Opened || res.Cooldown != 10*time.Second {
+		t.Fatalf("expected the circuit opened for 10 s, got %+v", res)
+	}
+	if c := s.circuit(t0.Add(11 * time.Second)); c != Closed {
+		t.Errorf("a rate-limit circuit closes at its reset, got %s", c)
+	}
+}
+
+func TestOpenedOnlyOnce(t *testing.T) {
+	s := NewState()
+	auth := NewObservation(Auth)
+	if !s.Observe(t0, auth, DefaultPolicy).Opened {
+		t.Error("expected the first auth failure to open the circuit")
+	}
+	if s.Observe(t0.Add(time.Second), auth, DefaultPolicy).Opened {
+		t.Error("expected a second auth failure while open not to count as opening (log once)")
+	}
+}
+
+func TestDeclaredRPMIsASlidingMinute(t *testing.T) {
+	s := NewState()
+	s.Declare(3, 0)
+	for i := 0; i < 3; i++ {
+		now := t0.Add(time.Duration(i) * 10 * time.Second)
+		if at, _ := s.AvailableAt(now, 1); !at.Equal(now) {
+			t.Fatalf("request %d: expected at once, got %v", i, at)
+		}
+		s.Acquire(now, 1)
+		s.Release()
+	}
+	// The 4th must wait until the 1st is a minute old.
+	if at, why := s.AvailableAt(t0.Add(30*time.Second), 1); !at.Equal(t0.Add(time.Minute)) || why != RateLimited {
+		t.Errorf("expected to wait until %v, got %v %s", t0.Add(time.Minute), at, why)
+	}
+	if at, _ := s.AvailableAt(t0.Add(time.Minute+time.Millisecond), 1); !at.Equal(t0.Add(time.Minute + time.Millisecond)) {
+		t.Errorf("expected a slot after the first expired, got %v", at)
+	}
+}
+
+func TestDeclaredTPM(t *testing.T) {
+	s := NewState()
+	s.Declare(0, 1000)
+	s.Acquire(t0, 600)
+	s.Acquire(t0.Add(10*time.Second), 300)
+	if at, _ := s.AvailableAt(t0.Add(20*time.Second), 200); !at.Equal(t0.Add(time.Minute)) {
+		t.Errorf("900 used + 200 > 1000: expected to wait for the first to expire, got %v", at.Sub(t0))
+	}
+	if at, _ := s.AvailableAt(t0.Add(20*time.Second), 100); !at.Equal(t0.Add(20 * time.Second)) {
+		t.Errorf("900 used + 100 fits: expected at once, got %v", at.Sub(t0))
+	}
+	if h := s.Features(t0.Add(20*time.Second), 50, false).Headroom; h != 0.05 {
+		t.Errorf("expected headroom (1000-900-50)/1000, got %v", h)
+	}
+}
+
+func TestHealthFeatures(t *testing.T) {
+	s := NewState()
+	if f := s.Features(t0, 0, false); f.Reliability != 1 || f.Latency != 0 {
+		t.Errorf("a new deployment: expected reliability 1 and unknown latency, got %+v", f)
+	}
+	s.Observe(t0, NewObservation(Server), DefaultPolicy)
+	s.Observe(t0, NewObservation(OK), DefaultPolicy)
+	if f := s.Features(t0, 0, false); f.Reliability != 2.0/3 {
+		t.Errorf("1 success of 2 (+1 virtual): expected 2/3, got %v", f.Reliability)
+	}
+	// An hour later the failure has decayed away.
+	if f := s.Features(t0.Add(time.Hour), 0, false); f.Reliability < 0.999 {
+		t.Errorf("expected the old failure forgotten, got %v", f.Reliability)
+	}
+	s.RecordLatency(time.Second, 200*time.Millisecond)
+	s.RecordLatency(2*time.Second, 0)
+	if f := s.Features(t0, 0, false); f.Latency != 1.3 {
+		t.Errorf("expected EWMA 1 + 0.3*(2-1) = 1.3 s, got %v", f.Latency)
+	}
+	if f := s.Features(t0, 0, true); f.Latency != 0.2 {
+		t.Errorf("streaming ranks by TTFT: expected 0.2 s, got %v", f.Latency)
+	}
+}
+
+func TestAcquireSpendsStatedWindows(t *testing.T) {
+	s := NewState()
+	ok := NewObservation(OK)
+	ok.Requests = Window{Limit: 10, Remaining: 1, Reset: time.Minute}
+	s.Observe(t0, ok, DefaultPolicy)
+	s.Acquire(t0, 1)
+	if at, _ := s.AvailableAt(t0, 1); !at.Equal(t0.Add(time.Minute)) {
+		t.Errorf("the last request is out: expected the next to wait for the reset, got %v", at.Sub(t0))
 	}
 }

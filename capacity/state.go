@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -35,19 +36,72 @@ func (w *window) current(now time.Time) int64 {
 	return w.remaining
 }
 
-// State is what is known about one deployment: its rate-limit windows, its
-// circuit (open until an instant, for a reason) and its failure streak. It is
-// safe for concurrent use. A State outlives a config reload when kept in a
-// caddy.UsagePool (it implements caddy.Destructor).
+// spend takes n from a window that still holds, so that concurrent requests
+// do not all count on the same last unit before the next response says more.
+func (w *window) spend(now time.Time, n int64) {
+	if w.current(now) > 0 {
+		w.remaining = max(w.remaining-n, 0)
+	}
+}
+
+// Circuit is a deployment's availability as a breaker sees it.
+type Circuit uint8
+
+const (
+	// Closed: usable.
+	Closed Circuit = iota
+	// HalfOpen: a failure's cooldown has passed; one probe may go through.
+	HalfOpen
+	// Open: skipped until an instant.
+	Open
+)
+
+func (c Circuit) String() string {
+	switch c {
+	case HalfOpen:
+		return "half_open"
+	case Open:
+		return "open"
+	}
+	return "closed"
+}
+
+// Health decays with a half-life, so that a deployment that failed an hour
+// ago is not judged by it forever.
+const healthHalfLife = 5 * time.Minute
+
+// ewmaWeight is the weight of a new latency sample.
+const ewmaWeight = 0.3
+
+// probeWait is how long others wait while a half-open circuit's probe is out.
+const probeWait = time.Second
+
+// State is what is known about one deployment: its rate-limit windows (as
+// the provider stated them, and as declared by the operator), its circuit,
+// and its health (latency and success rate). It is safe for concurrent use.
+// A State outlives a config reload when kept in a caddy.UsagePool (it
+// implements caddy.Destructor).
 type State struct {
-	mu                  sync.Mutex
-	requests, tokens    window
+	mu               sync.Mutex
+	requests, tokens window
+
 	openUntil           time.Time
 	openReason          Class
 	consecutiveFailures int
-	lastClass           Class
-	lastAt              time.Time
-	lastMessage         string
+	probing             bool
+	inFlight            int
+
+	lastClass   Class
+	lastAt      time.Time
+	lastMessage string
+
+	// Health: EWMAs in seconds (0 = no sample yet) and a success rate
+	// decayed by time.
+	latency, ttft       float64
+	successes, attempts float64
+	healthAt            time.Time
+
+	declared declared
 }
 
 // NewState returns a State with nothing known.
@@ -61,44 +115,122 @@ func NewState() *State {
 // Destruct implements caddy.Destructor; a State holds no resources.
 func (s *State) Destruct() error { return nil }
 
-// Observe folds one attempt's outcome, seen at now, into the state and
-// returns how long the deployment is now avoided (zero if usable at once).
-func (s *State) Observe(now time.Time, o Observation, p Policy) time.Duration {
+// Declare sets the operator's declared limits (requests and tokens per
+// minute; 0 = none), enforced locally over a sliding minute whatever the
+// provider says: the only protection for providers that send no headers.
+func (s *State) Declare(rpm, tpm int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.declared.rpm, s.declared.tpm = rpm, tpm
+}
+
+// Observed is what Observe changed.
+type Observed struct {
+	// Cooldown is how long the deployment is now avoided (0: usable).
+	Cooldown time.Duration
+	// Opened is true when this observation opened a circuit that was not
+	// open for the same reason: the moment to log it once.
+	Opened bool
+}
+
+// Observe folds one attempt's outcome, seen at now, into the state.
+func (s *State) Observe(now time.Time, o Observation, p Policy) Observed {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests.update(now, o.Requests)
 	s.tokens.update(now, o.Tokens)
 	s.lastClass, s.lastAt = o.Class, now
-	if o.Class.Failure() {
-		s.consecutiveFailures++
-		s.lastMessage = o.Message
-	} else if o.Class == OK {
-		s.consecutiveFailures = 0
-		// A success proves the circuit closed, whatever opened it.
-		s.openUntil = time.Time{}
+	s.probing = false
+	if o.Class == OK || o.Class.Failure() {
+		s.decayHealth(now)
+		s.attempts++
+		if o.Class == OK {
+			s.successes++
+		}
 	}
 	if !o.Class.Failure() {
+		if o.Class == OK {
+			s.consecutiveFailures = 0
+			// A success proves the circuit closed, whatever opened it.
+			s.openUntil = time.Time{}
+		}
 		// Exhausted windows are read by AvailableAt; no circuit to open.
-		return o.Cooldown(p, 0)
+		return Observed{Cooldown: o.Cooldown(p, 0)}
 	}
+	s.consecutiveFailures++
+	s.lastMessage = o.Message
 	cool := o.Cooldown(p, s.consecutiveFailures)
+	res := Observed{Cooldown: cool}
 	if until := now.Add(cool); cool > 0 && until.After(s.openUntil) {
+		res.Opened = !s.openUntil.After(now) || s.openReason != o.Class
 		s.openUntil, s.openReason = until, o.Class
 	}
-	return cool
+	return res
+}
+
+// RecordLatency folds a successful attempt's latencies into the EWMAs:
+// total until the answer was complete (non-streaming) and ttft until the
+// first content event (streaming); a zero duration is no sample.
+func (s *State) RecordLatency(total, ttft time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if total > 0 {
+		s.latency = ewma(s.latency, total.Seconds())
+	}
+	if ttft > 0 {
+		s.ttft = ewma(s.ttft, ttft.Seconds())
+	}
+}
+
+func ewma(old, sample float64) float64 {
+	if old == 0 {
+		return sample
+	}
+	return old + ewmaWeight*(sample-old)
+}
+
+func (s *State) decayHealth(now time.Time) {
+	if !s.healthAt.IsZero() && now.After(s.healthAt) {
+		f := math.Exp2(-float64(now.Sub(s.healthAt)) / float64(healthHalfLife))
+		s.successes *= f
+		s.attempts *= f
+	}
+	s.healthAt = now
+}
+
+// circuit reads the breaker at now. A rate-limit circuit closes at its
+// reset; any other failure's circuit turns half-open when its cooldown ends
+// and closes on the next success.
+func (s *State) circuit(now time.Time) Circuit {
+	switch {
+	case s.openUntil.After(now):
+		return Open
+	case !s.openUntil.IsZero() && s.openReason != RateLimited && s.consecutiveFailures > 0:
+		return HalfOpen
+	}
+	return Closed
 }
 
 // AvailableAt returns when the deployment may next be tried by a request of
 // about tokens tokens (prompt plus max_tokens), and why it waits: a time not
-// after now means "at once". It waits for an open circuit, for an exhausted
-// request window, and for a token window whose remaining count is smaller
-// than the request.
+// after now means "at once". It waits for an open circuit, a half-open one
+// whose probe is out, an exhausted request window, a token window holding
+// fewer tokens than the request, and the declared rpm/tpm.
 func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, Class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.availableAt(now, tokens)
+}
+
+func (s *State) availableAt(now time.Time, tokens int64) (time.Time, Class) {
 	at, why := now, OK
-	if s.openUntil.After(at) {
+	switch s.circuit(now) {
+	case Open:
 		at, why = s.openUntil, s.openReason
+	case HalfOpen:
+		if s.probing {
+			at, why = now.Add(probeWait), s.openReason
+		}
 	}
 	if r := s.requests.current(now); r == 0 && s.requests.reset.After(at) {
 		at, why = s.requests.reset, RateLimited
@@ -106,30 +238,116 @@ func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, Class) {
 	if r := s.tokens.current(now); r >= 0 && r < max(tokens, 1) && s.tokens.reset.After(at) {
 		at, why = s.tokens.reset, RateLimited
 	}
+	if t := s.declared.availableAt(now, tokens); t.After(at) {
+		at, why = t, RateLimited
+	}
 	return at, why
 }
 
-// Headroom returns the smaller of remaining/limit for requests and tokens, in
-// 0..1, or Unknown (-1) when neither window is known now.
-func (s *State) Headroom(now time.Time) float64 {
+// Features is what ranking needs of a deployment, read under one lock.
+type Features struct {
+	// At is when the deployment may be tried (see AvailableAt), Why the reason
+	// it waits.
+	At  time.Time
+	Why Class
+	// Headroom is the smallest of remaining/limit over the known windows
+	// (provider-stated and declared), after this request's tokens; Unknown
+	// (-1) when no window is known.
+	Headroom float64
+	// Latency is the EWMA of TTFT (streaming) or total latency
+	// (non-streaming), in seconds; 0 when never measured.
+	Latency float64
+	// Reliability is the time-decayed success rate with one virtual success
+	// as prior, 0..1: a deployment never tried counts as reliable.
+	Reliability float64
+	// InFlight is the number of attempts under way.
+	InFlight int
+}
+
+// Features reads the ranking features at now for a request of about
+// tokens tokens.
+func (s *State) Features(now time.Time, tokens int64, stream bool) Features {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := float64(Unknown)
-	for _, w := range [2]*window{&s.requests, &s.tokens} {
-		r := w.current(now)
-		if r < 0 || w.limit <= 0 {
-			continue
+	f := Features{Headroom: Unknown, InFlight: s.inFlight}
+	f.At, f.Why = s.availableAt(now, tokens)
+	if stream && s.ttft > 0 {
+		f.Latency = s.ttft
+	} else {
+		f.Latency = s.latency
+	}
+	decay := 1.0
+	if !s.healthAt.IsZero() && now.After(s.healthAt) {
+		decay = math.Exp2(-float64(now.Sub(s.healthAt)) / float64(healthHalfLife))
+	}
+	f.Reliability = (s.successes*decay + 1) / (s.attempts*decay + 1)
+	// What would be left after this request, as a share of the limit.
+	headroom := func(left, limit int64) {
+		if limit <= 0 {
+			return
 		}
-		f := min(float64(r)/float64(w.limit), 1)
-		if h < 0 || f < h {
-			h = f
+		h := min(max(float64(left)/float64(limit), 0), 1)
+		if f.Headroom < 0 || h < f.Headroom {
+			f.Headroom = h
 		}
 	}
-	return h
+	if r := s.requests.current(now); r >= 0 {
+		headroom(r-1, s.requests.limit)
+	}
+	if r := s.tokens.current(now); r >= 0 {
+		headroom(r-tokens, s.tokens.limit)
+	}
+	if s.declared.rpm > 0 {
+		headroom(s.declared.rpm-s.declared.requestsIn(now)-1, s.declared.rpm)
+	}
+	if s.declared.tpm > 0 {
+		headroom(s.declared.tpm-s.declared.tokensIn(now)-tokens, s.declared.tpm)
+	}
+	return f
+}
+
+// Headroom returns Features(now, 0, false).Headroom.
+func (s *State) Headroom(now time.Time) float64 {
+	return s.Features(now, 0, false).Headroom
+}
+
+// Acquire claims the deployment for one attempt at now of about tokens
+// tokens: it counts the attempt in flight and in the declared windows, and
+// spends it from the provider-stated windows until the next response says
+// more. It returns false when a half-open circuit's single probe is already
+// out: pick another deployment. Every successful Acquire is paired with one
+// Release.
+func (s *State) Acquire(now time.Time, tokens int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.circuit(now) == HalfOpen {
+		if s.probing {
+			return false
+		}
+		s.probing = true
+	}
+	s.inFlight++
+	s.requests.spend(now, 1)
+	s.tokens.spend(now, tokens)
+	s.declared.record(now, tokens)
+	return true
+}
+
+// Release ends an attempt claimed by Acquire (and frees a probe that ended
+// without an Observe, such as a client that went away).
+func (s *State) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight > 0 {
+		s.inFlight--
+	}
+	s.probing = false
 }
 
 // Snapshot is a copy of a State for display (admin API, logs, tests).
+// Counts are Unknown (-1) when the provider never stated them.
 type Snapshot struct {
+	Circuit             string    `json:"circuit"`
 	OpenUntil           time.Time `json:"open_until,omitzero"`
 	OpenReason          string    `json:"open_reason,omitempty"`
 	LimitRequests       int64     `json:"limit_requests"`
@@ -138,30 +356,47 @@ type Snapshot struct {
 	LimitTokens         int64     `json:"limit_tokens"`
 	RemainingTokens     int64     `json:"remaining_tokens"`
 	ResetTokens         time.Time `json:"reset_tokens,omitzero"`
+	DeclaredRPM         int64     `json:"declared_rpm,omitempty"`
+	DeclaredTPM         int64     `json:"declared_tpm,omitempty"`
+	RequestsLastMinute  int64     `json:"requests_last_minute"`
+	TokensLastMinute    int64     `json:"tokens_last_minute"`
+	LatencyMS           float64   `json:"latency_ewma_ms"`
+	TTFTMS              float64   `json:"ttft_ewma_ms"`
+	SuccessRate         float64   `json:"success_rate"`
+	InFlight            int       `json:"in_flight"`
 	ConsecutiveFailures int       `json:"consecutive_failures"`
 	LastClass           string    `json:"last_class,omitempty"`
 	LastAt              time.Time `json:"last_at,omitzero"`
 	LastMessage         string    `json:"last_message,omitempty"`
 }
 
-// Snapshot returns a copy of the state.
-func (s *State) Snapshot() Snapshot {
+// Snapshot returns a copy of the state as seen at now.
+func (s *State) Snapshot(now time.Time) Snapshot {
+	f := s.Features(now, 0, false)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := Snapshot{
-		OpenUntil:           s.openUntil,
+		Circuit:             s.circuit(now).String(),
 		LimitRequests:       s.requests.limit,
 		RemainingRequests:   s.requests.remaining,
 		ResetRequests:       s.requests.reset,
 		LimitTokens:         s.tokens.limit,
 		RemainingTokens:     s.tokens.remaining,
 		ResetTokens:         s.tokens.reset,
+		DeclaredRPM:         s.declared.rpm,
+		DeclaredTPM:         s.declared.tpm,
+		RequestsLastMinute:  s.declared.requestsIn(now),
+		TokensLastMinute:    s.declared.tokensIn(now),
+		LatencyMS:           s.latency * 1000,
+		TTFTMS:              s.ttft * 1000,
+		SuccessRate:         f.Reliability,
+		InFlight:            s.inFlight,
 		ConsecutiveFailures: s.consecutiveFailures,
 		LastAt:              s.lastAt,
 		LastMessage:         s.lastMessage,
 	}
-	if !s.openUntil.IsZero() {
-		snap.OpenReason = s.openReason.String()
+	if s.openUntil.After(now) {
+		snap.OpenUntil, snap.OpenReason = s.openUntil, s.openReason.String()
 	}
 	if !s.lastAt.IsZero() {
 		snap.LastClass = s.lastClass.String()

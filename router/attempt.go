@@ -35,9 +35,10 @@ type outcome struct {
 	header   http.Header
 	body     []byte
 	stream   *Stream
-	timeout  bool // the provider's own timeout ended it (a silent deployment)
-	deadline bool // the request's deadline ended it
-	canceled bool // the client went away
+	took     time.Duration // until the answer was read, or a stream's first content
+	timeout  bool          // the provider's own timeout ended it (a silent deployment)
+	deadline bool          // the request's deadline ended it
+	canceled bool          // the client went away
 }
 
 func (o *outcome) clientError() bool {
@@ -56,6 +57,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	if left := deadline.Sub(r.Clock.Now()); limit <= 0 || left <= limit {
 		limit, cause = left, errRequestTimeout
 	}
+	began := time.Now()
 	ctx, cancel := context.WithCancelCause(parent)
 	timer := time.AfterFunc(limit, func() { cancel(cause) })
 	finish := func() {
@@ -66,6 +68,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	out := &outcome{d: d}
 	fail := func(class capacity.Class, err error) *outcome {
 		finish()
+		out.took = time.Since(began)
 		switch {
 		case parent.Err() != nil:
 			out.canceled = true
@@ -102,6 +105,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 			return fail(capacity.Transport, err)
 		}
 		finish()
+		out.took = time.Since(began)
 		out.body = body
 		out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, body, r.Clock.Now())
 		return out
@@ -113,6 +117,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 			return fail(capacity.Transport, err)
 		}
 		finish()
+		out.took = time.Since(began)
 		if len(body) > maxResponseBody {
 			out.obs = capacity.NewObservation(capacity.Server)
 			out.obs.Message = "answer larger than 32 MiB"
@@ -122,6 +127,8 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		if out.body, err = d.Adapter.ChatResponse(body); err != nil {
 			out.obs = capacity.NewObservation(capacity.Server)
 			out.obs.Message = "untranslatable answer: " + err.Error()
+		} else {
+			d.State.RecordLatency(out.took, 0)
 		}
 		return out
 	}
@@ -150,6 +157,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		case adapters.EventError, adapters.EventDone:
 			resp.Body.Close()
 			finish()
+			out.took = time.Since(began)
 			if kind == adapters.EventDone {
 				obs = capacity.NewObservation(capacity.Server)
 				obs.Message = "stream ended before any content"
@@ -164,6 +172,11 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		timer.Stop()
 		s.idle = time.AfterFunc(time.Hour, func() { cancel(errIdleTimeout) })
 		s.idle.Stop()
+		out.took = time.Since(began)
+		d.State.RecordLatency(0, out.took)
+		if r.Observer != nil {
+			r.Observer.FirstToken(d, out.took)
+		}
 		out.stream = s
 		return out
 	}
@@ -206,9 +219,11 @@ func (s *Stream) complete() bool {
 	return s.finals >= max(s.req.Choices, 1) && (s.usage || !s.req.IncludeUsage)
 }
 
-// Close releases the upstream stream; Relay calls it.
+// Close releases the upstream stream and the deployment's claim; Relay
+// calls it.
 func (s *Stream) Close() {
 	s.once.Do(func() {
+		s.d.State.Release()
 		s.timer.Stop()
 		if s.idle != nil {
 			s.idle.Stop()

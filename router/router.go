@@ -11,9 +11,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"net/http"
-	"sort"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -62,6 +61,9 @@ type Request struct {
 	Stream bool
 	// Tokens estimates prompt plus max_tokens, for token windows.
 	Tokens int64
+	// PromptTokens and OutputTokens (max_tokens; 0 when unset) price the
+	// request for the cost feature.
+	PromptTokens, OutputTokens int64
 	// Choices is the body's "n" (default 1): a stream is complete once that
 	// many choices have finished.
 	Choices int
@@ -80,8 +82,26 @@ type Router struct {
 	MaxAttempts int
 	// Policy turns failures into waits (backoff base and cap, long cooldown).
 	Policy capacity.Policy
-	Clock  Clock
-	Logger *zap.Logger
+	// Weights weigh the ranking's features (see Weights).
+	Weights Weights
+	// Rand returns a number in [0, 1) to share near-ties; safe for
+	// concurrent use unless the router serves one request at a time.
+	Rand     func() float64
+	Clock    Clock
+	Logger   *zap.Logger
+	Observer Observer
+}
+
+// Observer is told about attempts as they happen (metrics). Calls must be
+// cheap and safe for concurrent use.
+type Observer interface {
+	// Attempt reports one attempt's class and how long it took until its
+	// answer was read (for a stream: until its first event of content).
+	Attempt(d *Deployment, class capacity.Class, took time.Duration)
+	// FirstToken reports a stream's time to first content.
+	FirstToken(d *Deployment, ttft time.Duration)
+	// Failover reports a move to another attempt after a failure on from.
+	Failover(from *Deployment, reason capacity.Class)
 }
 
 // New returns a Router with the Caddyfile defaults: 60 s deadline, 4
@@ -91,6 +111,8 @@ func New() *Router {
 		Deadline:    60 * time.Second,
 		MaxAttempts: 4,
 		Policy:      capacity.DefaultPolicy,
+		Weights:     DefaultWeights,
+		Rand:        rand.Float64,
 		Clock:       RealClock{},
 		Logger:      zap.NewNop(),
 	}
@@ -133,29 +155,26 @@ type Result struct {
 	Err error
 }
 
-// candidate is a deployment as ranked for one choice.
-type candidate struct {
-	i        int
-	at       time.Time // when it may be tried; <= now means at once
-	why      capacity.Class
-	headroom float64
-}
-
 // attemptState is what one request learned about a deployment.
 type attemptState struct {
 	excluded bool // never again in this request (context_length, auth, quota)
 	silent   bool // timed out: only if nothing else is left
 }
 
-// Serve answers req from group, in rank order, with failover. It never makes
-// more than MaxAttempts attempts and never waits past the deadline: when
-// every deployment is cooling past it, it answers 429 at once, with
-// Retry-After set to the earliest reset.
+// Serve answers req from group, trying the best-ranked usable deployment
+// first, with failover. It never makes more than MaxAttempts attempts and
+// never waits past the deadline: when every deployment is cooling past it,
+// it answers 429 at once, with Retry-After set to the earliest reset.
 func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *Result {
 	start := r.Clock.Now()
 	deadline := start.Add(r.Deadline)
 	res := &Result{}
-	per := make([]attemptState, len(group))
+	var perBuf [16]attemptState
+	per := perBuf[:min(len(group), len(perBuf))]
+	if len(group) > len(perBuf) {
+		per = make([]attemptState, len(group))
+	}
+	var candBuf [16]scored
 	var last *outcome
 	defer func() {
 		// Also on an error answer: why the last attempt failed.
@@ -177,30 +196,23 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 			return res
 		}
 		if res.Attempts >= r.MaxAttempts {
-			res.Err = r.finalError(last, group, per, now, req)
-			if last != nil && last.clientError() {
-				res.passOn(last)
-			}
-			return res
+			return r.giveUp(res, last, group, now, req)
 		}
-		cands := r.rank(group, per, now, req, minContext)
+		cands := candidates(candBuf[:0], group, per, now, req, minContext)
 		if len(cands) == 0 {
-			res.Err = r.finalError(last, group, per, now, req)
-			if last != nil && last.clientError() {
-				res.passOn(last)
-			}
-			return res
+			return r.giveUp(res, last, group, now, req)
 		}
-		c := cands[0]
-		if c.at.After(now) {
+		ready := readyFirst(cands, now)
+		if ready == 0 {
 			// Everything is cooling: wait for the first to come back, no
 			// less than the backoff after a failure, if that fits.
-			wait := c.at.Sub(now)
+			c := earliest(cands)
+			wait := c.f.At.Sub(now)
 			if failures > 0 {
 				wait = max(wait, r.Policy.Backoff(failures))
 			}
 			if !now.Add(wait).Before(deadline) {
-				res.Err = coolingError(cands, now, last)
+				res.Err = coolingError(cands, c, now)
 				return res
 			}
 			r.debug("waiting for a cooling deployment",
@@ -211,18 +223,24 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 			}
 			continue
 		}
-
-		d := group[c.i]
-		if ce := r.Logger.Check(zapcore.DebugLevel, "routing"); ce != nil {
-			fields := make([]zap.Field, 0, len(cands)+1)
-			fields = append(fields, zap.Int("attempt", res.Attempts+1))
-			for _, c := range cands {
-				fields = append(fields, zap.String(group[c.i].Name, candidateInfo(c, now)))
-			}
-			ce.Write(fields...)
+		r.score(group, cands[:ready])
+		k := r.pick(group, cands[:ready])
+		i, d := cands[k].i, group[cands[k].i]
+		if ce := r.Logger.Check(zapcore.DebugLevel, "routing decision"); ce != nil {
+			ce.Write(zap.Int("attempt", res.Attempts+1), zap.String("chose", d.Name),
+				zap.String("candidates", describe(group, cands, now)))
+		}
+		if !d.State.Acquire(now, req.Tokens) {
+			continue // a half-open circuit's probe was taken meanwhile
+		}
+		if last != nil && r.Observer != nil {
+			r.Observer.Failover(last.d, last.obs.Class)
 		}
 		res.Attempts++
 		out := r.exchange(ctx, d, req, deadline)
+		if out.stream == nil {
+			d.State.Release() // a stream releases when it ends
+		}
 		if out.canceled {
 			res.Err = ErrClientGone
 			return res
@@ -232,34 +250,61 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 			return res
 		}
 		class := out.obs.Class
-		d.State.Observe(r.Clock.Now(), out.obs, r.Policy)
-		switch {
-		case class == capacity.OK:
+		if r.Observer != nil {
+			r.Observer.Attempt(d, class, out.took)
+		}
+		observed := d.State.Observe(r.Clock.Now(), out.obs, r.Policy)
+		switch class {
+		case capacity.OK:
 			res.Deployment = d
 			res.Status, res.Header, res.Body, res.Stream = out.status, out.header, out.body, out.stream
 			return res
-		case class == capacity.ClientError:
+		case capacity.ClientError:
 			res.passOn(out)
 			return res
 		}
-		r.Logger.Info("attempt failed, failing over",
-			zap.String("deployment", d.Name), zap.String("class", class.String()),
-			zap.Int("status", out.status), zap.String("message", out.obs.Message))
+		r.logFailure(d, out, observed)
 		last = out
 		switch class {
 		case capacity.ContextLength:
-			per[c.i].excluded = true
+			per[i].excluded = true
 			minContext = max(minContext, d.ContextWindow)
 		case capacity.Auth, capacity.QuotaExhausted:
-			per[c.i].excluded = true
+			per[i].excluded = true
 			failures++
 		default:
 			if out.timeout {
-				per[c.i].silent = true
+				per[i].silent = true
 			}
 			failures++
 		}
 	}
+}
+
+// logFailure logs a failed attempt. A bad key or a spent quota is an
+// operator's problem: logged at error level, once, when its circuit opens.
+func (r *Router) logFailure(d *Deployment, out *outcome, observed capacity.Observed) {
+	class := out.obs.Class
+	fields := []zap.Field{zap.String("deployment", d.Name), zap.String("class", class.String()),
+		zap.Int("status", out.status), zap.String("message", out.obs.Message)}
+	switch class {
+	case capacity.Auth, capacity.QuotaExhausted:
+		if observed.Opened {
+			r.Logger.Error("deployment disabled: the provider rejects our key or the quota is spent",
+				append(fields, zap.Duration("for", observed.Cooldown))...)
+		}
+	default:
+		r.Logger.Info("attempt failed, failing over", fields...)
+	}
+}
+
+// giveUp ends a request whose attempts or eligible deployments ran out.
+func (r *Router) giveUp(res *Result, last *outcome, group []*Deployment, now time.Time, req *Request) *Result {
+	res.Err = r.finalError(last, group, now, req)
+	if last != nil && last.clientError() {
+		res.passOn(last)
+	}
+	return res
 }
 
 // passOn makes a provider's client error the answer, as it is.
@@ -268,72 +313,49 @@ func (res *Result) passOn(o *outcome) {
 	res.Status, res.Header, res.Body, res.Err = o.status, o.header, o.body, nil
 }
 
-// rank orders the deployments still eligible for this request: those usable
-// now first, by capacity headroom, quality, cost and weight; then the
-// cooling ones by when they come back. Timed-out (silent) deployments are
-// left out while any other remains.
-func (r *Router) rank(group []*Deployment, per []attemptState, now time.Time, req *Request, minContext int64) []candidate {
-	cands := make([]candidate, 0, len(group))
-	silent := make([]candidate, 0)
-	for i, d := range group {
-		if per[i].excluded {
-			continue
+// candidates collects into buf the deployments still eligible for this
+// request, with their features. Timed-out (silent) deployments are left out
+// while any other remains.
+func candidates(buf []scored, group []*Deployment, per []attemptState, now time.Time, req *Request, minContext int64) []scored {
+	cands := buf
+	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
+		for i, d := range group {
+			if per[i].excluded || per[i].silent != (pass == 1) {
+				continue
+			}
+			if minContext >= 0 && d.ContextWindow != 0 && d.ContextWindow <= minContext {
+				// Known to be no larger than one that was too small. An unknown
+				// window may be larger: worth an attempt.
+				continue
+			}
+			cands = append(cands, scored{i: i, f: d.State.Features(now, req.Tokens, req.Stream), cost: estimateCost(d, req)})
 		}
-		if minContext >= 0 && d.ContextWindow != 0 && d.ContextWindow <= minContext {
-			// Known to be no larger than one that was too small. An unknown
-			// window may be larger: worth an attempt.
-			continue
-		}
-		at, why := d.State.AvailableAt(now, req.Tokens)
-		c := candidate{i: i, at: at, why: why, headroom: d.State.Headroom(now)}
-		if per[i].silent {
-			silent = append(silent, c)
-			continue
-		}
-		cands = append(cands, c)
 	}
-	if len(cands) == 0 {
-		cands = silent
-	}
-	sort.SliceStable(cands, func(a, b int) bool {
-		ca, cb := cands[a], cands[b]
-		readyA, readyB := !ca.at.After(now), !cb.at.After(now)
-		if readyA != readyB {
-			return readyA
-		}
-		if !readyA {
-			return ca.at.Before(cb.at)
-		}
-		if ha, hb := headroomBucket(ca.headroom), headroomBucket(cb.headroom); ha != hb {
-			return ha > hb
-		}
-		da, db := group[ca.i], group[cb.i]
-		if da.Quality != db.Quality {
-			return da.Quality > db.Quality
-		}
-		if costA, costB := da.CostInput+da.CostOutput, db.CostInput+db.CostOutput; costA != costB {
-			return costA < costB
-		}
-		return da.Weight > db.Weight
-	})
 	return cands
 }
 
-// headroomBucket turns remaining/limit into tenths, so that 4,998 vs 4,999
-// left is a tie; unknown capacity counts as half full (neutral).
-func headroomBucket(h float64) int {
-	if h < 0 {
-		h = 0.5
+// readyFirst moves the candidates usable at now to the front and returns
+// how many there are.
+func readyFirst(cands []scored, now time.Time) int {
+	n := 0
+	for k := range cands {
+		if !cands[k].f.At.After(now) {
+			cands[n], cands[k] = cands[k], cands[n]
+			n++
+		}
 	}
-	return int(math.Floor(h * 10))
+	return n
 }
 
-func candidateInfo(c candidate, now time.Time) string {
-	s := "headroom=" + strconv.FormatFloat(c.headroom, 'f', 2, 64)
-	if c.at.After(now) {
-		s += " cooling=" + c.at.Sub(now).String() + " reason=" + c.why.String()
+// earliest returns the candidate that comes back first.
+func earliest(cands []scored) scored {
+	e := cands[0]
+	for _, c := range cands[1:] {
+		if c.f.At.Before(e.f.At) {
+			e = c
+		}
 	}
-	return s
+	return e
 }
 
 func (r *Router) debug(msg string, fields ...zap.Field) {
@@ -356,10 +378,10 @@ func retryAfterSeconds(d time.Duration) time.Duration {
 // coolingError answers when every eligible deployment is cooling past the
 // deadline: 429 when they are all rate-limited or out of quota, else 502;
 // both with Retry-After until the earliest comes back.
-func coolingError(cands []candidate, now time.Time, last *outcome) *Error {
-	retry := retryAfterSeconds(cands[0].at.Sub(now))
+func coolingError(cands []scored, first scored, now time.Time) *Error {
+	retry := retryAfterSeconds(first.f.At.Sub(now))
 	for _, c := range cands {
-		if c.why != capacity.RateLimited && c.why != capacity.QuotaExhausted {
+		if c.f.Why != capacity.RateLimited && c.f.Why != capacity.QuotaExhausted {
 			return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
 				Message: "every deployment of this model is failing; retry later", RetryAfter: retry}
 		}
@@ -369,7 +391,7 @@ func coolingError(cands []candidate, now time.Time, last *outcome) *Error {
 }
 
 // finalError answers when attempts or eligible deployments ran out.
-func (r *Router) finalError(last *outcome, group []*Deployment, per []attemptState, now time.Time, req *Request) error {
+func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, req *Request) error {
 	if last == nil {
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
 			Message: "no deployment could serve this request"}

@@ -96,9 +96,12 @@ func deployment(name string, s *script) *Deployment {
 	}
 }
 
+// newRouter returns a router on clock whose near-ties go to the first
+// candidate in config order, so tests can tell which deployment answers.
 func newRouter(clock *fakeClock) *Router {
 	r := New()
 	r.Clock = clock
+	r.Rand = func() float64 { return 0 }
 	return r
 }
 
@@ -132,9 +135,8 @@ func TestFailoverAtOnceOn429(t *testing.T) {
 		t.Errorf("expected a attempted once within its 30 s, got %d", n)
 	}
 	clock.Advance(6 * time.Second)
-	a.replies = append(a.replies, reply(200, okBody))
-	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[0] {
-		t.Errorf("expected a back after its reset, got %v", res.Deployment)
+	if at, _ := group[0].State.AvailableAt(clock.Now(), 10); at.After(clock.Now()) {
+		t.Errorf("expected a usable again after its 30 s, got %v", at.Sub(clock.Now()))
 	}
 }
 
@@ -317,6 +319,7 @@ func TestProviderTimeoutFailsOverAndIsNotRetried(t *testing.T) {
 	group[0].Timeout = 20 * time.Millisecond
 	group[0].Quality = 1
 	r := New()
+	r.Rand = func() float64 { return 0 }
 	r.Policy.BackoffBase = time.Millisecond
 	res := r.Serve(context.Background(), group, chatReq)
 	if res.Err != nil || res.Deployment != group[1] {
@@ -387,7 +390,7 @@ func TestStreamMidwayErrorIsInBand(t *testing.T) {
 				t.Errorf("%s: a failed stream must not end with [DONE]", name)
 			}
 		}
-		if snap := d.State.Snapshot(); snap.ConsecutiveFailures != 1 {
+		if snap := d.State.Snapshot(time.Now()); snap.ConsecutiveFailures != 1 {
 			t.Errorf("%s: expected the failure counted on the deployment, got %d", name, snap.ConsecutiveFailures)
 		}
 	}
@@ -439,7 +442,7 @@ func TestNotAnAnswerFailsOver(t *testing.T) {
 		if res.Err != nil || res.Deployment != group[1] || res.Status != 200 {
 			t.Errorf("%s: expected b to answer after a's bad answer, got %v %v", name, res.Err, res.Deployment)
 		}
-		if snap := group[0].State.Snapshot(); snap.ConsecutiveFailures != 1 {
+		if snap := group[0].State.Snapshot(time.Now()); snap.ConsecutiveFailures != 1 {
 			t.Errorf("%s: expected a's failure counted, got %+v", name, snap)
 		}
 	}

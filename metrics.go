@@ -1,0 +1,145 @@
+package llmrouter
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/router"
+)
+
+// Prometheus metrics, in Caddy's metrics registry (scraped from the admin
+// endpoint's /metrics). Every label value comes from the config (model
+// group and deployment names) or from a fixed set (status codes, error
+// classes), so cardinality is bounded by the config.
+//
+//	llm_router_requests_total{model_group, deployment, status}  requests answered
+//	llm_router_attempts_total{deployment, class}                upstream attempts by error class
+//	llm_router_failovers_total{deployment, reason}              moves to another attempt after a failure on deployment
+//	llm_router_upstream_latency_seconds{deployment}             until an answer was read (a stream: its first content)
+//	llm_router_ttft_seconds{deployment}                         streams: until the first content event
+//	llm_router_remaining{deployment, kind}                      requests/tokens left as last stated (-1 unknown), read at scrape
+//	llm_router_circuit_state{deployment}                        0 closed, 1 half-open, 2 open, read at scrape
+type metrics struct {
+	requests  *prometheus.CounterVec
+	attempts  *prometheus.CounterVec
+	failovers *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	ttft      *prometheus.HistogramVec
+	states    stateCollector
+}
+
+var (
+	metricsOnce sync.Once
+	theMetrics  *metrics
+)
+
+// llmBuckets span LLM latencies: 50 ms to 2 minutes.
+var llmBuckets = []float64{.05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120}
+
+// getMetrics builds the collectors once; they keep counting across reloads.
+func getMetrics() *metrics {
+	metricsOnce.Do(func() {
+		const ns, sub = "llm", "router"
+		theMetrics = &metrics{
+			requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "requests_total", Help: "Requests answered, by model group, deployment that answered (empty if none) and HTTP status."},
+				[]string{"model_group", "deployment", "status"}),
+			attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "attempts_total", Help: "Upstream attempts, by deployment and error class."},
+				[]string{"deployment", "class"}),
+			failovers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "failovers_total", Help: "Moves to another attempt after a failure, by the deployment that failed and the error class."},
+				[]string{"deployment", "reason"}),
+			latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+				Name: "upstream_latency_seconds", Help: "Upstream attempt duration until the answer was read (streams: until the first content).",
+				Buckets: llmBuckets}, []string{"deployment"}),
+			ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+				Name: "ttft_seconds", Help: "Time to first content event of streamed answers.", Buckets: llmBuckets},
+				[]string{"deployment"}),
+		}
+	})
+	return theMetrics
+}
+
+// register adds the collectors to a config's registry; a registry that has
+// them already (a reload) is fine.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.latency, m.ttft, &m.states} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *metrics) request(group, deployment string, status int) {
+	m.requests.WithLabelValues(group, deployment, strconv.Itoa(status)).Inc()
+}
+
+// Attempt implements router.Observer.
+func (m *metrics) Attempt(d *router.Deployment, class capacity.Class, took time.Duration) {
+	m.attempts.WithLabelValues(d.Name, class.String()).Inc()
+	if took > 0 {
+		m.latency.WithLabelValues(d.Name).Observe(took.Seconds())
+	}
+}
+
+// FirstToken implements router.Observer.
+func (m *metrics) FirstToken(d *router.Deployment, ttft time.Duration) {
+	m.ttft.WithLabelValues(d.Name).Observe(ttft.Seconds())
+}
+
+// Failover implements router.Observer.
+func (m *metrics) Failover(from *router.Deployment, reason capacity.Class) {
+	m.failovers.WithLabelValues(from.Name, reason.String()).Inc()
+}
+
+// stateCollector reports each live deployment's capacity state at scrape
+// time, so the request path pays nothing for these gauges.
+type stateCollector struct{}
+
+var (
+	remainingDesc = prometheus.NewDesc("llm_router_remaining",
+		"Requests or tokens left in the deployment's window as its provider last stated (-1: unknown).",
+		[]string{"deployment", "kind"}, nil)
+	circuitDesc = prometheus.NewDesc("llm_router_circuit_state",
+		"Circuit of the deployment: 0 closed, 1 half-open, 2 open.", []string{"deployment"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- remainingDesc
+	ch <- circuitDesc
+}
+
+// Collect implements prometheus.Collector.
+func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	for _, d := range liveDeployments() {
+		snap := d.dep.State.Snapshot(now)
+		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(snap.RemainingRequests), d.dep.Name, "requests")
+		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(snap.RemainingTokens), d.dep.Name, "tokens")
+		circuit := 0.0
+		switch snap.Circuit {
+		case capacity.HalfOpen.String():
+			circuit = 1
+		case capacity.Open.String():
+			circuit = 2
+		}
+		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, circuit, d.dep.Name)
+	}
+}
+
+// Interface guards
+var (
+	_ router.Observer      = (*metrics)(nil)
+	_ prometheus.Collector = (*stateCollector)(nil)
+)

@@ -1,0 +1,168 @@
+package router
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+// Weights weigh the ranking's features. Each feature is normalized to 0..1
+// (1 is best) among the deployments usable now, and a deployment's score is
+// the weighted mean:
+//
+//		score = (cost*C + latency*L + reliability*R + quality*Q + capacity*K) / (sum of weights)
+//
+//	  - C: cheapest estimated USD for this request / this deployment's
+//	    (prompt tokens x cost_input + max_tokens (or 256) x cost_output, per 1M);
+//	  - L: (fastest + 0.1 s) / (this + 0.1 s), over the EWMA of time to first
+//	    token for a stream, of total latency otherwise (0.1 s softens noise);
+//	  - R: the time-decayed success rate (half-life 5 min, one virtual success);
+//	  - Q: the configured quality;
+//	  - K: the smallest share left of any known rate-limit window (stated by
+//	    the provider or declared) after this request; 0.5 when none is known.
+//
+// A feature nobody has measured (a price of 0, a latency never seen) takes
+// the mean of the known values, so it neither wins nor loses by default.
+type Weights struct {
+	Cost, Latency, Reliability, Quality, Capacity float64
+}
+
+// DefaultWeights are the Caddyfile defaults: capacity counts double.
+var DefaultWeights = Weights{Cost: 1, Latency: 1, Reliability: 1, Quality: 1, Capacity: 2}
+
+// nearTie is the score gap under which deployments count as equal and share
+// the traffic (in proportion to their weight) instead of herding onto one.
+const nearTie = 0.03
+
+// latencySoftening keeps milliseconds of noise from deciding the latency
+// feature: 100 ms vs 120 ms is nearly a tie, 1 s vs 3 s is not.
+const latencySoftening = 0.1
+
+// defaultOutputTokens prices a request that sets no max_tokens.
+const defaultOutputTokens = 256
+
+// scored is one deployment as ranked for one choice.
+type scored struct {
+	i     int
+	f     capacity.Features
+	cost  float64 // estimated USD for this request; 0 = unknown price
+	score float64
+}
+
+// estimateCost returns the request's estimated USD on d (0 if unpriced).
+func estimateCost(d *Deployment, req *Request) float64 {
+	out := req.OutputTokens
+	if out <= 0 {
+		out = defaultOutputTokens
+	}
+	return (float64(req.PromptTokens)*d.CostInput + float64(out)*d.CostOutput) / 1e6
+}
+
+// score fills in the score of each candidate, all usable now.
+func (r *Router) score(group []*Deployment, cands []scored) {
+	w := r.Weights
+	total := w.Cost + w.Latency + w.Reliability + w.Quality + w.Capacity
+	if total <= 0 {
+		for i := range cands {
+			cands[i].score = 0
+		}
+		return
+	}
+	minLat, minCost := 0.0, 0.0
+	for _, c := range cands {
+		if l := c.f.Latency; l > 0 && (minLat == 0 || l < minLat) {
+			minLat = l
+		}
+		if c.cost > 0 && (minCost == 0 || c.cost < minCost) {
+			minCost = c.cost
+		}
+	}
+	// Means of the known normalized values stand in for the unknown ones.
+	latSum, latN, costSum, costN := 0.0, 0, 0.0, 0
+	for _, c := range cands {
+		if c.f.Latency > 0 {
+			latSum += (minLat + latencySoftening) / (c.f.Latency + latencySoftening)
+			latN++
+		}
+		if c.cost > 0 {
+			costSum += minCost / c.cost
+			costN++
+		}
+	}
+	latMean, costMean := 1.0, 1.0
+	if latN > 0 {
+		latMean = latSum / float64(latN)
+	}
+	if costN > 0 {
+		costMean = costSum / float64(costN)
+	}
+	for k := range cands {
+		c := &cands[k]
+		lat, cost, capac := latMean, costMean, 0.5
+		if c.f.Latency > 0 {
+			lat = (minLat + latencySoftening) / (c.f.Latency + latencySoftening)
+		}
+		if c.cost > 0 {
+			cost = minCost / c.cost
+		}
+		if c.f.Headroom >= 0 {
+			capac = c.f.Headroom
+		}
+		c.score = (w.Cost*cost + w.Latency*lat + w.Reliability*c.f.Reliability +
+			w.Quality*group[c.i].Quality + w.Capacity*capac) / total
+	}
+}
+
+// pick returns the index (into cands) of the deployment to try: the best
+// score, with near-ties shared at random in proportion to weight.
+func (r *Router) pick(group []*Deployment, cands []scored) int {
+	best := 0
+	for k := range cands {
+		if cands[k].score > cands[best].score {
+			best = k
+		}
+	}
+	floor := cands[best].score - nearTie
+	sum := 0
+	for _, c := range cands {
+		if c.score >= floor {
+			sum += max(group[c.i].Weight, 1)
+		}
+	}
+	x := r.Rand() * float64(sum)
+	for k, c := range cands {
+		if c.score < floor {
+			continue
+		}
+		x -= float64(max(group[c.i].Weight, 1))
+		if x < 0 {
+			return k
+		}
+	}
+	return best
+}
+
+// describe renders the candidates for the debug log.
+func describe(group []*Deployment, cands []scored, now time.Time) string {
+	var b strings.Builder
+	for k, c := range cands {
+		if k > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(group[c.i].Name)
+		if c.f.At.After(now) {
+			b.WriteString(" cooling ")
+			b.WriteString(c.f.At.Sub(now).Round(time.Millisecond).String())
+			b.WriteString(" (" + c.f.Why.String() + ")")
+			continue
+		}
+		b.WriteString(" score=" + strconv.FormatFloat(c.score, 'f', 3, 64))
+		b.WriteString(" headroom=" + strconv.FormatFloat(c.f.Headroom, 'f', 2, 64))
+		b.WriteString(" latency=" + strconv.FormatFloat(c.f.Latency, 'f', 3, 64))
+		b.WriteString(" reliability=" + strconv.FormatFloat(c.f.Reliability, 'f', 2, 64))
+		b.WriteString(" in_flight=" + strconv.Itoa(c.f.InFlight))
+	}
+	return b.String()
+}

@@ -101,6 +101,11 @@ type State struct {
 	successes, attempts float64
 	healthAt            time.Time
 
+	// picks counts recent attempts (decayed like health), so that equal
+	// deployments share traffic evenly rather than at random.
+	picks   float64
+	picksAt time.Time
+
 	declared declared
 }
 
@@ -189,6 +194,13 @@ func ewma(old, sample float64) float64 {
 	return old + ewmaWeight*(sample-old)
 }
 
+func (s *State) recentPicks(now time.Time) float64 {
+	if s.picksAt.IsZero() || !now.After(s.picksAt) {
+		return s.picks
+	}
+	return s.picks * math.Exp2(-float64(now.Sub(s.picksAt))/float64(healthHalfLife))
+}
+
 func (s *State) decayHealth(now time.Time) {
 	if !s.healthAt.IsZero() && now.After(s.healthAt) {
 		f := math.Exp2(-float64(now.Sub(s.healthAt)) / float64(healthHalfLife))
@@ -262,6 +274,9 @@ type Features struct {
 	Reliability float64
 	// InFlight is the number of attempts under way.
 	InFlight int
+	// Load is InFlight plus the recent attempts, decayed with a 5-minute
+	// half-life: how much of the traffic this deployment has had lately.
+	Load float64
 }
 
 // Features reads the ranking features at now for a request of about
@@ -281,6 +296,7 @@ func (s *State) Features(now time.Time, tokens int64, stream bool) Features {
 		decay = math.Exp2(-float64(now.Sub(s.healthAt)) / float64(healthHalfLife))
 	}
 	f.Reliability = (s.successes*decay + 1) / (s.attempts*decay + 1)
+	f.Load = float64(s.inFlight) + s.recentPicks(now)
 	// What would be left after this request, as a share of the limit.
 	headroom := func(left, limit int64) {
 		if limit <= 0 {
@@ -327,6 +343,8 @@ func (s *State) Acquire(now time.Time, tokens int64) bool {
 		s.probing = true
 	}
 	s.inFlight++
+	s.picks = s.recentPicks(now) + 1
+	s.picksAt = now
 	s.requests.spend(now, 1)
 	s.tokens.spend(now, tokens)
 	s.declared.record(now, tokens)

@@ -271,7 +271,7 @@ func TestContextLengthTriesLargerWindow(t *testing.T) {
 	large := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
 	group := []*Deployment{deployment("small", small), deployment("same", same), deployment("large", large)}
 	group[0].ContextWindow, group[1].ContextWindow, group[2].ContextWindow = 8192, 8192, 128000
-	group[0].Quality, group[1].Quality = 1, 0.9
+	group[0].Quality, group[1].Quality = 1, 0.5
 	r := newRouter(newFakeClock())
 	res := r.Serve(context.Background(), group, chatReq)
 	if res.Deployment != group[2] || same.calls.Load() != 0 {

@@ -116,7 +116,10 @@ func (r *Router) score(group []*Deployment, cands []scored) {
 }
 
 // pick returns the index (into cands) of the deployment to try: the best
-// score, with near-ties shared at random in proportion to weight.
+// score, or, among near-ties (within nearTie), the less loaded of two drawn
+// at random in proportion to weight (power of two choices): equal
+// deployments share the traffic evenly, in proportion to their weight, and
+// a fleet of routers does not herd onto one of them.
 func (r *Router) pick(group []*Deployment, cands []scored) int {
 	best := 0
 	for k := range cands {
@@ -131,17 +134,43 @@ func (r *Router) pick(group []*Deployment, cands []scored) int {
 			sum += max(group[c.i].Weight, 1)
 		}
 	}
+	first := r.draw(group, cands, floor, sum, -1)
+	second := r.draw(group, cands, floor, sum, first)
+	if second < 0 {
+		return first
+	}
+	// Load per unit of weight: a deployment of weight 3 takes three times
+	// the traffic before it counts as busier.
+	lf := cands[first].f.Load / float64(max(group[cands[first].i].Weight, 1))
+	ls := cands[second].f.Load / float64(max(group[cands[second].i].Weight, 1))
+	if ls < lf {
+		return second
+	}
+	return first
+}
+
+// draw picks a near-tie at random in proportion to weight, other than skip;
+// -1 when there is none.
+func (r *Router) draw(group []*Deployment, cands []scored, floor float64, sum, skip int) int {
+	if skip >= 0 {
+		sum -= max(group[cands[skip].i].Weight, 1)
+	}
+	if sum <= 0 {
+		return -1
+	}
 	x := r.Rand() * float64(sum)
+	last := -1
 	for k, c := range cands {
-		if c.score < floor {
+		if c.score < floor || k == skip {
 			continue
 		}
+		last = k
 		x -= float64(max(group[c.i].Weight, 1))
 		if x < 0 {
 			return k
 		}
 	}
-	return best
+	return last
 }
 
 // describe renders the candidates for the debug log.

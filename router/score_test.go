@@ -207,3 +207,35 @@ func BenchmarkRank16(b *testing.B) {
 		_ = r.pick(group, cands[:n])
 	}
 }
+
+// The worked example of README.md, "How deployments are ranked".
+func TestWorkedExample(t *testing.T) {
+	clock := newFakeClock()
+	oa, groq := deployment("openai/gpt-4o-mini", &script{}), deployment("groq/llama-3.1-8b-instant", &script{})
+	oa.CostInput, oa.CostOutput, oa.Quality = 0.15, 0.60, 0.8
+	groq.CostInput, groq.CostOutput, groq.Quality = 0.05, 0.08, 0.6
+	withWindows(t, oa, clock.Now(), capacity.Window{Limit: 5000, Remaining: 4000, Reset: 10 * time.Second}, capacity.UnknownWindow)
+	withWindows(t, groq, clock.Now(), capacity.Window{Limit: 30, Remaining: 2, Reset: 50 * time.Second}, capacity.UnknownWindow)
+	oa.State.RecordLatency(900*time.Millisecond, 0)
+	groq.State.RecordLatency(300*time.Millisecond, 0)
+	// groq: 9 successes in 10 (+1 virtual): 10/11 = 0.91.
+	for i := 0; i < 10; i++ {
+		o := capacity.NewObservation(capacity.OK)
+		if i == 0 {
+			o = capacity.NewObservation(capacity.Server)
+		}
+		groq.State.Observe(clock.Now(), o, capacity.DefaultPolicy)
+	}
+	withWindows(t, groq, clock.Now(), capacity.Window{Limit: 30, Remaining: 2, Reset: 50 * time.Second}, capacity.UnknownWindow)
+	req := &Request{Body: chatReq.Body, PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
+	s := scoreOf(t, newRouter(clock), []*Deployment{oa, groq}, req, clock.Now())
+	near := func(got, want float64) bool { return got > want-0.005 && got < want+0.005 }
+	if !near(s[oa.Name], 0.667) || !near(s[groq.Name], 0.596) {
+		t.Errorf("expected openai 0.667 and groq 0.596 as in the README, got %v", s)
+	}
+	withWindows(t, groq, clock.Now(), capacity.Window{Limit: 30, Remaining: 25, Reset: 50 * time.Second}, capacity.UnknownWindow)
+	s = scoreOf(t, newRouter(clock), []*Deployment{oa, groq}, req, clock.Now())
+	if !near(s[groq.Name], 0.852) {
+		t.Errorf("expected groq 0.852 with 25 left, got %v", s)
+	}
+}

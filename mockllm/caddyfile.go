@@ -27,6 +27,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	llm_mock [<matcher>] {
+//	    dialect           openai|anthropic|gemini
 //	    model             <name>
 //	    latency           <duration>
 //	    first_token_delay <duration>
@@ -40,19 +41,23 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        window   <duration>
 //	    }
 //	    fault rate_limit|status|hang|cut|error_event|keepalive {
-//	        every  <n>
-//	        from   <duration>
-//	        for    <duration>
-//	        status <code>
-//	        header <name> <value>
-//	        body   <text>
-//	        after  <chunks>
+//	        every       <n>
+//	        from        <duration>
+//	        for         <duration>
+//	        status      <code>
+//	        header      <name> <value>
+//	        body        <text>
+//	        after       <chunks>
+//	        retry_delay <duration>
+//	        quota_id    <id>
 //	    }
 //	}
 //
 // Every subdirective is optional and may appear once, except fault
 // (repeatable, tried in order) and header inside fault (repeatable).
-// The block may be omitted for a mock with all defaults.
+// The block may be omitted for a mock with all defaults. dialect
+// defaults to openai; unknown dialects are rejected here and by
+// Validate. The fields are documented on Handler, RateLimit and Fault.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
@@ -69,6 +74,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		var err error
 		switch name {
+		case "dialect":
+			h.Dialect, err = oneArg(d)
+			if err == nil && dialectOf(h.Dialect) < 0 {
+				err = d.Errf("unknown dialect %q (want openai, anthropic or gemini)", h.Dialect)
+			}
 		case "model":
 			h.Model, err = oneArg(d)
 		case "latency":
@@ -183,6 +193,10 @@ func parseFault(d *caddyfile.Dispenser) (Fault, error) {
 			var n int
 			n, err = intArg(d, 0)
 			f.After = &n
+		case "retry_delay":
+			f.RetryDelay, err = durationArg(d)
+		case "quota_id":
+			f.QuotaID, err = oneArg(d)
 		default:
 			return f, d.Errf("fault %s: unrecognized subdirective %q", f.Kind, name)
 		}

@@ -3,6 +3,7 @@ package mockllm
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -74,6 +75,23 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 				{Kind: FaultKeepAlive},
 			},
 		}},
+		{"anthropic", `llm_mock {
+			dialect anthropic
+		}`, Handler{Dialect: DialectAnthropic}},
+		{"retry_delay and quota_id", `llm_mock {
+			dialect openai
+			fault rate_limit {
+				every       2
+				retry_delay 42s
+				quota_id    GenerateRequestsPerDayPerProjectPerModel-FreeTier
+			}
+			fault rate_limit {
+				retry_delay 1500ms
+			}
+		}`, Handler{Dialect: DialectOpenAI, Faults: []Fault{
+			{Kind: FaultRateLimit, Every: 2, RetryDelay: caddy.Duration(42 * time.Second), QuotaID: "GenerateRequestsPerDayPerProjectPerModel-FreeTier"},
+			{Kind: FaultRateLimit, RetryDelay: caddy.Duration(1500 * time.Millisecond)},
+		}}},
 		{"rate limit partial and day duration", `llm_mock {
 			rate_limit {
 				tokens 10
@@ -211,6 +229,40 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 				header Retry-After
 			}
 		}`, "wrong argument count"},
+		{"unknown dialect", `llm_mock {
+			dialect cohere
+		}`, `unknown dialect "cohere" (want openai, anthropic or gemini)`},
+		{"dialect without name", `llm_mock {
+			dialect
+		}`, "wrong argument count"},
+		{"dialect two names", `llm_mock {
+			dialect gemini anthropic
+		}`, "wrong argument count"},
+		{"duplicate dialect", `llm_mock {
+			dialect gemini
+			dialect gemini
+		}`, `duplicate subdirective "dialect"`},
+		{"fault bad retry_delay", `llm_mock {
+			fault rate_limit {
+				retry_delay soon
+			}
+		}`, `retry_delay: bad duration "soon"`},
+		{"fault negative retry_delay", `llm_mock {
+			fault rate_limit {
+				retry_delay -1s
+			}
+		}`, "retry_delay must not be negative"},
+		{"fault quota_id without id", `llm_mock {
+			fault rate_limit {
+				quota_id
+			}
+		}`, "wrong argument count"},
+		{"fault duplicate quota_id", `llm_mock {
+			fault rate_limit {
+				quota_id a
+				quota_id b
+			}
+		}`, `fault rate_limit: duplicate subdirective "quota_id"`},
 		{"fault negative after", `llm_mock {
 			fault cut {
 				after -1
@@ -273,5 +325,49 @@ func TestCaddyfileAdapt(t *testing.T) {
 	}
 	if h.Faults[0].Headers.Get("Retry-After") != "1" || time.Duration(h.Latency) != 10*time.Millisecond {
 		t.Errorf("unexpected round trip %+v", h)
+	}
+}
+
+// TestCaddyfileAdaptDialect adapts a gemini mock with a scripted
+// per-day quota failure and runs the result.
+func TestCaddyfileAdaptDialect(t *testing.T) {
+	input := "{\n\tadmin off\n}\n\n" + `:8080 {
+	llm_mock {
+		dialect gemini
+		fault rate_limit {
+			retry_delay 42s
+			quota_id GenerateRequestsPerDayPerProjectPerModel-FreeTier
+		}
+	}
+}
+`
+	adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
+	out, warnings, err := adapter.Adapt([]byte(input), nil)
+	if err != nil {
+		t.Fatalf("adapt: %v", err)
+	}
+	if len(warnings) > 0 {
+		t.Errorf("expected no warnings, got %v", warnings)
+	}
+	want := `{"dialect":"gemini","faults":[{"kind":"rate_limit","quota_id":"GenerateRequestsPerDayPerProjectPerModel-FreeTier","retry_delay":42000000000}],"handler":"llm_mock"}`
+	got := string(out)
+	start := strings.Index(got, `{"dialect"`)
+	if start < 0 || !strings.HasPrefix(got[start:], want) {
+		t.Fatalf("expected handler JSON %s in %s", want, got)
+	}
+	var h Handler
+	if err := json.Unmarshal([]byte(got[start:start+len(want)]), &h); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	rec := httptest.NewRecorder()
+	h.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1beta/models/gemini-x:generateContent", strings.NewReader(`{}`)))
+	body := rec.Body.String()
+	if rec.Code != 429 || !strings.Contains(body, `"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"`) ||
+		!strings.Contains(body, `"retryDelay":"42s"`) {
+		t.Errorf("expected the scripted per-day quota failure, got %d %s", rec.Code, body)
 	}
 }

@@ -1,11 +1,13 @@
-// Package mockllm is a scripted fake OpenAI-compatible provider.
+// Package mockllm is a scripted fake LLM provider, OpenAI-compatible
+// by default and optionally speaking Anthropic's Messages API or
+// Gemini's generateContent API (Handler.Dialect).
 //
-// It serves Chat Completions (plain and streamed), Embeddings and the
+// It serves chat answers (plain and streamed), Embeddings and the
 // model list with canned answers, and injects the failures a router
-// has to survive: provider rate limits with OpenAI's x-ratelimit-*
-// headers, error statuses, hung requests, streams cut mid-way, error
-// events inside a stream and keep-alive comments before the first
-// token. Integration tests, the demo Caddyfile, benchmarks and chaos
+// has to survive: provider rate limits with the provider's rate-limit
+// headers or quota errors, error statuses, hung requests, streams cut
+// mid-way, error events inside a stream and keep-alives before the
+// first token. Integration tests, the demo Caddyfile, benchmarks and chaos
 // soak tests run it as the Caddy handler http.handlers.llm_mock; unit
 // tests of other packages use it as a plain http.Handler through New.
 //
@@ -55,6 +57,14 @@ const (
 	maxBodyBytes = 32 << 20
 )
 
+// Dialects, the values of Handler.Dialect: whose wire format the mock
+// speaks.
+const (
+	DialectOpenAI    = "openai"
+	DialectAnthropic = "anthropic"
+	DialectGemini    = "gemini"
+)
+
 // Fault kinds, the values of Fault.Kind.
 const (
 	FaultRateLimit  = "rate_limit"
@@ -65,45 +75,72 @@ const (
 	FaultKeepAlive  = "keepalive"
 )
 
-// Handler is a fake OpenAI-compatible LLM provider. Paths are matched
-// by suffix, so any prefix such as /v1 works:
+// Handler is a fake LLM provider. Paths are matched by suffix, so any
+// prefix such as /v1 works. In the openai dialect (the default):
 //
 //	POST .../chat/completions   Chat Completions, plain or "stream": true (SSE)
 //	POST .../embeddings         a fixed 3-dimensional embedding
-//	GET  .../models             one model: Model, or "mock"
+//
+// In the anthropic dialect:
+//
+//	POST .../messages           Messages API, plain or "stream": true (SSE)
+//
+// In the gemini dialect ({model} is any name without "/"):
+//
+//	POST .../models/{model}:generateContent         a GenerateContentResponse
+//	POST .../models/{model}:streamGenerateContent   with ?alt=sse an SSE stream of
+//	                                                them, else a streamed JSON array
+//
+// And in every dialect:
+//
+//	GET  .../models             one model, Model or "mock", in the dialect's format
 //	GET  .../llm_mock/stats     what reached the provider (see Stats)
 //	POST .../llm_mock/reset     zero the counters and the rate-limit window
 //
-// Anything else goes to the next handler in Caddy, or gets 404 from
-// the plain http.Handler returned by New and HTTPHandler.
+// Anything else, including the API paths of the other dialects, goes
+// to the next handler in Caddy, or gets 404 from the plain
+// http.Handler returned by New and HTTPHandler, so a request sent to
+// a mock of the wrong provider is visible.
 //
 // Token counts are estimates: a request's prompt tokens are its body
 // size in bytes / 4 (rounded up), its completion tokens the number of
 // chunks (0 for embeddings).
 //
-// An answer to chat completions and embeddings is decided in this
-// order: the request is counted in Stats; Latency passes; a wrong
-// API key gets 401; an unparsable body gets 400; RateLimit may answer
-// 429; the first active matching fault applies; otherwise the normal
-// answer is sent.
+// An answer to an API request (chat completions, embeddings, messages,
+// generateContent) is decided in this order: the request is counted
+// in Stats; Latency passes; a wrong API key gets 401 (gemini: 403
+// when no key is sent); an unparsable body gets 400; RateLimit may
+// answer 429; the first active matching fault applies; otherwise the
+// normal answer is sent. Errors are in the dialect's own format.
 //
 // Use without Caddy: New, or Setup then HTTPHandler; Close releases
 // requests still waiting.
 type Handler struct {
+	// Dialect is the wire format and API the mock serves: "openai"
+	// (Chat Completions, Embeddings), "anthropic" (Messages API) or
+	// "gemini" (generateContent). It decides the paths served, how the
+	// API key is sent, the answer and stream formats, the error bodies
+	// and the rate-limit headers. Default: "openai".
+	Dialect string `json:"dialect,omitempty"`
+
 	// Model is the model name put in answers and in the model list.
-	// Default: the model named in the request ("mock" in the model
-	// list, or when the request names none).
+	// Default: the model named in the request (its body; in the gemini
+	// dialect its path), or "mock" in the model list and when the
+	// request names none.
 	Model string `json:"model,omitempty"`
 
-	// Latency delays the response headers of every chat completion and
-	// embedding answer, errors and faults included. Default: 0 (no
+	// Latency delays the response headers of every API answer (chat
+	// completions, embeddings, messages, generateContent), errors and
+	// faults included. Default: 0 (no
 	// delay). Unit: duration (JSON integer nanoseconds or a string
 	// such as "150ms").
 	Latency caddy.Duration `json:"latency,omitempty"`
 
-	// FirstTokenDelay is, for streamed chat completions only, the pause
-	// after the response headers are sent and flushed and before the
-	// first chunk: the time to first token on top of Latency.
+	// FirstTokenDelay is, for streamed answers only, the pause after
+	// the response headers are sent and flushed and before the first
+	// content chunk: the time to first token on top of Latency. In the
+	// anthropic dialect the message_start, content_block_start and
+	// ping events are sent before it, as Anthropic does.
 	// Default: 0. Unit: duration.
 	FirstTokenDelay caddy.Duration `json:"first_token_delay,omitempty"`
 
@@ -122,36 +159,53 @@ type Handler struct {
 	// Default: "Hello from llm_mock.".
 	Reply string `json:"reply,omitempty"`
 
-	// APIKey, when set, is required as "Authorization: Bearer <key>";
-	// other requests get 401 with OpenAI's invalid_api_key error.
-	// Placeholders such as {env.MOCK_KEY} are replaced at provision.
+	// APIKey, when set, is required with every API request, where the
+	// dialect expects it: "Authorization: Bearer <key>" (openai),
+	// "x-api-key: <key>" (anthropic), "x-goog-api-key: <key>" or the
+	// query parameter ?key=<key> (gemini; the header wins when both are
+	// sent). Other requests get 401 with the dialect's authentication
+	// error (gemini: 403 PERMISSION_DENIED when no key is sent at all,
+	// 401 UNAUTHENTICATED for a wrong one). Placeholders such as
+	// {env.MOCK_KEY} are replaced at provision.
 	// Default: empty (no authentication).
 	APIKey string `json:"api_key,omitempty"`
 
-	// RateLimit imposes a provider-side rate limit and makes every
-	// answer carry OpenAI's x-ratelimit-* headers. Default: none.
+	// RateLimit imposes a provider-side rate limit. Every answer then
+	// carries the dialect's rate-limit headers: OpenAI's x-ratelimit-*,
+	// or Anthropic's anthropic-ratelimit-* with RFC 3339 reset instants
+	// (Gemini sends none). Default: none.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 
-	// Faults are injected failures. For each chat completion or
-	// embedding request that gets past authentication and RateLimit,
-	// the first fault that is active and selects the request applies.
+	// Faults are injected failures. For each API request that gets
+	// past authentication and RateLimit, the first fault that is
+	// active and selects the request applies.
 	// Default: none.
 	Faults []Fault `json:"faults,omitempty"`
 
-	apiKey string   // APIKey with placeholders replaced
-	pieces [][]byte // Reply split in Chunks pieces, each a JSON string
-	reply  []byte   // Reply as a JSON string
+	dialect int      // Dialect as one of the dl* values
+	apiKey  string   // APIKey with placeholders replaced
+	pieces  [][]byte // Reply split in Chunks pieces, each a JSON string
+	reply   []byte   // Reply as a JSON string
 
 	now    func() time.Time // clock for windows and "created"; tests inject it
 	logger *zap.Logger
 	st     *state // shared by copies of a provisioned Handler
 }
 
-// RateLimit is a fixed-window provider rate limit. The window starts
-// with the first chat completion or embedding request and a new one
-// starts with the first request after it ends. A request that would
-// exceed a limit gets 429 with Retry-After and is not counted against
-// the window; requests rejected with 401 or 400 are not counted either.
+// RateLimit is a fixed-window provider rate limit, one window for
+// requests and tokens alike. The window starts with the first API
+// request and a new one starts with the first request after it ends.
+// A request that would exceed a limit gets 429 and is not counted
+// against the window; requests rejected with 401 or 400 are not
+// counted either. The 429 is in the dialect's format:
+// OpenAI's rate_limit_exceeded error with Retry-After; Anthropic's
+// rate_limit_error with retry-after; Gemini's RESOURCE_EXHAUSTED
+// google.rpc error with a QuotaFailure (quotaId
+// GenerateRequestsPerMinutePerProjectPerModel-FreeTier, or
+// GenerateContentInputTokensPerModelPerMinute-FreeTier when the tokens
+// limit is the one exceeded) and a RetryInfo. Retry-After, retry-after
+// and retryDelay are the whole seconds until the window ends, rounded
+// up.
 type RateLimit struct {
 	// Requests is the number of requests allowed per window.
 	// Default: 0 (unlimited, no x-ratelimit-*-requests headers).
@@ -172,30 +226,51 @@ type RateLimit struct {
 type Fault struct {
 	// Kind selects the failure:
 	//
-	//   - rate_limit: Status (default 429) with OpenAI's
-	//     rate_limit_exceeded error body.
-	//   - status: Status (default 500) with an OpenAI server_error body
-	//     "mock status <code>".
+	//   - rate_limit: Status (default 429) with the dialect's rate-limit
+	//     error: OpenAI's rate_limit_exceeded; Anthropic's
+	//     rate_limit_error with a retry-after header; Gemini's
+	//     RESOURCE_EXHAUSTED with QuotaFailure (QuotaID) and RetryInfo
+	//     (RetryDelay). See RetryDelay for Retry-After.
+	//   - status: Status (default 500) with the dialect's error body:
+	//     an OpenAI server_error "mock status <code>"; an Anthropic
+	//     error whose type matches the status (400
+	//     invalid_request_error, 401 authentication_error, 402
+	//     billing_error, 403 permission_error, 404 not_found_error, 413
+	//     request_too_large, 429 rate_limit_error, 500 api_error, 504
+	//     timeout_error, 529 overloaded_error "Overloaded"; other 4xx
+	//     invalid_request_error, others api_error); a google.rpc error
+	//     whose status matches the code (400 INVALID_ARGUMENT, 401
+	//     UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND, 409
+	//     ABORTED, 429 RESOURCE_EXHAUSTED, 499 CANCELLED, 500 INTERNAL,
+	//     501 UNIMPLEMENTED, 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED;
+	//     other 4xx FAILED_PRECONDITION, others UNKNOWN).
 	//   - hang: never answer; the handler returns when the client goes
 	//     away, and aborts the connection when the server shuts down or
 	//     the handler is cleaned up.
-	//   - cut: streams send After chunks then abort the connection
-	//     without [DONE]; plain answers send headers with the full
+	//   - cut: streams send After content chunks then abort the
+	//     connection without their end ([DONE], message_stop, Gemini's
+	//     finishReason); plain answers send headers with the full
 	//     Content-Length and half the body, then abort. Clients read an
 	//     unexpected EOF.
-	//   - error_event: streams send After chunks, then a data: event
-	//     holding an OpenAI server_error, and end without [DONE]; plain
-	//     answers get Status (default 500) with that error.
-	//   - keepalive: streams write ": keep-alive" SSE comments every
-	//     100ms during FirstTokenDelay; it never selects plain
+	//   - error_event: streams send After content chunks, then an error
+	//     event and end without their normal end: OpenAI's data: event
+	//     holding a server_error; Anthropic's "event: error" with an
+	//     overloaded_error; Gemini's data: event holding a 503
+	//     UNAVAILABLE google.rpc error ("The model is overloaded.").
+	//     Plain answers get Status (default 500 openai, 529 anthropic,
+	//     503 gemini) with that error.
+	//   - keepalive: during FirstTokenDelay streams send a keep-alive
+	//     every 100ms: ": keep-alive" SSE comments (openai, gemini SSE),
+	//     "event: ping" events (anthropic), nothing for a Gemini stream
+	//     without ?alt=sse (a JSON array). It never selects plain
 	//     requests, so a later fault may apply to them.
 	//
 	// Required.
 	Kind string `json:"kind"`
 
-	// Every selects the Nth, 2Nth, ... chat completion or embedding
-	// request, counted from 1 over all such requests received since
-	// provision or the last reset (rejected ones included).
+	// Every selects the Nth, 2Nth, ... API request, counted from 1
+	// over all such requests received since provision or the last
+	// reset (rejected ones included).
 	// Default: 0 (every request).
 	Every int `json:"every,omitempty"`
 
@@ -208,7 +283,8 @@ type Fault struct {
 	For caddy.Duration `json:"for,omitempty"`
 
 	// Status is the HTTP status of rate_limit (default 429), status
-	// (default 500) and non-streamed error_event (default 500) faults.
+	// (default 500) and non-streamed error_event (default 500 openai,
+	// 529 anthropic, 503 gemini) faults.
 	// Must be 100-599. Unit: HTTP status code.
 	Status int `json:"status,omitempty"`
 
@@ -219,17 +295,35 @@ type Fault struct {
 
 	// Body replaces the default error body of rate_limit, status and
 	// error_event faults (for streamed error_event, the payload of the
-	// error event). Default: the OpenAI-format error described above.
+	// error event). Default: the dialect's error described above.
 	Body string `json:"body,omitempty"`
 
 	// After is the number of content chunks a stream sends before a
 	// cut or error_event fault strikes; 0 strikes right after the
-	// response headers. Default: 1 (when unset). Unit: chunks.
+	// response headers (anthropic: after message_start,
+	// content_block_start and ping). Default: 1 (when unset).
+	// Unit: chunks.
 	After *int `json:"after,omitempty"`
+
+	// RetryDelay is how long a rate_limit fault tells the client to
+	// wait: Retry-After in whole seconds, rounded up (openai,
+	// anthropic), or the RetryInfo retryDelay "<seconds>s" (gemini).
+	// Default: 0, which in the openai dialect sends no Retry-After (as
+	// before) and in the others the time until the RateLimit window
+	// ends, or 1m without a RateLimit. Unit: duration.
+	RetryDelay caddy.Duration `json:"retry_delay,omitempty"`
+
+	// QuotaID is the quotaId of the QuotaFailure violation in a gemini
+	// rate_limit fault's body, for example
+	// GenerateRequestsPerDayPerProjectPerModel-FreeTier to script a
+	// spent per-day quota. Ignored by other kinds and dialects.
+	// Default: GenerateRequestsPerMinutePerProjectPerModel-FreeTier.
+	QuotaID string `json:"quota_id,omitempty"`
 }
 
-// Stats describe what reached the provider: chat completion and
-// embedding requests, faulted and rejected ones included.
+// Stats describe what reached the provider: API requests (chat
+// completions, embeddings, messages, generateContent), faulted and
+// rejected ones included.
 type Stats struct {
 	// Requests is the number of requests received.
 	Requests int64 `json:"requests"`
@@ -237,10 +331,16 @@ type Stats struct {
 	Faults int64 `json:"faults"`
 	// RateLimited is the number of 429s sent because of RateLimit.
 	RateLimited int64 `json:"rate_limited"`
-	// LastModel is the model named by the last request's body.
+	// LastModel is the model named by the last request's body, or in
+	// the gemini dialect by its path.
 	LastModel string `json:"last_model"`
 	// LastAuthorization is the last request's Authorization header.
 	LastAuthorization string `json:"last_authorization"`
+	// LastAPIKey is the API key the last request sent where the
+	// dialect expects it (see Handler.APIKey): the Bearer token of
+	// Authorization, x-api-key, or x-goog-api-key else ?key=; empty
+	// when it sent none.
+	LastAPIKey string `json:"last_api_key"`
 	// LastHeaders are the last request's headers, values joined by ", ".
 	LastHeaders map[string]string `json:"last_headers"`
 	// LastBody is the last request's body.
@@ -295,6 +395,7 @@ func (h *Handler) setup() {
 	if h.now == nil {
 		h.now = time.Now
 	}
+	h.dialect = dialectOf(h.Dialect)
 	h.apiKey = caddy.NewReplacer().ReplaceAll(h.APIKey, "")
 	reply := h.replyText()
 	h.reply = appendJSONString(nil, reply)
@@ -309,9 +410,12 @@ func (h *Handler) setup() {
 	}
 }
 
-// Validate rejects negative values, unknown fault kinds and bad statuses.
+// Validate rejects unknown dialects, negative values, unknown fault
+// kinds and bad statuses.
 func (h *Handler) Validate() error {
 	switch {
+	case dialectOf(h.Dialect) < 0:
+		return fmt.Errorf("unknown dialect %q (want openai, anthropic or gemini)", h.Dialect)
 	case h.Latency < 0:
 		return fmt.Errorf("latency must not be negative, got %s", time.Duration(h.Latency))
 	case h.FirstTokenDelay < 0:
@@ -358,6 +462,8 @@ func (f *Fault) validate() error {
 		return fmt.Errorf("status must be 100-599, got %d", f.Status)
 	case f.After != nil && *f.After < 0:
 		return fmt.Errorf("after must not be negative, got %d", *f.After)
+	case f.RetryDelay < 0:
+		return fmt.Errorf("retry_delay must not be negative, got %s", time.Duration(f.RetryDelay))
 	}
 	return nil
 }
@@ -436,22 +542,57 @@ func (h *Handler) Reset() {
 	h.st.mu.Unlock()
 }
 
+// Dialect numbers, set up from Handler.Dialect.
+const (
+	dlOpenAI = iota
+	dlAnthropic
+	dlGemini
+)
+
+// dialectOf maps a Dialect name to its number, -1 when unknown.
+func dialectOf(name string) int {
+	switch name {
+	case "", DialectOpenAI:
+		return dlOpenAI
+	case DialectAnthropic:
+		return dlAnthropic
+	case DialectGemini:
+		return dlGemini
+	}
+	return -1
+}
+
+// Endpoints the mock answers API requests on.
+const (
+	epChat = iota
+	epEmbeddings
+	epMessages       // anthropic
+	epGenerate       // gemini :generateContent
+	epStreamGenerate // gemini :streamGenerateContent
+)
+
+// call is an API request routed to an endpoint.
+type call struct {
+	ep    int
+	model string // gemini: the model named by the path
+	array bool   // gemini stream without ?alt=sse: a streamed JSON array
+}
+
 // serve answers the paths the mock owns and reports whether it did.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) bool {
 	p := r.URL.Path
 	switch r.Method {
 	case http.MethodPost:
-		switch {
-		case strings.HasSuffix(p, "/chat/completions"):
-			h.serveAPI(w, r, false)
-		case strings.HasSuffix(p, "/embeddings"):
-			h.serveAPI(w, r, true)
-		case strings.HasSuffix(p, "/llm_mock/reset"):
+		if strings.HasSuffix(p, "/llm_mock/reset") {
 			h.Reset()
 			writeJSON(w, http.StatusOK, h.Stats())
-		default:
+			return true
+		}
+		c, ok := h.route(r)
+		if !ok {
 			return false
 		}
+		h.serveAPI(w, r, c)
 	case http.MethodGet:
 		switch {
 		case strings.HasSuffix(p, "/llm_mock/stats"):
@@ -467,13 +608,42 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// route finds the API endpoint of a POST in the handler's dialect.
+func (h *Handler) route(r *http.Request) (call, bool) {
+	p := r.URL.Path
+	switch h.dialect {
+	case dlAnthropic:
+		if strings.HasSuffix(p, "/messages") {
+			return call{ep: epMessages}, true
+		}
+	case dlGemini:
+		return geminiRoute(r)
+	default:
+		switch {
+		case strings.HasSuffix(p, "/chat/completions"):
+			return call{ep: epChat}, true
+		case strings.HasSuffix(p, "/embeddings"):
+			return call{ep: epEmbeddings}, true
+		}
+	}
+	return call{}, false
+}
+
 func (h *Handler) serveModels(w http.ResponseWriter) {
 	id := h.Model
 	if id == "" {
 		id = DefaultModelID
 	}
-	b := append([]byte(`{"object":"list","data":[{"id":`), appendJSONString(nil, id)...)
-	b = append(b, `,"object":"model","owned_by":"llm_mock"}]}`...)
+	var b []byte
+	switch h.dialect {
+	case dlAnthropic:
+		b = anthropicModels(id)
+	case dlGemini:
+		b = geminiModels(id)
+	default:
+		b = append([]byte(`{"object":"list","data":[{"id":`), appendJSONString(nil, id)...)
+		b = append(b, `,"object":"model","owned_by":"llm_mock"}]}`...)
+	}
 	writeBody(w, http.StatusOK, b)
 }
 
@@ -485,8 +655,9 @@ type apiRequest struct {
 	Stream bool   `json:"stream"`
 }
 
-// serveAPI answers chat completions and embeddings.
-func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, embeddings bool) {
+// serveAPI answers an API request: chat completions, embeddings,
+// messages or generateContent.
+func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer func() {
@@ -497,10 +668,20 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, embeddings bo
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	body := buf.Bytes()
 	var req apiRequest
-	if err == nil {
+	if h.dialect == dlGemini {
+		// The model and streaming are in the path; the body only has
+		// to be a JSON object (a GenerateContentRequest).
+		var obj struct{}
+		if err == nil {
+			err = json.Unmarshal(body, &obj)
+		}
+		req = apiRequest{Model: c.model, Stream: c.ep == epStreamGenerate}
+	} else if err == nil {
 		err = json.Unmarshal(body, &req)
 	}
-	n := h.record(r, req.Model, body)
+	embeddings := c.ep == epEmbeddings
+	key := h.requestKey(r)
+	n := h.record(r, req.Model, key, body)
 
 	p := pacer{ctx: r.Context(), done: h.st.done}
 	defer p.stop()
@@ -510,17 +691,28 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, embeddings bo
 	}
 
 	hdr := w.Header()
-	if h.apiKey != "" && r.Header.Get("Authorization") != "Bearer "+h.apiKey {
+	if h.dialect != dlOpenAI {
+		// On the mock's clock, which rate-limit resets are relative to.
+		hdr.Set("Date", h.now().UTC().Format(http.TimeFormat))
+	}
+	if h.apiKey != "" && key != h.apiKey {
 		h.setLimitHeaders(hdr, h.limit(0, false))
-		writeError(w, http.StatusUnauthorized, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+		h.writeUnauthorized(w, key)
 		return
 	}
 	if err != nil {
 		h.setLimitHeaders(hdr, h.limit(0, false))
-		writeError(w, http.StatusBadRequest, "We could not parse the JSON body of your request.", "invalid_request_error", "")
+		h.writeBadRequest(w)
 		return
 	}
 
+	model := h.Model
+	if model == "" {
+		model = req.Model
+	}
+	if model == "" {
+		model = DefaultModelID
+	}
 	prompt := (len(body) + 3) / 4
 	completion := 0
 	if !embeddings {
@@ -532,23 +724,16 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, embeddings bo
 		h.st.mu.Lock()
 		h.st.stats.RateLimited++
 		h.st.mu.Unlock()
-		hdr.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(lim.reset), 10))
-		writeError(w, http.StatusTooManyRequests, "Rate limit reached for "+lim.exceeded, lim.exceeded, "rate_limit_exceeded")
+		h.writeRateLimited(w, lim, model)
 		return
 	}
 
-	model := h.Model
-	if model == "" {
-		model = req.Model
-	}
-	if model == "" {
-		model = DefaultModelID
-	}
+	stream := req.Stream && !embeddings
 	a := answer{
 		model:      model,
 		prompt:     prompt,
 		completion: completion,
-		fault:      h.pickFault(n, req.Stream && !embeddings),
+		fault:      h.pickFault(n, stream),
 	}
 	if f := a.fault; f != nil {
 		h.st.mu.Lock()
@@ -567,23 +752,19 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, embeddings bo
 			h.hang(r)
 			return
 		case FaultRateLimit:
-			body := f.Body
-			if body == "" {
-				body = string(errorBody("Rate limit reached for requests", "requests", "rate_limit_exceeded"))
-			}
-			writeBody(w, statusOr(f.Status, http.StatusTooManyRequests), []byte(body))
+			h.writeFaultRateLimit(w, f, lim, model)
 			return
 		case FaultStatus:
 			code := statusOr(f.Status, http.StatusInternalServerError)
-			body := f.Body
-			if body == "" {
-				body = string(errorBody("mock status "+strconv.Itoa(code), "server_error", ""))
+			body := []byte(f.Body)
+			if f.Body == "" {
+				body = h.statusBody(code)
 			}
-			writeBody(w, code, []byte(body))
+			writeBody(w, code, body)
 			return
 		case FaultErrorEvent:
-			if !req.Stream || embeddings {
-				writeBody(w, statusOr(f.Status, http.StatusInternalServerError), f.errorEvent())
+			if !stream {
+				writeBody(w, statusOr(f.Status, h.errorEventStatus()), h.errorPayload(f))
 				return
 			}
 		}
@@ -592,11 +773,165 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, embeddings bo
 	switch {
 	case embeddings:
 		h.writePlain(w, h.embedding(a), a.fault)
-	case req.Stream:
-		h.stream(w, r, &p, a)
+	case stream:
+		h.stream(w, r, &p, a, h.streamFormat(a, c))
 	default:
-		h.writePlain(w, h.completion(a), a.fault)
+		h.writePlain(w, h.plainAnswer(a), a.fault)
 	}
+}
+
+// requestKey is the API key r sends where the dialect expects it.
+func (h *Handler) requestKey(r *http.Request) string {
+	switch h.dialect {
+	case dlAnthropic:
+		return r.Header.Get("x-api-key")
+	case dlGemini:
+		if k := r.Header.Get("x-goog-api-key"); k != "" {
+			return k
+		}
+		return r.URL.Query().Get("key")
+	}
+	k, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return k
+}
+
+func (h *Handler) writeUnauthorized(w http.ResponseWriter, key string) {
+	switch h.dialect {
+	case dlAnthropic:
+		writeBody(w, http.StatusUnauthorized, anthropicError("authentication_error", "invalid x-api-key"))
+	case dlGemini:
+		if key == "" {
+			writeBody(w, http.StatusForbidden, googleError(http.StatusForbidden,
+				"Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API."))
+			return
+		}
+		writeBody(w, http.StatusUnauthorized, googleAPIKeyInvalid())
+	default:
+		writeError(w, http.StatusUnauthorized, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+	}
+}
+
+func (h *Handler) writeBadRequest(w http.ResponseWriter) {
+	switch h.dialect {
+	case dlAnthropic:
+		writeBody(w, http.StatusBadRequest, anthropicError("invalid_request_error", "There was an issue with the format of your request: invalid JSON body"))
+	case dlGemini:
+		writeBody(w, http.StatusBadRequest, googleError(http.StatusBadRequest, "Invalid JSON payload received."))
+	default:
+		writeError(w, http.StatusBadRequest, "We could not parse the JSON body of your request.", "invalid_request_error", "")
+	}
+}
+
+// writeRateLimited answers a request over the RateLimit window.
+func (h *Handler) writeRateLimited(w http.ResponseWriter, lim limitState, model string) {
+	switch h.dialect {
+	case dlAnthropic:
+		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(lim.reset), 10))
+		writeBody(w, http.StatusTooManyRequests, anthropicRateLimitError(lim, h.window()))
+	case dlGemini:
+		writeBody(w, http.StatusTooManyRequests, geminiWindowQuotaError(lim, model))
+	default:
+		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(lim.reset), 10))
+		writeError(w, http.StatusTooManyRequests, "Rate limit reached for "+lim.exceeded, lim.exceeded, "rate_limit_exceeded")
+	}
+}
+
+// writeFaultRateLimit answers with a rate_limit fault; lim is the
+// window after this request was counted.
+func (h *Handler) writeFaultRateLimit(w http.ResponseWriter, f *Fault, lim limitState, model string) {
+	code := statusOr(f.Status, http.StatusTooManyRequests)
+	retry := time.Duration(f.RetryDelay)
+	if retry <= 0 && h.dialect != dlOpenAI {
+		retry = DefaultRateLimitWindow
+		if lim.on {
+			retry = lim.reset
+		}
+	}
+	if retry > 0 && h.dialect != dlGemini && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retry), 10))
+	}
+	body := []byte(f.Body)
+	if f.Body == "" {
+		switch h.dialect {
+		case dlAnthropic:
+			body = anthropicError("rate_limit_error", "This request would exceed your rate limit. Please try again later.")
+		case dlGemini:
+			quotaID := f.QuotaID
+			if quotaID == "" {
+				quotaID = geminiRequestsPerMinute
+			}
+			limit := 0
+			if rl := h.RateLimit; rl != nil {
+				limit = rl.Requests
+			}
+			body = geminiQuotaError(code, model, geminiRequestsMetric, quotaID, limit, retry)
+		default:
+			body = errorBody("Rate limit reached for requests", "requests", "rate_limit_exceeded")
+		}
+	}
+	writeBody(w, code, body)
+}
+
+// statusBody is the error body of a status fault.
+func (h *Handler) statusBody(code int) []byte {
+	switch h.dialect {
+	case dlAnthropic:
+		return anthropicStatusError(code)
+	case dlGemini:
+		return googleError(code, geminiStatusMessage(code))
+	}
+	return errorBody("mock status "+strconv.Itoa(code), "server_error", "")
+}
+
+// errorEventStatus is the default status of a plain error_event answer.
+func (h *Handler) errorEventStatus() int {
+	switch h.dialect {
+	case dlAnthropic:
+		return statusOverloaded
+	case dlGemini:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// errorPayload is the error an error_event fault sends: in a stream
+// the payload of the error event, else the body.
+func (h *Handler) errorPayload(f *Fault) []byte {
+	if f.Body != "" {
+		return []byte(f.Body)
+	}
+	switch h.dialect {
+	case dlAnthropic:
+		return anthropicError("overloaded_error", "Overloaded")
+	case dlGemini:
+		return []byte(geminiOverloadedEvent)
+	}
+	return errorBody("The server had an error while processing your request.", "server_error", "")
+}
+
+// plainAnswer is the non-streamed answer to a chat request.
+func (h *Handler) plainAnswer(a answer) []byte {
+	switch h.dialect {
+	case dlAnthropic:
+		return h.anthropicMessage(a)
+	case dlGemini:
+		return h.geminiResponse(a)
+	}
+	return h.completion(a)
+}
+
+// streamFormat returns the wire format of a's stream.
+func (h *Handler) streamFormat(a answer, c call) streamFormat {
+	switch h.dialect {
+	case dlAnthropic:
+		return &anthropicStream{a: a, id: h.st.ids.Add(1)}
+	case dlGemini:
+		return &geminiStream{a: a, array: c.array}
+	}
+	return &openaiStream{a: a, prefix: h.chunkPrefix(a.model)}
 }
 
 // answer is what one successful (or faulted) response is made of.
@@ -608,7 +943,7 @@ type answer struct {
 }
 
 // record counts a request in Stats and returns its 1-based number.
-func (h *Handler) record(r *http.Request, model string, body []byte) int64 {
+func (h *Handler) record(r *http.Request, model, key string, body []byte) int64 {
 	hdrs := make(map[string]string, len(r.Header))
 	for k, v := range r.Header {
 		hdrs[k] = strings.Join(v, ", ")
@@ -619,6 +954,7 @@ func (h *Handler) record(r *http.Request, model string, body []byte) int64 {
 	s.Requests++
 	s.LastModel = model
 	s.LastAuthorization = r.Header.Get("Authorization")
+	s.LastAPIKey = key
 	s.LastHeaders = hdrs
 	s.LastBody = string(body)
 	return s.Requests
@@ -653,7 +989,16 @@ type limitState struct {
 	remReq   int
 	remTok   int
 	reset    time.Duration // until the window ends
+	now      time.Time     // when the snapshot was taken
 	exceeded string        // "requests" or "tokens" when over the limit
+}
+
+// window is the length of the RateLimit window.
+func (h *Handler) window() time.Duration {
+	if h.RateLimit != nil && h.RateLimit.Window > 0 {
+		return time.Duration(h.RateLimit.Window)
+	}
+	return DefaultRateLimitWindow
 }
 
 // limit checks a request that uses tokens against the window. With
@@ -664,10 +1009,7 @@ func (h *Handler) limit(tokens int, consume bool) limitState {
 	if rl == nil || (rl.Requests <= 0 && rl.Tokens <= 0) {
 		return limitState{}
 	}
-	window := time.Duration(rl.Window)
-	if window <= 0 {
-		window = DefaultRateLimitWindow
-	}
+	window := h.window()
 	now := h.now()
 	st := h.st
 	st.mu.Lock()
@@ -679,7 +1021,7 @@ func (h *Handler) limit(tokens int, consume bool) limitState {
 			st.rlStart, st.rlRequests, st.rlTokens = now, 0, 0
 		}
 	}
-	ls := limitState{on: true, requests: rl.Requests, tokens: rl.Tokens, reset: start.Add(window).Sub(now)}
+	ls := limitState{on: true, requests: rl.Requests, tokens: rl.Tokens, reset: start.Add(window).Sub(now), now: now}
 	if consume {
 		switch {
 		case rl.Requests > 0 && reqs+1 > rl.Requests:
@@ -697,9 +1039,17 @@ func (h *Handler) limit(tokens int, consume bool) limitState {
 	return ls
 }
 
+// setLimitHeaders sets the dialect's rate-limit headers, if any.
 func (h *Handler) setLimitHeaders(hdr http.Header, ls limitState) {
 	if !ls.on {
 		return
+	}
+	switch h.dialect {
+	case dlAnthropic:
+		setAnthropicLimitHeaders(hdr, ls)
+		return
+	case dlGemini:
+		return // Gemini sends no rate-limit headers
 	}
 	reset := ls.reset.Round(time.Millisecond).String()
 	if ls.requests > 0 {
@@ -776,26 +1126,50 @@ func (h *Handler) writePlain(w http.ResponseWriter, body []byte, f *Fault) {
 	_, _ = w.Write(body)
 }
 
-// stream sends a streamed chat completion.
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a answer) {
+// streamFormat writes one stream in a dialect's wire format. Each
+// method appends to b and returns it; the stream driver sends what it
+// returns as one flushed write.
+type streamFormat interface {
+	contentType() string
+	// head is sent with the response headers, before FirstTokenDelay.
+	head(b []byte) []byte
+	// keepAlive is sent every keepAliveInterval of FirstTokenDelay by
+	// a keepalive fault; nil for none.
+	keepAlive() []byte
+	// chunk carries content piece i (a JSON string); last tells the
+	// last piece of a stream that will end normally.
+	chunk(b []byte, i int, piece []byte, last bool) []byte
+	// end follows the last chunk of a stream no fault struck.
+	end(b []byte) []byte
+	// errorEvent carries payload, the error of an error_event fault.
+	errorEvent(b []byte, payload []byte) []byte
+}
+
+// stream sends a streamed answer.
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a answer, sf streamFormat) {
 	rc := http.NewResponseController(w)
 	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Content-Type", sf.contentType())
 	hdr.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	if rc.Flush() != nil {
+	ev := sf.head(make([]byte, 0, 512))
+	if len(ev) > 0 {
+		if !sendEvent(w, rc, ev) {
+			return
+		}
+	} else if rc.Flush() != nil {
 		return
 	}
 
 	ftd := time.Duration(h.FirstTokenDelay)
-	if a.fault != nil && a.fault.Kind == FaultKeepAlive {
+	if ka := sf.keepAlive(); ka != nil && a.fault != nil && a.fault.Kind == FaultKeepAlive {
 		end := time.Now().Add(ftd)
 		for {
 			left := time.Until(end)
 			if left <= 0 {
 				break
 			}
-			if !sendEvent(w, rc, []byte(": keep-alive\n\n")) {
+			if !sendEvent(w, rc, ka) {
 				return
 			}
 			if !p.wait(min(left, keepAliveInterval)) {
@@ -817,63 +1191,83 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 		strike = min(strike, len(h.pieces))
 	}
 
-	prefix := h.chunkPrefix(a.model)
-	ev := make([]byte, 0, len(prefix)+128)
+	last := len(h.pieces) - 1
 	for i, piece := range h.pieces {
 		if i == strike {
-			h.strike(w, rc, a.fault)
+			h.strike(w, rc, sf, a.fault)
 			return
 		}
 		if i > 0 && !p.wait(time.Duration(h.ChunkInterval)) {
 			h.abandon(r)
 			return
 		}
-		ev = append(ev[:0], prefix...)
-		if i == 0 {
-			ev = append(ev, `{"role":"assistant","content":`...)
-		} else {
-			ev = append(ev, `{"content":`...)
-		}
-		ev = append(ev, piece...)
-		ev = append(ev, "},\"finish_reason\":null}]}\n\n"...)
+		ev = sf.chunk(ev[:0], i, piece, i == last && strike < 0)
 		if !sendEvent(w, rc, ev) {
 			return
 		}
 	}
 	if strike == len(h.pieces) {
-		h.strike(w, rc, a.fault)
+		h.strike(w, rc, sf, a.fault)
 		return
 	}
-
-	ev = append(ev[:0], prefix...)
-	ev = append(ev, `{},"finish_reason":"stop"}],"usage":`...)
-	ev = appendUsage(ev, a.prompt, a.completion, true)
-	ev = append(ev, "}\n\ndata: [DONE]\n\n"...)
-	sendEvent(w, rc, ev)
+	if ev = sf.end(ev[:0]); len(ev) > 0 {
+		sendEvent(w, rc, ev)
+	}
 }
 
 // strike ends a stream with a cut or error_event fault.
-func (h *Handler) strike(w http.ResponseWriter, rc *http.ResponseController, f *Fault) {
+func (h *Handler) strike(w http.ResponseWriter, rc *http.ResponseController, sf streamFormat, f *Fault) {
 	if f.Kind == FaultCut {
 		_ = rc.Flush()
 		panic(http.ErrAbortHandler)
 	}
-	ev := append([]byte("data: "), f.errorEvent()...)
-	sendEvent(w, rc, append(ev, "\n\n"...))
+	sendEvent(w, rc, sf.errorEvent(nil, h.errorPayload(f)))
 }
 
-func (f *Fault) errorEvent() []byte {
-	if f.Body != "" {
-		return []byte(f.Body)
-	}
-	return errorBody("The server had an error while processing your request.", "server_error", "")
-}
+// keepAliveComment is the SSE comment of keepalive faults (openai,
+// gemini).
+var keepAliveComment = []byte(": keep-alive\n\n")
 
 func sendEvent(w http.ResponseWriter, rc *http.ResponseController, ev []byte) bool {
 	if _, err := w.Write(ev); err != nil {
 		return false
 	}
 	return rc.Flush() == nil
+}
+
+// openaiStream is a Chat Completions stream: data: chunks, a final
+// chunk with finish_reason and usage, then [DONE].
+type openaiStream struct {
+	a      answer
+	prefix []byte // every event up to the delta object
+}
+
+func (s *openaiStream) contentType() string  { return "text/event-stream" }
+func (s *openaiStream) head(b []byte) []byte { return b }
+func (s *openaiStream) keepAlive() []byte    { return keepAliveComment }
+
+func (s *openaiStream) chunk(b []byte, i int, piece []byte, _ bool) []byte {
+	b = append(b, s.prefix...)
+	if i == 0 {
+		b = append(b, `{"role":"assistant","content":`...)
+	} else {
+		b = append(b, `{"content":`...)
+	}
+	b = append(b, piece...)
+	return append(b, "},\"finish_reason\":null}]}\n\n"...)
+}
+
+func (s *openaiStream) end(b []byte) []byte {
+	b = append(b, s.prefix...)
+	b = append(b, `{},"finish_reason":"stop"}],"usage":`...)
+	b = appendUsage(b, s.a.prompt, s.a.completion, true)
+	return append(b, "}\n\ndata: [DONE]\n\n"...)
+}
+
+func (s *openaiStream) errorEvent(b, payload []byte) []byte {
+	b = append(b, "data: "...)
+	b = append(b, payload...)
+	return append(b, "\n\n"...)
 }
 
 // chunkPrefix is every stream event up to the delta object.

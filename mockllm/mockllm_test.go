@@ -399,6 +399,9 @@ func TestUnservedPaths(t *testing.T) {
 		{http.MethodGet, "/v1/chat/completions"},
 		{http.MethodPost, "/v1/completions"},
 		{http.MethodPost, "/v1/models"},
+		{http.MethodPost, "/v1/messages"},
+		{http.MethodPost, "/v1beta/models/gemini-x:generateContent"},
+		{http.MethodPost, "/v1beta/models/gemini-x:streamGenerateContent"},
 		{http.MethodGet, "/llm_mock/reset"},
 		{http.MethodGet, "/"},
 	} {
@@ -733,6 +736,22 @@ func TestFaultRateLimit(t *testing.T) {
 	}
 }
 
+func TestFaultRateLimitRetryDelay(t *testing.T) {
+	for _, dialect := range []string{"", DialectOpenAI} {
+		s := serve(t, Handler{Dialect: dialect, Faults: []Fault{
+			{Kind: FaultRateLimit, Every: 2, RetryDelay: caddy.Duration(2500 * time.Millisecond)},
+			{Kind: FaultRateLimit, RetryDelay: caddy.Duration(time.Second), Headers: http.Header{"Retry-After": {"7"}}},
+		}}, nil)
+		for _, want := range []string{"7", "3"} { // the header wins; 2.5s rounds up
+			resp := s.post(t, "/v1/chat/completions", chatBody)
+			body := readAll(t, resp)
+			if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != want || decodeError(t, body).Error.Code == nil {
+				t.Errorf("dialect %q: expected 429 with Retry-After %s, got %d %q %s", dialect, want, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+		}
+	}
+}
+
 func TestFaultHang(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprint("stream ", stream), func(t *testing.T) {
@@ -980,6 +999,9 @@ func TestStatsAndReset(t *testing.T) {
 		st.LastAuthorization != want.LastAuthorization || st.LastBody != want.LastBody {
 		t.Errorf("expected %+v, got %+v", want, st)
 	}
+	if st.LastAPIKey != "b" {
+		t.Errorf("expected last_api_key b, got %q", st.LastAPIKey)
+	}
 	if st.LastHeaders["X-Test"] != "yes" || st.LastHeaders["Authorization"] != "Bearer b" {
 		t.Errorf("expected last headers, got %v", st.LastHeaders)
 	}
@@ -1089,6 +1111,12 @@ func TestValidate(t *testing.T) {
 		{"for", Handler{Faults: []Fault{{Kind: FaultHang, For: -1}}}, "for"},
 		{"status", Handler{Faults: []Fault{{Kind: FaultStatus, Status: 600}}}, "status"},
 		{"after", Handler{Faults: []Fault{{Kind: FaultCut, After: intp(-1)}}}, "after"},
+		{"dialects", Handler{Dialect: DialectGemini, Faults: []Fault{{Kind: FaultRateLimit, RetryDelay: 1, QuotaID: "q"}}}, ""},
+		{"openai dialect", Handler{Dialect: DialectOpenAI}, ""},
+		{"anthropic dialect", Handler{Dialect: DialectAnthropic}, ""},
+		{"unknown dialect", Handler{Dialect: "cohere"}, `unknown dialect "cohere"`},
+		{"dialect case", Handler{Dialect: "Gemini"}, "unknown dialect"},
+		{"retry delay", Handler{Faults: []Fault{{Kind: FaultRateLimit, RetryDelay: -1}}}, "retry_delay"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1108,13 +1136,14 @@ func TestJSONConfig(t *testing.T) {
 	raw := `{"model":"m","latency":"10ms","first_token_delay":5000000,"chunks":3,"chunk_interval":"1ms",
 		"reply":"r","api_key":"{env.K}","rate_limit":{"requests":2,"tokens":100,"window":"30s"},
 		"faults":[{"kind":"status","every":2,"from":"1s","for":"2s","status":503,
-		"headers":{"Retry-After":["5"]},"body":"b","after":0}]}`
+		"headers":{"Retry-After":["5"]},"body":"b","after":0,"retry_delay":"42s","quota_id":"q"}],"dialect":"gemini"}`
 	if err := json.Unmarshal([]byte(raw), &h); err != nil {
 		t.Fatal(err)
 	}
 	if h.Latency != caddy.Duration(10*time.Millisecond) || h.FirstTokenDelay != caddy.Duration(5*time.Millisecond) ||
 		h.RateLimit.Window != caddy.Duration(30*time.Second) || len(h.Faults) != 1 ||
-		h.Faults[0].After == nil || *h.Faults[0].After != 0 || h.Faults[0].Headers.Get("Retry-After") != "5" {
+		h.Faults[0].After == nil || *h.Faults[0].After != 0 || h.Faults[0].Headers.Get("Retry-After") != "5" ||
+		h.Dialect != DialectGemini || h.Faults[0].RetryDelay != caddy.Duration(42*time.Second) || h.Faults[0].QuotaID != "q" {
 		t.Errorf("unexpected decoded config %+v", h)
 	}
 }

@@ -66,16 +66,9 @@ func readFixture(t testing.TB, name string) (*http.Response, []byte) {
 }
 
 // adapterFor returns the adapter that decodes a fixture's provider family.
-// Until an azure adapter exists, Azure OpenAI responses are decoded by the
-// openai adapter (same error shape, plus retry-after-ms).
 func adapterFor(provider string) (Adapter, bool) {
-	if a, err := Get(provider); err == nil {
-		return a, true
-	}
-	if provider == "azure" {
-		return OpenAI{}, true
-	}
-	return nil, false
+	a, err := Get(provider)
+	return a, err == nil
 }
 
 func TestFixtures(t *testing.T) {
@@ -132,14 +125,8 @@ func TestFixtures(t *testing.T) {
 			}
 		})
 	}
-	want := 0
-	for _, c := range cases {
-		if c.Provider == "openai" || c.Provider == "azure" {
-			want++
-		}
-	}
-	if want < 19 || decoded < want {
-		t.Errorf("expected every openai/azure fixture (%d, at least 19) decoded, got %d", want, decoded)
+	if len(cases) < 25 || decoded != len(cases) {
+		t.Errorf("expected every fixture (%d, at least 25) decoded by its adapter, got %d", len(cases), decoded)
 	}
 }
 

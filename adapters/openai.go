@@ -38,11 +38,17 @@ func (OpenAI) Name() string { return "openai" }
 
 // ChatRequest implements Adapter.
 func (OpenAI) ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
+	return openAIPost(ctx, ep, ep.BaseURL+"/chat/completions", model, body, stream)
+}
+
+// openAIPost builds a POST of body, with model set, to url with the
+// provider's Bearer key and extra headers; nothing of the client's.
+func openAIPost(ctx context.Context, ep *Endpoint, url, model string, body []byte, stream bool) (*http.Request, error) {
 	out, err := SetString(body, "model", model)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.BaseURL+"/chat/completions", bytes.NewReader(out))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(out))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,128 @@
+package adapters
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+func init() { Register(Azure{}) }
+
+// AzureDefaultAPIVersion is the api-version sent when base_url states none:
+// the latest GA data-plane version
+// (https://learn.microsoft.com/en-us/azure/ai-services/openai/api-version-deprecation).
+const AzureDefaultAPIVersion = "2024-10-21"
+
+// Azure speaks Azure OpenAI: the OpenAI Chat Completions wire format, with
+// the deployment in the path and the key in an api-key header
+// (https://learn.microsoft.com/en-us/azure/ai-services/openai/reference).
+//
+// BaseURL is the resource's endpoint with "/openai", such as
+// "https://RESOURCE.openai.azure.com/openai", optionally with
+// "?api-version=2024-06-01" (else AzureDefaultAPIVersion); requests go to
+// {BaseURL}/deployments/{model}/chat/completions?api-version=..., where the
+// deployment's upstream model is the Azure deployment name. A BaseURL
+// ending in "/openai/v1" (the v1 API, which takes no api-version and the
+// model in the body) gets {BaseURL}/chat/completions.
+//
+// Errors, rate-limit headers (x-ratelimit-remaining-* of -1 means unknown),
+// retry-after-ms and Retry-After are decoded as the openai adapter does.
+type Azure struct{}
+
+// Name implements Adapter.
+func (Azure) Name() string { return "azure" }
+
+// azureURL builds the URL of an operation ("chat/completions",
+// "embeddings") of a deployment.
+func azureURL(base, deployment, op string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "", fmt.Errorf("azure base_url %q is not an absolute URL", base)
+	}
+	q := u.Query()
+	p := strings.TrimSuffix(u.Path, "/")
+	if strings.HasSuffix(p, "/v1") {
+		u.Path = p + "/" + op
+	} else {
+		u.Path = p + "/deployments/" + deployment + "/" + op
+		if q.Get("api-version") == "" {
+			q.Set("api-version", AzureDefaultAPIVersion)
+		}
+	}
+	u.RawPath = ""
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// ChatRequest implements Adapter. The body is the client's with the model
+// set (harmless for deployment URLs, required by the v1 API).
+func (Azure) ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
+	out, err := SetString(body, "model", model)
+	if err != nil {
+		return nil, err
+	}
+	target, err := azureURL(ep.BaseURL, model, "chat/completions")
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(out))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range ep.Header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if ep.APIKey != "" {
+		req.Header.Set("Api-Key", ep.APIKey)
+	}
+	return req, nil
+}
+
+// Observe implements Adapter.
+func (Azure) Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation {
+	return OpenAI{}.Observe(status, h, body, now)
+}
+
+// ChatResponse implements Adapter: the body is in the client's format.
+func (Azure) ChatResponse(body []byte) ([]byte, error) { return OpenAI{}.ChatResponse(body) }
+
+// NewStreamDecoder implements Adapter.
+func (Azure) NewStreamDecoder() StreamDecoder { return azureStream{} }
+
+// azureStream is the openai decoder, but skips the chunk Azure sends first
+// with only the prompt's content-filter results and no choices: it is no
+// first token, and must not commit the response to this deployment.
+type azureStream struct{ openAIStream }
+
+// Event implements StreamDecoder. An event that is no chunk at all (not an
+// object, no choices) is a broken stream, not content to relay.
+func (s azureStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
+	out, kind, obs := s.openAIStream.Event(ev)
+	if (kind == EventData || kind == EventFinal) && (out[0] != '{' || !bytes.Contains(out, []byte(`"choices"`))) {
+		return nil, EventError, streamBroken("stream event is not a chat completion chunk")
+	}
+	if kind == EventData && bytes.Contains(out, []byte(`"prompt_filter_results"`)) {
+		var c struct {
+			Choices []json.RawMessage `json:"choices"`
+			Usage   json.RawMessage   `json:"usage"`
+		}
+		if json.Unmarshal(out, &c) == nil && len(c.Choices) == 0 &&
+			(len(c.Usage) == 0 || bytes.Equal(c.Usage, []byte("null"))) {
+			return nil, EventSkip, obs
+		}
+	}
+	return out, kind, obs
+}

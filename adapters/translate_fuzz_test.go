@@ -1,0 +1,179 @@
+package adapters
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+// Bad output from a provider never panics a translating adapter: it is a
+// server-class error event, or a translation error (which the router
+// treats as a server failure and fails over).
+
+func TestGarbageStreamEvents(t *testing.T) {
+	// Not JSON, or JSON that is no event object, for every decoder.
+	common := []string{`not json`, `{"type":`, `[1,2]`, `"text"`, `123`, `null`, "\x00\xff\xfe", `{"error":"x"`}
+	for _, tc := range []struct {
+		a       Adapter
+		garbage []string
+	}{
+		{Anthropic{}, []string{`{}`, `{"candidates":"x"}`, `{"type":"content_block_delta","index":"x"}`,
+			`{"type":"message_start","message":[]}`, `{"type":"message_delta"}`, `{"type":"content_block_start","content_block":"x"}`}},
+		{Gemini{}, []string{`{}`, `{"type":"content_block_delta","index":0}`, `{"candidates":"x"}`,
+			`{"candidates":[{"content":{"parts":[{"functionCall":7}]}}]}`, `{"usageMetadata":{"promptTokenCount":"many"}}`}},
+		{Azure{}, []string{`{}`, `{"candidates":"x"}`, `{"type":"message_start","message":{}}`}},
+	} {
+		for _, data := range append(common, tc.garbage...) {
+			for _, name := range []string{"", "message_delta"} {
+				out, kind, obs := tc.a.NewStreamDecoder().Event(&Event{Name: name, Data: []byte(data)})
+				if kind != EventError || obs.Class != capacity.Server || obs.Message == "" {
+					t.Errorf("%s: %q (event %q): expected a server error event, got kind %d class %s %s", tc.a.Name(), data, name, kind, obs.Class, out)
+				}
+			}
+		}
+		// Blank events are nothing, not content.
+		for _, data := range []string{``, `   `} {
+			if _, kind, _ := tc.a.NewStreamDecoder().Event(&Event{Data: []byte(data)}); kind != EventSkip {
+				t.Errorf("%s: %q: expected a skip, got kind %d", tc.a.Name(), data, kind)
+			}
+		}
+	}
+}
+
+func TestGarbageAnswers(t *testing.T) {
+	for _, a := range []Adapter{Anthropic{}, Gemini{}, Azure{}} {
+		for _, body := range []string{``, `not json`, `[]`, `{}`, `null`, `"x"`, `<html>502</html>`,
+			`{"type":"message","content":"x"}`, `{"candidates":[{"content":"x"}]}`, `{"choices":{}}`, `{"error":{"message":"boom"}}`} {
+			if out, err := a.ChatResponse([]byte(body)); err == nil {
+				t.Errorf("%s: %q: expected a translation error, got %s", a.Name(), body, out)
+			}
+			o := a.Observe(500, http.Header{}, []byte(body), time.Now())
+			if o.Class != capacity.Server {
+				t.Errorf("%s: a 500 with body %q: expected server, got %s", a.Name(), body, o.Class)
+			}
+		}
+	}
+}
+
+func FuzzTranslatingStreams(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "streams", "*.sse"))
+	for _, name := range files {
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw)
+	}
+	f.Add([]byte(anthropicToolStream))
+	f.Add([]byte(geminiSSE))
+	f.Add([]byte(azureSSE))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		for _, a := range []Adapter{Anthropic{}, Gemini{}, Azure{}} {
+			dec := a.NewStreamDecoder()
+			enc := NewMessagesStreamEncoder()
+			r := NewSSEReader(bytes.NewReader(raw))
+			for {
+				ev, err := r.Next()
+				if err != nil {
+					break
+				}
+				out, kind, obs := dec.Event(ev)
+				switch kind {
+				case EventData, EventFinal:
+					if !jsonValid(out) {
+						t.Fatalf("%s relayed invalid JSON %q", a.Name(), out)
+					}
+					checkFrames(t, enc.Chunk(out))
+				case EventError:
+					if obs.Class == capacity.OK {
+						t.Fatalf("%s: an error event of class ok", a.Name())
+					}
+				}
+			}
+			checkFrames(t, enc.Done())
+		}
+	})
+}
+
+// checkFrames fails unless out is whole SSE frames with JSON data.
+func checkFrames(t *testing.T, out []byte) {
+	t.Helper()
+	r := NewSSEReader(bytes.NewReader(out))
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("frames %q: %v", out, err)
+			}
+			return
+		}
+		if ev.Name == "" || !jsonValid(ev.Data) {
+			t.Fatalf("bad frame in %q", out)
+		}
+	}
+}
+
+func FuzzTranslatingAnswers(f *testing.F) {
+	fixtureSeeds(f, func(_ http.Header, body []byte) { f.Add(body) })
+	f.Add([]byte(`{"candidates":[{"content":{"parts":[{"text":"a"},{"functionCall":{"name":"f","args":{}}}]},"finishReason":"STOP"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, a := range []Adapter{Anthropic{}, Gemini{}} {
+			if out, err := a.ChatResponse(body); err == nil {
+				if !jsonValid(out) {
+					t.Fatalf("%s: invalid JSON answer %q", a.Name(), out)
+				}
+				if m, err := ChatToMessages(out); err != nil || !jsonValid(m) {
+					t.Fatalf("%s: its chat.completion does not translate back: %v", a.Name(), err)
+				}
+			}
+			o := a.Observe(429, http.Header{}, body, time.Now())
+			if o.RetryAfter < capacity.Unknown || o.RetryAfter > capacity.MaxCooldown || o.Class == capacity.OK {
+				t.Fatalf("%s: bad observation %+v", a.Name(), o)
+			}
+			if e, ok := a.(ErrorTranslator); ok && !jsonValid(e.ChatError(400, body)) {
+				t.Fatalf("%s: invalid error body", a.Name())
+			}
+		}
+	})
+}
+
+func FuzzTranslatingRequests(f *testing.F) {
+	f.Add([]byte(chatWithTools))
+	f.Add([]byte(anthropicWithTools))
+	f.Add([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":" "}]}`))
+	ep := &Endpoint{BaseURL: "https://example.com/v1"}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, a := range []Adapter{Anthropic{}, Gemini{}, Azure{}} {
+			if _, ok := a.(Azure); ok && !jsonValid(body) {
+				continue // like openai, it takes the handler's validated body
+			}
+			req, err := a.ChatRequest(context.Background(), ep, "gemini-3-x", body, true)
+			if err != nil {
+				continue
+			}
+			var b bytes.Buffer
+			_, _ = b.ReadFrom(req.Body)
+			if !jsonValid(b.Bytes()) {
+				t.Fatalf("%s: invalid upstream body %q", a.Name(), b.Bytes())
+			}
+		}
+		chat, _, _, err := MessagesToChat(body)
+		if err != nil {
+			if !errors.Is(err, ErrMessagesRequest) {
+				t.Fatalf("MessagesToChat error without ErrMessagesRequest: %v", err)
+			}
+			return
+		}
+		if !jsonValid(chat) {
+			t.Fatalf("MessagesToChat gave invalid JSON %q", chat)
+		}
+	})
+}

@@ -1,0 +1,187 @@
+package adapters
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+// Helpers shared by the translating adapters' tests (anthropic, gemini,
+// azure, the Messages ingress).
+
+// streamResult is what a client would assemble from a decoded stream.
+type streamResult struct {
+	kinds   []EventKind
+	chunks  []string // EventData and EventFinal outputs
+	errObs  capacity.Observation
+	content string
+	roles   []string
+	tools   []*accCall // by tool_calls index
+	finish  string
+	usage   *chatUsage
+	ids     map[string]bool
+	models  map[string]bool
+}
+
+type accCall struct {
+	id, typ, name, args string
+}
+
+// runStream reads an SSE body through dec as the router does, and
+// assembles the chunks as an OpenAI client would.
+func runStream(t *testing.T, dec StreamDecoder, sse string) streamResult {
+	t.Helper()
+	res := streamResult{ids: map[string]bool{}, models: map[string]bool{}}
+	r := NewSSEReader(strings.NewReader(sse))
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return res
+		}
+		if err != nil {
+			t.Fatalf("reading stream: %v", err)
+		}
+		out, kind, obs := dec.Event(ev)
+		res.kinds = append(res.kinds, kind)
+		switch kind {
+		case EventError:
+			res.errObs = obs
+		case EventData, EventFinal:
+			res.chunks = append(res.chunks, string(out))
+			res.accumulate(t, out)
+		}
+	}
+}
+
+func (res *streamResult) accumulate(t *testing.T, out []byte) {
+	t.Helper()
+	var c struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Model   string `json:"model"`
+		Choices []struct {
+			Delta struct {
+				Role      string  `json:"role"`
+				Content   *string `json:"content"`
+				ToolCalls []struct {
+					Index    *int   `json:"index"`
+					ID       string `json:"id"`
+					Type     string `json:"type"`
+					Function struct {
+						Name      string  `json:"name"`
+						Arguments *string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"delta"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *chatUsage `json:"usage"`
+	}
+	if err := json.Unmarshal(out, &c); err != nil {
+		t.Fatalf("chunk is not JSON: %v: %s", err, out)
+	}
+	if c.Object != "chat.completion.chunk" || len(c.Choices) != 1 {
+		t.Errorf("expected a chat.completion.chunk with one choice, got %s", out)
+		return
+	}
+	res.ids[c.ID], res.models[c.Model] = true, true
+	d := c.Choices[0].Delta
+	if d.Role != "" {
+		res.roles = append(res.roles, d.Role)
+	}
+	if d.Content != nil {
+		res.content += *d.Content
+	}
+	for _, tc := range d.ToolCalls {
+		if tc.Index == nil {
+			t.Errorf("a tool call delta without index: %s", out)
+			continue
+		}
+		for len(res.tools) <= *tc.Index {
+			res.tools = append(res.tools, &accCall{})
+		}
+		a := res.tools[*tc.Index]
+		if tc.ID != "" {
+			a.id = tc.ID
+		}
+		if tc.Type != "" {
+			a.typ = tc.Type
+		}
+		if tc.Function.Name != "" {
+			a.name = tc.Function.Name
+		}
+		if tc.Function.Arguments != nil {
+			a.args += *tc.Function.Arguments
+		}
+	}
+	if f := c.Choices[0].FinishReason; f != nil {
+		res.finish = *f
+	}
+	if c.Usage != nil {
+		res.usage = c.Usage
+	}
+}
+
+// lastContentKind is the kind of the last EventData or EventFinal.
+func (res *streamResult) lastContentKind() EventKind {
+	for i := len(res.kinds) - 1; i >= 0; i-- {
+		if k := res.kinds[i]; k == EventData || k == EventFinal {
+			return k
+		}
+	}
+	return EventSkip
+}
+
+// sameJSON compares two JSON texts by value.
+func sameJSON(t *testing.T, got []byte, want string) bool {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("got invalid JSON: %v: %s", err, got)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("bad expectation: %v: %s", err, want)
+	}
+	return reflect.DeepEqual(g, w)
+}
+
+// compact renders JSON on one line, for messages.
+func compact(s string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(s)) != nil {
+		return s
+	}
+	return b.String()
+}
+
+// jsonField decodes the JSON at a top-level key of body.
+func jsonField(t *testing.T, body []byte, key string) any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("invalid JSON: %v: %s", err, body)
+	}
+	return m[key]
+}
+
+// withoutCreated checks that a chat.completion has a Unix "created" time,
+// and returns it without, for comparing with a fixed expectation.
+func withoutCreated(t *testing.T, body []byte) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("invalid JSON: %v: %s", err, body)
+	}
+	if c, ok := m["created"].(float64); !ok || c < 1e9 {
+		t.Errorf("expected a Unix created time, got %v", m["created"])
+	}
+	delete(m, "created")
+	out, _ := json.Marshal(m)
+	return out
+}

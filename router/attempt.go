@@ -85,7 +85,13 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		return out
 	}
 
-	upReq, err := d.Adapter.ChatRequest(ctx, d.Endpoint, d.Model, req.Body, req.Stream)
+	var upReq *http.Request
+	var err error
+	if req.Kind == Embeddings {
+		upReq, err = d.Adapter.(adapters.Embedder).EmbeddingsRequest(ctx, d.Endpoint, d.Model, req.Body)
+	} else {
+		upReq, err = d.Adapter.ChatRequest(ctx, d.Endpoint, d.Model, req.Body, req.Stream)
+	}
 	if err != nil {
 		finish()
 		out.obs = capacity.NewObservation(capacity.ClientError)
@@ -124,7 +130,12 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 			return out
 		}
 		out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
-		if out.body, err = d.Adapter.ChatResponse(body); err != nil {
+		if req.Kind == Embeddings {
+			out.body, err = d.Adapter.(adapters.Embedder).EmbeddingsResponse(body)
+		} else {
+			out.body, err = d.Adapter.ChatResponse(body)
+		}
+		if err != nil {
 			out.obs = capacity.NewObservation(capacity.Server)
 			out.obs.Message = "untranslatable answer: " + err.Error()
 		} else {

@@ -53,8 +53,21 @@ type Deployment struct {
 	State *capacity.State
 }
 
+// Kind is what a request asks for.
+type Kind uint8
+
+const (
+	// Chat is a Chat Completions request (streaming or not).
+	Chat Kind = iota
+	// Embeddings is an embeddings request; only deployments whose adapter
+	// implements adapters.Embedder serve it.
+	Embeddings
+)
+
 // Request is what the router needs of one client request.
 type Request struct {
+	// Kind is Chat unless set.
+	Kind Kind
 	// Body is the client's Chat Completions JSON body.
 	Body []byte
 	// Stream is the body's "stream".
@@ -320,7 +333,7 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 	cands := buf
 	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
 		for i, d := range group {
-			if per[i].excluded || per[i].silent != (pass == 1) {
+			if per[i].excluded || per[i].silent != (pass == 1) || !supports(d, req) {
 				continue
 			}
 			if minContext >= 0 && d.ContextWindow != 0 && d.ContextWindow <= minContext {
@@ -332,6 +345,15 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 		}
 	}
 	return cands
+}
+
+// supports reports whether d can serve req's kind.
+func supports(d *Deployment, req *Request) bool {
+	if req.Kind == Embeddings {
+		_, ok := d.Adapter.(adapters.Embedder)
+		return ok
+	}
+	return true
 }
 
 // readyFirst moves the candidates usable at now to the front and returns

@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/adapters"
+	"github.com/llmrouter/caddy-llm-router/capacity"
 	"github.com/llmrouter/caddy-llm-router/router"
 )
 
@@ -25,18 +27,23 @@ const (
 	HeaderAttempts   = "X-LLM-Router-Attempts"
 )
 
-// ServeHTTP answers Chat Completions and the model list; anything else goes
-// to next.
+// ServeHTTP answers the LLM API paths; anything else goes to next:
+//
+//	POST .../chat/completions  OpenAI Chat Completions (streaming or not)
+//	POST .../embeddings        OpenAI embeddings
+//	POST .../messages          Anthropic Messages (streaming or not)
+//	GET  .../models[/{id}]     the model groups
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	path := strings.TrimSuffix(r.URL.Path, "/")
+	var serve func(http.ResponseWriter, *http.Request) error
+	in := openAIFormat
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "", "use POST for chat completions")
-			return nil
-		}
-		return h.serveChat(w, r)
+		serve = h.serveChat
+	case strings.HasSuffix(path, "/embeddings"):
+		serve = h.serveEmbeddings
+	case strings.HasSuffix(path, "/messages"):
+		serve, in = h.serveMessages, anthropicFormat
 	case strings.HasSuffix(path, "/models") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		return h.serveModels(w)
 	case r.Method == http.MethodGet || r.Method == http.MethodHead:
@@ -44,8 +51,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if i := strings.LastIndex(path, "/models/"); i >= 0 {
 			return h.serveModel(w, path[i+len("/models/"):])
 		}
+		return next.ServeHTTP(w, r)
+	default:
+		return next.ServeHTTP(w, r)
 	}
-	return next.ServeHTTP(w, r)
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		in.writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "", "use POST")
+		return nil
+	}
+	return serve(w, r)
+}
+
+// format is a client API's way of writing errors and answers.
+type format uint8
+
+const (
+	openAIFormat    format = iota // {"error":{"message","type","param","code"}}
+	anthropicFormat               // {"type":"error","error":{"type","message"}}
+)
+
+// writeError answers with an error in the client's format. typ and code are
+// OpenAI's; the Anthropic format takes its type from the status.
+func (f format) writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	if f == anthropicFormat {
+		writeBody(w, status, adapters.AnthropicError(adapters.AnthropicErrorType(status), msg))
+		return
+	}
+	writeError(w, status, typ, code, param, msg)
 }
 
 // chatRequest is what routing needs of a Chat Completions body; the rest is
@@ -77,28 +110,35 @@ var routingKeys = []string{"model", "messages", "stream", "n", "max_tokens", "ma
 // not record them.
 var clientCredentialHeaders = []string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
 
-func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
+// readJSON reads a request body for any of the API paths, answering the
+// client itself (false) when it cannot be read.
+func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, in format) ([]byte, bool) {
 	for _, k := range clientCredentialHeaders {
 		r.Header.Del(k)
 	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_encoding", "",
+		in.writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_encoding", "",
 			"request bodies with Content-Encoding are not accepted; send plain JSON")
-		return nil
+		return nil, false
 	}
 	body, err := readBody(w, r, h.MaxBody)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
+			in.writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
 				fmt.Sprintf("request body exceeds %d bytes", h.MaxBody))
-			return nil
+			return nil, false
 		}
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "could not read the request body")
-		return nil
+		in.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "", "could not read the request body")
+		return nil, false
 	}
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
+	return body, true
+}
+
+// decode unmarshals body into v and checks its routing keys, answering a
+// 400 (false) when it does not fit.
+func decode(w http.ResponseWriter, in format, body []byte, v any, keys ...string) bool {
+	if err := json.Unmarshal(body, v); err != nil {
 		param, msg := "", "the request body is not valid JSON"
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
@@ -107,19 +147,41 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
 				msg = fmt.Sprintf("invalid type for '%s': expected %s", typeErr.Field, jsonKind(typeErr))
 			}
 		}
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", param, msg)
-		return nil
+		in.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", param, msg)
+		return false
 	}
-	if err := adapters.CheckKeys(body, routingKeys...); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", err.Error())
-		return nil
+	if err := adapters.CheckKeys(body, keys...); err != nil {
+		in.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", err.Error())
+		return false
 	}
-	if req.Model == "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", "model",
+	return true
+}
+
+// lookup finds a model group, answering a 404 (false) when there is none.
+func (h *Handler) lookup(w http.ResponseWriter, in format, model string) ([]*router.Deployment, bool) {
+	if model == "" {
+		in.writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", "model",
 			"you must provide a model parameter")
+		return nil, false
+	}
+	group, ok := h.groups[model]
+	if !ok {
+		in.writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
+			fmt.Sprintf("the model %s does not exist; GET /v1/models lists the model groups", strconv.Quote(truncate(model, 100))))
+	}
+	return group, ok
+}
+
+func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
+	body, ok := h.readJSON(w, r, openAIFormat)
+	if !ok {
 		return nil
 	}
-	if len(req.Messages) == 0 {
+	var req chatRequest
+	if !decode(w, openAIFormat, body, &req, routingKeys...) {
+		return nil
+	}
+	if len(req.Messages) == 0 && req.Model != "" {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", "messages",
 			"'messages' must be a non-empty array")
 		return nil
@@ -135,86 +197,189 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) error {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "n", "'n' must be between 1 and 128")
 		return nil
 	}
-	group, ok := h.groups[req.Model]
+	group, ok := h.lookup(w, openAIFormat, req.Model)
 	if !ok {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
-			fmt.Sprintf("the model %s does not exist; GET /v1/models lists the model groups", strconv.Quote(truncate(req.Model, 100))))
 		return nil
 	}
-
 	rreq := &router.Request{Body: body, Stream: req.Stream, Choices: 1, PromptTokens: int64(len(body))/4 + 1}
 	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
 		rreq.OutputTokens = *req.MaxCompletionTokens
 	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
 		rreq.OutputTokens = *req.MaxTokens
 	}
-	rreq.Tokens = rreq.PromptTokens + rreq.OutputTokens
 	if req.N != nil {
 		rreq.Choices = *req.N
 	}
 	if req.StreamOptions != nil {
 		rreq.IncludeUsage = req.StreamOptions.IncludeUsage
 	}
+	return h.answer(w, r, openAIFormat, req.Model, group, rreq)
+}
+
+func (h *Handler) serveEmbeddings(w http.ResponseWriter, r *http.Request) error {
+	body, ok := h.readJSON(w, r, openAIFormat)
+	if !ok {
+		return nil
+	}
+	var req struct {
+		Model string          `json:"model"`
+		Input json.RawMessage `json:"input"`
+	}
+	if !decode(w, openAIFormat, body, &req, "model", "input") {
+		return nil
+	}
+	group, ok := h.lookup(w, openAIFormat, req.Model)
+	if !ok {
+		return nil
+	}
+	if len(req.Input) == 0 || string(req.Input) == "null" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", "input",
+			"you must provide an input parameter")
+		return nil
+	}
+	return h.answer(w, r, openAIFormat, req.Model, group, &router.Request{
+		Kind: router.Embeddings, Body: body, PromptTokens: int64(len(body))/4 + 1,
+	})
+}
+
+// serveMessages answers Anthropic Messages requests over the same model
+// groups: natively on anthropic deployments, translated for the others.
+func (h *Handler) serveMessages(w http.ResponseWriter, r *http.Request) error {
+	body, ok := h.readJSON(w, r, anthropicFormat)
+	if !ok {
+		return nil
+	}
+	var req struct {
+		MaxTokens int64 `json:"max_tokens"`
+	}
+	if !decode(w, anthropicFormat, body, &req, "model", "messages", "stream", "max_tokens", "system") {
+		return nil
+	}
+	chat, model, stream, err := adapters.MessagesToChat(body)
+	if err != nil {
+		anthropicFormat.writeError(w, http.StatusBadRequest, "", "", "", err.Error())
+		return nil
+	}
+	group, ok := h.lookup(w, anthropicFormat, model)
+	if !ok {
+		return nil
+	}
+	return h.answer(w, r, anthropicFormat, model, group, &router.Request{
+		Body: chat, Stream: stream, Choices: 1, PromptTokens: int64(len(body))/4 + 1, OutputTokens: max(req.MaxTokens, 0),
+		// The translation asks OpenAI-format providers for usage.
+		IncludeUsage: stream, NativeFormat: "anthropic", NativeBody: body,
+	})
+}
+
+// answer routes rreq over group and writes the outcome in the client's format.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, in format, model string, group []*router.Deployment, rreq *router.Request) error {
+	rreq.Tokens = rreq.PromptTokens + rreq.OutputTokens
 	res := h.router.Serve(r.Context(), group, rreq)
 	h.annotate(r, res)
 	if errors.Is(res.Err, router.ErrClientGone) {
-		h.count(req.Model, res, 499) // nginx's "client closed request"
+		h.count(model, res, 499) // nginx's "client closed request"
 		return nil
 	}
 	var rerr *router.Error
 	if errors.As(res.Err, &rerr) {
-		h.count(req.Model, res, rerr.Status)
+		h.count(model, res, rerr.Status)
 		setRouterHeaders(w, res)
 		if rerr.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(rerr.RetryAfter/time.Second)))
 		}
-		writeError(w, rerr.Status, rerr.Type, rerr.Code, "", rerr.Message)
+		in.writeError(w, rerr.Status, rerr.Type, rerr.Code, "", rerr.Message)
 		return nil
 	}
-	h.count(req.Model, res, res.Status)
-	if res.Stream != nil {
-		return h.relay(w, r, res)
-	}
+	h.count(model, res, res.Status)
 	setRouterHeaders(w, res)
-	ct := "application/json"
-	if res.Header != nil && res.Header.Get("Content-Type") != "" && res.Status >= 300 {
-		ct = res.Header.Get("Content-Type")
+	if res.Stream != nil {
+		return h.relay(w, in, res)
 	}
-	w.Header().Set("Content-Type", ct)
-	w.WriteHeader(res.Status)
-	_, _ = w.Write(res.Body)
+	body := res.Body
+	if in == anthropicFormat && !res.Native {
+		if res.Status >= 300 {
+			// A provider's client error, as an OpenAI error body: restate it.
+			var e errorBody
+			_ = json.Unmarshal(body, &e)
+			body = adapters.AnthropicError(adapters.AnthropicErrorType(res.Status), e.Error.Message)
+		} else if msg, err := adapters.ChatToMessages(body); err == nil {
+			body = msg
+		} else {
+			in.writeError(w, http.StatusBadGateway, "server_error", "upstream_unavailable", "", "the answer could not be translated")
+			return nil
+		}
+	}
+	writeBody(w, res.Status, body)
 	return nil
 }
 
-// relay writes a committed stream as server-sent events, flushing each. A
-// failure after the first byte ends the stream with an in-band error event
-// and no "[DONE]", so no client takes a cut answer for a complete one.
-func (h *Handler) relay(w http.ResponseWriter, r *http.Request, res *router.Result) error {
-	setRouterHeaders(w, res)
+// relay writes a committed stream as server-sent events in the client's
+// format, flushing each. A failure after the first byte ends the stream
+// with an in-band error event and no terminator ("[DONE]", message_stop),
+// so no client takes a cut answer for a complete one.
+func (h *Handler) relay(w http.ResponseWriter, in format, res *router.Result) error {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	err := res.Stream.Relay(func(data []byte, done bool) error {
-		var werr error
-		if done {
-			_, werr = w.Write([]byte("data: [DONE]\n\n"))
-		} else {
-			_, werr = w.Write(append(append([]byte("data: "), data...), '\n', '\n'))
+	write := func(b []byte) error {
+		if len(b) == 0 {
+			return nil
 		}
-		if werr != nil {
-			return werr
+		if _, err := w.Write(b); err != nil {
+			return err
 		}
 		return rc.Flush()
-	})
+	}
+	var event func(data []byte, done bool) error
+	switch {
+	case in == openAIFormat:
+		event = func(data []byte, done bool) error {
+			if done {
+				return write([]byte("data: [DONE]\n\n"))
+			}
+			return write(append(append([]byte("data: "), data...), '\n', '\n'))
+		}
+	case res.Stream.Native():
+		// The provider's own Messages events, as they come; a stream that was
+		// complete without its message_stop gets one.
+		stopped := false
+		event = func(data []byte, done bool) error {
+			if done {
+				if stopped {
+					return nil
+				}
+				return write([]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
+			}
+			stopped = bytes.HasPrefix(data, []byte("event: message_stop"))
+			return write(data)
+		}
+	default:
+		enc := adapters.NewMessagesStreamEncoder()
+		event = func(data []byte, done bool) error {
+			if done {
+				return write(enc.Done())
+			}
+			return write(enc.Chunk(data))
+		}
+	}
+	err := res.Stream.Relay(event)
 	var se *router.StreamError
 	if errors.As(err, &se) {
-		payload, _ := json.Marshal(errorBody{Error: errorDetail{
-			Message: "the upstream stream failed after it began: " + se.Message,
-			Type:    "server_error", Code: "stream_interrupted",
-		}})
-		_, _ = w.Write(append(append([]byte("data: "), payload...), '\n', '\n'))
-		_ = rc.Flush()
+		msg := "the upstream stream failed after it began: " + se.Message
+		if in == anthropicFormat {
+			typ := "api_error"
+			switch se.Class {
+			case capacity.Overloaded:
+				typ = "overloaded_error"
+			case capacity.RateLimited:
+				typ = "rate_limit_error"
+			}
+			_ = write(adapters.MessagesStreamError(typ, msg))
+		} else {
+			payload, _ := json.Marshal(errorBody{Error: errorDetail{Message: msg, Type: "server_error", Code: "stream_interrupted"}})
+			_ = write(append(append([]byte("data: "), payload...), '\n', '\n'))
+		}
 	} else if err != nil {
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", res.Deployment.Name), zap.Error(err))
 	}
@@ -334,10 +499,15 @@ func writeError(w http.ResponseWriter, status int, typ, code, param, msg string)
 		p = &param
 	}
 	b, _ := json.Marshal(errorBody{Error: errorDetail{Message: msg, Type: typ, Param: p, Code: code}})
+	writeBody(w, status, b)
+}
+
+// writeBody answers with a JSON body.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(body)
 }
 
 func truncate(s string, n int) string {

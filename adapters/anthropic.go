@@ -61,26 +61,7 @@ func (Anthropic) ChatRequest(ctx context.Context, ep *Endpoint, model string, bo
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.BaseURL+"/messages", bytes.NewReader(out))
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range ep.Header {
-		req.Header[k] = v
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if req.Header.Get("Anthropic-Version") == "" {
-		req.Header.Set("Anthropic-Version", anthropicVersion)
-	}
-	if stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if ep.APIKey != "" {
-		req.Header.Set("X-Api-Key", ep.APIKey)
-	}
-	return req, nil
+	return anthropicPost(ctx, ep, out, stream)
 }
 
 // The Messages API request.

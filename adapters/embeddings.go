@@ -43,4 +43,30 @@ func (OpenAI) EmbeddingsResponse(body []byte) ([]byte, error) {
 	return body, nil
 }
 
-var _ Embedder = OpenAI{}
+// EmbeddingsRequest implements Embedder: the deployment's embeddings URL
+// with api-version, and the api-key header.
+func (Azure) EmbeddingsRequest(ctx context.Context, ep *Endpoint, model string, body []byte) (*http.Request, error) {
+	target, err := azureURL(ep.BaseURL, model, "embeddings")
+	if err != nil {
+		return nil, err
+	}
+	req, err := openAIPost(ctx, ep, target, model, body, false)
+	if err != nil {
+		return nil, err
+	}
+	if ep.APIKey != "" {
+		req.Header.Del("Authorization")
+		req.Header.Set("Api-Key", ep.APIKey)
+	}
+	return req, nil
+}
+
+// EmbeddingsResponse implements Embedder.
+func (Azure) EmbeddingsResponse(body []byte) ([]byte, error) {
+	return OpenAI{}.EmbeddingsResponse(body)
+}
+
+var (
+	_ Embedder = OpenAI{}
+	_ Embedder = Azure{}
+)

@@ -41,6 +41,20 @@ func SetString(body []byte, key, value string) ([]byte, error) {
 	return append(out, body[end:]...), nil
 }
 
+// GetString returns the top-level string member key of a JSON object, and
+// whether it is present as a string.
+func GetString(body []byte, key string) (string, bool) {
+	start, end, err := findMember(body, key)
+	if err != nil || start < 0 || body[start] != '"' {
+		return "", false
+	}
+	var v string
+	if json.Unmarshal(body[start:end], &v) != nil {
+		return "", false
+	}
+	return v, true
+}
+
 // findMember returns the byte span of the value of the top-level member key,
 // or start -1 when the object has no such member.
 func findMember(b []byte, key string) (start, end int, err error) {

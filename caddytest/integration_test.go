@@ -60,6 +60,8 @@ func load(t *testing.T, config string) *caddytest.Tester {
 	if t.Failed() {
 		t.FailNow()
 	}
+	// The reload closed the old servers' connections: do not reuse them.
+	http.DefaultClient.CloseIdleConnections()
 	return tester
 }
 

@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -29,16 +30,20 @@ var (
 
 // outcome is the result of one attempt.
 type outcome struct {
-	d        *Deployment
-	obs      capacity.Observation
-	status   int
-	header   http.Header
-	body     []byte
-	stream   *Stream
-	took     time.Duration // until the answer was read, or a stream's first content
-	timeout  bool          // the provider's own timeout ended it (a silent deployment)
-	deadline bool          // the request's deadline ended it
-	canceled bool          // the client went away
+	d      *Deployment
+	obs    capacity.Observation
+	status int
+	header http.Header
+	body   []byte
+	stream *Stream
+	took   time.Duration // until the answer was read, or a stream's first content
+	native bool          // the request went in the client's own format (adapters.Native)
+	// untranslatable: the adapter could not express the request; no
+	// exchange happened.
+	untranslatable bool
+	timeout        bool // the provider's own timeout ended it (a silent deployment)
+	deadline       bool // the request's deadline ended it
+	canceled       bool // the client went away
 }
 
 func (o *outcome) clientError() bool {
@@ -87,16 +92,25 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 
 	var upReq *http.Request
 	var err error
-	if req.Kind == Embeddings {
+	native, nativeOK := d.Adapter.(adapters.Native)
+	out.native = nativeOK && req.NativeFormat != "" && native.NativeFormat() == req.NativeFormat
+	switch {
+	case req.Kind == Embeddings:
 		upReq, err = d.Adapter.(adapters.Embedder).EmbeddingsRequest(ctx, d.Endpoint, d.Model, req.Body)
-	} else {
+	case out.native:
+		upReq, err = native.NativeRequest(ctx, d.Endpoint, d.Model, req.NativeBody, req.Stream)
+	default:
 		upReq, err = d.Adapter.ChatRequest(ctx, d.Endpoint, d.Model, req.Body, req.Stream)
 	}
 	if err != nil {
+		// This deployment's adapter cannot express the request (n > 1 for
+		// Anthropic, say); another deployment may.
 		finish()
+		out.untranslatable = true
 		out.obs = capacity.NewObservation(capacity.ClientError)
 		out.obs.Message = err.Error()
 		out.status = http.StatusBadRequest
+		out.body = clientErrorBody(err.Error())
 		return out
 	}
 	resp, err := d.Transport.RoundTrip(upReq)
@@ -114,6 +128,11 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		out.took = time.Since(began)
 		out.body = body
 		out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, body, r.Clock.Now())
+		if t, ok := d.Adapter.(adapters.ErrorTranslator); ok && !out.native && out.clientError() {
+			// Passed on to the client: in the client's (OpenAI) format.
+			out.body = t.ChatError(resp.StatusCode, body)
+			out.header = http.Header{"Content-Type": {"application/json"}}
+		}
 		return out
 	}
 	if !req.Stream {
@@ -130,10 +149,19 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 			return out
 		}
 		out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
-		if req.Kind == Embeddings {
+		switch {
+		case req.Kind == Embeddings:
 			out.body, err = d.Adapter.(adapters.Embedder).EmbeddingsResponse(body)
-		} else {
+		case out.native:
+			// Checked by translating, but passed on as it came.
+			if _, err = d.Adapter.ChatResponse(body); err == nil {
+				out.body = body
+			}
+		default:
 			out.body, err = d.Adapter.ChatResponse(body)
+			if err == nil {
+				out.body = nameModel(out.body, d.Model)
+			}
 		}
 		if err != nil {
 			out.obs = capacity.NewObservation(capacity.Server)
@@ -150,7 +178,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
 	s := &Stream{
 		r: r, d: d, req: req, body: resp.Body, sse: adapters.NewSSEReader(resp.Body), dec: d.Adapter.NewStreamDecoder(),
-		ctx: ctx, cancel: cancel, timer: timer,
+		ctx: ctx, cancel: cancel, timer: timer, native: out.native,
 	}
 	for {
 		ev, err := s.sse.Next()
@@ -164,6 +192,11 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		data, kind, obs := s.dec.Event(ev)
 		switch kind {
 		case adapters.EventSkip:
+			if s.native && !ev.Comment {
+				// message_start, ping...: the client needs them, but only
+				// once this attempt is chosen.
+				s.pending = append(s.pending, frame(nil, ev)...)
+			}
 			continue
 		case adapters.EventError, adapters.EventDone:
 			resp.Body.Close()
@@ -178,7 +211,11 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		}
 		// Committed: from now on silence is bounded by idle_timeout, and the
 		// request deadline no longer applies.
-		s.first = append([]byte(nil), data...)
+		if s.native {
+			s.first = frame(s.pending, ev)
+		} else {
+			s.first = append([]byte(nil), data...)
+		}
 		s.count(data, kind)
 		timer.Stop()
 		s.idle = time.AfterFunc(time.Hour, func() { cancel(errIdleTimeout) })
@@ -196,20 +233,22 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 // Stream is a streaming answer whose first content event has arrived: the
 // deployment is chosen, and what follows is relayed as it comes.
 type Stream struct {
-	r      *Router
-	d      *Deployment
-	body   io.ReadCloser
-	sse    *adapters.SSEReader
-	dec    adapters.StreamDecoder
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	timer  *time.Timer // the attempt's timeout, stopped at commit
-	idle   *time.Timer // idle_timeout between events
-	req    *Request
-	first  []byte
-	finals int  // events that finished a choice
-	usage  bool // a chunk carried usage
-	once   sync.Once
+	r       *Router
+	d       *Deployment
+	body    io.ReadCloser
+	sse     *adapters.SSEReader
+	dec     adapters.StreamDecoder
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer // the attempt's timeout, stopped at commit
+	idle    *time.Timer // idle_timeout between events
+	req     *Request
+	native  bool   // relaying the provider's own events (the client's format)
+	pending []byte // native: frames before the first content
+	first   []byte
+	finals  int  // events that finished a choice
+	usage   bool // a chunk carried usage
+	once    sync.Once
 }
 
 // count notes what a relayed event says about the stream's completeness.
@@ -254,11 +293,18 @@ type StreamError struct {
 
 func (e *StreamError) Error() string { return e.Message }
 
-// Relay sends the stream to the client: event writes each chunk's JSON (or,
-// with done, the terminator) and flushes it. It returns nil when the stream
-// completed, a *StreamError when the provider failed mid-stream (the caller
-// ends the client's stream with an in-band error, never with a terminator),
-// or the write error when the client went away.
+// Native reports whether the stream relays the provider's own events (the
+// client's format, see adapters.Native) rather than Chat Completions chunks.
+func (s *Stream) Native() bool { return s.native }
+
+// Relay sends the stream to the client: event writes each chunk's JSON (in
+// native mode: each raw SSE frame, "event: ...\ndata: ...\n\n") or, with
+// done, the end of the stream, and flushes it. done comes once, after a
+// terminator ([DONE]; native: after the terminator's own frame, or instead
+// of it when the stream was complete without one). It returns nil when the
+// stream completed, a *StreamError when the provider failed mid-stream (the
+// caller ends the client's stream with an in-band error, never with a
+// terminator), or the write error when the client went away.
 func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 	defer s.Close()
 	if err := event(s.first, false); err != nil {
@@ -289,6 +335,16 @@ func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 			return s.failed(capacity.NewObservation(capacity.Transport), msg)
 		}
 		data, kind, obs := s.dec.Event(ev)
+		if s.native && kind != adapters.EventError && !ev.Comment {
+			s.count(data, kind)
+			if err := event(frame(nil, ev), false); err != nil {
+				return err
+			}
+			if kind == adapters.EventDone {
+				return event(nil, true)
+			}
+			continue
+		}
 		switch kind {
 		case adapters.EventSkip:
 			continue
@@ -314,4 +370,35 @@ func (s *Stream) failed(obs capacity.Observation, msg string) error {
 	s.r.Logger.Warn("stream failed after it began",
 		zap.String("deployment", s.d.Name), zap.String("class", obs.Class.String()), zap.String("message", msg))
 	return &StreamError{Class: obs.Class, Message: msg}
+}
+
+// frame appends ev as an SSE frame to dst.
+func frame(dst []byte, ev *adapters.Event) []byte {
+	if ev.Name != "" {
+		dst = append(append(append(dst, "event: "...), ev.Name...), '\n')
+	}
+	for _, line := range bytes.Split(ev.Data, []byte("\n")) {
+		dst = append(append(append(dst, "data: "...), line...), '\n')
+	}
+	return append(dst, '\n')
+}
+
+// clientErrorBody is an OpenAI error body for a request the router could
+// not send.
+func clientErrorBody(msg string) []byte {
+	b, _ := json.Marshal(map[string]map[string]any{"error": {
+		"message": msg, "type": "invalid_request_error", "param": nil, "code": "unsupported_request"}})
+	return b
+}
+
+// nameModel fills an answer's empty "model" with the deployment's upstream
+// model: the client's dashboards attribute tokens by it.
+func nameModel(body []byte, model string) []byte {
+	if v, ok := adapters.GetString(body, "model"); ok && v != "" {
+		return body
+	}
+	if out, err := adapters.SetString(body, "model", model); err == nil {
+		return out
+	}
+	return body
 }

@@ -83,6 +83,12 @@ type Request struct {
 	// IncludeUsage is the body's stream_options.include_usage: a stream that
 	// asked for usage is complete only once the usage chunk arrived.
 	IncludeUsage bool
+	// NativeFormat and NativeBody are the client's request as it came, when
+	// its format is not Chat Completions ("anthropic"): deployments whose
+	// adapter speaks that format natively (adapters.Native) get NativeBody,
+	// and their answers pass through untranslated (Result.Native).
+	NativeFormat string
+	NativeBody   []byte
 }
 
 // Router walks a model group's deployments for one request. The zero value
@@ -164,6 +170,10 @@ type Result struct {
 	Body   []byte
 	// Stream is a committed streaming answer: relay it with Stream.Relay.
 	Stream *Stream
+	// Native is true when Body (or Stream) is in the request's NativeFormat,
+	// passed through from a deployment that speaks it; else Body is in the
+	// Chat Completions format (an answer, or an OpenAI error body).
+	Native bool
 	// Err is set when the router answers with an error of its own.
 	Err error
 }
@@ -254,6 +264,12 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 		if out.stream == nil {
 			d.State.Release() // a stream releases when it ends
 		}
+		if out.untranslatable {
+			res.Attempts-- // nothing was sent
+			per[i].excluded = true
+			last = out
+			continue
+		}
 		if out.canceled {
 			res.Err = ErrClientGone
 			return res
@@ -270,7 +286,7 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 		switch class {
 		case capacity.OK:
 			res.Deployment = d
-			res.Status, res.Header, res.Body, res.Stream = out.status, out.header, out.body, out.stream
+			res.Status, res.Header, res.Body, res.Stream, res.Native = out.status, out.header, out.body, out.stream, out.native
 			return res
 		case capacity.ClientError:
 			res.passOn(out)
@@ -323,7 +339,7 @@ func (r *Router) giveUp(res *Result, last *outcome, group []*Deployment, now tim
 // passOn makes a provider's client error the answer, as it is.
 func (res *Result) passOn(o *outcome) {
 	res.Deployment = o.d
-	res.Status, res.Header, res.Body, res.Err = o.status, o.header, o.body, nil
+	res.Status, res.Header, res.Body, res.Native, res.Err = o.status, o.header, o.body, o.native, nil
 }
 
 // candidates collects into buf the deployments still eligible for this

@@ -1,0 +1,60 @@
+package adapters
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+)
+
+// Native is implemented by adapters whose wire format is also a client
+// format the router accepts: a request in that format goes to their
+// deployments as it is (with the upstream model set), and their answers and
+// streams go back as they are, losing nothing to translation (Anthropic's
+// cache_control, thinking blocks, ...).
+type Native interface {
+	// NativeFormat names the client format: "anthropic" for the Messages API.
+	NativeFormat() string
+	// NativeRequest builds the upstream request for a client body already in
+	// NativeFormat.
+	NativeRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error)
+}
+
+// NativeFormat implements Native.
+func (Anthropic) NativeFormat() string { return "anthropic" }
+
+// NativeRequest implements Native: the client's Messages body with the
+// upstream model, to BaseURL + "/messages".
+func (Anthropic) NativeRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
+	out, err := SetString(body, "model", model)
+	if err != nil {
+		return nil, err
+	}
+	return anthropicPost(ctx, ep, out, stream)
+}
+
+// anthropicPost builds a POST of a Messages body with the provider's key and
+// API version; nothing of the client's.
+func anthropicPost(ctx context.Context, ep *Endpoint, body []byte, stream bool) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.BaseURL+"/messages", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range ep.Header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if req.Header.Get("Anthropic-Version") == "" {
+		req.Header.Set("Anthropic-Version", anthropicVersion)
+	}
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if ep.APIKey != "" {
+		req.Header.Set("X-Api-Key", ep.APIKey)
+	}
+	return req, nil
+}
+
+var _ Native = Anthropic{}

@@ -70,6 +70,7 @@ type mockStats struct {
 	Requests          int64             `json:"requests"`
 	LastModel         string            `json:"last_model"`
 	LastAuthorization string            `json:"last_authorization"`
+	LastAPIKey        string            `json:"last_api_key"`
 	LastHeaders       map[string]string `json:"last_headers"`
 	LastBody          string            `json:"last_body"`
 }

@@ -104,18 +104,9 @@ type chatMessage struct {
 // once and spelled exactly so, or the provider might read another value.
 var routingKeys = []string{"model", "messages", "stream", "n", "max_tokens", "max_completion_tokens", "stream_options"}
 
-// clientCredentialHeaders are the API-key headers SDKs send. They never go
-// upstream (upstream requests are built fresh); they are also dropped from
-// the request so Caddy's access log, which redacts only Authorization, does
-// not record them.
-var clientCredentialHeaders = []string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
-
 // readJSON reads a request body for any of the API paths, answering the
 // client itself (false) when it cannot be read.
 func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, in format) ([]byte, bool) {
-	for _, k := range clientCredentialHeaders {
-		r.Header.Del(k)
-	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		in.writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_encoding", "",
 			"request bodies with Content-Encoding are not accepted; send plain JSON")

@@ -49,6 +49,12 @@ const global = `{
 // once when the config does not load.
 func load(t *testing.T, config string) *caddytest.Tester {
 	t.Helper()
+	return loadGlobal(t, "", config)
+}
+
+// loadGlobal is load with extra global options.
+func loadGlobal(t *testing.T, options, config string) *caddytest.Tester {
+	t.Helper()
 	// caddytest skips when Caddy cannot start (a port taken): here that is a failure.
 	t.Cleanup(func() {
 		if t.Skipped() {
@@ -56,7 +62,7 @@ func load(t *testing.T, config string) *caddytest.Tester {
 		}
 	})
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{TestRequestTimeout: 30 * time.Second})
-	tester.InitServer(global+config, "caddyfile")
+	tester.InitServer(strings.Replace(global, "persist_config off\n", "persist_config off\n\t"+options+"\n", 1)+config, "caddyfile")
 	if t.Failed() {
 		t.FailNow()
 	}

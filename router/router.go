@@ -438,15 +438,24 @@ func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, r
 	case capacity.ContextLength:
 		return nil // the provider's 400 is passed on
 	case capacity.RateLimited, capacity.QuotaExhausted:
-		earliest := time.Time{}
+		// A 429 tells the client that the capacity is spent: only when every
+		// deployment is rate-limited or out of quota. One that failed
+		// otherwise (or is free) makes this a 502.
+		earliest, limited := time.Time{}, true
 		for _, d := range group {
-			if at, _ := d.State.AvailableAt(now, req.Tokens); earliest.IsZero() || at.Before(earliest) {
+			at, why := d.State.AvailableAt(now, req.Tokens)
+			if !at.After(now) || (why != capacity.RateLimited && why != capacity.QuotaExhausted) {
+				limited = false
+			}
+			if earliest.IsZero() || at.Before(earliest) {
 				earliest = at
 			}
 		}
-		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limit_exceeded",
-			Message:    "every deployment of this model is rate-limited; retry after the given time",
-			RetryAfter: retryAfterSeconds(earliest.Sub(now))}
+		if limited {
+			return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limit_exceeded",
+				Message:    "every deployment of this model is rate-limited; retry after the given time",
+				RetryAfter: retryAfterSeconds(earliest.Sub(now))}
+		}
 	}
 	return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
 		Message: "every deployment of this model failed; retry later"}

@@ -490,3 +490,19 @@ func TestStreamCompletenessWithoutDone(t *testing.T) {
 		}
 	}
 }
+
+// A 429 to the client means the capacity is spent: not while a deployment
+// is only failing.
+func TestNo429WhileADeploymentIsOnlyFailing(t *testing.T) {
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(503, `{"error":"busy"}`)}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "1")}}
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	group[0].Quality = 1
+	r := newRouter(newFakeClock())
+	r.MaxAttempts = 2
+	res := r.Serve(context.Background(), group, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != 502 || res.FailoverReason != "rate_limited" {
+		t.Errorf("expected 502 (a failed, b rate-limited), got %v (%q)", res.Err, res.FailoverReason)
+	}
+}

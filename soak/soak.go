@@ -1,0 +1,357 @@
+// Package soak drives many requests through an in-process Caddy running
+// llm_router in front of four llm_mock deployments that misbehave on a
+// schedule (429s in three dialects, 5xx, stalls, cut streams, mid-stream
+// errors), and counts what clients must never see: a 429 while a
+// deployment had capacity, an answer after the deadline, a truncated answer
+// presented as complete.
+package soak
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile" // the Caddyfile adapter
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/llmrouter/caddy-llm-router"
+	_ "github.com/llmrouter/caddy-llm-router/mockllm"
+)
+
+// Options of a run.
+type Options struct {
+	// Requests to send in all; half stream.
+	Requests int
+	// Concurrency is the number of clients sending at once.
+	Concurrency int
+	// Deadline is the router's deadline; an answer (a stream's headers)
+	// later than Deadline + Slack is an overrun.
+	Deadline, Slack time.Duration
+	// Port is the router's port; the mocks take the next four.
+	Port int
+}
+
+// DefaultOptions: 20,000 requests at 200 concurrency, a 3 s deadline.
+var DefaultOptions = Options{Requests: 20000, Concurrency: 200, Deadline: 3 * time.Second, Slack: 500 * time.Millisecond, Port: 9400}
+
+// Result counts the outcomes of a run.
+type Result struct {
+	Requests       int64
+	Successes      int64 // complete answers: valid completions, streams ending in [DONE]
+	InBandErrors   int64 // streams that failed after they began, ended with an error event
+	ServerErrors   int64 // 502/504 answers
+	Surfaced429    int64 // must be 0: one deployment never rate-limits
+	Overruns       int64 // must be 0: answers later than the deadline (+ slack)
+	Truncated      int64 // must be 0: a 200 that is cut or invalid, without an error
+	Other          int64 // anything else (transport errors, other statuses)
+	GoroutinesPre  int
+	GoroutinesPost int
+	PeakRSSKiB     int64
+	Duration       time.Duration
+	Slowest        time.Duration
+}
+
+// OK reports whether the three counts that must be zero are.
+func (r *Result) OK() bool { return r.Surfaced429 == 0 && r.Overruns == 0 && r.Truncated == 0 }
+
+func (r *Result) String() string {
+	return fmt.Sprintf(`requests              %d in %v (%.0f/s)
+successes             %d
+in-band stream errors %d
+502/504 answers       %d
+other                 %d
+429s surfaced         %d (must be 0)
+deadline overruns     %d (must be 0; slowest answer %v)
+truncated successes   %d (must be 0)
+goroutines            %d before Caddy started, %d after it stopped
+peak RSS              %d KiB`,
+		r.Requests, r.Duration.Round(time.Millisecond), float64(r.Requests)/r.Duration.Seconds(),
+		r.Successes, r.InBandErrors, r.ServerErrors, r.Other, r.Surfaced429, r.Overruns, r.Slowest.Round(time.Millisecond),
+		r.Truncated, r.GoroutinesPre, r.GoroutinesPost, r.PeakRSSKiB)
+}
+
+// config is the soak's Caddyfile: a router over four misbehaving mocks. The
+// anthropic and "steady" deployments never answer 429, so a 429 reaching a
+// client is always a defect.
+func config(o Options) string {
+	p := o.Port
+	return fmt.Sprintf(`{
+	admin off
+	persist_config off
+	grace_period 1s
+	log {
+		level ERROR
+	}
+}
+http://127.0.0.1:%[1]d {
+	llm_router /v1/* {
+		deadline %[6]s
+		max_attempts 4
+		backoff_base 100ms
+		backoff_max 1s
+		provider oa {
+			type openai
+			base_url http://127.0.0.1:%[2]d/v1
+			timeout 1s
+			ttft_timeout 1s
+			idle_timeout 1s
+		}
+		provider an {
+			type anthropic
+			base_url http://127.0.0.1:%[3]d/v1
+			timeout 1s
+			ttft_timeout 1s
+			idle_timeout 1s
+		}
+		provider gm {
+			type gemini
+			base_url http://127.0.0.1:%[4]d/v1beta
+			timeout 1s
+			ttft_timeout 1s
+			idle_timeout 1s
+		}
+		provider steady {
+			type openai
+			base_url http://127.0.0.1:%[5]d/v1
+			timeout 1s
+			ttft_timeout 1s
+			idle_timeout 1s
+		}
+		model soak {
+			deployment oa gpt
+			deployment an claude
+			deployment gm gemini
+			deployment steady llama
+		}
+	}
+}
+http://127.0.0.1:%[2]d {
+	llm_mock {
+		chunks 6
+		chunk_interval 2ms
+		fault rate_limit {
+			every 3
+			header Retry-After 1
+		}
+		fault cut {
+			every 7
+			after 2
+		}
+	}
+}
+http://127.0.0.1:%[3]d {
+	llm_mock {
+		dialect anthropic
+		chunks 6
+		chunk_interval 2ms
+		fault status {
+			every 4
+			status 529
+		}
+		fault error_event {
+			every 9
+			after 2
+		}
+	}
+}
+http://127.0.0.1:%[4]d {
+	llm_mock {
+		dialect gemini
+		chunks 6
+		chunk_interval 2ms
+		fault rate_limit {
+			every 5
+			retry_delay 1s
+		}
+		fault status {
+			every 6
+			status 503
+		}
+	}
+}
+http://127.0.0.1:%[5]d {
+	llm_mock {
+		latency 5ms
+		chunks 6
+		chunk_interval 2ms
+		fault hang {
+			every 13
+		}
+		fault status {
+			every 8
+			status 500
+		}
+		fault cut {
+			every 11
+			after 3
+		}
+	}
+}
+`, p, p+1, p+2, p+3, p+4, o.Deadline)
+}
+
+// Run starts Caddy with the soak config, drives the load, stops Caddy and
+// returns the counts.
+func Run(o Options) (*Result, error) {
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	cfgJSON, warns, err := adapter.Adapt([]byte(config(o)), nil)
+	if err != nil {
+		return nil, fmt.Errorf("adapting the soak config: %v (%v)", err, warns)
+	}
+	res := &Result{GoroutinesPre: runtime.NumGoroutine()}
+	if err := caddy.Load(cfgJSON, true); err != nil {
+		return nil, fmt.Errorf("starting caddy: %v", err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = caddy.Stop()
+		}
+	}()
+
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", o.Port)
+	transport := &http.Transport{MaxIdleConnsPerHost: o.Concurrency, MaxConnsPerHost: o.Concurrency}
+	client := &http.Client{Transport: transport, Timeout: o.Deadline + 30*time.Second}
+	var slowest atomic.Int64
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < o.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(o.Requests) {
+					return
+				}
+				took := one(client, url, i%2 == 0, o, res)
+				for {
+					s := slowest.Load()
+					if int64(took) <= s || slowest.CompareAndSwap(s, int64(took)) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.Duration = time.Since(start)
+	res.Slowest = time.Duration(slowest.Load())
+	res.Requests = int64(o.Requests)
+	transport.CloseIdleConnections()
+	// Goroutines are counted before Caddy starts and after it stops: what is
+	// left then (beyond a few of the runtime's own) leaked.
+	if err := caddy.Stop(); err != nil {
+		return nil, fmt.Errorf("stopping caddy: %v", err)
+	}
+	stopped = true
+	for i := 0; i < 100 && runtime.NumGoroutine() > res.GoroutinesPre+5; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	res.GoroutinesPost = runtime.NumGoroutine()
+	res.PeakRSSKiB = peakRSS()
+	return res, nil
+}
+
+// one sends one request and classifies what the client saw; it returns
+// how long until the answer (a stream: its headers) came.
+func one(client *http.Client, url string, stream bool, o Options, res *Result) time.Duration {
+	body := fmt.Sprintf(`{"model":"soak","stream":%v,"messages":[{"role":"user","content":"soak"}]}`, stream)
+	ctx, cancel := context.WithTimeout(context.Background(), o.Deadline+30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	began := time.Now()
+	resp, err := client.Do(req)
+	took := time.Since(began)
+	if took > o.Deadline+o.Slack {
+		atomic.AddInt64(&res.Overruns, 1)
+	}
+	if err != nil {
+		atomic.AddInt64(&res.Other, 1)
+		return took
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		atomic.AddInt64(&res.Surfaced429, 1)
+	case resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout:
+		atomic.AddInt64(&res.ServerErrors, 1)
+	case resp.StatusCode != http.StatusOK:
+		atomic.AddInt64(&res.Other, 1)
+	case stream:
+		switch streamEnd(resp.Body) {
+		case "done":
+			atomic.AddInt64(&res.Successes, 1)
+		case "error":
+			atomic.AddInt64(&res.InBandErrors, 1)
+		default:
+			atomic.AddInt64(&res.Truncated, 1)
+		}
+	default:
+		raw, err := io.ReadAll(resp.Body)
+		var c struct {
+			Choices []struct {
+				Message struct{ Content string } `json:"message"`
+			} `json:"choices"`
+		}
+		if err != nil || json.Unmarshal(raw, &c) != nil || len(c.Choices) == 0 || c.Choices[0].Message.Content == "" {
+			atomic.AddInt64(&res.Truncated, 1)
+		} else {
+			atomic.AddInt64(&res.Successes, 1)
+		}
+	}
+	return took
+}
+
+// streamEnd reads a stream to its end: "done" after [DONE], "error" after
+// an in-band error event, "" for anything else (a cut that looks complete
+// or not).
+func streamEnd(r io.Reader) string {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	last := ""
+	for sc.Scan() {
+		if data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: ")); ok {
+			last = string(data)
+		}
+	}
+	switch {
+	case sc.Err() != nil:
+		return ""
+	case last == "[DONE]":
+		return "done"
+	case strings.HasPrefix(last, `{"error"`):
+		return "error"
+	}
+	return ""
+}
+
+// peakRSS reads the process's peak resident set (VmHWM), in KiB.
+func peakRSS() int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

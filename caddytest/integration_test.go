@@ -439,6 +439,7 @@ http://localhost:9081 {
 		{"stream key in another case", `{"model":"m","stream":false,"Stream":true,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_json"},
 		{"messages not objects", `{"model":"m","messages":[1,"x",null]}`, 400, "invalid_json"},
 		{"message without role", `{"model":"m","messages":[{"content":"hi"}]}`, 400, "invalid_value"},
+		{"model name with path characters", `{"model":"../../etc/passwd","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found"},
 		{"too large", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`, 413, "request_too_large"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -466,8 +467,31 @@ http://localhost:9081 {
 		t.Errorf("bad requests must not reach a provider, got %d", n)
 	}
 
+	// Huge headers: refused by Caddy before the router, never sent upstream.
+	req, _ := http.NewRequest(http.MethodPost, routerURL+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("X-Huge", strings.Repeat("x", 2<<20))
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		readBody(t, resp)
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("expected 431 for a 2 MB header, got %d", resp.StatusCode)
+		}
+	}
+	// A gzip body the router cannot read.
+	req, _ = http.NewRequest(http.MethodPost, routerURL+"/v1/chat/completions", strings.NewReader("\x1f\x8b..."))
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(t, resp); resp.StatusCode != 415 || !strings.Contains(body, "unsupported_encoding") {
+		t.Errorf("expected 415 for a gzip body, got %d %s", resp.StatusCode, body)
+	}
+	if n := stats(t, 9081).Requests; n != 0 {
+		t.Errorf("bad requests must not reach a provider, got %d", n)
+	}
+
 	// The model list, and other paths going to the next handler.
-	resp, err := http.Get(routerURL + "/v1/models")
+	resp, err = http.Get(routerURL + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@
 package adapters
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -108,4 +109,27 @@ func Names() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// newPost builds a POST of a JSON body to url with the provider's extra
+// headers and its key in keyHeader (as keyPrefix + key; nothing when the
+// key is empty). Nothing of the client's request is copied.
+func newPost(ctx context.Context, ep *Endpoint, url string, body []byte, stream bool, keyHeader, keyPrefix string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range ep.Header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if ep.APIKey != "" {
+		req.Header.Set(keyHeader, keyPrefix+ep.APIKey)
+	}
+	return req, nil
 }

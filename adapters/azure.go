@@ -64,31 +64,21 @@ func azureURL(base, deployment, op string) (string, error) {
 // ChatRequest implements Adapter. The body is the client's with the model
 // set (harmless for deployment URLs, required by the v1 API).
 func (Azure) ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
+	return azurePost(ctx, ep, model, "chat/completions", body, stream)
+}
+
+// azurePost builds a POST of body, with model set, to the deployment's
+// operation, with the api-key header.
+func azurePost(ctx context.Context, ep *Endpoint, model, op string, body []byte, stream bool) (*http.Request, error) {
 	out, err := SetString(body, "model", model)
 	if err != nil {
 		return nil, err
 	}
-	target, err := azureURL(ep.BaseURL, model, "chat/completions")
+	target, err := azureURL(ep.BaseURL, model, op)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(out))
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range ep.Header {
-		req.Header[k] = v
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if ep.APIKey != "" {
-		req.Header.Set("Api-Key", ep.APIKey)
-	}
-	return req, nil
+	return newPost(ctx, ep, target, out, stream, "Api-Key", "")
 }
 
 // Observe implements Adapter.

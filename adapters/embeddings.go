@@ -46,19 +46,7 @@ func (OpenAI) EmbeddingsResponse(body []byte) ([]byte, error) {
 // EmbeddingsRequest implements Embedder: the deployment's embeddings URL
 // with api-version, and the api-key header.
 func (Azure) EmbeddingsRequest(ctx context.Context, ep *Endpoint, model string, body []byte) (*http.Request, error) {
-	target, err := azureURL(ep.BaseURL, model, "embeddings")
-	if err != nil {
-		return nil, err
-	}
-	req, err := openAIPost(ctx, ep, target, model, body, false)
-	if err != nil {
-		return nil, err
-	}
-	if ep.APIKey != "" {
-		req.Header.Del("Authorization")
-		req.Header.Set("Api-Key", ep.APIKey)
-	}
-	return req, nil
+	return azurePost(ctx, ep, model, "embeddings", body, false)
 }
 
 // EmbeddingsResponse implements Embedder.

@@ -64,23 +64,7 @@ func (Gemini) ChatRequest(ctx context.Context, ep *Endpoint, model string, body 
 	} else {
 		target += ":generateContent"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.BaseURL+"/"+target, bytes.NewReader(out))
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range ep.Header {
-		req.Header[k] = v
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if ep.APIKey != "" {
-		req.Header.Set("X-Goog-Api-Key", ep.APIKey)
-	}
-	return req, nil
+	return newPost(ctx, ep, ep.BaseURL+"/"+target, out, stream, "X-Goog-Api-Key", "")
 }
 
 // The GenerateContentRequest.

@@ -1,7 +1,6 @@
 package adapters
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 )
@@ -35,24 +34,12 @@ func (Anthropic) NativeRequest(ctx context.Context, ep *Endpoint, model string, 
 // anthropicPost builds a POST of a Messages body with the provider's key and
 // API version; nothing of the client's.
 func anthropicPost(ctx context.Context, ep *Endpoint, body []byte, stream bool) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.BaseURL+"/messages", bytes.NewReader(body))
+	req, err := newPost(ctx, ep, ep.BaseURL+"/messages", body, stream, "X-Api-Key", "")
 	if err != nil {
 		return nil, err
 	}
-	for k, v := range ep.Header {
-		req.Header[k] = v
-	}
-	req.Header.Set("Content-Type", "application/json")
 	if req.Header.Get("Anthropic-Version") == "" {
 		req.Header.Set("Anthropic-Version", anthropicVersion)
-	}
-	if stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if ep.APIKey != "" {
-		req.Header.Set("X-Api-Key", ep.APIKey)
 	}
 	return req, nil
 }

@@ -48,23 +48,7 @@ func openAIPost(ctx context.Context, ep *Endpoint, url, model string, body []byt
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(out))
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range ep.Header {
-		req.Header[k] = v
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if ep.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+ep.APIKey)
-	}
-	return req, nil
+	return newPost(ctx, ep, url, out, stream, "Authorization", "Bearer ")
 }
 
 // ChatResponse implements Adapter: the body is already in the client's format

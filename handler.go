@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -223,6 +224,11 @@ func (h *Handler) serveEmbeddings(w http.ResponseWriter, r *http.Request) error 
 	if !ok {
 		return nil
 	}
+	if !slices.ContainsFunc(group, func(d *router.Deployment) bool { _, ok := d.Adapter.(adapters.Embedder); return ok }) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "model_not_supported", "model",
+			fmt.Sprintf("the model %s has no deployment that serves embeddings", strconv.Quote(truncate(req.Model, 100))))
+		return nil
+	}
 	if len(req.Input) == 0 || string(req.Input) == "null" {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", "input",
 			"you must provide an input parameter")
@@ -241,25 +247,51 @@ func (h *Handler) serveMessages(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	var req struct {
-		MaxTokens int64 `json:"max_tokens"`
+		Model     string            `json:"model"`
+		Messages  []json.RawMessage `json:"messages"`
+		Stream    bool              `json:"stream"`
+		MaxTokens int64             `json:"max_tokens"`
 	}
 	if !decode(w, anthropicFormat, body, &req, "model", "messages", "stream", "max_tokens", "system") {
 		return nil
 	}
-	chat, model, stream, err := adapters.MessagesToChat(body)
-	if err != nil {
-		anthropicFormat.writeError(w, http.StatusBadRequest, "", "", "", err.Error())
-		return nil
-	}
-	group, ok := h.lookup(w, anthropicFormat, model)
+	group, ok := h.lookup(w, anthropicFormat, req.Model)
 	if !ok {
 		return nil
 	}
-	return h.answer(w, r, anthropicFormat, model, group, &router.Request{
-		Body: chat, Stream: stream, Choices: 1, PromptTokens: int64(len(body))/4 + 1, OutputTokens: max(req.MaxTokens, 0),
+	if len(req.Messages) == 0 || req.MaxTokens <= 0 {
+		anthropicFormat.writeError(w, http.StatusBadRequest, "", "", "", "messages (a non-empty array) and max_tokens (> 0) are required")
+		return nil
+	}
+	// The Chat Completions form, for deployments of other formats. A request
+	// it cannot express (a server tool, say) still goes to the group's
+	// anthropic deployments, natively; only without any is it a 400.
+	chat, _, _, err := adapters.MessagesToChat(body)
+	if err != nil && !hasNative(group, "anthropic") {
+		anthropicFormat.writeError(w, http.StatusBadRequest, "", "", "", err.Error())
+		return nil
+	}
+	header := http.Header{}
+	for _, k := range adapters.NativeHeaders["anthropic"] {
+		if v := r.Header.Values(k); len(v) > 0 {
+			header[k] = v
+		}
+	}
+	return h.answer(w, r, anthropicFormat, req.Model, group, &router.Request{
+		Body: chat, Stream: req.Stream, Choices: 1, PromptTokens: int64(len(body))/4 + 1, OutputTokens: req.MaxTokens,
 		// The translation asks OpenAI-format providers for usage.
-		IncludeUsage: stream, NativeFormat: "anthropic", NativeBody: body,
+		IncludeUsage: req.Stream, NativeFormat: "anthropic", NativeBody: body, NativeHeader: header,
 	})
+}
+
+// hasNative reports whether a deployment of group takes format natively.
+func hasNative(group []*router.Deployment, format string) bool {
+	for _, d := range group {
+		if n, ok := d.Adapter.(adapters.Native); ok && n.NativeFormat() == format {
+			return true
+		}
+	}
+	return false
 }
 
 // answer routes rreq over group and writes the outcome in the client's format.

@@ -123,7 +123,14 @@ func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
+	seen := map[string]bool{}
 	for _, d := range liveDeployments() {
+		// Two sites may name different accounts alike ("openai/gpt-4o"):
+		// one series per name, the first.
+		if seen[d.dep.Name] {
+			continue
+		}
+		seen[d.dep.Name] = true
 		snap := d.dep.State.Snapshot(now)
 		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(snap.RemainingRequests), d.dep.Name, "requests")
 		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(snap.RemainingTokens), d.dep.Name, "tokens")

@@ -37,7 +37,9 @@ const (
 	// EventSkip is not content: an SSE comment (": keep-alive"), a ping, an
 	// event the client format has no use for. It is not a first token.
 	EventSkip EventKind = iota
-	// EventData is content to relay to the client.
+	// EventData is content to relay to the client, or progress with nothing
+	// to relay (out empty: an Anthropic thinking delta for a Chat
+	// Completions client); either way a first token.
 	EventData
 	// EventFinal is content to relay that also ends the answer (it carries a
 	// finish_reason); a terminator may still follow.
@@ -71,6 +73,14 @@ type Adapter interface {
 	// may keep state across events, such as a message's model or a tool
 	// call's index).
 	NewStreamDecoder() StreamDecoder
+}
+
+// UsageTrailer is implemented by stream decoders whose provider sends usage
+// in a chunk of its own after the answer finished (OpenAI with
+// stream_options.include_usage): a stream that asked for usage and ends
+// without that chunk was cut.
+type UsageTrailer interface {
+	UsageTrails() bool
 }
 
 // StreamDecoder reads one upstream stream, event by event.

@@ -689,13 +689,16 @@ func (s *anthropicStream) Event(ev *Event) ([]byte, EventKind, capacity.Observat
 		case d.Type == "input_json_delta" && d.PartialJSON != "":
 			i, ok := s.tools[e.Index]
 			if !ok {
-				return nil, EventSkip, none // a server tool's input
+				return nil, EventData, none // a server tool's input: progress, nothing to relay
 			}
 			return s.w.chunk(chunkDelta{ToolCalls: []outToolCall{{
 				Index: &i, Function: outFunction{Arguments: d.PartialJSON},
 			}}}, "", nil), EventData, none
 		}
-		return nil, EventSkip, none // thinking, signature, citations deltas
+		// Thinking, signature and citations deltas: the model is producing
+		// (a first token for ttft_timeout, and for a native relay), but a
+		// Chat Completions client has nothing to receive.
+		return nil, EventData, none
 	case "message_delta":
 		if e.Delta == nil {
 			return nil, EventError, streamBroken("message_delta without a delta")

@@ -850,6 +850,8 @@ func AnthropicErrorType(status int) string {
 		return "rate_limit_error"
 	case http.StatusServiceUnavailable, 529:
 		return "overloaded_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error" // https://docs.anthropic.com/en/api/errors
 	}
 	if status >= 400 && status < 500 {
 		return "invalid_request_error"

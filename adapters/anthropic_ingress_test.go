@@ -459,7 +459,7 @@ func TestAnthropicErrorBodies(t *testing.T) {
 	for status, want := range map[int]string{
 		400: "invalid_request_error", 401: "authentication_error", 402: "billing_error", 403: "permission_error",
 		404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
-		500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "api_error", 529: "overloaded_error",
+		500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error",
 	} {
 		if got := AnthropicErrorType(status); got != want {
 			t.Errorf("%d: expected %s, got %s", status, want, got)

@@ -311,7 +311,7 @@ data: {"type":"message_stop"}
 func TestAnthropicStream(t *testing.T) {
 	res := runStream(t, Anthropic{}.NewStreamDecoder(), anthropicToolStream)
 	S, D, F := EventSkip, EventData, EventFinal
-	wantKinds := []EventKind{S, S, S, D, D, S, D, S, D, D, S, D, D, S, F, EventDone}
+	wantKinds := []EventKind{S, S, S, D, D, S, D, D, D, D, S, D, D, S, F, EventDone} // an empty input_json_delta is progress (D)
 	if !equalKinds(res.kinds, wantKinds) {
 		t.Errorf("kinds: expected %v, got %v", wantKinds, res.kinds)
 	}
@@ -460,5 +460,20 @@ func TestAnthropicChatError(t *testing.T) {
 	var te ErrorTranslator = Anthropic{}
 	if got := te.ChatError(502, []byte("<html>")); !strings.Contains(string(got), `"type":"api_error"`) {
 		t.Errorf("expected an api_error for a non-JSON body, got %s", got)
+	}
+}
+
+// Thinking is the model producing: a first token, with nothing for a Chat
+// Completions client.
+func TestAnthropicThinkingIsProgress(t *testing.T) {
+	dec := Anthropic{}.NewStreamDecoder()
+	for _, d := range []string{
+		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me think"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}`,
+	} {
+		out, kind, _ := dec.Event(&Event{Name: "content_block_delta", Data: []byte(d)})
+		if kind != EventData || len(out) != 0 {
+			t.Errorf("%s: expected progress (EventData, nothing to relay), got %d %q", d, kind, out)
+		}
 	}
 }

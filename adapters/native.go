@@ -14,8 +14,16 @@ type Native interface {
 	// NativeFormat names the client format: "anthropic" for the Messages API.
 	NativeFormat() string
 	// NativeRequest builds the upstream request for a client body already in
-	// NativeFormat.
-	NativeRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error)
+	// NativeFormat. header holds the client's headers that belong to the
+	// format (NativeHeaders), passed on as they came.
+	NativeRequest(ctx context.Context, ep *Endpoint, model string, body []byte, header http.Header, stream bool) (*http.Request, error)
+}
+
+// NativeHeaders are the client headers a native pass keeps, by format:
+// Anthropic's API version and beta features (1M context, ...) are the
+// client's choice.
+var NativeHeaders = map[string][]string{
+	"anthropic": {"Anthropic-Version", "Anthropic-Beta"},
 }
 
 // NativeFormat implements Native.
@@ -23,12 +31,21 @@ func (Anthropic) NativeFormat() string { return "anthropic" }
 
 // NativeRequest implements Native: the client's Messages body with the
 // upstream model, to BaseURL + "/messages".
-func (Anthropic) NativeRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
+func (Anthropic) NativeRequest(ctx context.Context, ep *Endpoint, model string, body []byte, header http.Header, stream bool) (*http.Request, error) {
 	out, err := SetString(body, "model", model)
 	if err != nil {
 		return nil, err
 	}
-	return anthropicPost(ctx, ep, out, stream)
+	req, err := anthropicPost(ctx, ep, out, stream)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range NativeHeaders["anthropic"] {
+		if v := header.Values(k); len(v) > 0 {
+			req.Header[k] = v
+		}
+	}
+	return req, nil
 }
 
 // anthropicPost builds a POST of a Messages body with the provider's key and

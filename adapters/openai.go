@@ -57,16 +57,16 @@ func openAIPost(ctx context.Context, ep *Endpoint, url, model string, body []byt
 // the router fails over instead of passing it on as an answer.
 func (OpenAI) ChatResponse(body []byte) ([]byte, error) {
 	var c struct {
-		Choices json.RawMessage `json:"choices"`
-		Error   json.RawMessage `json:"error"`
+		Choices []json.RawMessage `json:"choices"`
+		Error   json.RawMessage   `json:"error"`
 	}
 	if err := json.Unmarshal(body, &c); err != nil {
-		return nil, errors.New("the answer is not JSON")
+		return nil, errors.New("the answer is not a JSON chat completion")
 	}
 	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
 		return nil, errors.New("the answer is an error: " + parseErrorValue(c.Error).message)
 	}
-	if len(c.Choices) == 0 || c.Choices[0] != '[' {
+	if len(c.Choices) == 0 {
 		return nil, errors.New("the answer has no choices")
 	}
 	return body, nil
@@ -95,6 +95,10 @@ func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) cap
 func (OpenAI) NewStreamDecoder() StreamDecoder { return openAIStream{} }
 
 type openAIStream struct{}
+
+// UsageTrails implements UsageTrailer: with stream_options.include_usage,
+// usage comes in a chunk of its own after the last finish_reason.
+func (openAIStream) UsageTrails() bool { return true }
 
 // Event implements StreamDecoder.
 func (openAIStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {

@@ -88,6 +88,9 @@ func FuzzTranslatingStreams(f *testing.F) {
 				out, kind, obs := dec.Event(ev)
 				switch kind {
 				case EventData, EventFinal:
+					if len(out) == 0 {
+						continue // progress with nothing to relay
+					}
 					if !jsonValid(out) {
 						t.Fatalf("%s relayed invalid JSON %q", a.Name(), out)
 					}

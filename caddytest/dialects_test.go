@@ -299,3 +299,52 @@ func TestEmbeddingsFailOver(t *testing.T) {
 		t.Errorf("expected 400 for a missing input, got %d %s", resp.StatusCode, body)
 	}
 }
+
+// What the Chat Completions form cannot express still reaches the group's
+// anthropic deployments natively, with the client's beta headers; a group
+// without one answers 400.
+func TestAnthropicIngressNativeOnlyFeatures(t *testing.T) {
+	load(t, dialects("nat", "nat", "0.6", "1", "", "", ""))
+	body := `{"model":"nat","max_tokens":50,"tools":[{"type":"web_search_20250305","name":"web_search","max_uses":2}],` +
+		`"messages":[{"role":"user","content":"What is new?"}]}`
+	req, _ := http.NewRequest(http.MethodPost, routerURL+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Anthropic-Beta", "context-1m-2025-08-07")
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readBody(t, resp); resp.StatusCode != 200 || resp.Header.Get("X-LLM-Router-Deployment") != "an/nat-claude" {
+		t.Fatalf("expected the anthropic deployment to answer natively, got %d from %q: %s", resp.StatusCode, resp.Header.Get("X-LLM-Router-Deployment"), b)
+	}
+	s := stats(t, 9082)
+	if !strings.Contains(s.LastBody, "web_search_20250305") || s.LastHeaders["Anthropic-Beta"] != "context-1m-2025-08-07" {
+		t.Errorf("expected the server tool and the beta header passed on, got %s %v", s.LastBody, s.LastHeaders)
+	}
+	if n := stats(t, 9081).Requests; n != 0 {
+		t.Errorf("the openai deployment cannot take it and must not be tried, got %d", n)
+	}
+
+	load(t, twoProviders("", "noant", "noant-a", "noant-b", "", ""))
+	resp, err = http.Post(routerURL+"/v1/messages", "application/json", strings.NewReader(strings.Replace(body, `"nat"`, `"noant"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readBody(t, resp); resp.StatusCode != 400 || !strings.Contains(b, `"invalid_request_error"`) {
+		t.Errorf("expected 400 without an anthropic deployment, got %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestEmbeddingsNeedAnEmbedder(t *testing.T) {
+	// Anthropic and Gemini only: neither serves embeddings.
+	cfg := strings.Replace(dialects("noemb", "noemb", "0", "1", "", "", ""), "\t\t\tdeployment oa noemb-gpt {\n\t\t\t\tquality 0\n\t\t\t}\n", "", 1)
+	load(t, cfg)
+	resp, err := http.Post(routerURL+"/v1/embeddings", "application/json", strings.NewReader(`{"model":"noemb","input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readBody(t, resp); resp.StatusCode != 400 || !strings.Contains(b, "model_not_supported") {
+		t.Errorf("expected 400 model_not_supported, got %d %s", resp.StatusCode, b)
+	}
+}

@@ -11,6 +11,7 @@ package integration
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -84,6 +85,10 @@ type mockStats struct {
 func stats(t *testing.T, port int) mockStats {
 	t.Helper()
 	resp, err := http.Get(fmt.Sprintf("http://localhost:%d/llm_mock/stats", port))
+	for try := 0; retryable(err) && try < 3; try++ {
+		time.Sleep(50 * time.Millisecond)
+		resp, err = http.Get(fmt.Sprintf("http://localhost:%d/llm_mock/stats", port))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,19 +103,32 @@ func stats(t *testing.T, port int) mockStats {
 func chat(t *testing.T, model string, stream bool, headers ...string) *http.Response {
 	t.Helper()
 	body := fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"Say hello."}]}`, model, stream)
-	req, err := http.NewRequest(http.MethodPost, routerURL+"/v1/chat/completions", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	for try := 0; ; try++ {
+		req, err := http.NewRequest(http.MethodPost, routerURL+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if retryable(err) && try < 3 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
 	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
+}
+
+// retryable: right after a config load, a connection may still reach the
+// old server as it shuts down and be closed before any answer, so nothing
+// reached the router or a mock: worth another try.
+func retryable(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset"))
 }
 
 func readBody(t *testing.T, resp *http.Response) string {

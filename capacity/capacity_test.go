@@ -264,3 +264,29 @@ func TestAcquireSpendsStatedWindows(t *testing.T) {
 		t.Errorf("the last request is out: expected the next to wait for the reset, got %v", at.Sub(t0))
 	}
 }
+
+func TestAcquireRechecksTheWindow(t *testing.T) {
+	s := NewState()
+	s.Declare(1, 0)
+	// Two requests saw the deployment free at the same instant: only one
+	// gets the last slot.
+	if !s.Acquire(t0, 1) {
+		t.Fatal("expected the first to get the slot")
+	}
+	if s.Acquire(t0, 1) {
+		t.Error("expected the second refused: rpm 1 is spent")
+	}
+}
+
+func TestSnapshotForgetsRefreshedWindows(t *testing.T) {
+	s := NewState()
+	o := NewObservation(OK)
+	o.Requests = Window{Limit: 3, Remaining: 0, Reset: 10 * time.Second}
+	s.Observe(t0, o, DefaultPolicy)
+	if r := s.Snapshot(t0).RemainingRequests; r != 0 {
+		t.Errorf("expected 0 left before the reset, got %d", r)
+	}
+	if r := s.Snapshot(t0.Add(11 * time.Second)).RemainingRequests; r != Unknown {
+		t.Errorf("expected unknown after the reset, got %d", r)
+	}
+}

@@ -331,11 +331,17 @@ func (s *State) Headroom(now time.Time) float64 {
 // tokens: it counts the attempt in flight and in the declared windows, and
 // spends it from the provider-stated windows until the next response says
 // more. It returns false when a half-open circuit's single probe is already
-// out: pick another deployment. Every successful Acquire is paired with one
-// Release.
+// out, or when the deployment is no longer free at now (another request
+// took the last slot of a window): pick again. Every successful Acquire is
+// paired with one Release.
 func (s *State) Acquire(now time.Time, tokens int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Check again under the lock: requests that saw the deployment free at
+	// the same instant must not all take the last slot of a window.
+	if at, _ := s.availableAt(now, tokens); at.After(now) {
+		return false
+	}
 	if s.circuit(now) == HalfOpen {
 		if s.probing {
 			return false
@@ -396,10 +402,10 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 	snap := Snapshot{
 		Circuit:             s.circuit(now).String(),
 		LimitRequests:       s.requests.limit,
-		RemainingRequests:   s.requests.remaining,
+		RemainingRequests:   s.requests.current(now), // -1 once the window refreshed
 		ResetRequests:       s.requests.reset,
 		LimitTokens:         s.tokens.limit,
-		RemainingTokens:     s.tokens.remaining,
+		RemainingTokens:     s.tokens.current(now),
 		ResetTokens:         s.tokens.reset,
 		DeclaredRPM:         s.declared.rpm,
 		DeclaredTPM:         s.declared.tpm,

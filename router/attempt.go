@@ -98,7 +98,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	case req.Kind == Embeddings:
 		upReq, err = d.Adapter.(adapters.Embedder).EmbeddingsRequest(ctx, d.Endpoint, d.Model, req.Body)
 	case out.native:
-		upReq, err = native.NativeRequest(ctx, d.Endpoint, d.Model, req.NativeBody, req.Stream)
+		upReq, err = native.NativeRequest(ctx, d.Endpoint, d.Model, req.NativeBody, req.NativeHeader, req.Stream)
 	default:
 		upReq, err = d.Adapter.ChatRequest(ctx, d.Endpoint, d.Model, req.Body, req.Stream)
 	}
@@ -195,6 +195,10 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 			if s.native && !ev.Comment {
 				// message_start, ping...: the client needs them, but only
 				// once this attempt is chosen.
+				if len(s.pending)+len(ev.Data) > adapters.MaxEventSize {
+					resp.Body.Close()
+					return fail(capacity.Server, errors.New("too much before the first content"))
+				}
 				s.pending = append(s.pending, frame(nil, ev)...)
 			}
 			continue
@@ -266,7 +270,11 @@ func (s *Stream) count(data []byte, kind adapters.EventKind) {
 // a missing "[DONE]" can be supplied: every choice finished, and usage too
 // when it was asked for.
 func (s *Stream) complete() bool {
-	return s.finals >= max(s.req.Choices, 1) && (s.usage || !s.req.IncludeUsage)
+	trails := false
+	if t, ok := s.dec.(adapters.UsageTrailer); ok {
+		trails = t.UsageTrails()
+	}
+	return s.finals >= max(s.req.Choices, 1) && (s.usage || !s.req.IncludeUsage || !trails)
 }
 
 // Close releases the upstream stream and the deployment's claim; Relay
@@ -307,8 +315,12 @@ func (s *Stream) Native() bool { return s.native }
 // terminator), or the write error when the client went away.
 func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 	defer s.Close()
-	if err := event(s.first, false); err != nil {
-		return err
+	// The first content may be progress with nothing to relay (a thinking
+	// delta for a Chat Completions client).
+	if len(s.first) > 0 {
+		if err := event(s.first, false); err != nil {
+			return err
+		}
 	}
 	idle := s.d.IdleTimeout
 	for {
@@ -358,6 +370,9 @@ func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 			return s.failed(obs, "stream failed: "+msg)
 		}
 		s.count(data, kind)
+		if len(data) == 0 {
+			continue // progress with nothing to relay
+		}
 		if err := event(data, false); err != nil {
 			return err
 		}

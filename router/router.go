@@ -89,6 +89,9 @@ type Request struct {
 	// and their answers pass through untranslated (Result.Native).
 	NativeFormat string
 	NativeBody   []byte
+	// NativeHeader holds the client's headers of that format
+	// (adapters.NativeHeaders), for native passes only.
+	NativeHeader http.Header
 }
 
 // Router walks a model group's deployments for one request. The zero value

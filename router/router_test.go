@@ -432,6 +432,7 @@ func TestNotAnAnswerFailsOver(t *testing.T) {
 		"html":           reply(200, "<html>captive portal login</html>", "Content-Type", "text/html"),
 		"empty":          reply(200, ""),
 		"error in 200":   reply(200, `{"error":{"message":"internal","type":"server_error"}}`),
+		"no choices":     reply(200, `{"id":"x","object":"chat.completion","choices":[]}`),
 		"model gone 404": reply(404, `{"error":{"message":"The model does not exist","type":"invalid_request_error","code":"model_not_found"}}`),
 	} {
 		a := &script{replies: []func(*http.Request) (*http.Response, error){bad}}

@@ -116,6 +116,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
+		case "store": // fleet mode (store.go)
+			sc, err := parseStore(d)
+			if err != nil {
+				return err
+			}
+			h.Store = sc
 		case "weights":
 			w, err := parseWeights(d)
 			if err != nil {

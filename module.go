@@ -27,6 +27,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/adapters"
 	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/fleet"
 	"github.com/llmrouter/caddy-llm-router/router"
 )
 
@@ -100,6 +101,11 @@ type Handler struct {
 	// Models maps each client-facing model group name to its deployments.
 	Models map[string]*ModelGroup `json:"models,omitempty"`
 
+	// Store says where capacity state lives: this process only (memory), or
+	// shared by a fleet of instances through Redis (see StoreConfig, store.go).
+	// Default: memory.
+	Store *StoreConfig `json:"store,omitempty"`
+
 	groups    map[string][]*router.Deployment
 	names     []string // model group names, sorted
 	router    *router.Router
@@ -107,6 +113,7 @@ type Handler struct {
 	ownedRTs  []*reverseproxy.HTTPTransport
 	metrics   *metrics
 	logger    *zap.Logger
+	fleet     *fleet.Store // fleet mode (store.go); nil for store memory
 }
 
 // Weights are the ranking's feature weights, each >= 0; nil fields take
@@ -266,6 +273,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
 	h.router.Observer = h.metrics
+	// Fleet mode: share the capacity states through the store (store.go).
+	if err := h.provisionStore(ctx); err != nil {
+		return err
+	}
 	addLive(h)
 	return nil
 }
@@ -461,6 +472,7 @@ func (h *Handler) Validate() error {
 // pool while another config uses them) and the transports it made.
 func (h *Handler) Cleanup() error {
 	removeLive(h)
+	h.cleanupStore() // fleet mode (store.go)
 	for _, key := range h.stateKeys {
 		_, _ = states.Delete(key)
 	}

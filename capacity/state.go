@@ -107,6 +107,9 @@ type State struct {
 	picksAt time.Time
 
 	declared declared
+
+	// fleet is the state's side of fleet mode (fleet.go).
+	fleet fleetLink
 }
 
 // NewState returns a State with nothing known.
@@ -142,6 +145,8 @@ type Observed struct {
 func (s *State) Observe(now time.Time, o Observation, p Policy) Observed {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Fleet mode: publish what this observation changes (fleet.go).
+	defer s.shareObserved(now, s.sharedPartsLocked())
 	s.requests.update(now, o.Requests)
 	s.tokens.update(now, o.Tokens)
 	s.lastClass, s.lastAt = o.Class, now
@@ -240,7 +245,8 @@ func (s *State) availableAt(now time.Time, tokens int64) (time.Time, Class) {
 	case Open:
 		at, why = s.openUntil, s.openReason
 	case HalfOpen:
-		if s.probing {
+		// Fleet mode: the probe may be out on another instance (fleet.go).
+		if s.probing || s.fleet.probeElsewhereUntil.After(now) {
 			at, why = now.Add(probeWait), s.openReason
 		}
 	}
@@ -251,6 +257,10 @@ func (s *State) availableAt(now time.Time, tokens int64) (time.Time, Class) {
 		at, why = s.tokens.reset, RateLimited
 	}
 	if t := s.declared.availableAt(now, tokens); t.After(at) {
+		at, why = t, RateLimited
+	}
+	// Fleet mode: the fleet-wide declared window was spent (fleet.go).
+	if t := s.fleet.reservedUntil; t.After(at) {
 		at, why = t, RateLimited
 	}
 	return at, why
@@ -336,18 +346,32 @@ func (s *State) Headroom(now time.Time) float64 {
 // paired with one Release.
 func (s *State) Acquire(now time.Time, tokens int64) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	// Check again under the lock: requests that saw the deployment free at
 	// the same instant must not all take the last slot of a window.
 	if at, _ := s.availableAt(now, tokens); at.After(now) {
+		s.mu.Unlock()
 		return false
 	}
-	if s.circuit(now) == HalfOpen {
+	probe := s.circuit(now) == HalfOpen
+	if probe {
 		if s.probing {
+			s.mu.Unlock()
 			return false
 		}
 		s.probing = true
 	}
+	// Fleet mode (fleet.go): the probe and the declared windows are claimed
+	// fleet-wide too, outside the lock, so that no request waits on another
+	// one's round trip to the store.
+	if f := s.fleet.f; f != nil && (probe || s.declared.active()) {
+		rpm, tpm := s.declared.rpm, s.declared.tpm
+		s.mu.Unlock()
+		if !s.acquireFleet(f, now, tokens, probe, rpm, tpm) {
+			return false // it freed the probe and noted when to ask again
+		}
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
 	s.inFlight++
 	s.picks = s.recentPicks(now) + 1
 	s.picksAt = now
@@ -366,6 +390,7 @@ func (s *State) Release() {
 		s.inFlight--
 	}
 	s.probing = false
+	s.releaseFleetProbeLocked() // fleet mode (fleet.go)
 }
 
 // Snapshot is a copy of a State for display (admin API, logs, tests).

@@ -1,0 +1,279 @@
+package capacity
+
+import (
+	"slices"
+	"time"
+)
+
+// Fleet mode: several router instances (processes) spend the same provider
+// accounts, so what one of them learns about a deployment is worth sharing,
+// and the operator's declared rpm/tpm must be counted across all of them.
+//
+// A State bound to a Fleet (SetFleet) stays the fast path: ranking reads
+// only local memory. The State tells its Fleet what changed after each
+// Observe (Publish, which must not block), and the Fleet folds what other
+// instances learned into the State (Merge) in the background. Only two
+// decisions ask the fleet on the request path, both in Acquire and outside
+// the State's lock: a half-open circuit's single probe (ClaimProbe), and a
+// deployment with declared rpm/tpm (Reserve). When the fleet cannot answer
+// (its store is slow or down), the State decides on local knowledge alone.
+
+// Fleet is what a State needs of a fleet store, bound to one deployment.
+// Implementations must be safe for concurrent use; Publish and ReleaseProbe
+// are called with the State's lock held and must neither block nor call
+// back into the State.
+type Fleet interface {
+	// Publish hands the parts of the state that changed (those with a
+	// non-zero At) to the fleet.
+	Publish(Shared)
+	// Reserve counts one attempt of tokens tokens against the declared
+	// rpm/tpm (0 = none) over the fleet-wide sliding minute, atomically. A
+	// positive wait means the fleet's window is spent for that long and
+	// nothing was counted; an error means the fleet could not answer.
+	Reserve(rpm, tpm, tokens int64) (wait time.Duration, err error)
+	// ClaimProbe claims a half-open circuit's single probe for the whole
+	// fleet: false when another instance holds it; an error means the
+	// fleet could not answer.
+	ClaimProbe() (bool, error)
+	// ReleaseProbe frees a probe claimed by ClaimProbe.
+	ReleaseProbe()
+}
+
+// Shared is what fleet mode shares of a State: its circuit and the
+// provider-stated windows. Each part carries the instant it was learned
+// (At; zero = not included), and the newest learning of each part wins,
+// whichever instance it came from.
+type Shared struct {
+	Circuit  SharedCircuit
+	Requests SharedWindow
+	Tokens   SharedWindow
+}
+
+// SharedCircuit is a circuit breaker's state.
+type SharedCircuit struct {
+	At        time.Time
+	OpenUntil time.Time // zero: closed
+	Reason    Class
+	// Failures is the count of consecutive failures: above 0 after a
+	// failure that is not a rate limit, the circuit turns half-open once
+	// OpenUntil passes.
+	Failures int
+}
+
+// SharedWindow is a provider-stated rate-limit window.
+type SharedWindow struct {
+	At               time.Time
+	Limit, Remaining int64 // Unknown when never stated
+	Reset            time.Time
+}
+
+// Exhausted reports whether the window says nothing is left at now.
+func (w SharedWindow) Exhausted(now time.Time) bool {
+	return w.Remaining == 0 && w.Reset.After(now)
+}
+
+// fleetLink is a State's side of fleet mode. Its learning instants are kept
+// even without a fleet, so that a store bound later (a reload from `store
+// memory` to `store redis`) shares what was learned with the right age.
+type fleetLink struct {
+	// f is the fleet the state talks to: the last of bound, which holds one
+	// fleet per live config that binds the state. A reload binds the new
+	// config's store before the old config lets go of its own; a new config
+	// that fails to load lets go of its store, and the old one's is used
+	// again.
+	f     Fleet
+	bound []Fleet
+
+	// When each shared part was last learned (here or from the fleet).
+	circuitAt, requestsAt, tokensAt time.Time
+
+	// reservedUntil: the fleet's declared window was spent when this
+	// instance asked; probeElsewhereUntil: another instance holds the
+	// half-open probe.
+	reservedUntil, probeElsewhereUntil time.Time
+	// probeOwned: this instance holds the fleet's probe claim.
+	probeOwned bool
+}
+
+type circuitPart struct {
+	openUntil time.Time
+	reason    Class
+	failures  int
+}
+
+// sharedParts is what Observe may change of the shared parts, read before it
+// does.
+type sharedParts struct {
+	circuit          circuitPart
+	requests, tokens window
+}
+
+func (s *State) sharedPartsLocked() sharedParts {
+	return sharedParts{
+		circuit:  circuitPart{s.openUntil, s.openReason, s.consecutiveFailures},
+		requests: s.requests,
+		tokens:   s.tokens,
+	}
+}
+
+// shareObserved runs at the end of Observe (deferred, the lock held): it
+// dates the parts that the observation changed and publishes them; and it
+// frees the fleet's probe claim, since an observation ends the probe.
+func (s *State) shareObserved(now time.Time, before sharedParts) {
+	l := &s.fleet
+	var sh Shared
+	if c := (circuitPart{s.openUntil, s.openReason, s.consecutiveFailures}); c != before.circuit {
+		l.circuitAt = now
+		sh.Circuit = SharedCircuit{At: now, OpenUntil: c.openUntil, Reason: c.reason, Failures: c.failures}
+	}
+	if s.requests != before.requests {
+		l.requestsAt = now
+		sh.Requests = s.requests.shared(now)
+	}
+	if s.tokens != before.tokens {
+		l.tokensAt = now
+		sh.Tokens = s.tokens.shared(now)
+	}
+	s.releaseFleetProbeLocked()
+	if l.f != nil && (!sh.Circuit.At.IsZero() || !sh.Requests.At.IsZero() || !sh.Tokens.At.IsZero()) {
+		l.f.Publish(sh)
+	}
+}
+
+func (w window) shared(at time.Time) SharedWindow {
+	return SharedWindow{At: at, Limit: w.limit, Remaining: w.remaining, Reset: w.reset}
+}
+
+// releaseFleetProbeLocked frees the fleet's probe claim once the local probe
+// has ended.
+func (s *State) releaseFleetProbeLocked() {
+	if s.fleet.probeOwned && !s.probing {
+		s.fleet.probeOwned = false
+		if s.fleet.f != nil {
+			s.fleet.f.ReleaseProbe()
+		}
+	}
+}
+
+// acquireFleet claims, outside the State's lock, what Acquire must claim
+// fleet-wide: the half-open probe (probe true; the local probe flag is
+// already set) and a place in the declared windows. It returns false when
+// the fleet refused, having undone the local probe claim and noted until
+// when the deployment is not worth asking for again. When the fleet cannot
+// answer, the local decision stands.
+func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, rpm, tpm int64) bool {
+	owned := false
+	if probe {
+		ok, err := f.ClaimProbe()
+		if err == nil && !ok {
+			s.mu.Lock()
+			s.probing = false
+			s.fleet.probeElsewhereUntil = now.Add(probeWait)
+			s.mu.Unlock()
+			return false
+		}
+		owned = err == nil
+	}
+	if rpm > 0 || tpm > 0 {
+		if wait, err := f.Reserve(rpm, tpm, tokens); err == nil && wait > 0 {
+			s.mu.Lock()
+			if probe {
+				s.probing = false
+			}
+			s.fleet.reservedUntil = now.Add(wait)
+			s.mu.Unlock()
+			if owned {
+				f.ReleaseProbe()
+			}
+			return false
+		}
+	}
+	if owned {
+		s.mu.Lock()
+		s.fleet.probeOwned = true
+		s.releaseFleetProbeLocked() // the probe may have ended meanwhile
+		s.mu.Unlock()
+	}
+	return true
+}
+
+// SetFleet binds the state to a fleet store, until ClearFleet(f); the last
+// one bound is used. It publishes what the state already knows, each part
+// with the instant it was learned, so that newer knowledge elsewhere is not
+// overwritten.
+func (s *State) SetFleet(f Fleet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fleet.bound = append(s.fleet.bound, f)
+	s.fleet.f = f
+	s.fleet.probeOwned = false // a claim made through another store is that store's to free
+	if sh := s.sharedLocked(); !sh.Circuit.At.IsZero() || !sh.Requests.At.IsZero() || !sh.Tokens.At.IsZero() {
+		f.Publish(sh)
+	}
+}
+
+// ClearFleet unbinds the state from f. The state goes on with the fleet
+// bound before f, if it is still bound, else on its own.
+func (s *State) ClearFleet(f Fleet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := &s.fleet
+	l.bound = slices.DeleteFunc(l.bound, func(g Fleet) bool { return g == f })
+	if l.f == f {
+		l.f = nil
+		if n := len(l.bound); n > 0 {
+			l.f = l.bound[n-1]
+		}
+		l.probeOwned = false
+	}
+}
+
+// Shared returns the shared parts as known here, each with the instant it
+// was learned (zero At: never learned).
+func (s *State) Shared() Shared {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sharedLocked()
+}
+
+func (s *State) sharedLocked() Shared {
+	var sh Shared
+	if at := s.fleet.circuitAt; !at.IsZero() {
+		sh.Circuit = SharedCircuit{At: at, OpenUntil: s.openUntil, Reason: s.openReason, Failures: s.consecutiveFailures}
+	}
+	if at := s.fleet.requestsAt; !at.IsZero() {
+		sh.Requests = s.requests.shared(at)
+	}
+	if at := s.fleet.tokensAt; !at.IsZero() {
+		sh.Tokens = s.tokens.shared(at)
+	}
+	return sh
+}
+
+// Merge folds what another instance learned into the state: each part
+// learned later than what is known here replaces it. It reports whether
+// anything changed.
+func (s *State) Merge(sh Shared) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	if c := sh.Circuit; c.At.After(s.fleet.circuitAt) {
+		s.fleet.circuitAt = c.At
+		s.openUntil, s.openReason, s.consecutiveFailures = c.OpenUntil, c.Reason, max(c.Failures, 0)
+		changed = true
+	}
+	merge := func(w SharedWindow, dst *window, at *time.Time) {
+		if w.At.After(*at) {
+			*at = w.At
+			dst.limit, dst.remaining, dst.reset = w.Limit, w.Remaining, w.Reset
+			changed = true
+		}
+	}
+	merge(sh.Requests, &s.requests, &s.fleet.requestsAt)
+	merge(sh.Tokens, &s.tokens, &s.fleet.tokensAt)
+	return changed
+}
+
+// DeclaredWindow is the span of the declared rpm and tpm: a sliding minute.
+// A fleet store counts its fleet-wide windows over the same span.
+const DeclaredWindow = declaredWindow

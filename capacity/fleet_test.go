@@ -1,0 +1,183 @@
+package capacity
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// fakeFleet records what a State asks of its fleet and answers as told.
+type fakeFleet struct {
+	published []Shared
+	reserves  int
+	wait      time.Duration
+	err       error
+	probeFree bool
+	claims    int
+	released  int
+}
+
+func (f *fakeFleet) Publish(sh Shared) { f.published = append(f.published, sh) }
+func (f *fakeFleet) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
+	f.reserves++
+	return f.wait, f.err
+}
+func (f *fakeFleet) ClaimProbe() (bool, error) {
+	f.claims++
+	return f.probeFree, f.err
+}
+func (f *fakeFleet) ReleaseProbe() { f.released++ }
+
+func TestFleetPublishesWhatObserveChanged(t *testing.T) {
+	s, f := NewState(), &fakeFleet{}
+	s.SetFleet(f)
+	if len(f.published) != 0 {
+		t.Fatalf("a state that learned nothing publishes nothing, got %+v", f.published)
+	}
+	s.Observe(t0, NewObservation(OK), DefaultPolicy)
+	if len(f.published) != 0 {
+		t.Errorf("a success that changes nothing publishes nothing, got %+v", f.published)
+	}
+	rl := NewObservation(RateLimited)
+	rl.RetryAfter = 20 * time.Second
+	s.Observe(t0, rl, DefaultPolicy)
+	if len(f.published) != 1 {
+		t.Fatalf("expected the opened circuit published, got %+v", f.published)
+	}
+	c := f.published[0].Circuit
+	if !c.At.Equal(t0) || !c.OpenUntil.Equal(t0.Add(20*time.Second)) || c.Reason != RateLimited || c.Failures != 1 {
+		t.Errorf("expected open until +20s for rate_limited, got %+v", c)
+	}
+	if !f.published[0].Requests.At.IsZero() {
+		t.Error("expected no window published when no header said anything")
+	}
+	ok := NewObservation(OK)
+	ok.Requests = Window{Limit: 10, Remaining: 9, Reset: time.Second}
+	s.Observe(t0.Add(time.Second), ok, DefaultPolicy)
+	last := f.published[len(f.published)-1]
+	if last.Requests.Remaining != 9 || last.Circuit.OpenUntil != (time.Time{}) || last.Circuit.At.IsZero() {
+		t.Errorf("expected the closed circuit and the window published, got %+v", last)
+	}
+}
+
+func TestFleetMergeNewestWins(t *testing.T) {
+	s := NewState()
+	rl := NewObservation(RateLimited)
+	rl.RetryAfter = 20 * time.Second
+	s.Observe(t0, rl, DefaultPolicy)
+	// Older news loses.
+	if s.Merge(Shared{Circuit: SharedCircuit{At: t0.Add(-time.Second)}}) {
+		t.Error("expected older news ignored")
+	}
+	if at, _ := s.AvailableAt(t0, 0); !at.Equal(t0.Add(20 * time.Second)) {
+		t.Errorf("expected still open, got %v", at)
+	}
+	// Newer news wins: another instance's success closed it.
+	if !s.Merge(Shared{Circuit: SharedCircuit{At: t0.Add(time.Second)}}) {
+		t.Error("expected newer news merged")
+	}
+	if at, _ := s.AvailableAt(t0.Add(2*time.Second), 0); !at.Equal(t0.Add(2 * time.Second)) {
+		t.Errorf("expected closed after the merge, got %v", at)
+	}
+	s.Merge(Shared{Tokens: SharedWindow{At: t0.Add(3 * time.Second), Limit: 1000, Remaining: 0, Reset: t0.Add(30 * time.Second)}})
+	if at, why := s.AvailableAt(t0.Add(3*time.Second), 10); !at.Equal(t0.Add(30*time.Second)) || why != RateLimited {
+		t.Errorf("expected the merged empty token window to wait until its reset, got %v %s", at, why)
+	}
+	if sh := s.Shared(); !sh.Tokens.At.Equal(t0.Add(3*time.Second)) || !sh.Circuit.At.Equal(t0.Add(time.Second)) {
+		t.Errorf("expected Shared to date each part as learned, got %+v", sh)
+	}
+}
+
+func TestFleetReserveDeniedWaitsAndFallsBack(t *testing.T) {
+	s, f := NewState(), &fakeFleet{wait: 40 * time.Second}
+	s.Declare(10, 0)
+	s.SetFleet(f)
+	if s.Acquire(t0, 1) {
+		t.Fatal("expected the fleet's spent window to refuse")
+	}
+	if at, why := s.AvailableAt(t0, 1); !at.Equal(t0.Add(40*time.Second)) || why != RateLimited {
+		t.Errorf("expected a wait of the fleet's 40 s, got %v %s", at, why)
+	}
+	if snap := s.Snapshot(t0); snap.InFlight != 0 || snap.RequestsLastMinute != 0 {
+		t.Errorf("a refused attempt counts nowhere, got %+v", snap)
+	}
+	f.wait, f.err = 0, errors.New("down")
+	if !s.Acquire(t0.Add(40*time.Second), 1) {
+		t.Error("expected a local decision when the fleet cannot answer")
+	}
+	s.Release()
+	// No declared limit and a closed circuit: the fleet is not asked.
+	s2, f2 := NewState(), &fakeFleet{}
+	s2.SetFleet(f2)
+	s2.Acquire(t0, 1)
+	if f2.reserves+f2.claims != 0 {
+		t.Errorf("expected no request-path call without declared limits, got %d", f2.reserves+f2.claims)
+	}
+}
+
+func TestFleetProbe(t *testing.T) {
+	p := Policy{BackoffBase: time.Second, BackoffMax: time.Second, Long: time.Hour}
+	half := func(f *fakeFleet) *State {
+		s := NewState()
+		s.SetFleet(f)
+		s.Observe(t0, NewObservation(Server), p)
+		return s
+	}
+	now := t0.Add(2 * time.Second)
+
+	f := &fakeFleet{probeFree: false}
+	s := half(f)
+	if s.Acquire(now, 0) {
+		t.Fatal("expected refused: another instance probes")
+	}
+	if at, _ := s.AvailableAt(now, 0); !at.Equal(now.Add(probeWait)) {
+		t.Errorf("expected to wait %v for the other probe, got %v", probeWait, at.Sub(now))
+	}
+	if at, _ := s.AvailableAt(now.Add(probeWait), 0); !at.Equal(now.Add(probeWait)) {
+		t.Error("expected to ask again once the wait passed")
+	}
+
+	f = &fakeFleet{probeFree: true}
+	s = half(f)
+	if !s.Acquire(now, 0) {
+		t.Fatal("expected the probe")
+	}
+	if s.Acquire(now, 0) {
+		t.Error("expected one probe at a time here too")
+	}
+	s.Observe(now, NewObservation(OK), p)
+	s.Release()
+	if f.claims != 1 || f.released != 1 {
+		t.Errorf("expected one claim released once, got %d claims, %d releases", f.claims, f.released)
+	}
+
+	// A release without an observation (the client left) frees the claim too.
+	f = &fakeFleet{probeFree: true}
+	s = half(f)
+	s.Acquire(now, 0)
+	s.Release()
+	if f.released != 1 {
+		t.Errorf("expected the claim freed on Release, got %d", f.released)
+	}
+}
+
+func TestFleetBindingsStack(t *testing.T) {
+	s, old, next := NewState(), &fakeFleet{wait: time.Second}, &fakeFleet{}
+	s.Declare(5, 0)
+	s.SetFleet(old)
+	s.SetFleet(next)
+	s.Acquire(t0, 1)
+	if next.reserves != 1 || old.reserves != 0 {
+		t.Fatalf("expected the last bound store used, got old %d next %d", old.reserves, next.reserves)
+	}
+	// The new config failed to load: the old store is used again.
+	s.ClearFleet(next)
+	s.Acquire(t0, 1)
+	if old.reserves != 1 {
+		t.Errorf("expected the old store used again, got %d", old.reserves)
+	}
+	s.ClearFleet(old)
+	if !s.Acquire(t0.Add(time.Second), 1) {
+		t.Error("expected the state to work alone")
+	}
+}

@@ -1,0 +1,138 @@
+package fleet
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+// binding is one deployment's link to the store: the capacity.Fleet its
+// State calls.
+type binding struct {
+	s                                     *Store
+	id                                    string
+	st                                    *capacity.State
+	stateKey, logKey, tokensKey, probeKey string
+
+	mu         sync.Mutex
+	probeToken string  // the probe claim this instance holds ("" = none)
+	exhausted  [2]bool // requests, tokens: as last published
+}
+
+// Publish implements capacity.Fleet: it queues the parts for the writer,
+// newer parts replacing older ones, and never blocks. Other instances are
+// notified at once of what changes routing (a circuit, a window running out
+// or coming back); the rest (a remaining count going down) reaches them by
+// polling.
+func (b *binding) Publish(sh capacity.Shared) {
+	s := b.s
+	now := time.Now()
+	s.mu.Lock()
+	p := s.pending[b]
+	if p == nil {
+		p = new(pending)
+		s.pending[b] = p
+	}
+	if c := sh.Circuit; !c.At.IsZero() {
+		if c.At.After(p.sh.Circuit.At) {
+			p.sh.Circuit = c
+		}
+		p.notify = true
+	}
+	for k, w := range [2]struct {
+		src capacity.SharedWindow
+		dst *capacity.SharedWindow
+	}{{sh.Requests, &p.sh.Requests}, {sh.Tokens, &p.sh.Tokens}} {
+		if w.src.At.IsZero() {
+			continue
+		}
+		if w.src.At.After(w.dst.At) {
+			*w.dst = w.src
+		}
+		if ex := w.src.Exhausted(now); ex != b.exhausted[k] {
+			b.exhausted[k] = ex
+			p.notify = true
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Reserve implements capacity.Fleet with reserveScript, bounded by the
+// store's timeout.
+func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
+	s := b.s
+	if !s.available() {
+		s.obs.Fallback("reserve")
+		return 0, ErrUnavailable
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	res, err := reserveScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
+		capacity.DeclaredWindow.Milliseconds(), rpm, tpm, max(tokens, 0), s.nextToken()).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = errBadReply
+	}
+	if err != nil {
+		s.fail("reserve", err)
+		s.obs.Fallback("reserve")
+		return 0, err
+	}
+	if res[0] == 1 {
+		return 0, nil
+	}
+	return max(time.Duration(res[1])*time.Millisecond, time.Millisecond), nil
+}
+
+// ClaimProbe implements capacity.Fleet: SET NX with a TTL, so that a claim
+// held by an instance that died expires.
+func (b *binding) ClaimProbe() (bool, error) {
+	s := b.s
+	if !s.available() {
+		s.obs.Fallback("probe")
+		return false, ErrUnavailable
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	token := s.nextToken()
+	ok, err := s.client.SetNX(ctx, b.probeKey, token, probeTTL).Result()
+	if err != nil {
+		s.fail("probe", err)
+		s.obs.Fallback("probe")
+		return false, err
+	}
+	if ok {
+		b.mu.Lock()
+		b.probeToken = token
+		b.mu.Unlock()
+	}
+	return ok, nil
+}
+
+// ReleaseProbe implements capacity.Fleet: the writer deletes the claim, if
+// it is still this one.
+func (b *binding) ReleaseProbe() {
+	b.mu.Lock()
+	token := b.probeToken
+	b.probeToken = ""
+	b.mu.Unlock()
+	if token == "" {
+		return
+	}
+	s := b.s
+	s.mu.Lock()
+	s.releases = append(s.releases, release{b.probeKey, token})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Interface guards
+var _ capacity.Fleet = (*binding)(nil)

@@ -1,0 +1,109 @@
+package fleet
+
+import "github.com/redis/go-redis/v9"
+
+// publishScript writes the parts of a deployment's shared state that are
+// newer than what the hash holds (the newest learning of each part wins,
+// whichever instance it came from), sets the hash to expire when its last
+// part does, and, when asked, publishes the parts it wrote to the fleet.
+//
+//	KEYS[1]  the deployment's state hash
+//	ARGV[1]  channel to notify ('' = no notification)
+//	ARGV[2]  message head: "<origin>\n<deployment id>"
+//	ARGV[3..] per part: name (c, r, t), learned at (Unix ms), expires at (Unix ms), value
+//
+// It returns 1 when a part was written, else 0.
+var publishScript = redis.NewScript(`
+local applied = ''
+for i = 3, #ARGV, 4 do
+  local name, at = ARGV[i], tonumber(ARGV[i + 1])
+  local cur = tonumber(redis.call('HGET', KEYS[1], name .. '_at') or '0')
+  if at > cur then
+    redis.call('HSET', KEYS[1], name, ARGV[i + 3], name .. '_at', ARGV[i + 1], name .. '_exp', ARGV[i + 2])
+    applied = applied .. '\n' .. name .. '\t' .. ARGV[i + 3]
+  end
+end
+if applied == '' then
+  return 0
+end
+local exp = 0
+for _, name in ipairs({'c', 'r', 't'}) do
+  local e = tonumber(redis.call('HGET', KEYS[1], name .. '_exp') or '0')
+  if e > exp then
+    exp = e
+  end
+end
+redis.call('PEXPIREAT', KEYS[1], exp)
+if ARGV[1] ~= '' then
+  redis.call('PUBLISH', ARGV[1], ARGV[2] .. applied)
+end
+return 1
+`)
+
+// reserveScript counts one attempt against a deployment's declared rpm/tpm
+// over the fleet-wide sliding window, atomically: a log of the attempts
+// started in the window (a sorted set scored by Redis' own clock, so that
+// the instances' clocks do not matter; each member ends in ":<tokens>") and
+// the sum of their tokens. Like the local window, a limit of 60 rpm never
+// lets 61 attempts start within any 60 s, and an attempt larger than the
+// whole tpm goes alone once the window is empty. Both keys expire with the
+// window: nothing outlives it.
+//
+//	KEYS[1]  the log, KEYS[2] the token sum
+//	ARGV[1]  window (ms), ARGV[2] rpm, ARGV[3] tpm (0 = none), ARGV[4] tokens, ARGV[5] unique member id
+//
+// It returns {1, 0} when the attempt was counted, or {0, wait in ms} when
+// the window is spent for that long (nothing counted).
+var reserveScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window, rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local cutoff = now - window
+local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+for _, m in ipairs(old) do
+  used = used - tonumber(string.match(m, ':(%d+)$'))
+end
+if #old > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+end
+local n = redis.call('ZCARD', KEYS[1])
+if n == 0 or used < 0 then
+  used = 0
+end
+local at = now
+if rpm > 0 and n >= rpm then
+  local e = redis.call('ZRANGE', KEYS[1], n - rpm, n - rpm, 'WITHSCORES')
+  at = math.max(at, tonumber(e[2]) + window)
+end
+if tpm > 0 and n > 0 and used + tokens > tpm then
+  local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  local freed = 0
+  for i = 1, #all, 2 do
+    freed = freed + tonumber(string.match(all[i], ':(%d+)$'))
+    if used - freed + tokens <= tpm or i == #all - 1 then
+      at = math.max(at, tonumber(all[i + 1]) + window)
+      break
+    end
+  end
+end
+if at > now then
+  if #old > 0 then
+    redis.call('SET', KEYS[2], used, 'PX', window)
+  end
+  return {0, at - now}
+end
+redis.call('ZADD', KEYS[1], now, ARGV[5] .. ':' .. tokens)
+redis.call('PEXPIRE', KEYS[1], window)
+redis.call('SET', KEYS[2], used + tokens, 'PX', window)
+return {1, 0}
+`)
+
+// releaseScript deletes a probe claim if it is still the given owner's (a
+// claim that expired and was taken by another instance stays).
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)

@@ -1,0 +1,536 @@
+// Package fleet shares deployments' capacity state between router instances
+// (processes) through Redis: fleet mode.
+//
+// What is shared, per deployment: its circuit (open until, why, consecutive
+// failures) and the provider-stated rate-limit windows (limit, remaining,
+// reset), the newest learning of each winning; the half-open circuit's
+// single probe, claimed fleet-wide; and the operator's declared rpm/tpm,
+// counted over one fleet-wide sliding minute, atomically.
+//
+// Local state stays the fast path. Ranking never waits on Redis: what other
+// instances learn arrives in the background, by pub/sub as it happens and
+// by polling every PollInterval to resynchronize. Only a half-open probe and
+// a deployment with declared rpm/tpm ask Redis on the request path, bounded
+// by Timeout. When Redis is slow or down, the store says so once in the log,
+// counts it (Observer), stops asking on the request path (the instance
+// routes on local state alone), and resynchronizes when Redis answers again.
+//
+// Keys hold no secrets: a deployment is named by a hash of its identity,
+// which holds only a fingerprint of the provider key.
+//
+// It imports neither Caddy nor the root package.
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.uber.org/zap"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
+)
+
+// Defaults of Options.
+const (
+	DefaultKeyPrefix    = "llm_router:"
+	DefaultTimeout      = 50 * time.Millisecond
+	DefaultPollInterval = time.Second
+)
+
+// probeTTL bounds how long a half-open probe's claim outlives an instance
+// that died holding it; the owner frees it as soon as the probe ends.
+const probeTTL = 30 * time.Second
+
+// ErrUnavailable is returned on the request path while the store is known
+// to be unreachable: the caller decides on local state.
+var ErrUnavailable = errors.New("fleet store unavailable")
+
+// Options configure a Store.
+type Options struct {
+	// URL is the Redis URL: redis://[[user]:password@]host[:port][/db] or
+	// rediss:// for TLS (go-redis' ParseURL).
+	URL string
+	// KeyPrefix starts every key and the notification channel.
+	// Default: "llm_router:".
+	KeyPrefix string
+	// Timeout bounds each Redis call on the request path (and dials).
+	// Default: 50ms.
+	Timeout time.Duration
+	// PollInterval is how often the store reads every deployment's shared
+	// state to resynchronize (and, while Redis is unreachable, how often it
+	// tries it again). Default: 1s.
+	PollInterval time.Duration
+	// Logger logs the store going unreachable and coming back, once each.
+	Logger *zap.Logger
+	// Observer counts failures and local fallbacks (metrics); may be nil.
+	Observer Observer
+}
+
+// Observer is told about the store's health. Calls must be cheap and safe
+// for concurrent use.
+type Observer interface {
+	// Error reports a failed or timed-out Redis operation: op is one of
+	// reserve, probe, publish, sync, subscribe.
+	Error(op string)
+	// Fallback reports a request-path decision made on local state alone
+	// because the store could not answer: op is reserve or probe.
+	Fallback(op string)
+	// Up reports the store becoming reachable (true) or not.
+	Up(up bool)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Error(string)    {}
+func (nopObserver) Fallback(string) {}
+func (nopObserver) Up(bool)         {}
+
+// Health of the store as last seen.
+const (
+	healthUnknown int32 = iota
+	healthUp
+	healthDown
+)
+
+// Store is a Redis fleet store. New starts its background work (a
+// subscriber, a writer and a poller); Close stops it.
+type Store struct {
+	client             *redis.Client
+	addr               string // for logs: host:port, never the URL (it may hold a password)
+	prefix, channel    string
+	timeout, bgTimeout time.Duration
+	poll, keep         time.Duration
+	origin             string // this instance, in notifications and claims
+	log                *zap.Logger
+	obs                Observer
+	health             atomic.Int32
+	seq                atomic.Uint64
+	ctx                context.Context
+	cancel             context.CancelFunc
+	wg                 sync.WaitGroup
+	wake, pollNow      chan struct{}
+	mu                 sync.Mutex
+	bindings           map[string]*binding // by deployment id
+	pending            map[*binding]*pending
+	releases           []release
+	ps                 *redis.PubSub
+	closed             bool
+}
+
+// pending is what the writer has yet to write for one deployment.
+type pending struct {
+	sh     capacity.Shared
+	notify bool
+}
+
+type release struct{ key, token string }
+
+// New checks the options and starts the store. It does not wait for Redis:
+// a store that cannot reach it serves local state until it can.
+func New(o Options) (*Store, error) {
+	opt, err := redis.ParseURL(o.URL)
+	if err != nil {
+		// go-redis' errors quote no part of the URL but its scheme.
+		return nil, fmt.Errorf("redis url: %v", err)
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = DefaultKeyPrefix
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	bg := max(4*o.Timeout, 500*time.Millisecond)
+	// No retries, no waiting for a pool connection beyond the bound: the
+	// request path gives up at Timeout and routes on local state.
+	opt.Protocol = 2
+	opt.DisableIdentity = true
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1 // the poller tries again every PollInterval
+	opt.DialTimeout = o.Timeout
+	opt.PoolTimeout = o.Timeout
+	opt.ReadTimeout = bg
+	opt.WriteTimeout = bg
+	opt.ContextTimeoutEnabled = true
+
+	routeRedisLogs(o.Logger)
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	s := &Store{
+		client:    redis.NewClient(opt),
+		addr:      opt.Addr,
+		prefix:    o.KeyPrefix,
+		channel:   o.KeyPrefix + "events",
+		timeout:   o.Timeout,
+		bgTimeout: bg,
+		poll:      o.PollInterval,
+		keep:      min(max(3*o.PollInterval, 3*time.Second), time.Minute),
+		origin:    hex.EncodeToString(id[:]),
+		log:       o.Logger,
+		obs:       o.Observer,
+		wake:      make(chan struct{}, 1),
+		pollNow:   make(chan struct{}, 1),
+		bindings:  map[string]*binding{},
+		pending:   map[*binding]*pending{},
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(3)
+	go s.subscribeLoop()
+	go s.writeLoop()
+	go s.pollLoop()
+	return s, nil
+}
+
+// DeploymentID names a deployment in keys: a hash of its identity, so that
+// no key shows a base URL or a key fingerprint.
+func DeploymentID(identity string) string {
+	sum := sha256.Sum256([]byte("llm_router deployment\x00" + identity))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Bind shares st as the deployment of the given identity (see DeploymentID)
+// through the store, until Close. A state bound twice (one deployment in
+// two model groups) is bound once.
+func (s *Store) Bind(identity string, st *capacity.State) {
+	id := DeploymentID(identity)
+	s.mu.Lock()
+	if s.closed || s.bindings[id] != nil {
+		s.mu.Unlock()
+		return
+	}
+	// Hash tags keep one deployment's keys in one Redis Cluster slot.
+	base := s.prefix + "{" + id + "}:"
+	b := &binding{s: s, id: id, st: st,
+		stateKey: base + "state", logKey: base + "declared", tokensKey: base + "declared_tokens", probeKey: base + "probe"}
+	s.bindings[id] = b
+	s.mu.Unlock()
+	st.SetFleet(b)
+}
+
+// Up reports whether the store answered its last operation.
+func (s *Store) Up() bool { return s.health.Load() == healthUp }
+
+// Close stops the background work, unbinds the states (unless a newer
+// store has bound them), frees the probe claims this instance holds and
+// closes the connections. The states keep working on local knowledge.
+func (s *Store) Close() error {
+	s.cancel()
+	s.mu.Lock()
+	s.closed = true
+	ps := s.ps
+	bindings := make([]*binding, 0, len(s.bindings))
+	for _, b := range s.bindings {
+		bindings = append(bindings, b)
+	}
+	s.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+	}
+	s.wg.Wait()
+	for _, b := range bindings {
+		b.st.ClearFleet(b)
+		b.ReleaseProbe()
+	}
+	if s.health.Load() == healthUp {
+		ctx, cancel := context.WithTimeout(context.Background(), s.bgTimeout)
+		s.writeReleases(ctx, s.takeReleases())
+		cancel()
+	}
+	return s.client.Close()
+}
+
+// available reports whether the request path may ask Redis.
+func (s *Store) available() bool { return s.health.Load() != healthDown }
+
+// fail records a failed operation; the first failure after success logs
+// once and turns the request path to local state until the poller gets an
+// answer again.
+func (s *Store) fail(op string, err error) {
+	if s.ctx.Err() != nil {
+		return // closing: not a failure of the store
+	}
+	s.obs.Error(op)
+	if s.health.Swap(healthDown) != healthDown {
+		s.obs.Up(false)
+		s.log.Warn("fleet store unreachable: routing on local state until it answers again",
+			zap.String("redis", s.addr), zap.String("op", op), zap.Error(err))
+	}
+}
+
+// succeeded records an answer after a resynchronization.
+func (s *Store) succeeded() {
+	switch s.health.Swap(healthUp) {
+	case healthDown:
+		s.obs.Up(true)
+		s.log.Info("fleet store reachable again: resynchronized", zap.String("redis", s.addr))
+	case healthUnknown:
+		s.obs.Up(true)
+		s.log.Debug("fleet store connected", zap.String("redis", s.addr))
+	}
+}
+
+func (s *Store) snapshotBindings() []*binding {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*binding, 0, len(s.bindings))
+	for _, b := range s.bindings {
+		out = append(out, b)
+	}
+	return out
+}
+
+// pollLoop resynchronizes at start and after every outage (publishing what
+// this instance knows, then reading what the fleet knows), and reads the
+// fleet's state every PollInterval in between.
+func (s *Store) pollLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.poll)
+	defer t.Stop()
+	for {
+		if s.health.Load() != healthUp {
+			if err := s.resync(); err != nil {
+				s.fail("sync", err)
+			} else {
+				s.succeeded()
+			}
+		} else if err := s.pollOnce(); err != nil {
+			s.fail("sync", err)
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.pollNow:
+		}
+	}
+}
+
+// resync publishes every bound state's knowledge (the store keeps the newest
+// of each part) and reads the fleet's back.
+func (s *Store) resync() error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
+	defer cancel()
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	batch := map[*binding]*pending{}
+	for _, b := range s.snapshotBindings() {
+		batch[b] = &pending{sh: b.st.Shared(), notify: true}
+	}
+	if err := s.write(batch); err != nil {
+		return err
+	}
+	return s.pollOnce()
+}
+
+// pollOnce reads every bound deployment's shared state and merges it.
+func (s *Store) pollOnce() error {
+	bindings := s.snapshotBindings()
+	if len(bindings) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(bindings))
+	for i, b := range bindings {
+		cmds[i] = pipe.HMGet(ctx, b.stateKey, partCircuit, partRequests, partTokens)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, b := range bindings {
+		var sh capacity.Shared
+		for k, v := range cmds[i].Val() {
+			if str, ok := v.(string); ok {
+				decodePart(&sh, []string{partCircuit, partRequests, partTokens}[k], str)
+			}
+		}
+		b.st.Merge(sh)
+	}
+	return nil
+}
+
+// subscribeLoop receives the fleet's notifications and merges them. A
+// connection that breaks is replaced after PollInterval; one that goes
+// silent and does not answer a ping is replaced too.
+func (s *Store) subscribeLoop() {
+	defer s.wg.Done()
+	idle := max(10*s.poll, 10*time.Second)
+	for s.ctx.Err() == nil {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		ps := s.client.Subscribe(s.ctx, s.channel)
+		s.ps = ps
+		s.mu.Unlock()
+		s.receive(ps, idle)
+		_ = ps.Close()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(s.poll):
+		}
+	}
+}
+
+func (s *Store) receive(ps *redis.PubSub, idle time.Duration) {
+	pinged := false
+	for {
+		msg, err := ps.ReceiveTimeout(s.ctx, idle)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !pinged && s.ctx.Err() == nil {
+				pinged = true
+				if err := ps.Ping(s.ctx); err == nil {
+					continue
+				}
+			}
+			s.fail("subscribe", err)
+			return
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			// (Re)subscribed: what was published meanwhile is read by a poll.
+			select {
+			case s.pollNow <- struct{}{}:
+			default:
+			}
+		case *redis.Message:
+			s.handle(m.Payload)
+		}
+	}
+}
+
+// handle merges one notification from another instance.
+func (s *Store) handle(payload string) {
+	origin, id, sh, ok := decodeMessage(payload)
+	if !ok || origin == s.origin {
+		return
+	}
+	s.mu.Lock()
+	b := s.bindings[id]
+	s.mu.Unlock()
+	if b != nil {
+		b.st.Merge(sh)
+	}
+}
+
+// writeLoop writes what the states published, coalesced: under load, many
+// observations of a deployment become one write.
+func (s *Store) writeLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		batch := s.pending
+		s.pending = map[*binding]*pending{}
+		s.mu.Unlock()
+		releases := s.takeReleases()
+		if s.health.Load() == healthDown {
+			// Dropped: the resynchronization after the outage publishes
+			// every state's newest knowledge.
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
+		if err := s.write(batch); err != nil {
+			s.fail("publish", err)
+		} else {
+			s.writeReleases(ctx, releases)
+		}
+		cancel()
+	}
+}
+
+func (s *Store) takeReleases() []release {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.releases
+	s.releases = nil
+	return r
+}
+
+func (s *Store) writeReleases(ctx context.Context, releases []release) {
+	for _, r := range releases {
+		if err := releaseScript.Run(ctx, s.client, []string{r.key}, r.token).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			s.fail("publish", err)
+			return
+		}
+	}
+}
+
+// write runs publishScript for each deployment of batch, in one pipeline.
+func (s *Store) write(batch map[*binding]*pending) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
+	defer cancel()
+	run := func(evalsha bool) error {
+		pipe := s.client.Pipeline()
+		for b, p := range batch {
+			parts := encode(p.sh, s.keep)
+			if len(parts) == 0 {
+				continue
+			}
+			channel := ""
+			if p.notify {
+				channel = s.channel
+			}
+			args := make([]any, 0, 2+4*len(parts))
+			args = append(args, channel, s.origin+"\n"+b.id)
+			for _, pt := range parts {
+				args = append(args, pt.name, pt.at, pt.until, pt.value)
+			}
+			if evalsha {
+				publishScript.EvalSha(ctx, pipe, []string{b.stateKey}, args...)
+			} else {
+				publishScript.Eval(ctx, pipe, []string{b.stateKey}, args...)
+			}
+		}
+		_, err := pipe.Exec(ctx)
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		return err
+	}
+	err := run(true)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = run(false) // a restarted Redis forgot the script: send it whole, once
+	}
+	return err
+}
+
+// nextToken returns an id unique to this instance and call.
+func (s *Store) nextToken() string {
+	return s.origin + "-" + strconv.FormatUint(s.seq.Add(1), 36)
+}
+
+var errBadReply = errors.New("unexpected reply from the reserve script")

@@ -1,0 +1,235 @@
+package llmrouter
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmrouter/caddy-llm-router/fleet"
+)
+
+// StoreConfig says where deployments' capacity state lives: in this
+// process only ("memory", the default), or shared by a fleet of router
+// instances through Redis ("redis": fleet mode, see package fleet).
+//
+// In fleet mode the instances share each deployment's circuit (open until,
+// why; the half-open probe is claimed by one instance of the fleet) and the
+// rate-limit windows its provider stated, and count the declared rpm/tpm
+// over one fleet-wide sliding minute. Routing stays on local state: no
+// request waits on Redis longer than Timeout, and when Redis is slow or
+// down each instance routes on what it knows, logs it once, counts it in
+// llm_router_store_errors_total and llm_router_store_fallbacks_total, and
+// resynchronizes when Redis answers again. A Redis outage fails no request.
+type StoreConfig struct {
+	// Type is "memory" (default) or "redis".
+	Type string `json:"type"`
+
+	// URL is the Redis URL (redis only): redis://[[user]:password@]host[:port][/db],
+	// or rediss:// for TLS. Placeholders such as {env.REDIS_URL} are
+	// replaced at load; use one when the URL holds a password.
+	URL string `json:"url,omitempty"`
+
+	// KeyPrefix starts every key and the notification channel, so that
+	// several fleets can share one Redis. Default: "llm_router:".
+	KeyPrefix string `json:"key_prefix,omitempty"`
+
+	// Timeout bounds each Redis call on the request path (claiming a
+	// half-open probe, counting a declared rpm/tpm). Default: 50ms.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+
+	// PollInterval is how often each instance rereads the fleet's state (what
+	// pub/sub notifications missed) and, while Redis is unreachable, how
+	// often it tries again. Default: 1s.
+	PollInterval caddy.Duration `json:"poll_interval,omitempty"`
+}
+
+// parseStore reads the store subdirective. Syntax:
+//
+//	store memory
+//	store redis <url> {
+//	    key_prefix    <prefix>
+//	    timeout       <duration>
+//	    poll_interval <duration>
+//	}
+func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
+	if !d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	sc := &StoreConfig{Type: d.Val()}
+	switch sc.Type {
+	case "memory":
+		if d.NextArg() {
+			return nil, d.ArgErr()
+		}
+		if d.NextBlock(d.Nesting()) {
+			return nil, d.Err("store memory takes no options")
+		}
+		return sc, nil
+	case "redis":
+	default:
+		return nil, d.Errf("unknown store %q (memory or redis)", sc.Type)
+	}
+	if !d.NextArg() {
+		return nil, d.Err("store redis needs a URL: store redis redis://host:6379")
+	}
+	sc.URL = d.Val()
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		if seen[key] {
+			return nil, d.Errf("duplicate subdirective %s in store", key)
+		}
+		seen[key] = true
+		switch key {
+		case "key_prefix":
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			sc.KeyPrefix = d.Val()
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+		case "timeout":
+			if err := parseDuration(d, &sc.Timeout); err != nil {
+				return nil, err
+			}
+		case "poll_interval":
+			if err := parseDuration(d, &sc.PollInterval); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, d.Errf("unknown subdirective %s in store", key)
+		}
+	}
+	return sc, nil
+}
+
+// provisionStore starts the fleet store, if any, and binds every
+// deployment's capacity state to it. It runs at the end of Provision; the
+// store's goroutines stop in Cleanup (cleanupStore). A reload binds the
+// pool-kept states to the new config's store before the old config's
+// Cleanup, which then leaves them alone.
+func (h *Handler) provisionStore(ctx caddy.Context) error {
+	sc := h.Store
+	if sc == nil || sc.Type == "" || sc.Type == "memory" {
+		if sc != nil && sc.URL != "" {
+			return errors.New("store: a url needs type redis")
+		}
+		return nil
+	}
+	if sc.Type != "redis" {
+		return fmt.Errorf("store: unknown type %q (memory or redis)", sc.Type)
+	}
+	if sc.Timeout < 0 || sc.PollInterval < 0 {
+		return errors.New("store: timeout and poll_interval must not be negative")
+	}
+	url := caddy.NewReplacer().ReplaceKnown(sc.URL, "")
+	if url == "" {
+		return errors.New("store: redis needs a url (is its environment variable set?)")
+	}
+	m := getStoreMetrics()
+	if err := m.register(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
+	st, err := fleet.New(fleet.Options{
+		URL:          url,
+		KeyPrefix:    sc.KeyPrefix,
+		Timeout:      time.Duration(sc.Timeout),
+		PollInterval: time.Duration(sc.PollInterval),
+		Logger:       h.logger,
+		Observer:     m,
+	})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	h.fleet = st
+	// h.groups[name][i] was made from h.Models[name].Deployments[i].
+	for _, name := range h.names {
+		for i, dc := range h.Models[name].Deployments {
+			p := h.Providers[dc.Provider]
+			st.Bind(identity(p.Type, p.endpoint, dc.Model), h.groups[name][i].State)
+		}
+	}
+	return nil
+}
+
+// cleanupStore stops the fleet store's goroutines and closes its
+// connections; the capacity states keep working on local knowledge.
+func (h *Handler) cleanupStore() {
+	if h.fleet != nil {
+		_ = h.fleet.Close()
+		h.fleet = nil
+	}
+}
+
+// storeMetrics count the fleet store's health, across reloads:
+//
+//	llm_router_store_errors_total{op}     Redis operations that failed or timed out (reserve, probe, publish, sync, subscribe)
+//	llm_router_store_fallbacks_total{op}  request-path decisions made on local state alone, Redis unavailable (reserve, probe)
+//	llm_router_store_up                   1 while the store answers, 0 while it does not
+type storeMetrics struct {
+	errors, fallbacks *prometheus.CounterVec
+	up                prometheus.Gauge
+}
+
+var (
+	storeMetricsOnce sync.Once
+	theStoreMetrics  *storeMetrics
+)
+
+func getStoreMetrics() *storeMetrics {
+	storeMetricsOnce.Do(func() {
+		const ns, sub = "llm", "router"
+		theStoreMetrics = &storeMetrics{
+			errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "store_errors_total", Help: "Fleet store (Redis) operations that failed or timed out, by operation."},
+				[]string{"op"}),
+			fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "store_fallbacks_total", Help: "Request-path decisions made on local state alone because the fleet store could not answer, by operation."},
+				[]string{"op"}),
+			up: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+				Name: "store_up", Help: "1 while the fleet store answers, 0 while it does not."}),
+		}
+	})
+	return theStoreMetrics
+}
+
+// register adds the collectors to a config's registry; a registry that has
+// them already (a reload) is fine.
+func (m *storeMetrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.errors, m.fallbacks, m.up} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Error implements fleet.Observer.
+func (m *storeMetrics) Error(op string) { m.errors.WithLabelValues(op).Inc() }
+
+// Fallback implements fleet.Observer.
+func (m *storeMetrics) Fallback(op string) { m.fallbacks.WithLabelValues(op).Inc() }
+
+// Up implements fleet.Observer.
+func (m *storeMetrics) Up(up bool) {
+	if up {
+		m.up.Set(1)
+	} else {
+		m.up.Set(0)
+	}
+}
+
+// Interface guards
+var _ fleet.Observer = (*storeMetrics)(nil)

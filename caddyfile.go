@@ -34,6 +34,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    backoff_base  <duration>
 //	    backoff_max   <duration>
 //	    max_body      <size>
+//	    store         memory | redis <url> { key_prefix <p>; timeout <d>; poll_interval <d> }
 //	    weights       [cost <w>] [latency <w>] [reliability <w>] [quality <w>] [capacity <w>]
 //
 //	    provider <name> {

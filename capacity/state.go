@@ -292,9 +292,16 @@ type Features struct {
 // Features reads the ranking features at now for a request of about
 // tokens tokens.
 func (s *State) Features(now time.Time, tokens int64, stream bool) Features {
+	var f Features
+	s.ReadFeatures(&f, now, tokens, stream)
+	return f
+}
+
+// ReadFeatures is Features into f, for callers that rank in place.
+func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := Features{Headroom: Unknown, InFlight: s.inFlight}
+	*f = Features{Headroom: Unknown, InFlight: s.inFlight}
 	f.At, f.Why = s.availableAt(now, tokens)
 	if stream && s.ttft > 0 {
 		f.Latency = s.ttft
@@ -329,7 +336,6 @@ func (s *State) Features(now time.Time, tokens int64, stream bool) Features {
 	if s.declared.tpm > 0 {
 		headroom(s.declared.tpm-s.declared.tokensIn(now)-tokens, s.declared.tpm)
 	}
-	return f
 }
 
 // Headroom returns Features(now, 0, false).Headroom.

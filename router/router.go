@@ -360,7 +360,8 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 				// window may be larger: worth an attempt.
 				continue
 			}
-			cands = append(cands, scored{i: i, f: d.State.Features(now, req.Tokens, req.Stream), cost: estimateCost(d, req)})
+			cands = append(cands, scored{i: i, cost: estimateCost(d, req)})
+			d.State.ReadFeatures(&cands[len(cands)-1].f, now, req.Tokens, req.Stream)
 		}
 	}
 	return cands

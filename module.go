@@ -53,6 +53,9 @@ const (
 	// longCooldown keeps a deployment with a bad key or spent quota out when
 	// the provider states no reset.
 	longCooldown = time.Hour
+	// defaultIdlePerHost is the default transport's idle connection pool per
+	// provider host.
+	defaultIdlePerHost = 256
 )
 
 // Handler routes LLM API requests (OpenAI Chat Completions) over model
@@ -339,7 +342,10 @@ func (h *Handler) provisionProvider(ctx caddy.Context, repl *caddy.Replacer, nam
 		p.transport = rt
 		return nil
 	}
-	t := new(reverseproxy.HTTPTransport)
+	// Caddy's default keeps 32 idle connections per host; an LLM provider
+	// is one host that carries all of a busy router's requests, so reusing
+	// more saves a handshake (TLS to real providers) per request under load.
+	t := &reverseproxy.HTTPTransport{KeepAlive: &reverseproxy.KeepAlive{MaxIdleConnsPerHost: defaultIdlePerHost}}
 	if u.Scheme == "https" {
 		t.TLS = new(reverseproxy.TLSConfig)
 	}

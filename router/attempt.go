@@ -177,7 +177,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	// like an error status, and the router may still fail over.
 	out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
 	s := &Stream{
-		r: r, d: d, req: req, body: resp.Body, sse: adapters.NewSSEReader(resp.Body), dec: d.Adapter.NewStreamDecoder(),
+		r: r, d: d, choices: req.Choices, includeUsage: req.IncludeUsage, body: resp.Body, sse: adapters.NewSSEReader(resp.Body), dec: d.Adapter.NewStreamDecoder(),
 		ctx: ctx, cancel: cancel, timer: timer, native: out.native,
 	}
 	for {
@@ -237,22 +237,25 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 // Stream is a streaming answer whose first content event has arrived: the
 // deployment is chosen, and what follows is relayed as it comes.
 type Stream struct {
-	r       *Router
-	d       *Deployment
-	body    io.ReadCloser
-	sse     *adapters.SSEReader
-	dec     adapters.StreamDecoder
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	timer   *time.Timer // the attempt's timeout, stopped at commit
-	idle    *time.Timer // idle_timeout between events
-	req     *Request
-	native  bool   // relaying the provider's own events (the client's format)
-	pending []byte // native: frames before the first content
-	first   []byte
-	finals  int  // events that finished a choice
-	usage   bool // a chunk carried usage
-	once    sync.Once
+	r      *Router
+	d      *Deployment
+	body   io.ReadCloser
+	sse    *adapters.SSEReader
+	dec    adapters.StreamDecoder
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer // the attempt's timeout, stopped at commit
+	idle   *time.Timer // idle_timeout between events
+	// What completeness needs of the request (not the request itself, so
+	// that a long stream does not keep the prompt in memory).
+	choices      int
+	includeUsage bool
+	native       bool   // relaying the provider's own events (the client's format)
+	pending      []byte // native: frames before the first content
+	first        []byte
+	finals       int  // events that finished a choice
+	usage        bool // a chunk carried usage
+	once         sync.Once
 }
 
 // count notes what a relayed event says about the stream's completeness.
@@ -274,7 +277,7 @@ func (s *Stream) complete() bool {
 	if t, ok := s.dec.(adapters.UsageTrailer); ok {
 		trails = t.UsageTrails()
 	}
-	return s.finals >= max(s.req.Choices, 1) && (s.usage || !s.req.IncludeUsage || !trails)
+	return s.finals >= max(s.choices, 1) && (s.usage || !s.includeUsage || !trails)
 }
 
 // Close releases the upstream stream and the deployment's claim; Relay

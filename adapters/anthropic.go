@@ -640,16 +640,9 @@ type antStreamEvent struct {
 // (https://docs.anthropic.com/en/docs/build-with-claude/streaming).
 func (s *anthropicStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
 	none := capacity.Observation{}
-	if ev.Comment {
-		return nil, EventSkip, none
-	}
-	data := bytes.TrimSpace(ev.Data)
-	if len(data) == 0 {
-		return nil, EventSkip, none
-	}
 	var e antStreamEvent
-	if err := json.Unmarshal(data, &e); err != nil {
-		return nil, EventError, streamBroken("invalid JSON event in stream")
+	if kind, obs, ok := decodeEvent(ev, &e); !ok {
+		return nil, kind, obs
 	}
 	typ := e.Type
 	if typ == "" {

@@ -683,16 +683,9 @@ type geminiStream struct {
 // Event implements StreamDecoder.
 func (s *geminiStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
 	none := capacity.Observation{}
-	if ev.Comment {
-		return nil, EventSkip, none
-	}
-	data := bytes.TrimSpace(ev.Data)
-	if len(data) == 0 {
-		return nil, EventSkip, none
-	}
 	var r gemResponse
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, EventError, streamBroken("invalid JSON event in stream")
+	if kind, obs, ok := decodeEvent(ev, &r); !ok {
+		return nil, kind, obs
 	}
 	if r.Error != nil {
 		class, wait := classifyGemini(0, *r.Error)

@@ -3,8 +3,11 @@ package adapters
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+
+	"github.com/llmrouter/caddy-llm-router/capacity"
 )
 
 // MaxEventSize bounds one server-sent event (all its lines), in bytes: a
@@ -127,4 +130,21 @@ func (s *SSEReader) readLine() ([]byte, error) {
 func trimEOL(b []byte) []byte {
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	return bytes.TrimSuffix(b, []byte("\r"))
+}
+
+// decodeEvent unmarshals a JSON event's data into v for a stream decoder.
+// When it returns false, the decoder answers with kind and obs: EventSkip
+// for a comment or an empty event, EventError for data that is not JSON.
+func decodeEvent(ev *Event, v any) (EventKind, capacity.Observation, bool) {
+	if ev.Comment {
+		return EventSkip, capacity.Observation{}, false
+	}
+	data := bytes.TrimSpace(ev.Data)
+	if len(data) == 0 {
+		return EventSkip, capacity.Observation{}, false
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return EventError, streamBroken("invalid JSON event in stream"), false
+	}
+	return EventData, capacity.Observation{}, true
 }

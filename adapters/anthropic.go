@@ -450,22 +450,7 @@ func (Anthropic) ChatResponse(body []byte) ([]byte, error) {
 			calls = append(calls, outToolCall{ID: b.ID, Type: "function", Function: outFunction{Name: b.Name, Arguments: args}})
 		}
 	}
-	msg := chatOutMessage{Role: "assistant", ToolCalls: calls}
-	if s := text.String(); s != "" || len(calls) == 0 {
-		msg.Content = &s
-	}
-	id := r.ID
-	if id == "" {
-		id = newID("chatcmpl-")
-	}
-	return json.Marshal(chatCompletion{
-		ID:      id,
-		Object:  "chat.completion",
-		Created: time.Now().Unix(),
-		Model:   r.Model,
-		Choices: []chatChoice{{Message: msg, FinishReason: anthropicFinish(r.StopReason)}},
-		Usage:   r.Usage.chatUsage(r.Usage.OutputTokens),
-	})
+	return completionBody(r.ID, r.Model, text.String(), calls, anthropicFinish(r.StopReason), r.Usage.chatUsage(r.Usage.OutputTokens))
 }
 
 // Observe implements Adapter.

@@ -272,6 +272,27 @@ func newID(prefix string) string { return prefix + rand.Text() }
 
 // The Chat Completions answer a translating adapter writes.
 
+// completionBody is a translated answer as a one-choice chat.completion:
+// the text (null when the answer is only tool calls), the tool calls, the
+// mapped finish_reason and usage; an empty id gets a fresh one.
+func completionBody(id, model, text string, calls []outToolCall, finish string, usage *chatUsage) ([]byte, error) {
+	msg := chatOutMessage{Role: "assistant", ToolCalls: calls}
+	if text != "" || len(calls) == 0 {
+		msg.Content = &text
+	}
+	if id == "" {
+		id = newID("chatcmpl-")
+	}
+	return json.Marshal(chatCompletion{
+		ID:      id,
+		Object:  "chat.completion",
+		Created: time.Now().Unix(),
+		Model:   model,
+		Choices: []chatChoice{{Message: msg, FinishReason: finish}},
+		Usage:   usage,
+	})
+}
+
 type chatCompletion struct {
 	ID      string       `json:"id"`
 	Object  string       `json:"object"`

@@ -502,22 +502,7 @@ func (Gemini) ChatResponse(body []byte) ([]byte, error) {
 	for i := range calls {
 		calls[i].Index = nil
 	}
-	msg := chatOutMessage{Role: "assistant", ToolCalls: calls}
-	if text != "" || len(calls) == 0 {
-		msg.Content = &text
-	}
-	id := r.ResponseID
-	if id == "" {
-		id = newID("chatcmpl-")
-	}
-	return json.Marshal(chatCompletion{
-		ID:      id,
-		Object:  "chat.completion",
-		Created: time.Now().Unix(),
-		Model:   r.ModelVersion,
-		Choices: []chatChoice{{Message: msg, FinishReason: finish}},
-		Usage:   r.UsageMetadata.chatUsage(),
-	})
+	return completionBody(r.ResponseID, r.ModelVersion, text, calls, finish, r.UsageMetadata.chatUsage())
 }
 
 // google.rpc.Status, as the Gemini API sends it.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
-	"github.com/llmrouter/caddy-llm-router/router"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 func init() {

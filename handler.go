@@ -16,9 +16,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/llmrouter/caddy-llm-router/adapters"
-	"github.com/llmrouter/caddy-llm-router/capacity"
-	"github.com/llmrouter/caddy-llm-router/router"
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 // Response headers that tell the client which deployment answered.

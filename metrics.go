@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
-	"github.com/llmrouter/caddy-llm-router/router"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 // Prometheus metrics, in Caddy's metrics registry (scraped from the admin

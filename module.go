@@ -25,10 +25,10 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
-	"github.com/llmrouter/caddy-llm-router/adapters"
-	"github.com/llmrouter/caddy-llm-router/capacity"
-	"github.com/llmrouter/caddy-llm-router/fleet"
-	"github.com/llmrouter/caddy-llm-router/router"
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/fleet"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 func init() {

@@ -10,7 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmrouter/caddy-llm-router/fleet"
+	"github.com/llmrouter/caddy-llm-router/internal/fleet"
 )
 
 // StoreConfig says where deployments' capacity state lives: in this

@@ -21,12 +21,12 @@ type goBench struct {
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
 
-// goBenchmarks runs the package benchmarks of ./router and ./adapters (on
+// goBenchmarks runs the package benchmarks of ./internal/router and ./internal/adapters (on
 // every CPU when pinned: they are single-threaded, but compiling is not).
 func (b *bench) goBenchmarks() error {
 	b.waitQuiet()
-	b.logf("go test -bench ./router ./adapters (benchtime %s)", b.o.benchtime)
-	argv := []string{"go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", b.o.benchtime, "./router", "./adapters"}
+	b.logf("go test -bench ./internal/router ./internal/adapters (benchtime %s)", b.o.benchtime)
+	argv := []string{"go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", b.o.benchtime, "./internal/router", "./internal/adapters"}
 	if b.o.allCPUs != "" {
 		argv = append([]string{"taskset", "-c", b.o.allCPUs}, argv...)
 	}

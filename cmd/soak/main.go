@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/llmrouter/caddy-llm-router/soak"
+	"github.com/llmrouter/caddy-llm-router/internal/soak"
 )
 
 func main() {

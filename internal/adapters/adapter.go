@@ -15,7 +15,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // Endpoint is what an adapter needs to reach one provider account.

@@ -3,7 +3,7 @@ package adapters
 import (
 	"encoding/json"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // ErrorTranslator is implemented by adapters whose provider's error bodies

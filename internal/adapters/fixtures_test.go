@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // fixtureCase is one entry of testdata/cases.json (copied byte-identical from

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // Decoders shared by the wire families: counts, resets, Retry-After and the

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // MaxEventSize bounds one server-sent event (all its lines), in bytes: a

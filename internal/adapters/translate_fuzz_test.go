@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // Bad output from a provider never panics a translating adapter: it is a

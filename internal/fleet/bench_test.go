@@ -14,9 +14,9 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/llmrouter/caddy-llm-router/adapters"
-	"github.com/llmrouter/caddy-llm-router/capacity"
-	"github.com/llmrouter/caddy-llm-router/router"
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 // fakeProvider answers every attempt at once with a chat completion and

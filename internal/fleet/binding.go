@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // binding is one deployment's link to the store: the capacity.Fleet its

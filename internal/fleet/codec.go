@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // The parts of a deployment's shared state, as fields of its state hash and

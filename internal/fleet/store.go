@@ -38,7 +38,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // Defaults of Options.

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 const testIdentity = "openai|https://api.example.com/v1|0a1b2c3d4e5f|gpt-test"

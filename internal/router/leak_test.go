@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/llmrouter/caddy-llm-router/adapters"
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // A client that leaves mid-request or mid-stream cancels the upstream

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/adapters"
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // fakeClock advances only when the router sleeps, and records each sleep.

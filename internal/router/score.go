@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // Weights weigh the ranking's features. Each feature is normalized to 0..1

@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Response headers that tell the client which deployment answered.
@@ -392,9 +392,9 @@ func (h *Handler) relay(w http.ResponseWriter, in format, res *router.Result) er
 		if in == anthropicFormat {
 			typ := "api_error"
 			switch se.Class {
-			case capacity.Overloaded:
+			case provider.Overloaded:
 				typ = "overloaded_error"
-			case capacity.RateLimited:
+			case provider.RateLimited:
 				typ = "rate_limit_error"
 			}
 			_ = write(adapters.MessagesStreamError(typ, msg))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Prometheus metrics, in Caddy's metrics registry (scraped from the admin
@@ -85,7 +86,7 @@ func (m *metrics) request(group, deployment string, status int) {
 }
 
 // Attempt implements router.Observer.
-func (m *metrics) Attempt(d *router.Deployment, class capacity.Class, took time.Duration) {
+func (m *metrics) Attempt(d *router.Deployment, class provider.Class, took time.Duration) {
 	m.attempts.WithLabelValues(d.Name, class.String()).Inc()
 	if took > 0 {
 		m.latency.WithLabelValues(d.Name).Observe(took.Seconds())
@@ -98,7 +99,7 @@ func (m *metrics) FirstToken(d *router.Deployment, ttft time.Duration) {
 }
 
 // Failover implements router.Observer.
-func (m *metrics) Failover(from *router.Deployment, reason capacity.Class) {
+func (m *metrics) Failover(from *router.Deployment, reason provider.Class) {
 	m.failovers.WithLabelValues(from.Name, reason.String()).Inc()
 }
 

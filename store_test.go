@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func TestStoreCaddyfile(t *testing.T) {
@@ -84,7 +85,7 @@ func TestStoreProvisionAndReload(t *testing.T) {
 	if second.groups["fast"][0].State != st {
 		t.Fatal("expected the state kept across the reload")
 	}
-	rl := capacity.NewObservation(capacity.RateLimited)
+	rl := provider.NewObservation(provider.RateLimited)
 	rl.RetryAfter = 30 * time.Second
 	st.Observe(time.Now(), rl, capacity.DefaultPolicy)
 	deadline := time.Now().Add(2 * time.Second)

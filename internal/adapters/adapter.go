@@ -15,7 +15,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Endpoint is what an adapter needs to reach one provider account.
@@ -29,26 +29,6 @@ type Endpoint struct {
 	// Header holds extra upstream headers (the Caddyfile `header` lines).
 	Header http.Header
 }
-
-// EventKind says what one upstream stream event means to the relay.
-type EventKind uint8
-
-const (
-	// EventSkip is not content: an SSE comment (": keep-alive"), a ping, an
-	// event the client format has no use for. It is not a first token.
-	EventSkip EventKind = iota
-	// EventData is content to relay to the client, or progress with nothing
-	// to relay (out empty: an Anthropic thinking delta for a Chat
-	// Completions client); either way a first token.
-	EventData
-	// EventFinal is content to relay that also ends the answer (it carries a
-	// finish_reason); a terminator may still follow.
-	EventFinal
-	// EventDone is the stream's terminator ("data: [DONE]").
-	EventDone
-	// EventError is an in-band error: the stream failed mid-way.
-	EventError
-)
 
 // Adapter speaks one provider family's wire format. The client side is the
 // OpenAI Chat Completions format.
@@ -65,7 +45,7 @@ type Adapter interface {
 	// status, nil for a success. now is the local time the response arrived;
 	// absolute times in the response are read against its Date header when
 	// present, so clock skew with the provider does not matter.
-	Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation
+	Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation
 	// ChatResponse translates a successful non-streaming upstream body into a
 	// Chat Completions body.
 	ChatResponse(body []byte) ([]byte, error)
@@ -85,10 +65,10 @@ type UsageTrailer interface {
 
 // StreamDecoder reads one upstream stream, event by event.
 type StreamDecoder interface {
-	// Event reads one upstream SSE event. For EventData and EventFinal, out
+	// Event reads one upstream SSE event. For provider.EventData and provider.EventFinal, out
 	// is the Chat Completions chunk JSON to send as "data: <out>" (valid
-	// until the next call); for EventError, obs holds the class and message.
-	Event(ev *Event) (out []byte, kind EventKind, obs capacity.Observation)
+	// until the next call); for provider.EventError, obs holds the class and message.
+	Event(ev *provider.Event) (out []byte, kind provider.EventKind, obs provider.Observation)
 }
 
 var registry = map[string]Adapter{}

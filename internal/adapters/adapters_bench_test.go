@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // observeFixtures are the responses whose decoding is timed: one per
@@ -38,7 +38,7 @@ var observeFixtures = []struct{ dialect, adapter, file string }{
 	{"gemini-body", "gemini", "gemini-429-per-minute.http"},
 }
 
-var observeSink capacity.Observation
+var observeSink provider.Observation
 
 func BenchmarkObserve(b *testing.B) {
 	for _, f := range observeFixtures {
@@ -189,7 +189,7 @@ func benchStream(adapter string, n int) []byte {
 	return s.Bytes()
 }
 
-// BenchmarkStreamEvent reads a stream of 200 content events with SSEReader.Next
+// BenchmarkStreamEvent reads a stream of 200 content events with provider.SSEReader.Next
 // and the adapter's decoder: ns/event and allocs/event are the relay's
 // per-event cost before the write to the client.
 func BenchmarkStreamEvent(b *testing.B) {
@@ -206,7 +206,7 @@ func BenchmarkStreamEvent(b *testing.B) {
 			runtime.ReadMemStats(&before)
 			b.ReportAllocs()
 			for b.Loop() {
-				sse, dec := NewSSEReader(bytes.NewReader(stream)), a.NewStreamDecoder()
+				sse, dec := provider.NewSSEReader(bytes.NewReader(stream)), a.NewStreamDecoder()
 				content := 0
 				for {
 					ev, err := sse.Next()
@@ -217,7 +217,7 @@ func BenchmarkStreamEvent(b *testing.B) {
 						b.Fatal(err)
 					}
 					events++
-					if _, kind, _ := dec.Event(ev); kind == EventData || kind == EventFinal {
+					if _, kind, _ := dec.Event(ev); kind == provider.EventData || kind == provider.EventFinal {
 						content++
 					}
 				}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func init() { Register(Anthropic{}) }
@@ -454,16 +454,16 @@ func (Anthropic) ChatResponse(body []byte) ([]byte, error) {
 }
 
 // Observe implements Adapter.
-func (Anthropic) Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation {
-	ref := refTime(h, now)
-	o := capacity.NewObservation(capacity.OK)
+func (Anthropic) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+	ref := provider.RefTime(h, now)
+	o := provider.NewObservation(provider.OK)
 	o.Requests = anthropicWindow(h, "requests", ref)
 	o.Tokens = tightestShare(
 		anthropicWindow(h, "tokens", ref),
 		anthropicWindow(h, "input-tokens", ref),
 		anthropicWindow(h, "output-tokens", ref),
 	)
-	o.RetryAfter = retryAfter(h, ref)
+	o.RetryAfter = provider.RetryAfter(h, ref)
 	if status >= 200 && status < 300 {
 		return o
 	}
@@ -471,23 +471,23 @@ func (Anthropic) Observe(status int, h http.Header, body []byte, now time.Time) 
 	o.Message = e.Message
 	o.Class = classifyAnthropic(status, e)
 	if o.RetryAfter < 0 && o.Class.Transient() {
-		o.RetryAfter = messageHint(e.Message)
+		o.RetryAfter = provider.MessageHint(e.Message)
 	}
 	return o
 }
 
 // anthropicWindow reads anthropic-ratelimit-<kind>-{limit,remaining,reset}.
-func anthropicWindow(h http.Header, kind string, ref time.Time) capacity.Window {
-	w := capacity.UnknownWindow
+func anthropicWindow(h http.Header, kind string, ref time.Time) provider.Window {
+	w := provider.UnknownWindow
 	prefix := "Anthropic-Ratelimit-" + kind + "-"
 	if v := h.Get(prefix + "Limit"); v != "" {
-		w.Limit = parseCount(v)
+		w.Limit = provider.ParseCount(v)
 	}
 	if v := h.Get(prefix + "Remaining"); v != "" {
-		w.Remaining = parseCount(v)
+		w.Remaining = provider.ParseCount(v)
 	}
 	if v := h.Get(prefix + "Reset"); v != "" {
-		w.Reset = parseReset(v, ref)
+		w.Reset = provider.ParseReset(v, ref)
 	}
 	return w
 }
@@ -495,12 +495,12 @@ func anthropicWindow(h http.Header, kind string, ref time.Time) capacity.Window 
 // tightestShare returns the window with the smallest share left
 // (remaining/limit): an exhausted one first (the later reset among
 // several), the first one on a tie.
-func tightestShare(ws ...capacity.Window) capacity.Window {
-	best, bestShare := capacity.UnknownWindow, 4.0
+func tightestShare(ws ...provider.Window) provider.Window {
+	best, bestShare := provider.UnknownWindow, 4.0
 	for _, w := range ws {
 		var share float64
 		switch {
-		case w == capacity.UnknownWindow:
+		case w == provider.UnknownWindow:
 			share = 3
 		case w.Remaining < 0:
 			share = 2 // a limit or reset without the count left
@@ -542,32 +542,32 @@ func parseAnthropicError(body []byte) antErrorDetail {
 // classifyAnthropic maps a status (0 inside a stream) and an error to a
 // class. The error type wins over the status: a 200 stream's error event
 // is an overload, not a success.
-func classifyAnthropic(status int, e antErrorDetail) capacity.Class {
+func classifyAnthropic(status int, e antErrorDetail) provider.Class {
 	typ, msg := e.Type, strings.ToLower(e.Message)
 	switch {
 	case typ == "billing_error" || status == http.StatusPaymentRequired ||
 		e.Details.ErrorCode == "enforced_spend_limit_reached" ||
 		strings.Contains(msg, "credit balance") || strings.Contains(msg, "spend limit"):
-		return capacity.QuotaExhausted
+		return provider.QuotaExhausted
 	case typ == "rate_limit_error" || status == http.StatusTooManyRequests:
-		return capacity.RateLimited
+		return provider.RateLimited
 	case typ == "overloaded_error" || status == 529 || status == http.StatusServiceUnavailable:
-		return capacity.Overloaded
+		return provider.Overloaded
 	case typ == "authentication_error" || typ == "permission_error" ||
 		status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return capacity.Auth
+		return provider.Auth
 	case (typ == "invalid_request_error" || status >= 400 && status < 500) &&
 		(isContextLength("", msg) || strings.Contains(msg, "exceed context limit")):
-		return capacity.ContextLength
+		return provider.ContextLength
 	case typ == "api_error" || typ == "timeout_error" || typ == "not_found_error" ||
 		status >= 500 || status == http.StatusRequestTimeout || status == http.StatusNotFound:
 		// A 404 names this deployment's model or base_url wrong (a retired
 		// model, a typo): its failure, not the client's, as for openai.
-		return capacity.Server
+		return provider.Server
 	case typ == "invalid_request_error" || typ == "request_too_large" || status >= 400 && status < 500:
-		return capacity.ClientError
+		return provider.ClientError
 	}
-	return capacity.Server
+	return provider.Server
 }
 
 // ChatError implements ErrorTranslator: an Anthropic error body as an
@@ -621,10 +621,10 @@ type antStreamEvent struct {
 	Error *antErrorDetail `json:"error"`
 }
 
-// Event implements StreamDecoder
+// provider.Event implements StreamDecoder
 // (https://docs.anthropic.com/en/docs/build-with-claude/streaming).
-func (s *anthropicStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
-	none := capacity.Observation{}
+func (s *anthropicStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provider.Observation) {
+	none := provider.Observation{}
 	var e antStreamEvent
 	if kind, obs, ok := decodeEvent(ev, &e); !ok {
 		return nil, kind, obs
@@ -634,7 +634,7 @@ func (s *anthropicStream) Event(ev *Event) ([]byte, EventKind, capacity.Observat
 		typ = ev.Name
 	}
 	if typ == "" {
-		return nil, EventError, streamBroken("stream event without a type")
+		return nil, provider.EventError, streamBroken("stream event without a type")
 	}
 	switch typ {
 	case "message_start":
@@ -642,7 +642,7 @@ func (s *anthropicStream) Event(ev *Event) ([]byte, EventKind, capacity.Observat
 			s.w.start(e.Message.ID, e.Message.Model)
 			s.usage = e.Message.Usage
 		}
-		return nil, EventSkip, none
+		return nil, provider.EventSkip, none
 	case "content_block_start":
 		cb := e.ContentBlock
 		switch {
@@ -653,33 +653,33 @@ func (s *anthropicStream) Event(ev *Event) ([]byte, EventKind, capacity.Observat
 			s.tools[e.Index] = i
 			return s.w.chunk(chunkDelta{ToolCalls: []outToolCall{{
 				Index: &i, ID: cb.ID, Type: "function", Function: outFunction{Name: cb.Name},
-			}}}, "", nil), EventData, none
+			}}}, "", nil), provider.EventData, none
 		case cb.Type == "text" && cb.Text != "":
-			return s.w.chunk(chunkDelta{Content: &cb.Text}, "", nil), EventData, none
+			return s.w.chunk(chunkDelta{Content: &cb.Text}, "", nil), provider.EventData, none
 		}
-		return nil, EventSkip, none
+		return nil, provider.EventSkip, none
 	case "content_block_delta":
 		d := e.Delta
 		switch {
 		case d == nil:
 		case d.Type == "text_delta" && d.Text != "":
-			return s.w.chunk(chunkDelta{Content: &d.Text}, "", nil), EventData, none
+			return s.w.chunk(chunkDelta{Content: &d.Text}, "", nil), provider.EventData, none
 		case d.Type == "input_json_delta" && d.PartialJSON != "":
 			i, ok := s.tools[e.Index]
 			if !ok {
-				return nil, EventData, none // a server tool's input: progress, nothing to relay
+				return nil, provider.EventData, none // a server tool's input: progress, nothing to relay
 			}
 			return s.w.chunk(chunkDelta{ToolCalls: []outToolCall{{
 				Index: &i, Function: outFunction{Arguments: d.PartialJSON},
-			}}}, "", nil), EventData, none
+			}}}, "", nil), provider.EventData, none
 		}
 		// Thinking, signature and citations deltas: the model is producing
 		// (a first token for ttft_timeout, and for a native relay), but a
 		// Chat Completions client has nothing to receive.
-		return nil, EventData, none
+		return nil, provider.EventData, none
 	case "message_delta":
 		if e.Delta == nil {
-			return nil, EventError, streamBroken("message_delta without a delta")
+			return nil, provider.EventError, streamBroken("message_delta without a delta")
 		}
 		stop := e.Delta.StopReason
 		u := s.usage
@@ -691,21 +691,21 @@ func (s *anthropicStream) Event(ev *Event) ([]byte, EventKind, capacity.Observat
 			u.CacheReadInputTokens = max(u.CacheReadInputTokens, e.Usage.CacheReadInputTokens)
 			u.CacheCreationInputTokens = max(u.CacheCreationInputTokens, e.Usage.CacheCreationInputTokens)
 		}
-		return s.w.chunk(chunkDelta{}, anthropicFinish(stop), u.chatUsage(output)), EventFinal, none
+		return s.w.chunk(chunkDelta{}, anthropicFinish(stop), u.chatUsage(output)), provider.EventFinal, none
 	case "message_stop":
-		return nil, EventDone, none
+		return nil, provider.EventDone, none
 	case "error":
 		var d antErrorDetail
 		if e.Error != nil {
 			d = *e.Error
 		}
-		o := capacity.NewObservation(classifyAnthropic(0, d))
+		o := provider.NewObservation(classifyAnthropic(0, d))
 		o.Message = truncate(d.Message, 500)
 		if o.Message == "" {
 			o.Message = d.Type
 		}
-		return nil, EventError, o
+		return nil, provider.EventError, o
 	}
 	// ping, content_block_stop, and event types added later.
-	return nil, EventSkip, none
+	return nil, provider.EventSkip, none
 }

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // anthropicWithTools (anthropic_test.go) as the router hands it on.
@@ -210,7 +212,7 @@ func assembleMessages(t *testing.T, sse []byte) assembledMessage {
 	t.Helper()
 	var m assembledMessage
 	open := -1
-	r := NewSSEReader(strings.NewReader(string(sse)))
+	r := provider.NewSSEReader(strings.NewReader(string(sse)))
 	for {
 		ev, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -305,7 +307,7 @@ func encodeStream(t *testing.T, dec StreamDecoder, sse string) []byte {
 	t.Helper()
 	enc := NewMessagesStreamEncoder()
 	var out []byte
-	r := NewSSEReader(strings.NewReader(sse))
+	r := provider.NewSSEReader(strings.NewReader(sse))
 	for {
 		ev, err := r.Next()
 		if err != nil {
@@ -313,11 +315,11 @@ func encodeStream(t *testing.T, dec StreamDecoder, sse string) []byte {
 		}
 		data, kind, obs := dec.Event(ev)
 		switch kind {
-		case EventData, EventFinal:
+		case provider.EventData, provider.EventFinal:
 			out = append(out, enc.Chunk(data)...)
-		case EventError:
+		case provider.EventError:
 			return append(out, MessagesStreamError(AnthropicErrorType(529), obs.Message)...)
-		case EventDone:
+		case provider.EventDone:
 			return append(out, enc.Done()...)
 		}
 	}

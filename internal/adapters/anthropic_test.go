@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // A realistic agent turn: system prompt, an image question, a tool call and
@@ -310,8 +310,8 @@ data: {"type":"message_stop"}
 
 func TestAnthropicStream(t *testing.T) {
 	res := runStream(t, Anthropic{}.NewStreamDecoder(), anthropicToolStream)
-	S, D, F := EventSkip, EventData, EventFinal
-	wantKinds := []EventKind{S, S, S, D, D, S, D, D, D, D, S, D, D, S, F, EventDone} // an empty input_json_delta is progress (D)
+	S, D, F := provider.EventSkip, provider.EventData, provider.EventFinal
+	wantKinds := []provider.EventKind{S, S, S, D, D, S, D, D, D, D, S, D, D, S, F, provider.EventDone} // an empty input_json_delta is progress (D)
 	if !equalKinds(res.kinds, wantKinds) {
 		t.Errorf("kinds: expected %v, got %v", wantKinds, res.kinds)
 	}
@@ -332,7 +332,7 @@ func TestAnthropicStream(t *testing.T) {
 			t.Errorf("tool call %d: expected %+v, got %+v", i, want, *res.tools[i])
 		}
 	}
-	if res.lastContentKind() != EventFinal || res.finish != "tool_calls" {
+	if res.lastContentKind() != provider.EventFinal || res.finish != "tool_calls" {
 		t.Errorf("expected a final event with finish_reason tool_calls, got %v %q", res.lastContentKind(), res.finish)
 	}
 	if u := res.usage; u == nil || u.PromptTokens != 472 || u.CompletionTokens != 89 || u.TotalTokens != 561 {
@@ -350,33 +350,33 @@ func TestAnthropicMidstreamOverloaded(t *testing.T) {
 	}
 	res := runStream(t, Anthropic{}.NewStreamDecoder(), string(raw))
 	// message_start, content_block_start and ping are no first token.
-	want := []EventKind{EventSkip, EventSkip, EventSkip, EventData, EventError}
+	want := []provider.EventKind{provider.EventSkip, provider.EventSkip, provider.EventSkip, provider.EventData, provider.EventError}
 	if !equalKinds(res.kinds, want) {
 		t.Errorf("expected %v, got %v", want, res.kinds)
 	}
 	if res.content != "Hello" {
 		t.Errorf("expected content %q, got %q", "Hello", res.content)
 	}
-	if res.errObs.Class != capacity.Overloaded || res.errObs.Message != "Overloaded" {
+	if res.errObs.Class != provider.Overloaded || res.errObs.Message != "Overloaded" {
 		t.Errorf("expected class overloaded from the error type (the status was 200), got %s %q", res.errObs.Class, res.errObs.Message)
 	}
 }
 
 func TestAnthropicStreamErrorTypes(t *testing.T) {
-	for typ, want := range map[string]capacity.Class{
-		"overloaded_error":      capacity.Overloaded,
-		"rate_limit_error":      capacity.RateLimited,
-		"api_error":             capacity.Server,
-		"timeout_error":         capacity.Server,
-		"authentication_error":  capacity.Auth,
-		"permission_error":      capacity.Auth,
-		"billing_error":         capacity.QuotaExhausted,
-		"invalid_request_error": capacity.ClientError,
-		"something_new_error":   capacity.Server,
+	for typ, want := range map[string]provider.Class{
+		"overloaded_error":      provider.Overloaded,
+		"rate_limit_error":      provider.RateLimited,
+		"api_error":             provider.Server,
+		"timeout_error":         provider.Server,
+		"authentication_error":  provider.Auth,
+		"permission_error":      provider.Auth,
+		"billing_error":         provider.QuotaExhausted,
+		"invalid_request_error": provider.ClientError,
+		"something_new_error":   provider.Server,
 	} {
-		ev := &Event{Name: "error", Data: []byte(`{"type":"error","error":{"type":"` + typ + `","message":"m"}}`)}
+		ev := &provider.Event{Name: "error", Data: []byte(`{"type":"error","error":{"type":"` + typ + `","message":"m"}}`)}
 		_, kind, obs := Anthropic{}.NewStreamDecoder().Event(ev)
-		if kind != EventError || obs.Class != want {
+		if kind != provider.EventError || obs.Class != want {
 			t.Errorf("%s: expected an error event of class %s, got %d %s", typ, want, kind, obs.Class)
 		}
 	}
@@ -388,29 +388,29 @@ func TestAnthropicObserve(t *testing.T) {
 		name   string
 		status int
 		body   string
-		want   capacity.Class
+		want   provider.Class
 	}{
-		{"invalid key", 401, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`, capacity.Auth},
-		{"no access", 403, `{"type":"error","error":{"type":"permission_error","message":"not allowed"}}`, capacity.Auth},
-		{"credits", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."}}`, capacity.QuotaExhausted},
-		{"billing", 402, `{"type":"error","error":{"type":"billing_error","message":"payment required"}}`, capacity.QuotaExhausted},
-		{"spend limit", 429, `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your specified API usage limits.","details":{"error_code":"enforced_spend_limit_reached"}}}`, capacity.QuotaExhausted},
-		{"context", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"input length and ` + "`max_tokens`" + ` exceed context limit: 188240 + 21333 > 200000, decrease input length or ` + "`max_tokens`" + ` and try again"}}`, capacity.ContextLength},
-		{"bad request", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}`, capacity.ClientError},
-		{"retired model", 404, `{"type":"error","error":{"type":"not_found_error","message":"model: claude-9"}}`, capacity.Server},
-		{"too large", 413, `{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}`, capacity.ClientError},
-		{"internal", 500, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`, capacity.Server},
-		{"timeout", 504, `{"type":"error","error":{"type":"timeout_error","message":"Request timed out"}}`, capacity.Server},
-		{"proxy page", 502, `<html><body>Bad Gateway</body></html>`, capacity.Server},
-		{"unavailable", 503, ``, capacity.Overloaded},
-		{"garbage 429", 429, `{{{`, capacity.RateLimited},
+		{"invalid key", 401, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`, provider.Auth},
+		{"no access", 403, `{"type":"error","error":{"type":"permission_error","message":"not allowed"}}`, provider.Auth},
+		{"credits", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."}}`, provider.QuotaExhausted},
+		{"billing", 402, `{"type":"error","error":{"type":"billing_error","message":"payment required"}}`, provider.QuotaExhausted},
+		{"spend limit", 429, `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your specified API usage limits.","details":{"error_code":"enforced_spend_limit_reached"}}}`, provider.QuotaExhausted},
+		{"context", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"input length and ` + "`max_tokens`" + ` exceed context limit: 188240 + 21333 > 200000, decrease input length or ` + "`max_tokens`" + ` and try again"}}`, provider.ContextLength},
+		{"bad request", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}`, provider.ClientError},
+		{"retired model", 404, `{"type":"error","error":{"type":"not_found_error","message":"model: claude-9"}}`, provider.Server},
+		{"too large", 413, `{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}`, provider.ClientError},
+		{"internal", 500, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`, provider.Server},
+		{"timeout", 504, `{"type":"error","error":{"type":"timeout_error","message":"Request timed out"}}`, provider.Server},
+		{"proxy page", 502, `<html><body>Bad Gateway</body></html>`, provider.Server},
+		{"unavailable", 503, ``, provider.Overloaded},
+		{"garbage 429", 429, `{{{`, provider.RateLimited},
 	} {
 		h := http.Header{"Date": {date}}
 		o := Anthropic{}.Observe(tc.status, h, []byte(tc.body), time.Now())
 		if o.Class != tc.want {
 			t.Errorf("%s: expected %s, got %s (%q)", tc.name, tc.want, o.Class, o.Message)
 		}
-		if o.Requests != capacity.UnknownWindow || o.Tokens != capacity.UnknownWindow {
+		if o.Requests != provider.UnknownWindow || o.Tokens != provider.UnknownWindow {
 			t.Errorf("%s: no headers, expected unknown windows, got %+v %+v", tc.name, o.Requests, o.Tokens)
 		}
 	}
@@ -429,13 +429,13 @@ func TestAnthropicTokenWindows(t *testing.T) {
 	set("input-tokens", "80000", "0", "2025-08-21T12:40:12Z")
 	set("output-tokens", "16000", "15000", "2025-08-21T12:41:00Z")
 	o := Anthropic{}.Observe(200, h, nil, now)
-	if want := (capacity.Window{Limit: 80000, Remaining: 0, Reset: 12 * time.Second}); o.Tokens != want {
+	if want := (provider.Window{Limit: 80000, Remaining: 0, Reset: 12 * time.Second}); o.Tokens != want {
 		t.Errorf("an exhausted input window is the tightest: expected %+v, got %+v", want, o.Tokens)
 	}
 	set("input-tokens", "80000", "70000", "2025-08-21T12:40:12Z")
 	set("output-tokens", "16000", "1600", "2025-08-21T12:41:00Z")
 	o = Anthropic{}.Observe(200, h, nil, now)
-	if want := (capacity.Window{Limit: 16000, Remaining: 1600, Reset: time.Minute}); o.Tokens != want {
+	if want := (provider.Window{Limit: 16000, Remaining: 1600, Reset: time.Minute}); o.Tokens != want {
 		t.Errorf("10%% output left is the tightest: expected %+v, got %+v", want, o.Tokens)
 	}
 	// Garbage is unknown, not zero.
@@ -445,7 +445,7 @@ func TestAnthropicTokenWindows(t *testing.T) {
 	h.Set("anthropic-ratelimit-requests-reset", "later")
 	h.Set("retry-after", "soon")
 	o = Anthropic{}.Observe(200, h, nil, now)
-	if o.Requests != capacity.UnknownWindow || o.Tokens != capacity.UnknownWindow || o.RetryAfter != capacity.Unknown {
+	if o.Requests != provider.UnknownWindow || o.Tokens != provider.UnknownWindow || o.RetryAfter != provider.Unknown {
 		t.Errorf("expected garbage decoded as unknown, got %+v", o)
 	}
 }
@@ -471,9 +471,9 @@ func TestAnthropicThinkingIsProgress(t *testing.T) {
 		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me think"}}`,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}`,
 	} {
-		out, kind, _ := dec.Event(&Event{Name: "content_block_delta", Data: []byte(d)})
-		if kind != EventData || len(out) != 0 {
-			t.Errorf("%s: expected progress (EventData, nothing to relay), got %d %q", d, kind, out)
+		out, kind, _ := dec.Event(&provider.Event{Name: "content_block_delta", Data: []byte(d)})
+		if kind != provider.EventData || len(out) != 0 {
+			t.Errorf("%s: expected progress (provider.EventData, nothing to relay), got %d %q", d, kind, out)
 		}
 	}
 }

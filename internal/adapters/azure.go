@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func init() { Register(Azure{}) }
@@ -82,7 +82,7 @@ func azurePost(ctx context.Context, ep *Endpoint, model, op string, body []byte,
 }
 
 // Observe implements Adapter.
-func (Azure) Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation {
+func (Azure) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
 	return OpenAI{}.Observe(status, h, body, now)
 }
 
@@ -97,21 +97,21 @@ func (Azure) NewStreamDecoder() StreamDecoder { return azureStream{} }
 // first token, and must not commit the response to this deployment.
 type azureStream struct{ openAIStream }
 
-// Event implements StreamDecoder. An event that is no chunk at all (not an
+// provider.Event implements StreamDecoder. An event that is no chunk at all (not an
 // object, no choices) is a broken stream, not content to relay.
-func (s azureStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
+func (s azureStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provider.Observation) {
 	out, kind, obs := s.openAIStream.Event(ev)
-	if (kind == EventData || kind == EventFinal) && (out[0] != '{' || !bytes.Contains(out, []byte(`"choices"`))) {
-		return nil, EventError, streamBroken("stream event is not a chat completion chunk")
+	if (kind == provider.EventData || kind == provider.EventFinal) && (out[0] != '{' || !bytes.Contains(out, []byte(`"choices"`))) {
+		return nil, provider.EventError, streamBroken("stream event is not a chat completion chunk")
 	}
-	if kind == EventData && bytes.Contains(out, []byte(`"prompt_filter_results"`)) {
+	if kind == provider.EventData && bytes.Contains(out, []byte(`"prompt_filter_results"`)) {
 		var c struct {
 			Choices []json.RawMessage `json:"choices"`
 			Usage   json.RawMessage   `json:"usage"`
 		}
 		if json.Unmarshal(out, &c) == nil && len(c.Choices) == 0 &&
 			(len(c.Usage) == 0 || bytes.Equal(c.Usage, []byte("null"))) {
-			return nil, EventSkip, obs
+			return nil, provider.EventSkip, obs
 		}
 	}
 	return out, kind, obs

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func TestAzureURL(t *testing.T) {
@@ -74,18 +74,18 @@ func TestAzureChatRequest(t *testing.T) {
 func TestAzureObserve(t *testing.T) {
 	resp, body := readFixture(t, "azure-429-retry-after-ms.http")
 	o := Azure{}.Observe(resp.StatusCode, resp.Header, body, time.Now())
-	if o.Class != capacity.RateLimited || o.RetryAfter != 4500*time.Millisecond {
+	if o.Class != provider.RateLimited || o.RetryAfter != 4500*time.Millisecond {
 		t.Errorf("expected rate_limited for retry-after-ms 4500, got %s %v", o.Class, o.RetryAfter)
 	}
 	h := http.Header{}
 	h.Set("x-ratelimit-remaining-requests", "-1")
 	h.Set("x-ratelimit-remaining-tokens", "-1")
 	o = Azure{}.Observe(200, h, nil, time.Now())
-	if o.Requests.Remaining != capacity.Unknown || o.Tokens.Remaining != capacity.Unknown {
+	if o.Requests.Remaining != provider.Unknown || o.Tokens.Remaining != provider.Unknown {
 		t.Errorf("Azure's -1 means unknown, got %+v %+v", o.Requests, o.Tokens)
 	}
 	o = Azure{}.Observe(400, http.Header{}, []byte(`{"error":{"code":"content_filter","message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","status":400}}`), time.Now())
-	if o.Class != capacity.ClientError {
+	if o.Class != provider.ClientError {
 		t.Errorf("a content filter refusal is the client's: expected client_error, got %s", o.Class)
 	}
 }
@@ -108,16 +108,16 @@ data: [DONE]
 
 func TestAzureStream(t *testing.T) {
 	dec := Azure{}.NewStreamDecoder()
-	var kinds []EventKind
+	var kinds []provider.EventKind
 	var usage string
 	for _, data := range splitSSEData(azureSSE) {
-		out, kind, _ := dec.Event(&Event{Data: []byte(data)})
+		out, kind, _ := dec.Event(&provider.Event{Data: []byte(data)})
 		kinds = append(kinds, kind)
-		if kind == EventData && len(out) > 0 && jsonField(t, out, "usage") != nil {
+		if kind == provider.EventData && len(out) > 0 && jsonField(t, out, "usage") != nil {
 			usage = string(out)
 		}
 	}
-	want := []EventKind{EventSkip, EventData, EventData, EventFinal, EventData, EventDone}
+	want := []provider.EventKind{provider.EventSkip, provider.EventData, provider.EventData, provider.EventFinal, provider.EventData, provider.EventDone}
 	if !equalKinds(kinds, want) {
 		t.Errorf("expected the filter-results chunk skipped, %v, got %v", want, kinds)
 	}
@@ -129,7 +129,7 @@ func TestAzureStream(t *testing.T) {
 // splitSSEData returns the data of each event of a simple SSE text.
 func splitSSEData(sse string) []string {
 	var out []string
-	r := NewSSEReader(strings.NewReader(sse))
+	r := provider.NewSSEReader(strings.NewReader(sse))
 	for {
 		ev, err := r.Next()
 		if err != nil {

@@ -3,7 +3,7 @@ package adapters
 import (
 	"encoding/json"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // ErrorTranslator is implemented by adapters whose provider's error bodies
@@ -44,17 +44,17 @@ func openAIErrorBody(message, typ, code string) []byte {
 
 // classCode is the OpenAI error code that says the same as a class, for
 // clients that branch on it ("context_length_exceeded"), or "".
-func classCode(c capacity.Class) string {
+func classCode(c provider.Class) string {
 	switch c {
-	case capacity.RateLimited:
+	case provider.RateLimited:
 		return "rate_limit_exceeded"
-	case capacity.QuotaExhausted:
+	case provider.QuotaExhausted:
 		return "insufficient_quota"
-	case capacity.ContextLength:
+	case provider.ContextLength:
 		return "context_length_exceeded"
-	case capacity.Auth:
+	case provider.Auth:
 		return "invalid_api_key"
-	case capacity.Overloaded:
+	case provider.Overloaded:
 		return "overloaded"
 	}
 	return ""

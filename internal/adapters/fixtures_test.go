@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // fixtureCase is one entry of testdata/cases.json (copied byte-identical from
@@ -110,13 +111,13 @@ func TestFixtures(t *testing.T) {
 					"limit_requests": o.Requests.Limit, "remaining_requests": o.Requests.Remaining,
 					"limit_tokens": o.Tokens.Limit, "remaining_tokens": o.Tokens.Remaining,
 				} {
-					if v != capacity.Unknown {
+					if v != provider.Unknown {
 						t.Errorf("%s: no rate-limit header, expected unknown, got %d", name, v)
 					}
 				}
 			}
 
-			wait := o.Cooldown(capacity.DefaultPolicy, 1).Seconds()
+			wait := capacity.DefaultPolicy.Cooldown(o, 1).Seconds()
 			if c.WaitMin != nil && wait < *c.WaitMin {
 				t.Errorf("wait: expected at least %gs, got %gs", *c.WaitMin, wait)
 			}

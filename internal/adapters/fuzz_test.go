@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Fuzz targets for everything that reads a provider's bytes. Their seed
@@ -54,16 +55,16 @@ func FuzzOpenAIObserve(f *testing.F) {
 		now := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
 		o := OpenAI{}.Observe(status, h, body, now)
 		for _, d := range []time.Duration{o.RetryAfter, o.Requests.Reset, o.Tokens.Reset} {
-			if d < capacity.Unknown || d > capacity.MaxCooldown {
+			if d < provider.Unknown || d > provider.MaxCooldown {
 				t.Fatalf("wait out of bounds: %v", d)
 			}
 		}
 		for _, n := range []int64{o.Requests.Limit, o.Requests.Remaining, o.Tokens.Limit, o.Tokens.Remaining} {
-			if n < capacity.Unknown {
+			if n < provider.Unknown {
 				t.Fatalf("count below unknown: %d", n)
 			}
 		}
-		if c := o.Cooldown(capacity.DefaultPolicy, 3); c < 0 || c > capacity.MaxCooldown {
+		if c := capacity.DefaultPolicy.Cooldown(o, 3); c < 0 || c > provider.MaxCooldown {
 			t.Fatalf("cooldown out of bounds: %v", c)
 		}
 	})
@@ -77,11 +78,11 @@ func FuzzParseReset(f *testing.F) {
 	}
 	ref := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, v string) {
-		if d := parseReset(v, ref); d < capacity.Unknown || d > capacity.MaxCooldown {
-			t.Fatalf("parseReset(%q) = %v out of bounds", v, d)
+		if d := provider.ParseReset(v, ref); d < provider.Unknown || d > provider.MaxCooldown {
+			t.Fatalf("provider.ParseReset(%q) = %v out of bounds", v, d)
 		}
-		if d := messageHint("Please try again in " + v); d < capacity.Unknown || d > capacity.MaxCooldown {
-			t.Fatalf("messageHint(%q) = %v out of bounds", v, d)
+		if d := provider.MessageHint("Please try again in " + v); d < provider.Unknown || d > provider.MaxCooldown {
+			t.Fatalf("provider.MessageHint(%q) = %v out of bounds", v, d)
 		}
 	})
 }
@@ -100,21 +101,21 @@ func FuzzSSE(f *testing.F) {
 	}
 	f.Add([]byte("data: {\"a\":1}\r\n\r\n: c\n\ndata"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		r := NewSSEReader(bytes.NewReader(raw))
+		r := provider.NewSSEReader(bytes.NewReader(raw))
 		dec := OpenAI{}.NewStreamDecoder()
 		for i := 0; ; i++ {
 			ev, err := r.Next()
 			if err != nil {
 				return
 			}
-			if len(ev.Data) > MaxEventSize {
+			if len(ev.Data) > provider.MaxEventSize {
 				t.Fatalf("event of %d bytes", len(ev.Data))
 			}
 			if i > len(raw)+1 {
 				t.Fatal("more events than bytes: the reader loops")
 			}
 			out, kind, _ := dec.Event(ev)
-			if (kind == EventData || kind == EventFinal) && !jsonValid(out) {
+			if (kind == provider.EventData || kind == provider.EventFinal) && !jsonValid(out) {
 				t.Fatalf("relayed invalid JSON %q", out)
 			}
 		}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func init() { Register(Gemini{}) }
@@ -550,13 +550,13 @@ func parseGeminiError(body []byte) gemErrorBody {
 // classifyGemini maps a status (0 inside a stream: the body's code is
 // used) and a google.rpc.Status to a class and the wait its RetryInfo
 // states (Unknown when none, or when it must not be trusted).
-func classifyGemini(status int, e gemErrorBody) (capacity.Class, time.Duration) {
+func classifyGemini(status int, e gemErrorBody) (provider.Class, time.Duration) {
 	if status == 0 || status == http.StatusOK {
 		status = e.Code
 	}
 	msg := strings.ToLower(e.Message)
 	perDay, keyInvalid := strings.Contains(msg, "per day"), strings.Contains(msg, "api key not valid")
-	wait := time.Duration(capacity.Unknown)
+	wait := time.Duration(provider.Unknown)
 	for _, d := range e.Details {
 		if d.Reason == "API_KEY_INVALID" {
 			keyInvalid = true
@@ -569,7 +569,7 @@ func classifyGemini(status int, e gemErrorBody) (capacity.Class, time.Duration) 
 		}
 		if d.RetryDelay != "" {
 			if w, err := time.ParseDuration(strings.TrimSpace(d.RetryDelay)); err == nil && w >= 0 {
-				wait = clampWait(w)
+				wait = provider.ClampWait(w)
 			}
 		}
 	}
@@ -579,31 +579,31 @@ func classifyGemini(status int, e gemErrorBody) (capacity.Class, time.Duration) 
 		if perDay {
 			// The daily quota is spent; the retryDelay of seconds next to
 			// it is not when it refreshes.
-			return capacity.QuotaExhausted, capacity.Unknown
+			return provider.QuotaExhausted, provider.Unknown
 		}
 		if wait < 0 {
-			wait = messageHint(e.Message)
+			wait = provider.MessageHint(e.Message)
 		}
-		return capacity.RateLimited, wait
+		return provider.RateLimited, wait
 	case keyInvalid || st == "UNAUTHENTICATED" || st == "PERMISSION_DENIED" ||
 		status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return capacity.Auth, capacity.Unknown
+		return provider.Auth, provider.Unknown
 	case st == "FAILED_PRECONDITION" && strings.Contains(msg, "billing"):
 		// "free tier is not available in your country. Please enable billing"
-		return capacity.QuotaExhausted, capacity.Unknown
+		return provider.QuotaExhausted, provider.Unknown
 	case st == "UNAVAILABLE" || status == http.StatusServiceUnavailable:
-		return capacity.Overloaded, wait
+		return provider.Overloaded, wait
 	case (st == "INVALID_ARGUMENT" || status >= 400 && status < 500) && geminiContextLength(msg):
-		return capacity.ContextLength, capacity.Unknown
+		return provider.ContextLength, provider.Unknown
 	case st == "INTERNAL" || st == "UNKNOWN" || st == "DEADLINE_EXCEEDED" || st == "NOT_FOUND" ||
 		status >= 500 || status == http.StatusRequestTimeout || status == http.StatusNotFound:
 		// NOT_FOUND names this deployment's model wrong (a retired preview):
 		// its failure, not the client's, as for openai.
-		return capacity.Server, wait
+		return provider.Server, wait
 	case st != "" || status >= 400 && status < 500:
-		return capacity.ClientError, capacity.Unknown
+		return provider.ClientError, provider.Unknown
 	}
-	return capacity.Server, wait
+	return provider.Server, wait
 }
 
 func geminiContextLength(msg string) bool {
@@ -613,10 +613,10 @@ func geminiContextLength(msg string) bool {
 }
 
 // Observe implements Adapter.
-func (Gemini) Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation {
-	ref := refTime(h, now)
-	o := capacity.NewObservation(capacity.OK)
-	o.RetryAfter = retryAfter(h, ref)
+func (Gemini) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+	ref := provider.RefTime(h, now)
+	o := provider.NewObservation(provider.OK)
+	o.RetryAfter = provider.RetryAfter(h, ref)
 	if status >= 200 && status < 300 {
 		return o
 	}
@@ -624,7 +624,7 @@ func (Gemini) Observe(status int, h http.Header, body []byte, now time.Time) cap
 	var wait time.Duration
 	o.Class, wait = classifyGemini(status, e)
 	o.Message = e.Message
-	if o.RetryAfter < 0 && o.Class != capacity.QuotaExhausted {
+	if o.RetryAfter < 0 && o.Class != provider.QuotaExhausted {
 		o.RetryAfter = wait
 	}
 	return o
@@ -636,13 +636,13 @@ func (Gemini) ChatError(status int, body []byte) []byte {
 	class, _ := classifyGemini(status, e)
 	typ := "server_error"
 	switch class {
-	case capacity.ClientError, capacity.ContextLength:
+	case provider.ClientError, provider.ContextLength:
 		typ = "invalid_request_error"
-	case capacity.Auth:
+	case provider.Auth:
 		typ = "authentication_error"
-	case capacity.RateLimited:
+	case provider.RateLimited:
 		typ = "rate_limit_error"
-	case capacity.QuotaExhausted:
+	case provider.QuotaExhausted:
 		typ = "insufficient_quota"
 	}
 	code := classCode(class)
@@ -665,24 +665,24 @@ type geminiStream struct {
 	usage   *gemUsage // the latest usageMetadata, for a final event without
 }
 
-// Event implements StreamDecoder.
-func (s *geminiStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
-	none := capacity.Observation{}
+// provider.Event implements StreamDecoder.
+func (s *geminiStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provider.Observation) {
+	none := provider.Observation{}
 	var r gemResponse
 	if kind, obs, ok := decodeEvent(ev, &r); !ok {
 		return nil, kind, obs
 	}
 	if r.Error != nil {
 		class, wait := classifyGemini(0, *r.Error)
-		o := capacity.NewObservation(class)
+		o := provider.NewObservation(class)
 		o.Message = truncate(r.Error.Message, 500)
-		if class != capacity.QuotaExhausted {
+		if class != provider.QuotaExhausted {
 			o.RetryAfter = wait
 		}
-		return nil, EventError, o
+		return nil, provider.EventError, o
 	}
 	if r.Candidates == nil && r.PromptFeedback == nil && r.UsageMetadata == nil {
-		return nil, EventError, streamBroken("stream event is not a GenerateContentResponse")
+		return nil, provider.EventError, streamBroken("stream event is not a GenerateContentResponse")
 	}
 	if !s.started {
 		id := r.ResponseID
@@ -697,9 +697,9 @@ func (s *geminiStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation
 	}
 	if len(r.Candidates) == 0 {
 		if r.PromptFeedback != nil && r.PromptFeedback.BlockReason != "" {
-			return s.w.chunk(chunkDelta{}, "content_filter", s.usage.chatUsage()), EventFinal, none
+			return s.w.chunk(chunkDelta{}, "content_filter", s.usage.chatUsage()), provider.EventFinal, none
 		}
-		return nil, EventSkip, none // usage alone, or nothing
+		return nil, provider.EventSkip, none // usage alone, or nothing
 	}
 	c := r.Candidates[0]
 	text, calls := geminiDelta(c.Content.Parts, s.nCalls)
@@ -709,10 +709,10 @@ func (s *geminiStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation
 		d.Content = &text
 	}
 	if c.FinishReason != "" && c.FinishReason != "FINISH_REASON_UNSPECIFIED" {
-		return s.w.chunk(d, geminiFinish(c.FinishReason, s.nCalls > 0), s.usage.chatUsage()), EventFinal, none
+		return s.w.chunk(d, geminiFinish(c.FinishReason, s.nCalls > 0), s.usage.chatUsage()), provider.EventFinal, none
 	}
 	if d.Content == nil && len(calls) == 0 {
-		return nil, EventSkip, none
+		return nil, provider.EventSkip, none
 	}
-	return s.w.chunk(d, "", nil), EventData, none
+	return s.w.chunk(d, "", nil), provider.EventData, none
 }

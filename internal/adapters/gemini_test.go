@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 const geminiWithTools = `{
@@ -198,7 +198,7 @@ const geminiSSE = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\":
 
 func TestGeminiStream(t *testing.T) {
 	res := runStream(t, Gemini{}.NewStreamDecoder(), geminiSSE)
-	want := []EventKind{EventData, EventData, EventData, EventFinal}
+	want := []provider.EventKind{provider.EventData, provider.EventData, provider.EventData, provider.EventFinal}
 	if !equalKinds(res.kinds, want) {
 		t.Errorf("kinds: expected %v, got %v", want, res.kinds)
 	}
@@ -213,7 +213,7 @@ func TestGeminiStream(t *testing.T) {
 		!strings.HasPrefix(res.tools[0].id, "call_") || res.tools[0].id == res.tools[1].id {
 		t.Errorf("expected get_weather and get_time at indexes 0 and 1, got %+v %+v", res.tools[0], res.tools[len(res.tools)-1])
 	}
-	if res.lastContentKind() != EventFinal || res.finish != "tool_calls" {
+	if res.lastContentKind() != provider.EventFinal || res.finish != "tool_calls" {
 		t.Errorf("expected a final event with finish_reason tool_calls, got %q", res.finish)
 	}
 	if u := res.usage; u == nil || u.PromptTokens != 12 || u.CompletionTokens != 33 || u.TotalTokens != 45 {
@@ -245,32 +245,32 @@ func TestGeminiStreamUsageFromEarlierEvent(t *testing.T) {
 func TestGeminiStreamEvents(t *testing.T) {
 	for _, tc := range []struct {
 		name, data string
-		kind       EventKind
-		class      capacity.Class
+		kind       provider.EventKind
+		class      provider.Class
 		retry      time.Duration
 	}{
-		{"overloaded mid-stream", `{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`, EventError, capacity.Overloaded, capacity.Unknown},
-		{"rate limited mid-stream", `{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"3s"}]}}`, EventError, capacity.RateLimited, 3 * time.Second},
-		{"daily quota mid-stream", `{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"3s"}]}}`, EventError, capacity.QuotaExhausted, capacity.Unknown},
-		{"a blocked prompt", `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":4}}`, EventFinal, capacity.OK, 0},
-		{"usage alone", `{"usageMetadata":{"promptTokenCount":4}}`, EventSkip, capacity.OK, 0},
-		{"an empty text", `{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"}}]}`, EventSkip, capacity.OK, 0},
-		{"cut JSON", `{"candidates":[{"content":`, EventError, capacity.Server, capacity.Unknown},
+		{"overloaded mid-stream", `{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`, provider.EventError, provider.Overloaded, provider.Unknown},
+		{"rate limited mid-stream", `{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"3s"}]}}`, provider.EventError, provider.RateLimited, 3 * time.Second},
+		{"daily quota mid-stream", `{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"3s"}]}}`, provider.EventError, provider.QuotaExhausted, provider.Unknown},
+		{"a blocked prompt", `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":4}}`, provider.EventFinal, provider.OK, 0},
+		{"usage alone", `{"usageMetadata":{"promptTokenCount":4}}`, provider.EventSkip, provider.OK, 0},
+		{"an empty text", `{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"}}]}`, provider.EventSkip, provider.OK, 0},
+		{"cut JSON", `{"candidates":[{"content":`, provider.EventError, provider.Server, provider.Unknown},
 	} {
-		out, kind, obs := Gemini{}.NewStreamDecoder().Event(&Event{Data: []byte(tc.data)})
+		out, kind, obs := Gemini{}.NewStreamDecoder().Event(&provider.Event{Data: []byte(tc.data)})
 		if kind != tc.kind {
 			t.Errorf("%s: expected kind %d, got %d (%s)", tc.name, tc.kind, kind, out)
 			continue
 		}
-		if kind == EventError && (obs.Class != tc.class || obs.RetryAfter != tc.retry) {
+		if kind == provider.EventError && (obs.Class != tc.class || obs.RetryAfter != tc.retry) {
 			t.Errorf("%s: expected %s retry %v, got %s %v", tc.name, tc.class, tc.retry, obs.Class, obs.RetryAfter)
 		}
-		if kind == EventFinal && !strings.Contains(string(out), `"finish_reason":"content_filter"`) {
+		if kind == provider.EventFinal && !strings.Contains(string(out), `"finish_reason":"content_filter"`) {
 			t.Errorf("%s: expected content_filter, got %s", tc.name, out)
 		}
 	}
 	// Comments are skipped.
-	if _, kind, _ := (&geminiStream{}).Event(&Event{Comment: true, Data: []byte("keep-alive")}); kind != EventSkip {
+	if _, kind, _ := (&geminiStream{}).Event(&provider.Event{Comment: true, Data: []byte("keep-alive")}); kind != provider.EventSkip {
 		t.Errorf("expected a comment skipped, got %d", kind)
 	}
 }
@@ -280,39 +280,39 @@ func TestGeminiObserve(t *testing.T) {
 		name   string
 		status int
 		body   string
-		want   capacity.Class
+		want   provider.Class
 		retry  time.Duration
 	}{
-		{"invalid key", 400, `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}`, capacity.Auth, capacity.Unknown},
-		{"no key", 403, `{"error":{"code":403,"message":"Method doesn't allow unregistered callers.","status":"PERMISSION_DENIED"}}`, capacity.Auth, capacity.Unknown},
-		{"wrong key", 401, `{"error":{"code":401,"message":"Request had invalid authentication credentials.","status":"UNAUTHENTICATED"}}`, capacity.Auth, capacity.Unknown},
-		{"context", 400, `{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}`, capacity.ContextLength, capacity.Unknown},
-		{"bad field", 400, `{"error":{"code":400,"message":"Invalid JSON payload received. Unknown name \"foo\": Cannot find field.","status":"INVALID_ARGUMENT"}}`, capacity.ClientError, capacity.Unknown},
-		{"retired model", 404, `{"error":{"code":404,"message":"models/gemini-9 is not found for API version v1beta","status":"NOT_FOUND"}}`, capacity.Server, capacity.Unknown},
-		{"billing", 400, `{"error":{"code":400,"message":"Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.","status":"FAILED_PRECONDITION"}}`, capacity.QuotaExhausted, capacity.Unknown},
-		{"internal", 500, `{"error":{"code":500,"message":"An internal error has occurred.","status":"INTERNAL"}}`, capacity.Server, capacity.Unknown},
-		{"overloaded", 503, `{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`, capacity.Overloaded, capacity.Unknown},
-		{"deadline", 504, `{"error":{"code":504,"message":"Deadline exceeded","status":"DEADLINE_EXCEEDED"}}`, capacity.Server, capacity.Unknown},
-		{"429 without details", 429, `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}`, capacity.RateLimited, capacity.Unknown},
-		{"fractional retryDelay", 429, `{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}`, capacity.RateLimited, 1500 * time.Millisecond},
-		{"absurd retryDelay", 429, `{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"99999999s"}]}}`, capacity.RateLimited, capacity.Unknown},
-		{"negative retryDelay", 429, `{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"-5s"}]}}`, capacity.RateLimited, capacity.Unknown},
-		{"array body", 429, `[{"error":{"code":429,"message":"Please retry in 2s.","status":"RESOURCE_EXHAUSTED"}}]`, capacity.RateLimited, 2 * time.Second},
-		{"odd detail types", 429, `{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"t","violations":"no"},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"4s"}]}}`, capacity.RateLimited, 4 * time.Second},
-		{"garbage 429", 429, `<html>`, capacity.RateLimited, capacity.Unknown},
-		{"garbage 500", 500, `{"error":`, capacity.Server, capacity.Unknown},
-		{"empty 502", 502, ``, capacity.Server, capacity.Unknown},
+		{"invalid key", 400, `{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}`, provider.Auth, provider.Unknown},
+		{"no key", 403, `{"error":{"code":403,"message":"Method doesn't allow unregistered callers.","status":"PERMISSION_DENIED"}}`, provider.Auth, provider.Unknown},
+		{"wrong key", 401, `{"error":{"code":401,"message":"Request had invalid authentication credentials.","status":"UNAUTHENTICATED"}}`, provider.Auth, provider.Unknown},
+		{"context", 400, `{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}`, provider.ContextLength, provider.Unknown},
+		{"bad field", 400, `{"error":{"code":400,"message":"Invalid JSON payload received. Unknown name \"foo\": Cannot find field.","status":"INVALID_ARGUMENT"}}`, provider.ClientError, provider.Unknown},
+		{"retired model", 404, `{"error":{"code":404,"message":"models/gemini-9 is not found for API version v1beta","status":"NOT_FOUND"}}`, provider.Server, provider.Unknown},
+		{"billing", 400, `{"error":{"code":400,"message":"Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.","status":"FAILED_PRECONDITION"}}`, provider.QuotaExhausted, provider.Unknown},
+		{"internal", 500, `{"error":{"code":500,"message":"An internal error has occurred.","status":"INTERNAL"}}`, provider.Server, provider.Unknown},
+		{"overloaded", 503, `{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`, provider.Overloaded, provider.Unknown},
+		{"deadline", 504, `{"error":{"code":504,"message":"Deadline exceeded","status":"DEADLINE_EXCEEDED"}}`, provider.Server, provider.Unknown},
+		{"429 without details", 429, `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}`, provider.RateLimited, provider.Unknown},
+		{"fractional retryDelay", 429, `{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}`, provider.RateLimited, 1500 * time.Millisecond},
+		{"absurd retryDelay", 429, `{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"99999999s"}]}}`, provider.RateLimited, provider.Unknown},
+		{"negative retryDelay", 429, `{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"-5s"}]}}`, provider.RateLimited, provider.Unknown},
+		{"array body", 429, `[{"error":{"code":429,"message":"Please retry in 2s.","status":"RESOURCE_EXHAUSTED"}}]`, provider.RateLimited, 2 * time.Second},
+		{"odd detail types", 429, `{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"t","violations":"no"},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"4s"}]}}`, provider.RateLimited, 4 * time.Second},
+		{"garbage 429", 429, `<html>`, provider.RateLimited, provider.Unknown},
+		{"garbage 500", 500, `{"error":`, provider.Server, provider.Unknown},
+		{"empty 502", 502, ``, provider.Server, provider.Unknown},
 	} {
 		o := Gemini{}.Observe(tc.status, http.Header{}, []byte(tc.body), time.Now())
 		if o.Class != tc.want || o.RetryAfter != tc.retry {
 			t.Errorf("%s: expected %s retry %v, got %s %v (%q)", tc.name, tc.want, tc.retry, o.Class, o.RetryAfter, o.Message)
 		}
-		if o.Requests != capacity.UnknownWindow || o.Tokens != capacity.UnknownWindow {
+		if o.Requests != provider.UnknownWindow || o.Tokens != provider.UnknownWindow {
 			t.Errorf("%s: Gemini states no windows, got %+v %+v", tc.name, o.Requests, o.Tokens)
 		}
 	}
 	// A success states nothing.
-	if o := (Gemini{}).Observe(200, http.Header{}, nil, time.Now()); o != capacity.NewObservation(capacity.OK) {
+	if o := (Gemini{}).Observe(200, http.Header{}, nil, time.Now()); o != provider.NewObservation(provider.OK) {
 		t.Errorf("expected nothing known from a success, got %+v", o)
 	}
 }
@@ -320,12 +320,12 @@ func TestGeminiObserve(t *testing.T) {
 func TestGeminiPerDayIgnoresRetryDelay(t *testing.T) {
 	resp, body := readFixture(t, "gemini-429-per-day.http")
 	o := Gemini{}.Observe(resp.StatusCode, resp.Header, body, time.Now())
-	if o.Class != capacity.QuotaExhausted || o.RetryAfter != capacity.Unknown {
+	if o.Class != provider.QuotaExhausted || o.RetryAfter != provider.Unknown {
 		t.Errorf("expected quota_exhausted without the 42 s retryDelay, got %s %v", o.Class, o.RetryAfter)
 	}
 	resp, body = readFixture(t, "gemini-429-per-minute.http")
 	o = Gemini{}.Observe(resp.StatusCode, resp.Header, body, time.Now())
-	if o.Class != capacity.RateLimited || o.RetryAfter != 26*time.Second {
+	if o.Class != provider.RateLimited || o.RetryAfter != 26*time.Second {
 		t.Errorf("expected rate_limited for the retryDelay of 26s, got %s %v", o.Class, o.RetryAfter)
 	}
 }

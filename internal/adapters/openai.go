@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func init() { Register(OpenAI{}) }
@@ -73,19 +73,19 @@ func (OpenAI) ChatResponse(body []byte) ([]byte, error) {
 }
 
 // Observe implements Adapter.
-func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) capacity.Observation {
-	ref := refTime(h, now)
-	o := capacity.NewObservation(capacity.OK)
+func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+	ref := provider.RefTime(h, now)
+	o := provider.NewObservation(provider.OK)
 	o.Requests, o.Tokens = openAIWindows(h, ref)
-	o.RetryAfter = retryAfter(h, ref)
+	o.RetryAfter = provider.RetryAfter(h, ref)
 	if status >= 200 && status < 300 {
 		return o
 	}
 	e := parseOpenAIError(body)
 	o.Message = e.message
 	o.Class = classifyOpenAI(status, e)
-	if o.RetryAfter < 0 && (o.Class == capacity.RateLimited || o.Class == capacity.Overloaded) {
-		o.RetryAfter = messageHint(e.message)
+	if o.RetryAfter < 0 && (o.Class == provider.RateLimited || o.Class == provider.Overloaded) {
+		o.RetryAfter = provider.MessageHint(e.message)
 	}
 	return o
 }
@@ -100,10 +100,10 @@ type openAIStream struct{}
 // usage comes in a chunk of its own after the last finish_reason.
 func (openAIStream) UsageTrails() bool { return true }
 
-// Event implements StreamDecoder.
-func (openAIStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
+// provider.Event implements StreamDecoder.
+func (openAIStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provider.Observation) {
 	if ev.Comment {
-		return nil, EventSkip, capacity.Observation{}
+		return nil, provider.EventSkip, provider.Observation{}
 	}
 	data := bytes.TrimSpace(ev.Data)
 	if ev.Name == "error" {
@@ -112,22 +112,22 @@ func (openAIStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
 		if top := parseOpenAIError(data); top.message != "" || top.typ != "" {
 			e = top
 		}
-		return nil, EventError, classifyStreamError(e)
+		return nil, provider.EventError, classifyStreamError(e)
 	}
 	if bytes.Equal(data, []byte("[DONE]")) {
-		return nil, EventDone, capacity.Observation{}
+		return nil, provider.EventDone, provider.Observation{}
 	}
 	if len(data) == 0 {
-		return nil, EventSkip, capacity.Observation{}
+		return nil, provider.EventSkip, provider.Observation{}
 	}
 	// Most chunks carry neither an error nor a finish_reason: check cheaply
 	// before decoding.
 	hasErr := bytes.Contains(data, []byte(`"error"`))
 	if !hasErr && !hasFinishReason(data) {
 		if !json.Valid(data) {
-			return nil, EventError, streamBroken("invalid JSON event in stream")
+			return nil, provider.EventError, streamBroken("invalid JSON event in stream")
 		}
-		return data, EventData, capacity.Observation{}
+		return data, provider.EventData, provider.Observation{}
 	}
 	var chunk struct {
 		Error   json.RawMessage `json:"error"`
@@ -136,21 +136,21 @@ func (openAIStream) Event(ev *Event) ([]byte, EventKind, capacity.Observation) {
 		} `json:"choices"`
 	}
 	if err := json.Unmarshal(data, &chunk); err != nil {
-		return nil, EventError, streamBroken("invalid JSON event in stream")
+		return nil, provider.EventError, streamBroken("invalid JSON event in stream")
 	}
 	if len(chunk.Error) > 0 && !bytes.Equal(chunk.Error, []byte("null")) {
 		e := parseErrorValue(chunk.Error)
-		return nil, EventError, classifyStreamError(e)
+		return nil, provider.EventError, classifyStreamError(e)
 	}
 	for _, c := range chunk.Choices {
 		if c.FinishReason != nil && *c.FinishReason == "error" {
-			return nil, EventError, streamBroken("finish_reason error")
+			return nil, provider.EventError, streamBroken("finish_reason error")
 		}
 		if c.FinishReason != nil && *c.FinishReason != "" {
-			return data, EventFinal, capacity.Observation{}
+			return data, provider.EventFinal, provider.Observation{}
 		}
 	}
-	return data, EventData, capacity.Observation{}
+	return data, provider.EventData, provider.Observation{}
 }
 
 // hasFinishReason reports whether data has a non-null "finish_reason".
@@ -171,31 +171,31 @@ func hasFinishReason(data []byte) bool {
 	}
 }
 
-func streamBroken(msg string) capacity.Observation {
-	o := capacity.NewObservation(capacity.Server)
+func streamBroken(msg string) provider.Observation {
+	o := provider.NewObservation(provider.Server)
 	o.Message = msg
 	return o
 }
 
-func classifyStreamError(e apiError) capacity.Observation {
-	o := capacity.NewObservation(capacity.Server)
+func classifyStreamError(e apiError) provider.Observation {
+	o := provider.NewObservation(provider.Server)
 	o.Message = e.message
 	status := 0
-	if n := parseCount(e.code); n >= 100 && n < 600 {
+	if n := provider.ParseCount(e.code); n >= 100 && n < 600 {
 		status = int(n)
 	}
 	switch {
 	case status != 0:
 		o.Class = classifyOpenAI(status, e)
 	case strings.Contains(e.code+e.typ, "rate_limit"):
-		o.Class = capacity.RateLimited
+		o.Class = provider.RateLimited
 	case strings.Contains(e.code+e.typ, "insufficient_quota"):
-		o.Class = capacity.QuotaExhausted
+		o.Class = provider.QuotaExhausted
 	case strings.Contains(e.code+e.typ, "overloaded"):
-		o.Class = capacity.Overloaded
+		o.Class = provider.Overloaded
 	}
 	if o.Class.Transient() {
-		o.RetryAfter = messageHint(e.message)
+		o.RetryAfter = provider.MessageHint(e.message)
 	}
 	return o
 }
@@ -266,33 +266,33 @@ func truncate(s string, n int) string {
 
 // classifyOpenAI maps a status and an error body to a class (DESIGN.md,
 // "Error classes"). insufficient_quota arrives as a 429 but is not transient.
-func classifyOpenAI(status int, e apiError) capacity.Class {
+func classifyOpenAI(status int, e apiError) provider.Class {
 	code, typ, msg := strings.ToLower(e.code), strings.ToLower(e.typ), strings.ToLower(e.message)
 	switch {
 	case code == "insufficient_quota" || typ == "insufficient_quota" ||
 		code == "billing_hard_limit_reached" || status == http.StatusPaymentRequired:
-		return capacity.QuotaExhausted
+		return provider.QuotaExhausted
 	case status == http.StatusTooManyRequests:
-		return capacity.RateLimited
+		return provider.RateLimited
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return capacity.Auth
+		return provider.Auth
 	case status >= 400 && status < 500 && status != http.StatusRequestTimeout && isContextLength(code, msg):
-		return capacity.ContextLength
+		return provider.ContextLength
 	case status == http.StatusNotFound:
 		// The client asked for a model group that exists; a 404 means this
 		// deployment's model or URL is wrong (a deprecated model, a typo in
 		// base_url): the deployment's failure, not the client's.
-		return capacity.Server
+		return provider.Server
 	case status == 498 || status == http.StatusServiceUnavailable || status == 529:
 		// Groq's 498 is "flex tier at capacity"; 529 is Anthropic-style overload.
-		return capacity.Overloaded
+		return provider.Overloaded
 	case status >= 500 || status == http.StatusRequestTimeout:
-		return capacity.Server
+		return provider.Server
 	case status >= 400:
-		return capacity.ClientError
+		return provider.ClientError
 	}
 	// 1xx/3xx where a JSON answer was expected: the provider misbehaves.
-	return capacity.Server
+	return provider.Server
 }
 
 func isContextLength(code, msg string) bool {
@@ -305,7 +305,7 @@ func isContextLength(code, msg string) bool {
 
 // openAIWindows decodes the OpenAI family's rate-limit headers into the
 // tightest request and token windows.
-func openAIWindows(h http.Header, ref time.Time) (requests, tokens capacity.Window) {
+func openAIWindows(h http.Header, ref time.Time) (requests, tokens provider.Window) {
 	var req, tok windowSet
 	for k, vs := range h {
 		if len(vs) == 0 {
@@ -353,7 +353,7 @@ func hasPrefixFold(s, prefix string) bool {
 type windowSet struct {
 	n        int
 	suffixes [4]string
-	windows  [4]capacity.Window
+	windows  [4]provider.Window
 }
 
 func (s *windowSet) set(suffix, field, v string, ref time.Time) {
@@ -366,26 +366,26 @@ func (s *windowSet) set(suffix, field, v string, ref time.Time) {
 			return
 		}
 		s.n++
-		s.suffixes[i], s.windows[i] = suffix, capacity.UnknownWindow
+		s.suffixes[i], s.windows[i] = suffix, provider.UnknownWindow
 	}
 	w := &s.windows[i]
 	switch {
 	case strings.EqualFold(field, "limit"):
-		w.Limit = parseCount(v)
+		w.Limit = provider.ParseCount(v)
 	case strings.EqualFold(field, "remaining"):
-		w.Remaining = parseCount(v)
+		w.Remaining = provider.ParseCount(v)
 	case strings.EqualFold(field, "reset"):
-		w.Reset = parseReset(v, ref)
+		w.Reset = provider.ParseReset(v, ref)
 	}
 }
 
 // tightest returns the window with the fewest remaining (ties: the later
 // reset), the one that will stop requests first.
-func (s *windowSet) tightest() capacity.Window {
-	best := capacity.UnknownWindow
+func (s *windowSet) tightest() provider.Window {
+	best := provider.UnknownWindow
 	for _, w := range s.windows[:s.n] {
 		switch {
-		case best == capacity.UnknownWindow:
+		case best == provider.UnknownWindow:
 			best = w
 		case w.Remaining >= 0 && (best.Remaining < 0 || w.Remaining < best.Remaining):
 			best = w

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func TestSetString(t *testing.T) {
@@ -76,16 +77,16 @@ func TestParseReset(t *testing.T) {
 		"1755780030":           30 * time.Second, // Unix seconds
 		"1755780030000":        30 * time.Second, // Unix milliseconds
 		"2025-08-21T12:39:00Z": 0,                // in the past: already refreshed
-		"9999h":                capacity.Unknown, // past 24 h: garbage
-		"99999999999s":         capacity.Unknown, // overflows: garbage
-		"-5":                   capacity.Unknown,
-		"-5s":                  capacity.Unknown,
-		"NaN":                  capacity.Unknown,
-		"soon":                 capacity.Unknown,
-		"":                     capacity.Unknown,
+		"9999h":                provider.Unknown, // past 24 h: garbage
+		"99999999999s":         provider.Unknown, // overflows: garbage
+		"-5":                   provider.Unknown,
+		"-5s":                  provider.Unknown,
+		"NaN":                  provider.Unknown,
+		"soon":                 provider.Unknown,
+		"":                     provider.Unknown,
 	} {
-		if got := parseReset(in, ref); got != want {
-			t.Errorf("parseReset(%q): expected %v, got %v", in, want, got)
+		if got := provider.ParseReset(in, ref); got != want {
+			t.Errorf("provider.ParseReset(%q): expected %v, got %v", in, want, got)
 		}
 	}
 }
@@ -98,14 +99,14 @@ func TestGarbageHeadersAreUnknown(t *testing.T) {
 	h.Set("x-ratelimit-remaining-tokens", "1e400")
 	h.Set("Retry-After", "-30")
 	o := OpenAI{}.Observe(429, h, []byte(`not json at all`), time.Now())
-	if o.Class != capacity.RateLimited {
+	if o.Class != provider.RateLimited {
 		t.Errorf("a 429 with a garbage body is still rate_limited, got %s", o.Class)
 	}
-	if o.Requests != capacity.UnknownWindow || o.Tokens.Remaining != capacity.Unknown || o.RetryAfter != capacity.Unknown {
+	if o.Requests != provider.UnknownWindow || o.Tokens.Remaining != provider.Unknown || o.RetryAfter != provider.Unknown {
 		t.Errorf("garbage must decode to unknown, got %+v", o)
 	}
 	// Unknown waits still give a bounded, non-zero cooldown.
-	if c := o.Cooldown(capacity.DefaultPolicy, 1); c < capacity.DefaultPolicy.BackoffBase || c > time.Minute {
+	if c := capacity.DefaultPolicy.Cooldown(o, 1); c < capacity.DefaultPolicy.BackoffBase || c > time.Minute {
 		t.Errorf("expected the backoff floor, got %v", c)
 	}
 }
@@ -118,28 +119,28 @@ func TestMessageHint(t *testing.T) {
 		"Please retry in 26.211922938s.": 26211922938 * time.Nanosecond,
 		"Please try again in 1m30s.":     90 * time.Second,
 		"Please try again in 2 minutes.": 2 * time.Minute,
-		"You have been rate limited.":    capacity.Unknown,
-		"Please try again in a moment.":  capacity.Unknown,
-		"retry in -4s":                   capacity.Unknown,
+		"You have been rate limited.":    provider.Unknown,
+		"Please try again in a moment.":  provider.Unknown,
+		"retry in -4s":                   provider.Unknown,
 	} {
-		if got := messageHint(msg); got != want {
-			t.Errorf("messageHint(%q): expected %v, got %v", msg, want, got)
+		if got := provider.MessageHint(msg); got != want {
+			t.Errorf("provider.MessageHint(%q): expected %v, got %v", msg, want, got)
 		}
 	}
 }
 
 // streamKinds reads an SSE fixture through the adapter and returns the kind
-// of each event, with the error class of an EventError.
-func streamKinds(t *testing.T, name string) ([]EventKind, capacity.Class, error) {
+// of each event, with the error class of an provider.EventError.
+func streamKinds(t *testing.T, name string) ([]provider.EventKind, provider.Class, error) {
 	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", "streams", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r := NewSSEReader(f)
-	var kinds []EventKind
-	var class capacity.Class
+	r := provider.NewSSEReader(f)
+	var kinds []provider.EventKind
+	var class provider.Class
 	for {
 		ev, err := r.Next()
 		if err != nil {
@@ -150,7 +151,7 @@ func streamKinds(t *testing.T, name string) ([]EventKind, capacity.Class, error)
 		}
 		_, kind, obs := openAIStream{}.Event(ev)
 		kinds = append(kinds, kind)
-		if kind == EventError {
+		if kind == provider.EventError {
 			class = obs.Class
 		}
 	}
@@ -159,25 +160,25 @@ func streamKinds(t *testing.T, name string) ([]EventKind, capacity.Class, error)
 func TestOpenAIStreamFixtures(t *testing.T) {
 	// Keep-alive comments before the first event are not content.
 	kinds, _, err := streamKinds(t, "deepseek-keepalive-comments.sse")
-	want := []EventKind{EventSkip, EventSkip, EventSkip, EventData, EventFinal, EventDone}
+	want := []provider.EventKind{provider.EventSkip, provider.EventSkip, provider.EventSkip, provider.EventData, provider.EventFinal, provider.EventDone}
 	if err != nil || !equalKinds(kinds, want) {
 		t.Errorf("deepseek keep-alive: expected %v, got %v (%v)", want, kinds, err)
 	}
 	// An error object after content began: an in-band error, no terminator.
 	kinds, class, err := streamKinds(t, "openai-midstream-error.sse")
-	want = []EventKind{EventData, EventData, EventError}
-	if err != nil || !equalKinds(kinds, want) || class != capacity.Server {
+	want = []provider.EventKind{provider.EventData, provider.EventData, provider.EventError}
+	if err != nil || !equalKinds(kinds, want) || class != provider.Server {
 		t.Errorf("openai mid-stream error: expected %v with class server, got %v %s (%v)", want, kinds, class, err)
 	}
 	// OpenRouter: comments, content, then a chunk with an error and finish_reason "error".
 	kinds, class, err = streamKinds(t, "openrouter-midstream-error.sse")
-	want = []EventKind{EventSkip, EventSkip, EventData, EventError}
-	if err != nil || !equalKinds(kinds, want) || class != capacity.Server {
+	want = []provider.EventKind{provider.EventSkip, provider.EventSkip, provider.EventData, provider.EventError}
+	if err != nil || !equalKinds(kinds, want) || class != provider.Server {
 		t.Errorf("openrouter mid-stream error: expected %v with class server, got %v %s (%v)", want, kinds, class, err)
 	}
 }
 
-func equalKinds(a, b []EventKind) bool {
+func equalKinds(a, b []provider.EventKind) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -192,19 +193,19 @@ func equalKinds(a, b []EventKind) bool {
 func TestStreamEventEdgeCases(t *testing.T) {
 	for _, tc := range []struct {
 		data  string
-		kind  EventKind
-		class capacity.Class
+		kind  provider.EventKind
+		class provider.Class
 	}{
-		{`{"choices":[{"delta":{"content":"the word \"error\" in text"},"finish_reason":null}]}`, EventData, capacity.OK},
-		{`{"choices":[{"delta":{},"finish_reason": "length"}]}`, EventFinal, capacity.OK},
-		{`{"error":{"message":"Rate limit","type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`, EventError, capacity.RateLimited},
-		{`{"error":{"message":"x","code":529}}`, EventError, capacity.Overloaded},
-		{`{"choices":[{"delta":{"content":"unterminated`, EventError, capacity.Server},
-		{`not json`, EventError, capacity.Server},
-		{`[DONE]`, EventDone, capacity.OK},
+		{`{"choices":[{"delta":{"content":"the word \"error\" in text"},"finish_reason":null}]}`, provider.EventData, provider.OK},
+		{`{"choices":[{"delta":{},"finish_reason": "length"}]}`, provider.EventFinal, provider.OK},
+		{`{"error":{"message":"Rate limit","type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`, provider.EventError, provider.RateLimited},
+		{`{"error":{"message":"x","code":529}}`, provider.EventError, provider.Overloaded},
+		{`{"choices":[{"delta":{"content":"unterminated`, provider.EventError, provider.Server},
+		{`not json`, provider.EventError, provider.Server},
+		{`[DONE]`, provider.EventDone, provider.OK},
 	} {
-		_, kind, obs := openAIStream{}.Event(&Event{Data: []byte(tc.data)})
-		if kind != tc.kind || (kind == EventError && obs.Class != tc.class) {
+		_, kind, obs := openAIStream{}.Event(&provider.Event{Data: []byte(tc.data)})
+		if kind != tc.kind || (kind == provider.EventError && obs.Class != tc.class) {
 			t.Errorf("%s: expected kind %d class %s, got %d %s", tc.data, tc.kind, tc.class, kind, obs.Class)
 		}
 	}
@@ -212,7 +213,7 @@ func TestStreamEventEdgeCases(t *testing.T) {
 
 func TestSSEReader(t *testing.T) {
 	in := ": hello\r\n\r\nevent: message_start\ndata: {\"a\":1}\n\ndata: line1\ndata: line2\n\nid: 7\n\ndata: last\n\n"
-	r := NewSSEReader(strings.NewReader(in))
+	r := provider.NewSSEReader(strings.NewReader(in))
 	var got []string
 	for {
 		ev, err := r.Next()
@@ -235,15 +236,15 @@ func TestSSEReader(t *testing.T) {
 
 	// Cut inside an event, or inside a line: an unexpected EOF, never a clean end.
 	for _, cut := range []string{"data: {\"a\":1}\n", "data: {\"a\":"} {
-		r := NewSSEReader(strings.NewReader(cut))
+		r := provider.NewSSEReader(strings.NewReader(cut))
 		if _, err := r.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("%q: expected io.ErrUnexpectedEOF, got %v", cut, err)
 		}
 	}
 	// An endless line is bounded.
-	r = NewSSEReader(io.LimitReader(infinite{}, 4*MaxEventSize))
-	if _, err := r.Next(); !errors.Is(err, ErrEventTooLarge) {
-		t.Errorf("expected ErrEventTooLarge, got %v", err)
+	r = provider.NewSSEReader(io.LimitReader(infinite{}, 4*provider.MaxEventSize))
+	if _, err := r.Next(); !errors.Is(err, provider.ErrEventTooLarge) {
+		t.Errorf("expected provider.ErrEventTooLarge, got %v", err)
 	}
 }
 
@@ -279,8 +280,8 @@ func TestCheckKeys(t *testing.T) {
 }
 
 func TestNamedErrorEvent(t *testing.T) {
-	_, kind, obs := openAIStream{}.Event(&Event{Name: "error", Data: []byte(`{"type":"error","message":"overloaded"}`)})
-	if kind != EventError || obs.Class != capacity.Server {
+	_, kind, obs := openAIStream{}.Event(&provider.Event{Name: "error", Data: []byte(`{"type":"error","message":"overloaded"}`)})
+	if kind != provider.EventError || obs.Class != provider.Server {
 		t.Errorf("expected an error event, got %d %s", kind, obs.Class)
 	}
 }

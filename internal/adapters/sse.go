@@ -1,150 +1,25 @@
 package adapters
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
-// MaxEventSize bounds one server-sent event (all its lines), in bytes: a
-// provider that streams a gigabyte without a blank line cannot exhaust memory.
-const MaxEventSize = 1 << 20
-
-// ErrEventTooLarge is returned by SSEReader.Next for an event over MaxEventSize.
-var ErrEventTooLarge = errors.New("server-sent event exceeds 1 MiB")
-
-// Event is one server-sent event, or one comment line.
-type Event struct {
-	// Name is the "event:" field ("" for the default "message").
-	Name string
-	// Data is the "data:" lines joined by "\n". It is only valid until the
-	// next call to Next.
-	Data []byte
-	// Comment is true for a comment line (": keep-alive"); Data then holds
-	// the comment text.
-	Comment bool
-}
-
-// SSEReader reads server-sent events (https://html.spec.whatwg.org/multipage/server-sent-events.html).
-type SSEReader struct {
-	r    *bufio.Reader
-	data []byte
-	line []byte
-	ev   Event
-}
-
-// NewSSEReader reads events from r.
-func NewSSEReader(r io.Reader) *SSEReader {
-	return &SSEReader{r: bufio.NewReaderSize(r, 4096)}
-}
-
-// Next returns the next event or comment. At the end of the stream it
-// returns io.EOF after a complete event, or io.ErrUnexpectedEOF when the
-// stream stops inside an event (a cut connection). Any read error of the
-// underlying reader is returned as is.
-func (s *SSEReader) Next() (*Event, error) {
-	s.data = s.data[:0]
-	s.ev = Event{}
-	inEvent, hasData := false, false
-	for {
-		line, err := s.readLine()
-		if err != nil {
-			if err == io.EOF && inEvent {
-				return nil, io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-		if len(line) == 0 {
-			if hasData {
-				s.ev.Data = s.data
-				return &s.ev, nil
-			}
-			// A blank line after only an "event:" or "id:" line, or between
-			// events: nothing to dispatch.
-			inEvent = false
-			s.ev.Name = ""
-			continue
-		}
-		if line[0] == ':' {
-			if inEvent {
-				continue
-			}
-			s.data = append(s.data, bytes.TrimPrefix(line[1:], []byte(" "))...)
-			return &Event{Data: s.data, Comment: true}, nil
-		}
-		inEvent = true
-		field, value := line, []byte(nil)
-		if i := bytes.IndexByte(line, ':'); i >= 0 {
-			field, value = line[:i], line[i+1:]
-			if len(value) > 0 && value[0] == ' ' {
-				value = value[1:]
-			}
-		}
-		switch string(field) {
-		case "data":
-			if hasData {
-				s.data = append(s.data, '\n')
-			}
-			if len(s.data)+len(value) > MaxEventSize {
-				return nil, ErrEventTooLarge
-			}
-			s.data = append(s.data, value...)
-			hasData = true
-		case "event":
-			s.ev.Name = string(value)
-		}
-	}
-}
-
-// readLine returns one line without its terminator (\n or \r\n).
-func (s *SSEReader) readLine() ([]byte, error) {
-	s.line = s.line[:0]
-	for {
-		chunk, err := s.r.ReadSlice('\n')
-		if len(s.line)+len(chunk) > MaxEventSize {
-			return nil, ErrEventTooLarge
-		}
-		switch err {
-		case nil:
-			if len(s.line) == 0 {
-				return trimEOL(chunk), nil
-			}
-			s.line = append(s.line, chunk...)
-			return trimEOL(s.line), nil
-		case bufio.ErrBufferFull:
-			s.line = append(s.line, chunk...)
-		default:
-			if err == io.EOF && len(s.line)+len(chunk) > 0 {
-				// A last line without its terminator: the stream was cut.
-				return nil, io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-	}
-}
-
-func trimEOL(b []byte) []byte {
-	b = bytes.TrimSuffix(b, []byte("\n"))
-	return bytes.TrimSuffix(b, []byte("\r"))
-}
-
 // decodeEvent unmarshals a JSON event's data into v for a stream decoder.
-// When it returns false, the decoder answers with kind and obs: EventSkip
-// for a comment or an empty event, EventError for data that is not JSON.
-func decodeEvent(ev *Event, v any) (EventKind, capacity.Observation, bool) {
+// When it returns false, the decoder answers with kind and obs: provider.EventSkip
+// for a comment or an empty event, provider.EventError for data that is not JSON.
+func decodeEvent(ev *provider.Event, v any) (provider.EventKind, provider.Observation, bool) {
 	if ev.Comment {
-		return EventSkip, capacity.Observation{}, false
+		return provider.EventSkip, provider.Observation{}, false
 	}
 	data := bytes.TrimSpace(ev.Data)
 	if len(data) == 0 {
-		return EventSkip, capacity.Observation{}, false
+		return provider.EventSkip, provider.Observation{}, false
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return EventError, streamBroken("invalid JSON event in stream"), false
+		return provider.EventError, streamBroken("invalid JSON event in stream"), false
 	}
-	return EventData, capacity.Observation{}, true
+	return provider.EventData, provider.Observation{}, true
 }

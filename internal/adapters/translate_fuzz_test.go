@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Bad output from a provider never panics a translating adapter: it is a
@@ -33,15 +33,15 @@ func TestGarbageStreamEvents(t *testing.T) {
 	} {
 		for _, data := range append(common, tc.garbage...) {
 			for _, name := range []string{"", "message_delta"} {
-				out, kind, obs := tc.a.NewStreamDecoder().Event(&Event{Name: name, Data: []byte(data)})
-				if kind != EventError || obs.Class != capacity.Server || obs.Message == "" {
+				out, kind, obs := tc.a.NewStreamDecoder().Event(&provider.Event{Name: name, Data: []byte(data)})
+				if kind != provider.EventError || obs.Class != provider.Server || obs.Message == "" {
 					t.Errorf("%s: %q (event %q): expected a server error event, got kind %d class %s %s", tc.a.Name(), data, name, kind, obs.Class, out)
 				}
 			}
 		}
 		// Blank events are nothing, not content.
 		for _, data := range []string{``, `   `} {
-			if _, kind, _ := tc.a.NewStreamDecoder().Event(&Event{Data: []byte(data)}); kind != EventSkip {
+			if _, kind, _ := tc.a.NewStreamDecoder().Event(&provider.Event{Data: []byte(data)}); kind != provider.EventSkip {
 				t.Errorf("%s: %q: expected a skip, got kind %d", tc.a.Name(), data, kind)
 			}
 		}
@@ -56,7 +56,7 @@ func TestGarbageAnswers(t *testing.T) {
 				t.Errorf("%s: %q: expected a translation error, got %s", a.Name(), body, out)
 			}
 			o := a.Observe(500, http.Header{}, []byte(body), time.Now())
-			if o.Class != capacity.Server {
+			if o.Class != provider.Server {
 				t.Errorf("%s: a 500 with body %q: expected server, got %s", a.Name(), body, o.Class)
 			}
 		}
@@ -79,7 +79,7 @@ func FuzzTranslatingStreams(f *testing.F) {
 		for _, a := range []Adapter{Anthropic{}, Gemini{}, Azure{}} {
 			dec := a.NewStreamDecoder()
 			enc := NewMessagesStreamEncoder()
-			r := NewSSEReader(bytes.NewReader(raw))
+			r := provider.NewSSEReader(bytes.NewReader(raw))
 			for {
 				ev, err := r.Next()
 				if err != nil {
@@ -87,7 +87,7 @@ func FuzzTranslatingStreams(f *testing.F) {
 				}
 				out, kind, obs := dec.Event(ev)
 				switch kind {
-				case EventData, EventFinal:
+				case provider.EventData, provider.EventFinal:
 					if len(out) == 0 {
 						continue // progress with nothing to relay
 					}
@@ -95,8 +95,8 @@ func FuzzTranslatingStreams(f *testing.F) {
 						t.Fatalf("%s relayed invalid JSON %q", a.Name(), out)
 					}
 					checkFrames(t, enc.Chunk(out))
-				case EventError:
-					if obs.Class == capacity.OK {
+				case provider.EventError:
+					if obs.Class == provider.OK {
 						t.Fatalf("%s: an error event of class ok", a.Name())
 					}
 				}
@@ -109,7 +109,7 @@ func FuzzTranslatingStreams(f *testing.F) {
 // checkFrames fails unless out is whole SSE frames with JSON data.
 func checkFrames(t *testing.T, out []byte) {
 	t.Helper()
-	r := NewSSEReader(bytes.NewReader(out))
+	r := provider.NewSSEReader(bytes.NewReader(out))
 	for {
 		ev, err := r.Next()
 		if err != nil {
@@ -138,7 +138,7 @@ func FuzzTranslatingAnswers(f *testing.F) {
 				}
 			}
 			o := a.Observe(429, http.Header{}, body, time.Now())
-			if o.RetryAfter < capacity.Unknown || o.RetryAfter > capacity.MaxCooldown || o.Class == capacity.OK {
+			if o.RetryAfter < provider.Unknown || o.RetryAfter > provider.MaxCooldown || o.Class == provider.OK {
 				t.Fatalf("%s: bad observation %+v", a.Name(), o)
 			}
 			if e, ok := a.(ErrorTranslator); ok && !jsonValid(e.ChatError(400, body)) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Helpers shared by the translating adapters' tests (anthropic, gemini,
@@ -17,9 +17,9 @@ import (
 
 // streamResult is what a client would assemble from a decoded stream.
 type streamResult struct {
-	kinds   []EventKind
-	chunks  []string // EventData and EventFinal outputs
-	errObs  capacity.Observation
+	kinds   []provider.EventKind
+	chunks  []string // provider.EventData and provider.EventFinal outputs
+	errObs  provider.Observation
 	content string
 	roles   []string
 	tools   []*accCall // by tool_calls index
@@ -38,7 +38,7 @@ type accCall struct {
 func runStream(t *testing.T, dec StreamDecoder, sse string) streamResult {
 	t.Helper()
 	res := streamResult{ids: map[string]bool{}, models: map[string]bool{}}
-	r := NewSSEReader(strings.NewReader(sse))
+	r := provider.NewSSEReader(strings.NewReader(sse))
 	for {
 		ev, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -50,9 +50,9 @@ func runStream(t *testing.T, dec StreamDecoder, sse string) streamResult {
 		out, kind, obs := dec.Event(ev)
 		res.kinds = append(res.kinds, kind)
 		switch kind {
-		case EventError:
+		case provider.EventError:
 			res.errObs = obs
-		case EventData, EventFinal:
+		case provider.EventData, provider.EventFinal:
 			if len(out) == 0 {
 				continue // progress with nothing to relay (thinking)
 			}
@@ -131,14 +131,14 @@ func (res *streamResult) accumulate(t *testing.T, out []byte) {
 	}
 }
 
-// lastContentKind is the kind of the last EventData or EventFinal.
-func (res *streamResult) lastContentKind() EventKind {
+// lastContentKind is the kind of the last provider.EventData or provider.EventFinal.
+func (res *streamResult) lastContentKind() provider.EventKind {
 	for i := len(res.kinds) - 1; i >= 0; i-- {
-		if k := res.kinds[i]; k == EventData || k == EventFinal {
+		if k := res.kinds[i]; k == provider.EventData || k == provider.EventFinal {
 			return k
 		}
 	}
-	return EventSkip
+	return provider.EventSkip
 }
 
 // sameJSON compares two JSON texts by value.

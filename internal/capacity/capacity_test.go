@@ -1,6 +1,8 @@
 package capacity
 
 import (
+	"github.com/llmrouter/caddy-llm-router/provider"
+
 	"testing"
 	"time"
 )
@@ -19,32 +21,32 @@ func TestBackoffDoublesAndCaps(t *testing.T) {
 
 func TestCooldownByClass(t *testing.T) {
 	p := DefaultPolicy
-	rl := NewObservation(RateLimited)
+	rl := provider.NewObservation(provider.RateLimited)
 	rl.RetryAfter = 0
-	if got := rl.Cooldown(p, 1); got != 500*time.Millisecond {
+	if got := p.Cooldown(rl, 1); got != 500*time.Millisecond {
 		t.Errorf("Retry-After 0 must be floored by the backoff, got %v", got)
 	}
 	rl.RetryAfter = 20 * time.Second
-	rl.Requests = Window{Limit: 3, Remaining: 0, Reset: 25 * time.Second}
-	if got := rl.Cooldown(p, 1); got != 25*time.Second {
+	rl.Requests = provider.Window{Limit: 3, Remaining: 0, Reset: 25 * time.Second}
+	if got := p.Cooldown(rl, 1); got != 25*time.Second {
 		t.Errorf("expected the longest of Retry-After and the exhausted window's reset, got %v", got)
 	}
-	q := NewObservation(QuotaExhausted)
-	if got := q.Cooldown(p, 1); got != time.Hour {
+	q := provider.NewObservation(provider.QuotaExhausted)
+	if got := p.Cooldown(q, 1); got != time.Hour {
 		t.Errorf("quota without a reset: expected 1h, got %v", got)
 	}
-	srv := NewObservation(Server)
+	srv := provider.NewObservation(provider.Server)
 	srv.RetryAfter = 30 * time.Second
-	if got := srv.Cooldown(Policy{BackoffBase: 2 * time.Second, BackoffMax: time.Minute}, 1); got != 30*time.Second {
+	if got := (Policy{BackoffBase: 2 * time.Second, BackoffMax: time.Minute}).Cooldown(srv, 1); got != 30*time.Second {
 		t.Errorf("a 30 s server wait beats a 2 s backoff, got %v", got)
 	}
-	huge := NewObservation(RateLimited)
+	huge := provider.NewObservation(provider.RateLimited)
 	huge.RetryAfter = 1000 * time.Hour
-	if got := huge.Cooldown(p, 1); got != MaxCooldown {
-		t.Errorf("expected waits clamped to %v, got %v", MaxCooldown, got)
+	if got := p.Cooldown(huge, 1); got != provider.MaxCooldown {
+		t.Errorf("expected waits clamped to %v, got %v", provider.MaxCooldown, got)
 	}
-	for _, c := range []Class{OK, ContextLength, ClientError} {
-		if got := NewObservation(c).Cooldown(p, 1); got != 0 {
+	for _, c := range []provider.Class{provider.OK, provider.ContextLength, provider.ClientError} {
+		if got := p.Cooldown(provider.NewObservation(c), 1); got != 0 {
 			t.Errorf("%s: expected no cooldown, got %v", c, got)
 		}
 	}
@@ -55,17 +57,17 @@ func TestStateAvailability(t *testing.T) {
 	if at, _ := s.AvailableAt(t0, 100); !at.Equal(t0) {
 		t.Fatalf("a new state is usable at once, got %v", at)
 	}
-	if h := s.Headroom(t0); h != Unknown {
+	if h := s.Headroom(t0); h != provider.Unknown {
 		t.Errorf("nothing known: expected unknown headroom, got %v", h)
 	}
 
 	// A success with 0 requests left and a future reset: skip until the reset.
-	ok := NewObservation(OK)
-	ok.Requests = Window{Limit: 3, Remaining: 0, Reset: 20 * time.Second}
-	ok.Tokens = Window{Limit: 40000, Remaining: 5000, Reset: 2 * time.Second}
+	ok := provider.NewObservation(provider.OK)
+	ok.Requests = provider.Window{Limit: 3, Remaining: 0, Reset: 20 * time.Second}
+	ok.Tokens = provider.Window{Limit: 40000, Remaining: 5000, Reset: 2 * time.Second}
 	s.Observe(t0, ok, DefaultPolicy)
 	at, why := s.AvailableAt(t0.Add(time.Second), 100)
-	if !at.Equal(t0.Add(20*time.Second)) || why != RateLimited {
+	if !at.Equal(t0.Add(20*time.Second)) || why != provider.RateLimited {
 		t.Errorf("expected skipped until the reset as rate_limited, got %v %s", at, why)
 	}
 	if at, _ := s.AvailableAt(t0.Add(21*time.Second), 100); !at.Equal(t0.Add(21 * time.Second)) {
@@ -74,8 +76,8 @@ func TestStateAvailability(t *testing.T) {
 
 	// Tokens: a request larger than what remains waits for the token reset.
 	s = NewState()
-	ok = NewObservation(OK)
-	ok.Tokens = Window{Limit: 40000, Remaining: 10000, Reset: 30 * time.Second}
+	ok = provider.NewObservation(provider.OK)
+	ok.Tokens = provider.Window{Limit: 40000, Remaining: 10000, Reset: 30 * time.Second}
 	s.Observe(t0, ok, DefaultPolicy)
 	if at, _ := s.AvailableAt(t0, 30000); !at.Equal(t0.Add(30 * time.Second)) {
 		t.Errorf("30k tokens on 10k left: expected to wait for the reset, got %v", at)
@@ -90,48 +92,48 @@ func TestStateAvailability(t *testing.T) {
 
 func TestStateCircuit(t *testing.T) {
 	s := NewState()
-	fail := NewObservation(Server)
+	fail := provider.NewObservation(provider.Server)
 	s.Observe(t0, fail, DefaultPolicy)
 	s.Observe(t0, fail, DefaultPolicy)
 	at, why := s.AvailableAt(t0, 1)
-	if !at.Equal(t0.Add(time.Second)) || why != Server {
+	if !at.Equal(t0.Add(time.Second)) || why != provider.Server {
 		t.Errorf("second consecutive failure: expected 1 s of backoff, got %v %s", at.Sub(t0), why)
 	}
 	if snap := s.Snapshot(t0); snap.ConsecutiveFailures != 2 || snap.LastClass != "server" {
 		t.Errorf("expected 2 failures recorded, got %+v", snap)
 	}
-	s.Observe(t0.Add(2*time.Second), NewObservation(OK), DefaultPolicy)
+	s.Observe(t0.Add(2*time.Second), provider.NewObservation(provider.OK), DefaultPolicy)
 	if at, _ := s.AvailableAt(t0.Add(2*time.Second), 1); !at.Equal(t0.Add(2 * time.Second)) {
 		t.Errorf("a success closes the circuit, got %v", at)
 	}
 	// Client errors say nothing about the deployment.
-	s.Observe(t0.Add(3*time.Second), NewObservation(ClientError), DefaultPolicy)
+	s.Observe(t0.Add(3*time.Second), provider.NewObservation(provider.ClientError), DefaultPolicy)
 	if snap := s.Snapshot(t0); snap.ConsecutiveFailures != 0 {
 		t.Errorf("a client error is not a failure, got %d", snap.ConsecutiveFailures)
 	}
 	// A shorter later cooldown never shortens an open circuit.
-	s.Observe(t0, Observation{Class: RateLimited, RetryAfter: time.Minute, Requests: UnknownWindow, Tokens: UnknownWindow}, DefaultPolicy)
-	s.Observe(t0, Observation{Class: RateLimited, RetryAfter: time.Second, Requests: UnknownWindow, Tokens: UnknownWindow}, DefaultPolicy)
+	s.Observe(t0, provider.Observation{Class: provider.RateLimited, RetryAfter: time.Minute, Requests: provider.UnknownWindow, Tokens: provider.UnknownWindow}, DefaultPolicy)
+	s.Observe(t0, provider.Observation{Class: provider.RateLimited, RetryAfter: time.Second, Requests: provider.UnknownWindow, Tokens: provider.UnknownWindow}, DefaultPolicy)
 	if at, _ := s.AvailableAt(t0, 1); !at.Equal(t0.Add(time.Minute)) {
 		t.Errorf("expected the longer cooldown kept, got %v", at.Sub(t0))
 	}
 }
 
 func TestClassNames(t *testing.T) {
-	for c := OK; c <= ClientError; c++ {
-		back, ok := ParseClass(c.String())
+	for c := provider.OK; c <= provider.ClientError; c++ {
+		back, ok := provider.ParseClass(c.String())
 		if !ok || back != c {
 			t.Errorf("%d: round trip through %q failed", c, c.String())
 		}
 	}
-	if _, ok := ParseClass("nope"); ok {
+	if _, ok := provider.ParseClass("nope"); ok {
 		t.Error("expected an unknown name rejected")
 	}
 }
 
 func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 	s := NewState()
-	s.Observe(t0, NewObservation(Server), DefaultPolicy) // open for 500 ms
+	s.Observe(t0, provider.NewObservation(provider.Server), DefaultPolicy) // open for 500 ms
 	if s.circuit(t0) != Open {
 		t.Fatal("expected the circuit open right after the failure")
 	}
@@ -149,7 +151,7 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 		t.Errorf("expected others to wait while the probe is out, got %v", at)
 	}
 	// The probe succeeds: closed, everyone through.
-	s.Observe(later, NewObservation(OK), DefaultPolicy)
+	s.Observe(later, provider.NewObservation(provider.OK), DefaultPolicy)
 	s.Release()
 	if c := s.circuit(later); c != Closed {
 		t.Errorf("expected closed after a successful probe, got %s", c)
@@ -162,9 +164,9 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 
 	// A failed probe reopens it for longer.
 	s2 := NewState()
-	s2.Observe(t0, NewObservation(Server), DefaultPolicy)
+	s2.Observe(t0, provider.NewObservation(provider.Server), DefaultPolicy)
 	s2.Acquire(t0.Add(time.Second), 1)
-	s2.Observe(t0.Add(time.Second), NewObservation(Server), DefaultPolicy)
+	s2.Observe(t0.Add(time.Second), provider.NewObservation(provider.Server), DefaultPolicy)
 	s2.Release()
 	if at, _ := s2.AvailableAt(t0.Add(time.Second), 1); at.Sub(t0.Add(time.Second)) != time.Second {
 		t.Errorf("expected the second failure to open it for 1 s, got %v", at.Sub(t0.Add(time.Second)))
@@ -173,7 +175,7 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 
 func TestRateLimitCircuitClosesAtReset(t *testing.T) {
 	s := NewState()
-	o := NewObservation(RateLimited)
+	o := provider.NewObservation(provider.RateLimited)
 	o.RetryAfter = 10 * time.Second
 	if res := s.Observe(t0, o, DefaultPolicy); !res.Opened || res.Cooldown != 10*time.Second {
 		t.Fatalf("expected the circuit opened for 10 s, got %+v", res)
@@ -185,7 +187,7 @@ func TestRateLimitCircuitClosesAtReset(t *testing.T) {
 
 func TestOpenedOnlyOnce(t *testing.T) {
 	s := NewState()
-	auth := NewObservation(Auth)
+	auth := provider.NewObservation(provider.Auth)
 	if !s.Observe(t0, auth, DefaultPolicy).Opened {
 		t.Error("expected the first auth failure to open the circuit")
 	}
@@ -206,7 +208,7 @@ func TestDeclaredRPMIsASlidingMinute(t *testing.T) {
 		s.Release()
 	}
 	// The 4th must wait until the 1st is a minute old.
-	if at, why := s.AvailableAt(t0.Add(30*time.Second), 1); !at.Equal(t0.Add(time.Minute)) || why != RateLimited {
+	if at, why := s.AvailableAt(t0.Add(30*time.Second), 1); !at.Equal(t0.Add(time.Minute)) || why != provider.RateLimited {
 		t.Errorf("expected to wait until %v, got %v %s", t0.Add(time.Minute), at, why)
 	}
 	if at, _ := s.AvailableAt(t0.Add(time.Minute+time.Millisecond), 1); !at.Equal(t0.Add(time.Minute + time.Millisecond)) {
@@ -235,8 +237,8 @@ func TestHealthFeatures(t *testing.T) {
 	if f := s.Features(t0, 0, false); f.Reliability != 1 || f.Latency != 0 {
 		t.Errorf("a new deployment: expected reliability 1 and unknown latency, got %+v", f)
 	}
-	s.Observe(t0, NewObservation(Server), DefaultPolicy)
-	s.Observe(t0, NewObservation(OK), DefaultPolicy)
+	s.Observe(t0, provider.NewObservation(provider.Server), DefaultPolicy)
+	s.Observe(t0, provider.NewObservation(provider.OK), DefaultPolicy)
 	if f := s.Features(t0, 0, false); f.Reliability != 2.0/3 {
 		t.Errorf("1 success of 2 (+1 virtual): expected 2/3, got %v", f.Reliability)
 	}
@@ -256,8 +258,8 @@ func TestHealthFeatures(t *testing.T) {
 
 func TestAcquireSpendsStatedWindows(t *testing.T) {
 	s := NewState()
-	ok := NewObservation(OK)
-	ok.Requests = Window{Limit: 10, Remaining: 1, Reset: time.Minute}
+	ok := provider.NewObservation(provider.OK)
+	ok.Requests = provider.Window{Limit: 10, Remaining: 1, Reset: time.Minute}
 	s.Observe(t0, ok, DefaultPolicy)
 	s.Acquire(t0, 1)
 	if at, _ := s.AvailableAt(t0, 1); !at.Equal(t0.Add(time.Minute)) {
@@ -280,13 +282,13 @@ func TestAcquireRechecksTheWindow(t *testing.T) {
 
 func TestSnapshotForgetsRefreshedWindows(t *testing.T) {
 	s := NewState()
-	o := NewObservation(OK)
-	o.Requests = Window{Limit: 3, Remaining: 0, Reset: 10 * time.Second}
+	o := provider.NewObservation(provider.OK)
+	o.Requests = provider.Window{Limit: 3, Remaining: 0, Reset: 10 * time.Second}
 	s.Observe(t0, o, DefaultPolicy)
 	if r := s.Snapshot(t0).RemainingRequests; r != 0 {
 		t.Errorf("expected 0 left before the reset, got %d", r)
 	}
-	if r := s.Snapshot(t0.Add(11 * time.Second)).RemainingRequests; r != Unknown {
+	if r := s.Snapshot(t0.Add(11 * time.Second)).RemainingRequests; r != provider.Unknown {
 		t.Errorf("expected unknown after the reset, got %d", r)
 	}
 }

@@ -1,6 +1,8 @@
 package capacity
 
 import (
+	"github.com/llmrouter/caddy-llm-router/provider"
+
 	"slices"
 	"time"
 )
@@ -53,7 +55,7 @@ type Shared struct {
 type SharedCircuit struct {
 	At        time.Time
 	OpenUntil time.Time // zero: closed
-	Reason    Class
+	Reason    provider.Class
 	// Failures is the count of consecutive failures: above 0 after a
 	// failure that is not a rate limit, the circuit turns half-open once
 	// OpenUntil passes.
@@ -63,7 +65,7 @@ type SharedCircuit struct {
 // SharedWindow is a provider-stated rate-limit window.
 type SharedWindow struct {
 	At               time.Time
-	Limit, Remaining int64 // Unknown when never stated
+	Limit, Remaining int64 // provider.Unknown when never stated
 	Reset            time.Time
 }
 
@@ -97,7 +99,7 @@ type fleetLink struct {
 
 type circuitPart struct {
 	openUntil time.Time
-	reason    Class
+	reason    provider.Class
 	failures  int
 }
 

@@ -1,6 +1,8 @@
 package capacity
 
 import (
+	"github.com/llmrouter/caddy-llm-router/provider"
+
 	"errors"
 	"testing"
 	"time"
@@ -34,25 +36,25 @@ func TestFleetPublishesWhatObserveChanged(t *testing.T) {
 	if len(f.published) != 0 {
 		t.Fatalf("a state that learned nothing publishes nothing, got %+v", f.published)
 	}
-	s.Observe(t0, NewObservation(OK), DefaultPolicy)
+	s.Observe(t0, provider.NewObservation(provider.OK), DefaultPolicy)
 	if len(f.published) != 0 {
 		t.Errorf("a success that changes nothing publishes nothing, got %+v", f.published)
 	}
-	rl := NewObservation(RateLimited)
+	rl := provider.NewObservation(provider.RateLimited)
 	rl.RetryAfter = 20 * time.Second
 	s.Observe(t0, rl, DefaultPolicy)
 	if len(f.published) != 1 {
 		t.Fatalf("expected the opened circuit published, got %+v", f.published)
 	}
 	c := f.published[0].Circuit
-	if !c.At.Equal(t0) || !c.OpenUntil.Equal(t0.Add(20*time.Second)) || c.Reason != RateLimited || c.Failures != 1 {
+	if !c.At.Equal(t0) || !c.OpenUntil.Equal(t0.Add(20*time.Second)) || c.Reason != provider.RateLimited || c.Failures != 1 {
 		t.Errorf("expected open until +20s for rate_limited, got %+v", c)
 	}
 	if !f.published[0].Requests.At.IsZero() {
 		t.Error("expected no window published when no header said anything")
 	}
-	ok := NewObservation(OK)
-	ok.Requests = Window{Limit: 10, Remaining: 9, Reset: time.Second}
+	ok := provider.NewObservation(provider.OK)
+	ok.Requests = provider.Window{Limit: 10, Remaining: 9, Reset: time.Second}
 	s.Observe(t0.Add(time.Second), ok, DefaultPolicy)
 	last := f.published[len(f.published)-1]
 	if last.Requests.Remaining != 9 || last.Circuit.OpenUntil != (time.Time{}) || last.Circuit.At.IsZero() {
@@ -62,7 +64,7 @@ func TestFleetPublishesWhatObserveChanged(t *testing.T) {
 
 func TestFleetMergeNewestWins(t *testing.T) {
 	s := NewState()
-	rl := NewObservation(RateLimited)
+	rl := provider.NewObservation(provider.RateLimited)
 	rl.RetryAfter = 20 * time.Second
 	s.Observe(t0, rl, DefaultPolicy)
 	// Older news loses.
@@ -80,7 +82,7 @@ func TestFleetMergeNewestWins(t *testing.T) {
 		t.Errorf("expected closed after the merge, got %v", at)
 	}
 	s.Merge(Shared{Tokens: SharedWindow{At: t0.Add(3 * time.Second), Limit: 1000, Remaining: 0, Reset: t0.Add(30 * time.Second)}})
-	if at, why := s.AvailableAt(t0.Add(3*time.Second), 10); !at.Equal(t0.Add(30*time.Second)) || why != RateLimited {
+	if at, why := s.AvailableAt(t0.Add(3*time.Second), 10); !at.Equal(t0.Add(30*time.Second)) || why != provider.RateLimited {
 		t.Errorf("expected the merged empty token window to wait until its reset, got %v %s", at, why)
 	}
 	if sh := s.Shared(); !sh.Tokens.At.Equal(t0.Add(3*time.Second)) || !sh.Circuit.At.Equal(t0.Add(time.Second)) {
@@ -95,7 +97,7 @@ func TestFleetReserveDeniedWaitsAndFallsBack(t *testing.T) {
 	if s.Acquire(t0, 1) {
 		t.Fatal("expected the fleet's spent window to refuse")
 	}
-	if at, why := s.AvailableAt(t0, 1); !at.Equal(t0.Add(40*time.Second)) || why != RateLimited {
+	if at, why := s.AvailableAt(t0, 1); !at.Equal(t0.Add(40*time.Second)) || why != provider.RateLimited {
 		t.Errorf("expected a wait of the fleet's 40 s, got %v %s", at, why)
 	}
 	if snap := s.Snapshot(t0); snap.InFlight != 0 || snap.RequestsLastMinute != 0 {
@@ -120,7 +122,7 @@ func TestFleetProbe(t *testing.T) {
 	half := func(f *fakeFleet) *State {
 		s := NewState()
 		s.SetFleet(f)
-		s.Observe(t0, NewObservation(Server), p)
+		s.Observe(t0, provider.NewObservation(provider.Server), p)
 		return s
 	}
 	now := t0.Add(2 * time.Second)
@@ -145,7 +147,7 @@ func TestFleetProbe(t *testing.T) {
 	if s.Acquire(now, 0) {
 		t.Error("expected one probe at a time here too")
 	}
-	s.Observe(now, NewObservation(OK), p)
+	s.Observe(now, provider.NewObservation(provider.OK), p)
 	s.Release()
 	if f.claims != 1 || f.released != 1 {
 		t.Errorf("expected one claim released once, got %d claims, %d releases", f.claims, f.released)

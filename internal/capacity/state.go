@@ -1,6 +1,8 @@
 package capacity
 
 import (
+	"github.com/llmrouter/caddy-llm-router/provider"
+
 	"math"
 	"sync"
 	"time"
@@ -12,7 +14,7 @@ type window struct {
 	reset            time.Time
 }
 
-func (w *window) update(now time.Time, o Window) {
+func (w *window) update(now time.Time, o provider.Window) {
 	if o.Limit >= 0 {
 		w.limit = o.Limit
 	}
@@ -20,18 +22,18 @@ func (w *window) update(now time.Time, o Window) {
 		w.remaining = o.Remaining
 	}
 	if o.Reset >= 0 {
-		w.reset = now.Add(min(o.Reset, MaxCooldown))
+		w.reset = now.Add(min(o.Reset, provider.MaxCooldown))
 	} else if o.Remaining >= 0 {
 		// A remaining count without a reset is only good for this instant.
 		w.reset = time.Time{}
 	}
 }
 
-// current returns the remaining count that still holds at now, or Unknown
+// current returns the remaining count that still holds at now, or provider.Unknown
 // once the window has refreshed (or was never stated).
 func (w *window) current(now time.Time) int64 {
 	if w.remaining < 0 || !w.reset.After(now) {
-		return Unknown
+		return provider.Unknown
 	}
 	return w.remaining
 }
@@ -86,12 +88,12 @@ type State struct {
 	requests, tokens window
 
 	openUntil           time.Time
-	openReason          Class
+	openReason          provider.Class
 	consecutiveFailures int
 	probing             bool
 	inFlight            int
 
-	lastClass   Class
+	lastClass   provider.Class
 	lastAt      time.Time
 	lastMessage string
 
@@ -115,8 +117,8 @@ type State struct {
 // NewState returns a State with nothing known.
 func NewState() *State {
 	return &State{
-		requests: window{limit: Unknown, remaining: Unknown},
-		tokens:   window{limit: Unknown, remaining: Unknown},
+		requests: window{limit: provider.Unknown, remaining: provider.Unknown},
+		tokens:   window{limit: provider.Unknown, remaining: provider.Unknown},
 	}
 }
 
@@ -142,7 +144,7 @@ type Observed struct {
 }
 
 // Observe folds one attempt's outcome, seen at now, into the state.
-func (s *State) Observe(now time.Time, o Observation, p Policy) Observed {
+func (s *State) Observe(now time.Time, o provider.Observation, p Policy) Observed {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Fleet mode: publish what this observation changes (fleet.go).
@@ -151,25 +153,25 @@ func (s *State) Observe(now time.Time, o Observation, p Policy) Observed {
 	s.tokens.update(now, o.Tokens)
 	s.lastClass, s.lastAt = o.Class, now
 	s.probing = false
-	if o.Class == OK || o.Class.Failure() {
+	if o.Class == provider.OK || o.Class.Failure() {
 		s.decayHealth(now)
 		s.attempts++
-		if o.Class == OK {
+		if o.Class == provider.OK {
 			s.successes++
 		}
 	}
 	if !o.Class.Failure() {
-		if o.Class == OK {
+		if o.Class == provider.OK {
 			s.consecutiveFailures = 0
 			// A success proves the circuit closed, whatever opened it.
 			s.openUntil = time.Time{}
 		}
 		// Exhausted windows are read by AvailableAt; no circuit to open.
-		return Observed{Cooldown: o.Cooldown(p, 0)}
+		return Observed{Cooldown: p.Cooldown(o, 0)}
 	}
 	s.consecutiveFailures++
 	s.lastMessage = o.Message
-	cool := o.Cooldown(p, s.consecutiveFailures)
+	cool := p.Cooldown(o, s.consecutiveFailures)
 	res := Observed{Cooldown: cool}
 	if until := now.Add(cool); cool > 0 && until.After(s.openUntil) {
 		res.Opened = !s.openUntil.After(now) || s.openReason != o.Class
@@ -222,7 +224,7 @@ func (s *State) circuit(now time.Time) Circuit {
 	switch {
 	case s.openUntil.After(now):
 		return Open
-	case !s.openUntil.IsZero() && s.openReason != RateLimited && s.consecutiveFailures > 0:
+	case !s.openUntil.IsZero() && s.openReason != provider.RateLimited && s.consecutiveFailures > 0:
 		return HalfOpen
 	}
 	return Closed
@@ -233,14 +235,14 @@ func (s *State) circuit(now time.Time) Circuit {
 // after now means "at once". It waits for an open circuit, a half-open one
 // whose probe is out, an exhausted request window, a token window holding
 // fewer tokens than the request, and the declared rpm/tpm.
-func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, Class) {
+func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, provider.Class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.availableAt(now, tokens)
 }
 
-func (s *State) availableAt(now time.Time, tokens int64) (time.Time, Class) {
-	at, why := now, OK
+func (s *State) availableAt(now time.Time, tokens int64) (time.Time, provider.Class) {
+	at, why := now, provider.OK
 	switch s.circuit(now) {
 	case Open:
 		at, why = s.openUntil, s.openReason
@@ -251,17 +253,17 @@ func (s *State) availableAt(now time.Time, tokens int64) (time.Time, Class) {
 		}
 	}
 	if r := s.requests.current(now); r == 0 && s.requests.reset.After(at) {
-		at, why = s.requests.reset, RateLimited
+		at, why = s.requests.reset, provider.RateLimited
 	}
 	if r := s.tokens.current(now); r >= 0 && r < max(tokens, 1) && s.tokens.reset.After(at) {
-		at, why = s.tokens.reset, RateLimited
+		at, why = s.tokens.reset, provider.RateLimited
 	}
 	if t := s.declared.availableAt(now, tokens); t.After(at) {
-		at, why = t, RateLimited
+		at, why = t, provider.RateLimited
 	}
 	// Fleet mode: the fleet-wide declared window was spent (fleet.go).
 	if t := s.fleet.reservedUntil; t.After(at) {
-		at, why = t, RateLimited
+		at, why = t, provider.RateLimited
 	}
 	return at, why
 }
@@ -271,9 +273,9 @@ type Features struct {
 	// At is when the deployment may be tried (see AvailableAt), Why the reason
 	// it waits.
 	At  time.Time
-	Why Class
+	Why provider.Class
 	// Headroom is the smallest of remaining/limit over the known windows
-	// (provider-stated and declared), after this request's tokens; Unknown
+	// (provider-stated and declared), after this request's tokens; provider.Unknown
 	// (-1) when no window is known.
 	Headroom float64
 	// Latency is the EWMA of TTFT (streaming) or total latency
@@ -301,7 +303,7 @@ func (s *State) Features(now time.Time, tokens int64, stream bool) Features {
 func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	*f = Features{Headroom: Unknown, InFlight: s.inFlight}
+	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight}
 	f.At, f.Why = s.availableAt(now, tokens)
 	if stream && s.ttft > 0 {
 		f.Latency = s.ttft
@@ -400,7 +402,7 @@ func (s *State) Release() {
 }
 
 // Snapshot is a copy of a State for display (admin API, logs, tests).
-// Counts are Unknown (-1) when the provider never stated them.
+// Counts are provider.Unknown (-1) when the provider never stated them.
 type Snapshot struct {
 	Circuit             string    `json:"circuit"`
 	OpenUntil           time.Time `json:"open_until,omitzero"`

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // The parts of a deployment's shared state, as fields of its state hash and
@@ -91,7 +92,7 @@ func decodePart(sh *capacity.Shared, name, value string) {
 		if json.Unmarshal([]byte(value), &c) != nil || c.At <= 0 {
 			return
 		}
-		reason, ok := capacity.ParseClass(c.Reason)
+		reason, ok := provider.ParseClass(c.Reason)
 		if !ok {
 			return
 		}
@@ -101,8 +102,8 @@ func decodePart(sh *capacity.Shared, name, value string) {
 		if json.Unmarshal([]byte(value), &w) != nil || w.At <= 0 {
 			return
 		}
-		sw := capacity.SharedWindow{At: fromMS(w.At), Limit: max(w.Limit, capacity.Unknown),
-			Remaining: max(w.Remaining, capacity.Unknown), Reset: fromMS(w.Reset)}
+		sw := capacity.SharedWindow{At: fromMS(w.At), Limit: max(w.Limit, provider.Unknown),
+			Remaining: max(w.Remaining, provider.Unknown), Reset: fromMS(w.Reset)}
 		if name == partRequests {
 			sh.Requests = sw
 		} else {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 const testIdentity = "openai|https://api.example.com/v1|0a1b2c3d4e5f|gpt-test"
@@ -116,8 +117,8 @@ func keyPrefix(t *testing.T) string {
 	return p.(string)
 }
 
-func rateLimited(retry time.Duration) capacity.Observation {
-	o := capacity.NewObservation(capacity.RateLimited)
+func rateLimited(retry time.Duration) provider.Observation {
+	o := provider.NewObservation(provider.RateLimited)
 	o.RetryAfter = retry
 	return o
 }
@@ -139,7 +140,7 @@ func TestReserveCountsTheFleet(t *testing.T) {
 				t.Fatal("expected the fleet's rpm 3 spent after 3 attempts")
 			}
 			at, why := in.state.AvailableAt(now, 10)
-			if at.Sub(now) < 55*time.Second || why != capacity.RateLimited {
+			if at.Sub(now) < 55*time.Second || why != provider.RateLimited {
 				t.Errorf("expected the deployment rate-limited for about a minute, got %v (%s)", at.Sub(now), why)
 			}
 		}
@@ -182,13 +183,13 @@ func TestCircuitReachesTheFleetAtOnce(t *testing.T) {
 		a.state.Observe(now, rateLimited(30*time.Second), capacity.DefaultPolicy)
 		eventually(t, 2*time.Second, "b to learn a's 429", func() bool {
 			at, why := b.state.AvailableAt(time.Now(), 0)
-			return at.Sub(now) > 25*time.Second && why == capacity.RateLimited
+			return at.Sub(now) > 25*time.Second && why == provider.RateLimited
 		})
 		if snap := b.state.Snapshot(time.Now()); snap.Circuit != "open" || snap.OpenReason != "rate_limited" {
 			t.Errorf("expected b's circuit open for rate_limited, got %s %s", snap.Circuit, snap.OpenReason)
 		}
 		// A success at b closes the circuit everywhere: the newest wins.
-		b.state.Observe(time.Now(), capacity.NewObservation(capacity.OK), capacity.DefaultPolicy)
+		b.state.Observe(time.Now(), provider.NewObservation(provider.OK), capacity.DefaultPolicy)
 		eventually(t, 2*time.Second, "a to learn that the circuit closed", func() bool {
 			at, _ := a.state.AvailableAt(time.Now(), 0)
 			return !at.After(time.Now())
@@ -202,8 +203,8 @@ func TestWindowsReachTheFleet(t *testing.T) {
 	m := miniredis.RunT(t)
 	url := "redis://" + m.Addr()
 	a, b := newInstance(t, url, 50*time.Millisecond, 0, 0), newInstance(t, url, 50*time.Millisecond, 0, 0)
-	ok := capacity.NewObservation(capacity.OK)
-	ok.Requests = capacity.Window{Limit: 100, Remaining: 40, Reset: 30 * time.Second}
+	ok := provider.NewObservation(provider.OK)
+	ok.Requests = provider.Window{Limit: 100, Remaining: 40, Reset: 30 * time.Second}
 	a.state.Observe(time.Now(), ok, capacity.DefaultPolicy)
 	eventually(t, 2*time.Second, "b to poll a's remaining count", func() bool {
 		snap := b.state.Snapshot(time.Now())
@@ -212,8 +213,8 @@ func TestWindowsReachTheFleet(t *testing.T) {
 
 	c, d := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
 	waitSubscribed(t, url, 4)
-	spent := capacity.NewObservation(capacity.OK)
-	spent.Tokens = capacity.Window{Limit: 1000, Remaining: 0, Reset: 20 * time.Second}
+	spent := provider.NewObservation(provider.OK)
+	spent.Tokens = provider.Window{Limit: 1000, Remaining: 0, Reset: 20 * time.Second}
 	now := time.Now()
 	c.state.Observe(now, spent, capacity.DefaultPolicy)
 	eventually(t, 2*time.Second, "d to learn that the token window ran out", func() bool {
@@ -229,7 +230,7 @@ func TestHalfOpenProbeOncePerFleet(t *testing.T) {
 		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
 		waitSubscribed(t, url, 2)
 		p := capacity.Policy{BackoffBase: 30 * time.Millisecond, BackoffMax: 30 * time.Millisecond, Long: time.Hour}
-		a.state.Observe(time.Now(), capacity.NewObservation(capacity.Server), p)
+		a.state.Observe(time.Now(), provider.NewObservation(provider.Server), p)
 		eventually(t, 2*time.Second, "b to learn a's failure", func() bool {
 			return b.state.Snapshot(time.Now()).ConsecutiveFailures == 1
 		})
@@ -247,7 +248,7 @@ func TestHalfOpenProbeOncePerFleet(t *testing.T) {
 		if at, _ := b.state.AvailableAt(now, 0); !at.After(now) {
 			t.Error("expected b to wait while a probes")
 		}
-		a.state.Observe(time.Now(), capacity.NewObservation(capacity.OK), p)
+		a.state.Observe(time.Now(), provider.NewObservation(provider.OK), p)
 		a.state.Release()
 		eventually(t, 2*time.Second, "b to learn the probe's success", func() bool {
 			return b.state.Snapshot(time.Now()).Circuit == "closed"
@@ -456,7 +457,7 @@ func TestDecodeMessageIgnoresGarbage(t *testing.T) {
 		}
 	}
 	_, _, sh, ok := decodeMessage("o\nid\nc\t{\"at\":1700000000000,\"until\":1700000030000,\"reason\":\"rate_limited\",\"failures\":1}")
-	if !ok || sh.Circuit.Reason != capacity.RateLimited || sh.Circuit.OpenUntil.Sub(sh.Circuit.At) != 30*time.Second {
+	if !ok || sh.Circuit.Reason != provider.RateLimited || sh.Circuit.OpenUntil.Sub(sh.Circuit.At) != 30*time.Second {
 		t.Errorf("expected a 30 s rate-limit circuit, got %+v", sh.Circuit)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Bounds on what is read from a provider.
@@ -31,7 +31,7 @@ var (
 // outcome is the result of one attempt.
 type outcome struct {
 	d      *Deployment
-	obs    capacity.Observation
+	obs    provider.Observation
 	status int
 	header http.Header
 	body   []byte
@@ -47,7 +47,7 @@ type outcome struct {
 }
 
 func (o *outcome) clientError() bool {
-	return o.obs.Class == capacity.ClientError || o.obs.Class == capacity.ContextLength
+	return o.obs.Class == provider.ClientError || o.obs.Class == provider.ContextLength
 }
 
 // exchange makes one attempt on d. Its time limit is the smaller of the
@@ -71,7 +71,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	}
 
 	out := &outcome{d: d}
-	fail := func(class capacity.Class, err error) *outcome {
+	fail := func(class provider.Class, err error) *outcome {
 		finish()
 		out.took = time.Since(began)
 		switch {
@@ -82,7 +82,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		case errors.Is(context.Cause(ctx), errAttemptTimeout):
 			out.timeout = true
 		}
-		out.obs = capacity.NewObservation(class)
+		out.obs = provider.NewObservation(class)
 		out.obs.Message = err.Error()
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 			out.obs.Message = cause.Error()
@@ -107,7 +107,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		// Anthropic, say); another deployment may.
 		finish()
 		out.untranslatable = true
-		out.obs = capacity.NewObservation(capacity.ClientError)
+		out.obs = provider.NewObservation(provider.ClientError)
 		out.obs.Message = err.Error()
 		out.status = http.StatusBadRequest
 		out.body = clientErrorBody(err.Error())
@@ -115,14 +115,14 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	}
 	resp, err := d.Transport.RoundTrip(upReq)
 	if err != nil {
-		return fail(capacity.Transport, err)
+		return fail(provider.Transport, err)
 	}
 	out.status, out.header = resp.StatusCode, resp.Header
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
 		if err != nil && len(body) == 0 {
-			return fail(capacity.Transport, err)
+			return fail(provider.Transport, err)
 		}
 		finish()
 		out.took = time.Since(began)
@@ -139,12 +139,12 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
 		resp.Body.Close()
 		if err != nil {
-			return fail(capacity.Transport, err)
+			return fail(provider.Transport, err)
 		}
 		finish()
 		out.took = time.Since(began)
 		if len(body) > maxResponseBody {
-			out.obs = capacity.NewObservation(capacity.Server)
+			out.obs = provider.NewObservation(provider.Server)
 			out.obs.Message = "answer larger than 32 MiB"
 			return out
 		}
@@ -164,7 +164,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 			}
 		}
 		if err != nil {
-			out.obs = capacity.NewObservation(capacity.Server)
+			out.obs = provider.NewObservation(provider.Server)
 			out.obs.Message = "untranslatable answer: " + err.Error()
 		} else {
 			d.State.RecordLatency(out.took, 0)
@@ -177,7 +177,7 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	// like an error status, and the router may still fail over.
 	out.obs = d.Adapter.Observe(resp.StatusCode, resp.Header, nil, r.Clock.Now())
 	s := &Stream{
-		r: r, d: d, choices: req.Choices, includeUsage: req.IncludeUsage, body: resp.Body, sse: adapters.NewSSEReader(resp.Body), dec: d.Adapter.NewStreamDecoder(),
+		r: r, d: d, choices: req.Choices, includeUsage: req.IncludeUsage, body: resp.Body, sse: provider.NewSSEReader(resp.Body), dec: d.Adapter.NewStreamDecoder(),
 		ctx: ctx, cancel: cancel, timer: timer, native: out.native,
 	}
 	for {
@@ -187,27 +187,27 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF // no content at all is no answer
 			}
-			return fail(capacity.Transport, err)
+			return fail(provider.Transport, err)
 		}
 		data, kind, obs := s.dec.Event(ev)
 		switch kind {
-		case adapters.EventSkip:
+		case provider.EventSkip:
 			if s.native && !ev.Comment {
 				// message_start, ping...: the client needs them, but only
 				// once this attempt is chosen.
-				if len(s.pending)+len(ev.Data) > adapters.MaxEventSize {
+				if len(s.pending)+len(ev.Data) > provider.MaxEventSize {
 					resp.Body.Close()
-					return fail(capacity.Server, errors.New("too much before the first content"))
+					return fail(provider.Server, errors.New("too much before the first content"))
 				}
 				s.pending = append(s.pending, frame(nil, ev)...)
 			}
 			continue
-		case adapters.EventError, adapters.EventDone:
+		case provider.EventError, provider.EventDone:
 			resp.Body.Close()
 			finish()
 			out.took = time.Since(began)
-			if kind == adapters.EventDone {
-				obs = capacity.NewObservation(capacity.Server)
+			if kind == provider.EventDone {
+				obs = provider.NewObservation(provider.Server)
 				obs.Message = "stream ended before any content"
 			}
 			out.obs = obs
@@ -240,7 +240,7 @@ type Stream struct {
 	r      *Router
 	d      *Deployment
 	body   io.ReadCloser
-	sse    *adapters.SSEReader
+	sse    *provider.SSEReader
 	dec    adapters.StreamDecoder
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -259,8 +259,8 @@ type Stream struct {
 }
 
 // count notes what a relayed event says about the stream's completeness.
-func (s *Stream) count(data []byte, kind adapters.EventKind) {
-	if kind == adapters.EventFinal {
+func (s *Stream) count(data []byte, kind provider.EventKind) {
+	if kind == provider.EventFinal {
 		s.finals++
 	}
 	// An escaped quote inside content never reads as this key.
@@ -297,7 +297,7 @@ func (s *Stream) Close() {
 // StreamError is an in-band error that ended a stream after it began.
 type StreamError struct {
 	// Class is the failure's error class.
-	Class capacity.Class
+	Class provider.Class
 	// Message says what happened, for the client and the logs (no secrets).
 	Message string
 }
@@ -347,25 +347,25 @@ func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 			if errors.Is(cause, errIdleTimeout) {
 				msg = "stream from the provider went silent"
 			}
-			return s.failed(capacity.NewObservation(capacity.Transport), msg)
+			return s.failed(provider.NewObservation(provider.Transport), msg)
 		}
 		data, kind, obs := s.dec.Event(ev)
-		if s.native && kind != adapters.EventError && !ev.Comment {
+		if s.native && kind != provider.EventError && !ev.Comment {
 			s.count(data, kind)
 			if err := event(frame(nil, ev), false); err != nil {
 				return err
 			}
-			if kind == adapters.EventDone {
+			if kind == provider.EventDone {
 				return event(nil, true)
 			}
 			continue
 		}
 		switch kind {
-		case adapters.EventSkip:
+		case provider.EventSkip:
 			continue
-		case adapters.EventDone:
+		case provider.EventDone:
 			return event(nil, true)
-		case adapters.EventError:
+		case provider.EventError:
 			msg := obs.Message
 			if msg == "" {
 				msg = "provider error mid-stream"
@@ -382,7 +382,7 @@ func (s *Stream) Relay(event func(data []byte, done bool) error) error {
 	}
 }
 
-func (s *Stream) failed(obs capacity.Observation, msg string) error {
+func (s *Stream) failed(obs provider.Observation, msg string) error {
 	obs.Message = msg
 	s.d.State.Observe(s.r.Clock.Now(), obs, s.r.Policy)
 	s.r.Logger.Warn("stream failed after it began",
@@ -391,7 +391,7 @@ func (s *Stream) failed(obs capacity.Observation, msg string) error {
 }
 
 // frame appends ev as an SSE frame to dst.
-func frame(dst []byte, ev *adapters.Event) []byte {
+func frame(dst []byte, ev *provider.Event) []byte {
 	if ev.Name != "" {
 		dst = append(append(append(dst, "event: "...), ev.Name...), '\n')
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Deployment is a provider x an upstream model: the unit that is ranked,
@@ -119,11 +120,11 @@ type Router struct {
 type Observer interface {
 	// Attempt reports one attempt's class and how long it took until its
 	// answer was read (for a stream: until its first event of content).
-	Attempt(d *Deployment, class capacity.Class, took time.Duration)
+	Attempt(d *Deployment, class provider.Class, took time.Duration)
 	// FirstToken reports a stream's time to first content.
 	FirstToken(d *Deployment, ttft time.Duration)
 	// Failover reports a move to another attempt after a failure on from.
-	Failover(from *Deployment, reason capacity.Class)
+	Failover(from *Deployment, reason provider.Class)
 }
 
 // New returns a Router with the Caddyfile defaults: 60 s deadline, 4
@@ -287,21 +288,21 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 		}
 		observed := d.State.Observe(r.Clock.Now(), out.obs, r.Policy)
 		switch class {
-		case capacity.OK:
+		case provider.OK:
 			res.Deployment = d
 			res.Status, res.Header, res.Body, res.Stream, res.Native = out.status, out.header, out.body, out.stream, out.native
 			return res
-		case capacity.ClientError:
+		case provider.ClientError:
 			res.passOn(out)
 			return res
 		}
 		r.logFailure(d, out, observed)
 		last = out
 		switch class {
-		case capacity.ContextLength:
+		case provider.ContextLength:
 			per[i].excluded = true
 			minContext = max(minContext, d.ContextWindow)
-		case capacity.Auth, capacity.QuotaExhausted:
+		case provider.Auth, provider.QuotaExhausted:
 			per[i].excluded = true
 			failures++
 		default:
@@ -320,7 +321,7 @@ func (r *Router) logFailure(d *Deployment, out *outcome, observed capacity.Obser
 	fields := []zap.Field{zap.String("deployment", d.Name), zap.String("class", class.String()),
 		zap.Int("status", out.status), zap.String("message", out.obs.Message)}
 	switch class {
-	case capacity.Auth, capacity.QuotaExhausted:
+	case provider.Auth, provider.QuotaExhausted:
 		if observed.Opened {
 			r.Logger.Error("deployment disabled: the provider rejects our key or the quota is spent",
 				append(fields, zap.Duration("for", observed.Cooldown))...)
@@ -423,7 +424,7 @@ func retryAfterSeconds(d time.Duration) time.Duration {
 func coolingError(cands []scored, first scored, now time.Time) *Error {
 	retry := retryAfterSeconds(first.f.At.Sub(now))
 	for _, c := range cands {
-		if c.f.Why != capacity.RateLimited && c.f.Why != capacity.QuotaExhausted {
+		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
 			return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
 				Message: "every deployment of this model is failing; retry later", RetryAfter: retry}
 		}
@@ -439,16 +440,16 @@ func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, r
 			Message: "no deployment could serve this request"}
 	}
 	switch last.obs.Class {
-	case capacity.ContextLength:
+	case provider.ContextLength:
 		return nil // the provider's 400 is passed on
-	case capacity.RateLimited, capacity.QuotaExhausted:
+	case provider.RateLimited, provider.QuotaExhausted:
 		// A 429 tells the client that the capacity is spent: only when every
 		// deployment is rate-limited or out of quota. One that failed
 		// otherwise (or is free) makes this a 502.
 		earliest, limited := time.Time{}, true
 		for _, d := range group {
 			at, why := d.State.AvailableAt(now, req.Tokens)
-			if !at.After(now) || (why != capacity.RateLimited && why != capacity.QuotaExhausted) {
+			if !at.After(now) || (why != provider.RateLimited && why != provider.QuotaExhausted) {
 				limited = false
 			}
 			if earliest.IsZero() || at.Before(earliest) {

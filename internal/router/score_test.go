@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // withWindows gives d's state what a success response stating these
 // windows would.
-func withWindows(t testing.TB, d *Deployment, now time.Time, req, tok capacity.Window) {
+func withWindows(t testing.TB, d *Deployment, now time.Time, req, tok provider.Window) {
 	t.Helper()
-	o := capacity.NewObservation(capacity.OK)
+	o := provider.NewObservation(provider.OK)
 	o.Requests, o.Tokens = req, tok
 	d.State.Observe(now, o, capacity.DefaultPolicy)
 }
@@ -36,8 +37,8 @@ func scoreOf(t *testing.T, r *Router, group []*Deployment, req *Request, now tim
 func TestScoreNearlyExhaustedLosesToPlenty(t *testing.T) {
 	clock := newFakeClock()
 	low, plenty := deployment("low", &script{}), deployment("plenty", &script{})
-	withWindows(t, low, clock.Now(), capacity.Window{Limit: 1000, Remaining: 2, Reset: 50 * time.Second}, capacity.UnknownWindow)
-	withWindows(t, plenty, clock.Now(), capacity.Window{Limit: 1000, Remaining: 900, Reset: 50 * time.Second}, capacity.UnknownWindow)
+	withWindows(t, low, clock.Now(), provider.Window{Limit: 1000, Remaining: 2, Reset: 50 * time.Second}, provider.UnknownWindow)
+	withWindows(t, plenty, clock.Now(), provider.Window{Limit: 1000, Remaining: 900, Reset: 50 * time.Second}, provider.UnknownWindow)
 	r := newRouter(clock)
 	s := scoreOf(t, r, []*Deployment{low, plenty}, chatReq, clock.Now())
 	if s["plenty"] <= s["low"]+nearTie {
@@ -57,7 +58,7 @@ func TestScoreNearlyExhaustedLosesToPlenty(t *testing.T) {
 func TestRequestLargerThanTokensLeftSkipsDeployment(t *testing.T) {
 	clock := newFakeClock()
 	small, big := deployment("small", &script{}), deployment("big", &script{})
-	withWindows(t, small, clock.Now(), capacity.UnknownWindow, capacity.Window{Limit: 40000, Remaining: 10000, Reset: 30 * time.Second})
+	withWindows(t, small, clock.Now(), provider.UnknownWindow, provider.Window{Limit: 40000, Remaining: 10000, Reset: 30 * time.Second})
 	ok := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
 	small.Transport, big.Transport = ok, ok
 	small.Quality = 1 // would win otherwise
@@ -96,9 +97,9 @@ func TestLatencyAndReliabilityCount(t *testing.T) {
 	fast.State.RecordLatency(200*time.Millisecond, 0)
 	slow.State.RecordLatency(3*time.Second, 0)
 	for i := 0; i < 3; i++ {
-		flaky.State.Observe(clock.Now(), capacity.NewObservation(capacity.Server), capacity.DefaultPolicy)
+		flaky.State.Observe(clock.Now(), provider.NewObservation(provider.Server), capacity.DefaultPolicy)
 	}
-	flaky.State.Observe(clock.Now(), capacity.NewObservation(capacity.OK), capacity.DefaultPolicy)
+	flaky.State.Observe(clock.Now(), provider.NewObservation(provider.OK), capacity.DefaultPolicy)
 	s := scoreOf(t, newRouter(clock), []*Deployment{fast, slow, flaky}, chatReq, clock.Now())
 	if !(s["fast"] > s["slow"]+nearTie && s["fast"] > s["flaky"]+nearTie) {
 		t.Errorf("expected fast and reliable to win clearly, got %v", s)
@@ -157,7 +158,7 @@ func TestHalfOpenProbeLetsOneRequestThrough(t *testing.T) {
 	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
 	group := []*Deployment{deployment("a", a), deployment("b", b)}
 	group[0].Quality = 1 // a first whenever it is usable
-	group[0].State.Observe(clock.Now(), capacity.NewObservation(capacity.Server), capacity.DefaultPolicy)
+	group[0].State.Observe(clock.Now(), provider.NewObservation(provider.Server), capacity.DefaultPolicy)
 	clock.Advance(time.Second) // past the backoff: half-open
 	r := newRouter(clock)
 
@@ -191,7 +192,7 @@ func BenchmarkRank16(b *testing.B) {
 		group[i] = deployment("d", &script{})
 		group[i].CostInput, group[i].CostOutput = float64(i+1)/10, float64(i+1)/5
 		group[i].State.RecordLatency(time.Duration(100+i*10)*time.Millisecond, 0)
-		withWindows(b, group[i], clock.Now(), capacity.Window{Limit: 1000, Remaining: int64(900 - i*10), Reset: time.Minute}, capacity.UnknownWindow)
+		withWindows(b, group[i], clock.Now(), provider.Window{Limit: 1000, Remaining: int64(900 - i*10), Reset: time.Minute}, provider.UnknownWindow)
 	}
 	r := newRouter(clock)
 	req := &Request{Body: chatReq.Body, PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
@@ -214,26 +215,26 @@ func TestWorkedExample(t *testing.T) {
 	oa, groq := deployment("openai/gpt-4o-mini", &script{}), deployment("groq/llama-3.1-8b-instant", &script{})
 	oa.CostInput, oa.CostOutput, oa.Quality = 0.15, 0.60, 0.8
 	groq.CostInput, groq.CostOutput, groq.Quality = 0.05, 0.08, 0.6
-	withWindows(t, oa, clock.Now(), capacity.Window{Limit: 5000, Remaining: 4000, Reset: 10 * time.Second}, capacity.UnknownWindow)
-	withWindows(t, groq, clock.Now(), capacity.Window{Limit: 30, Remaining: 2, Reset: 50 * time.Second}, capacity.UnknownWindow)
+	withWindows(t, oa, clock.Now(), provider.Window{Limit: 5000, Remaining: 4000, Reset: 10 * time.Second}, provider.UnknownWindow)
+	withWindows(t, groq, clock.Now(), provider.Window{Limit: 30, Remaining: 2, Reset: 50 * time.Second}, provider.UnknownWindow)
 	oa.State.RecordLatency(900*time.Millisecond, 0)
 	groq.State.RecordLatency(300*time.Millisecond, 0)
 	// groq: 9 successes in 10 (+1 virtual): 10/11 = 0.91.
 	for i := 0; i < 10; i++ {
-		o := capacity.NewObservation(capacity.OK)
+		o := provider.NewObservation(provider.OK)
 		if i == 0 {
-			o = capacity.NewObservation(capacity.Server)
+			o = provider.NewObservation(provider.Server)
 		}
 		groq.State.Observe(clock.Now(), o, capacity.DefaultPolicy)
 	}
-	withWindows(t, groq, clock.Now(), capacity.Window{Limit: 30, Remaining: 2, Reset: 50 * time.Second}, capacity.UnknownWindow)
+	withWindows(t, groq, clock.Now(), provider.Window{Limit: 30, Remaining: 2, Reset: 50 * time.Second}, provider.UnknownWindow)
 	req := &Request{Body: chatReq.Body, PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
 	s := scoreOf(t, newRouter(clock), []*Deployment{oa, groq}, req, clock.Now())
 	near := func(got, want float64) bool { return got > want-0.005 && got < want+0.005 }
 	if !near(s[oa.Name], 0.667) || !near(s[groq.Name], 0.596) {
 		t.Errorf("expected openai 0.667 and groq 0.596 as in the README, got %v", s)
 	}
-	withWindows(t, groq, clock.Now(), capacity.Window{Limit: 30, Remaining: 25, Reset: 50 * time.Second}, capacity.UnknownWindow)
+	withWindows(t, groq, clock.Now(), provider.Window{Limit: 30, Remaining: 25, Reset: 50 * time.Second}, provider.UnknownWindow)
 	s = scoreOf(t, newRouter(clock), []*Deployment{oa, groq}, req, clock.Now())
 	if !near(s[groq.Name], 0.852) {
 		t.Errorf("expected groq 0.852 with 25 left, got %v", s)

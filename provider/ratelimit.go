@@ -1,4 +1,4 @@
-package adapters
+package provider
 
 import (
 	"math"
@@ -6,18 +6,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // Decoders shared by the wire families: counts, resets, Retry-After and the
 // "try again in 20s" hints providers put in error messages. Every one returns
-// capacity.Unknown for a value it cannot read (garbage, negative, NaN), so a
+// Unknown for a value it cannot read (garbage, negative, NaN), so a
 // provider's bad header never becomes a zero.
 
-// refTime is the instant absolute times in h are measured from: the
+// RefTime is the instant absolute times in h are measured from: the
 // response's Date header when it parses, else now.
-func refTime(h http.Header, now time.Time) time.Time {
+func RefTime(h http.Header, now time.Time) time.Time {
 	if v := h.Get("Date"); v != "" {
 		if t, err := http.ParseTime(v); err == nil {
 			return t
@@ -26,83 +24,83 @@ func refTime(h http.Header, now time.Time) time.Time {
 	return now
 }
 
-// parseCount reads a non-negative integer count ("4999"; "14000.0" too).
-func parseCount(v string) int64 {
+// ParseCount reads a non-negative integer count ("4999"; "14000.0" too).
+func ParseCount(v string) int64 {
 	v = strings.TrimSpace(v)
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 		if n < 0 {
-			return capacity.Unknown // Azure's -1 means "not known"
+			return Unknown // Azure's -1 means "not known"
 		}
 		return n
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || f < 0 || math.IsNaN(f) || f > math.MaxInt64/2 {
-		return capacity.Unknown
+		return Unknown
 	}
 	return int64(f)
 }
 
-// parseReset reads when a window refreshes, as a duration after ref:
+// ParseReset reads when a window refreshes, as a duration after ref:
 //   - a Go duration, as OpenAI and Groq send ("20s", "2m59.56s", "172.8ms");
 //   - plain seconds ("2", "33011.38", Together, Mistral, Cerebras);
 //   - a Unix time in seconds or milliseconds (> 1e9; OpenRouter);
 //   - an RFC 3339 instant (Anthropic) or an HTTP-date.
 //
 // An instant in the past is 0 (already refreshed); a wait longer than
-// capacity.MaxCooldown is garbage (a Retry-After of 1e12), not advice, and
+// MaxCooldown is garbage (a Retry-After of 1e12), not advice, and
 // reads as Unknown, so the router's own backoff applies.
-func parseReset(v string, ref time.Time) time.Duration {
+func ParseReset(v string, ref time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return capacity.Unknown
+		return Unknown
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
 		switch {
 		case math.IsNaN(f) || f < 0:
-			return capacity.Unknown
+			return Unknown
 		case f > 1e12:
-			return clampWait(time.UnixMilli(int64(f)).Sub(ref))
+			return ClampWait(time.UnixMilli(int64(f)).Sub(ref))
 		case f > 1e9:
-			return clampWait(time.Unix(int64(f), 0).Sub(ref))
+			return ClampWait(time.Unix(int64(f), 0).Sub(ref))
 		}
 		return seconds(f)
 	}
 	if d, err := time.ParseDuration(v); err == nil {
 		if d < 0 {
-			return capacity.Unknown
+			return Unknown
 		}
-		return clampWait(d)
+		return ClampWait(d)
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return clampWait(t.Sub(ref))
+		return ClampWait(t.Sub(ref))
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return clampWait(t.Sub(ref))
+		return ClampWait(t.Sub(ref))
 	}
-	return capacity.Unknown
+	return Unknown
 }
 
 // seconds converts non-negative float seconds to a duration, Unknown past
-// capacity.MaxCooldown.
+// MaxCooldown.
 func seconds(f float64) time.Duration {
-	if math.IsInf(f, 0) || f*float64(time.Second) > float64(capacity.MaxCooldown) {
-		return capacity.Unknown
+	if math.IsInf(f, 0) || f*float64(time.Second) > float64(MaxCooldown) {
+		return Unknown
 	}
 	return time.Duration(f * float64(time.Second))
 }
 
-// clampWait maps a past instant to 0 and an absurdly distant one to Unknown.
-func clampWait(d time.Duration) time.Duration {
-	if d > capacity.MaxCooldown {
-		return capacity.Unknown
+// ClampWait maps a past instant to 0 and an absurdly distant one to Unknown.
+func ClampWait(d time.Duration) time.Duration {
+	if d > MaxCooldown {
+		return Unknown
 	}
 	return max(d, 0)
 }
 
-// retryAfter reads retry-after-ms (Azure OpenAI, milliseconds) or
+// RetryAfter reads retry-after-ms (Azure OpenAI, milliseconds) or
 // Retry-After (RFC 9110: delay-seconds or an HTTP-date, read against the
 // Date header). Unknown when neither is present or readable.
-func retryAfter(h http.Header, ref time.Time) time.Duration {
+func RetryAfter(h http.Header, ref time.Time) time.Duration {
 	if v := h.Get("Retry-After-Ms"); v != "" {
 		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f >= 0 && !math.IsNaN(f) {
 			return seconds(f / 1000)
@@ -110,18 +108,18 @@ func retryAfter(h http.Header, ref time.Time) time.Duration {
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
-		return capacity.Unknown
+		return Unknown
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
 		if f < 0 || math.IsNaN(f) {
-			return capacity.Unknown
+			return Unknown
 		}
 		return seconds(f)
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return clampWait(t.Sub(ref))
+		return ClampWait(t.Sub(ref))
 	}
-	return capacity.Unknown
+	return Unknown
 }
 
 // hintPrefixes introduce a wait in providers' error messages: OpenAI and Groq
@@ -129,8 +127,8 @@ func retryAfter(h http.Header, ref time.Time) time.Duration {
 // Gemini "Please retry in 26.2s.".
 var hintPrefixes = []string{"try again in ", "retry in ", "retry after "}
 
-// messageHint reads the wait an error message suggests, or Unknown.
-func messageHint(msg string) time.Duration {
+// MessageHint reads the wait an error message suggests, or Unknown.
+func MessageHint(msg string) time.Duration {
 	lower := strings.ToLower(msg)
 	for _, p := range hintPrefixes {
 		i := strings.Index(lower, p)
@@ -141,7 +139,7 @@ func messageHint(msg string) time.Duration {
 			return d
 		}
 	}
-	return capacity.Unknown
+	return Unknown
 }
 
 // parseHint reads "125ms", "5.289s", "1m30s", "5 seconds", "2 minutes".
@@ -152,11 +150,11 @@ func parseHint(s string) time.Duration {
 	}
 	tok := strings.TrimSuffix(s[:end], ".")
 	if d, err := time.ParseDuration(tok); err == nil && d >= 0 {
-		return clampWait(d)
+		return ClampWait(d)
 	}
 	f, err := strconv.ParseFloat(tok, 64)
 	if err != nil || f < 0 || math.IsNaN(f) {
-		return capacity.Unknown
+		return Unknown
 	}
 	unit := strings.TrimLeft(s[end:], " ")
 	switch {
@@ -167,5 +165,5 @@ func parseHint(s string) time.Duration {
 	case strings.HasPrefix(unit, "s"), strings.HasPrefix(unit, "sec"):
 		return seconds(f)
 	}
-	return capacity.Unknown
+	return Unknown
 }

@@ -1,10 +1,4 @@
-// Package capacity holds what is known about each deployment's rate limits
-// and health: the provider-agnostic Observation an adapter decodes from one
-// response, and the State that accumulates observations per deployment.
-//
-// It imports nothing of this project and nothing of Caddy; time is always
-// passed in, so callers control the clock.
-package capacity
+package provider
 
 import "time"
 
@@ -17,8 +11,8 @@ const Unknown = -1
 // billion seconds is garbage, not advice). 24 hours covers daily quotas.
 const MaxCooldown = 24 * time.Hour
 
-// Class is the error class of one attempt, decided by the adapter and acted
-// on by the router (see DESIGN.md, "Error classes").
+// Class is the error class of one attempt, decided by the provider type
+// (Provider.Observe) and acted on by the router.
 type Class uint8
 
 // The error classes. OK is a usable answer.
@@ -27,7 +21,7 @@ const (
 	RateLimited          // 429 rate_limit_exceeded and kin: avoid until reset, try another deployment
 	QuotaExhausted       // insufficient_quota, spend limit, 402: avoid for long
 	Overloaded           // 503, 529, Groq 498: transient, try another deployment
-	Server               // other 5xx: transient
+	Server               // other 5xx, a 200 that is no answer: transient
 	Transport            // refused, reset, TLS, timeout before headers: transient
 	Auth                 // 401/403 from the provider: our key is bad, avoid for long
 	ContextLength        // prompt too long for this deployment: try a larger context window
@@ -46,14 +40,17 @@ var classNames = [...]string{
 	ClientError:    "client_error",
 }
 
-// String returns the class name used in logs, metrics and fixtures
-// ("rate_limited", "quota_exhausted", ...).
+// String returns the class name used in logs, metrics, the admin API and
+// fixtures ("rate_limited", "quota_exhausted", ...).
 func (c Class) String() string {
 	if int(c) < len(classNames) {
 		return classNames[c]
 	}
 	return "unknown"
 }
+
+// MarshalText writes the class's name, so that JSON shows "rate_limited".
+func (c Class) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // ParseClass is the inverse of String; ok is false for an unknown name.
 func ParseClass(s string) (Class, bool) {
@@ -100,8 +97,9 @@ var UnknownWindow = Window{Limit: Unknown, Remaining: Unknown, Reset: Unknown}
 // Exhausted reports whether the window says nothing is left and when that ends.
 func (w Window) Exhausted() bool { return w.Remaining == 0 && w.Reset > 0 }
 
-// Observation is what an adapter decoded from one response (or transport
-// failure): the error class, the rate-limit windows and any stated wait.
+// Observation is what a provider type decoded from one response (or
+// transport failure): the error class, the rate-limit windows and any
+// stated wait.
 type Observation struct {
 	Class    Class
 	Requests Window
@@ -110,83 +108,12 @@ type Observation struct {
 	// HTTP-date), retry-after-ms, a body retry delay or a "try again in 20s"
 	// hint. Unknown when none was given.
 	RetryAfter time.Duration
-	// Message is the provider's error message, for logs (never a key).
+	// Message is the provider's error message, for logs and for the client
+	// when the error is passed on (never a key).
 	Message string
 }
 
 // NewObservation returns an Observation of class c with nothing else known.
 func NewObservation(c Class) Observation {
 	return Observation{Class: c, Requests: UnknownWindow, Tokens: UnknownWindow, RetryAfter: Unknown}
-}
-
-// Policy says how observations turn into waits.
-type Policy struct {
-	// BackoffBase is the floor of every wait after a failure, doubled per
-	// consecutive failure: BackoffBase * 2^(n-1).
-	BackoffBase time.Duration
-	// BackoffMax caps the exponential backoff (not a provider-stated reset).
-	BackoffMax time.Duration
-	// Long is how long quota and auth failures keep a deployment out when the
-	// provider states no reset.
-	Long time.Duration
-}
-
-// DefaultPolicy matches the Caddyfile defaults: 500ms base, 30s cap, 1h long.
-var DefaultPolicy = Policy{BackoffBase: 500 * time.Millisecond, BackoffMax: 30 * time.Second, Long: time.Hour}
-
-// Backoff returns BackoffBase * 2^(n-1), capped at BackoffMax; n < 1 counts as 1.
-func (p Policy) Backoff(n int) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	d := p.BackoffBase
-	for i := 1; i < n && d < p.BackoffMax; i++ {
-		d *= 2
-	}
-	if p.BackoffMax > 0 && d > p.BackoffMax {
-		d = p.BackoffMax
-	}
-	return d
-}
-
-// Cooldown is how long the deployment must be avoided after o, for the n-th
-// consecutive failure (n >= 1). Zero means usable at once.
-//
-//   - rate_limited: the longest of Retry-After and the reset of every exhausted
-//     window, floored by the backoff (a Retry-After of 0 does not invite a
-//     blind retry loop);
-//   - quota_exhausted: the stated reset of an exhausted window, else Long;
-//   - auth: Long;
-//   - overloaded, server, transport: the longer of Retry-After and the backoff;
-//   - ok: until the reset of an exhausted window (a success saying
-//     "remaining 0" predicts the next 429), else 0.
-func (o Observation) Cooldown(p Policy, n int) time.Duration {
-	var d time.Duration
-	switch o.Class {
-	case RateLimited:
-		d = max(o.RetryAfter, o.exhaustedReset(), p.Backoff(n))
-	case QuotaExhausted:
-		d = o.exhaustedReset()
-		if d <= 0 {
-			d = p.Long
-		}
-	case Auth:
-		d = p.Long
-	case Overloaded, Server, Transport:
-		d = max(o.RetryAfter, p.Backoff(n))
-	default:
-		d = o.exhaustedReset()
-	}
-	return min(max(d, 0), MaxCooldown)
-}
-
-func (o Observation) exhaustedReset() time.Duration {
-	var d time.Duration = Unknown
-	if o.Requests.Exhausted() {
-		d = o.Requests.Reset
-	}
-	if o.Tokens.Exhausted() {
-		d = max(d, o.Tokens.Reset)
-	}
-	return d
 }

@@ -16,20 +16,88 @@ const statusOverloaded = 529
 // byte for byte as Anthropic sends it.
 var anthropicPing = []byte("event: ping\ndata: {\"type\": \"ping\"}\n\n")
 
+// anthropicMessageObject is a Messages API message: the non-streamed answer,
+// and the message of a stream's message_start with empty content and a
+// null stop_reason.
+type anthropicMessageObject struct {
+	ID           string          `json:"id"`
+	Type         string          `json:"type"`
+	Role         string          `json:"role"`
+	Model        string          `json:"model"`
+	Content      []anthropicText `json:"content"`
+	StopReason   *string         `json:"stop_reason"`
+	StopSequence *string         `json:"stop_sequence"` // always null
+	Usage        anthropicUsage  `json:"usage"`
+}
+
+// anthropicText is a text content block, or a text_delta.
+type anthropicText struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type anthropicUsage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// anthropicMessageStart is a stream's message_start event.
+type anthropicMessageStart struct {
+	Type    string                 `json:"type"`
+	Message anthropicMessageObject `json:"message"`
+}
+
+// anthropicDelta is a content_block_delta event.
+type anthropicDelta struct {
+	Type  string        `json:"type"`
+	Index int           `json:"index"`
+	Delta anthropicText `json:"delta"`
+}
+
+// anthropicMessageDelta is a stream's message_delta event.
+type anthropicMessageDelta struct {
+	Type  string `json:"type"`
+	Delta struct {
+		StopReason   string  `json:"stop_reason"`
+		StopSequence *string `json:"stop_sequence"` // always null
+	} `json:"delta"`
+	Usage struct {
+		OutputTokens int `json:"output_tokens"`
+	} `json:"usage"`
+}
+
+type anthropicModelList struct {
+	Data    [1]anthropicModel `json:"data"`
+	HasMore bool              `json:"has_more"`
+	FirstID string            `json:"first_id"`
+	LastID  string            `json:"last_id"`
+}
+
+type anthropicModel struct {
+	Type        string `json:"type"`
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"`
+}
+
+// stopEndTurn is the stop_reason of a finished answer.
+var stopEndTurn = "end_turn"
+
+// anthropicMessageID is the id of the nth message.
+func anthropicMessageID(n uint64) string { return "msg_mock_" + strconv.FormatUint(n, 10) }
+
 // anthropicMessage is the non-streamed answer of the Messages API.
 func (h *Handler) anthropicMessage(a answer) []byte {
-	b := make([]byte, 0, 256+len(h.reply))
-	b = append(b, `{"id":"msg_mock_`...)
-	b = strconv.AppendUint(b, h.st.ids.Add(1), 10)
-	b = append(b, `","type":"message","role":"assistant","model":`...)
-	b = appendJSONString(b, a.model)
-	b = append(b, `,"content":[{"type":"text","text":`...)
-	b = append(b, h.reply...)
-	b = append(b, `}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":`...)
-	b = strconv.AppendInt(b, int64(a.prompt), 10)
-	b = append(b, `,"output_tokens":`...)
-	b = strconv.AppendInt(b, int64(a.completion), 10)
-	return append(b, "}}"...)
+	m := anthropicMessageObject{
+		ID:         anthropicMessageID(h.st.ids.Add(1)),
+		Type:       "message",
+		Role:       "assistant",
+		Model:      a.model,
+		Content:    []anthropicText{{Type: "text", Text: h.reply}},
+		StopReason: &stopEndTurn,
+		Usage:      anthropicUsage{InputTokens: a.prompt, OutputTokens: a.completion},
+	}
+	return appendJSON(make([]byte, 0, 256+len(h.reply)), &m)
 }
 
 // anthropicStream is a Messages API stream: message_start,
@@ -44,30 +112,36 @@ func (s *anthropicStream) contentType() string { return "text/event-stream" }
 func (s *anthropicStream) keepAlive() []byte   { return anthropicPing }
 
 func (s *anthropicStream) head(b []byte) []byte {
-	b = append(b, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_mock_"...)
-	b = strconv.AppendUint(b, s.id, 10)
-	b = append(b, `","type":"message","role":"assistant","model":`...)
-	b = appendJSONString(b, s.a.model)
-	b = append(b, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":`...)
-	b = strconv.AppendInt(b, int64(s.a.prompt), 10)
-	// Anthropic reports 1 output token in message_start; the count in
-	// message_delta is the total, not an increment.
-	b = append(b, ",\"output_tokens\":1}}}\n\n"...)
+	b = append(b, "event: message_start\ndata: "...)
+	b = appendJSON(b, &anthropicMessageStart{Type: "message_start", Message: anthropicMessageObject{
+		ID:      anthropicMessageID(s.id),
+		Type:    "message",
+		Role:    "assistant",
+		Model:   s.a.model,
+		Content: []anthropicText{},
+		// Anthropic reports 1 output token in message_start; the count
+		// in message_delta is the total, not an increment.
+		Usage: anthropicUsage{InputTokens: s.a.prompt, OutputTokens: 1},
+	}})
+	b = append(b, "\n\n"...)
 	b = append(b, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)
 	return append(b, anthropicPing...)
 }
 
-func (s *anthropicStream) chunk(b []byte, _ int, piece []byte, _ bool) []byte {
-	b = append(b, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":"...)
-	b = append(b, piece...)
-	return append(b, "}}\n\n"...)
+func (s *anthropicStream) chunk(b []byte, _ int, piece string, _ bool) []byte {
+	b = append(b, "event: content_block_delta\ndata: "...)
+	b = appendJSON(b, &anthropicDelta{Type: "content_block_delta", Delta: anthropicText{Type: "text_delta", Text: piece}})
+	return append(b, "\n\n"...)
 }
 
 func (s *anthropicStream) end(b []byte) []byte {
 	b = append(b, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"...)
-	b = append(b, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":"...)
-	b = strconv.AppendInt(b, int64(s.a.completion), 10)
-	b = append(b, "}}\n\n"...)
+	md := anthropicMessageDelta{Type: "message_delta"}
+	md.Delta.StopReason = stopEndTurn
+	md.Usage.OutputTokens = s.a.completion
+	b = append(b, "event: message_delta\ndata: "...)
+	b = appendJSON(b, &md)
+	b = append(b, "\n\n"...)
 	return append(b, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
 }
 
@@ -79,10 +153,17 @@ func (s *anthropicStream) errorEvent(b, payload []byte) []byte {
 
 // anthropicError is an Anthropic error body.
 func anthropicError(typ, msg string) []byte {
-	b := append([]byte(`{"type":"error","error":{"type":`), appendJSONString(nil, typ)...)
-	b = append(b, `,"message":`...)
-	b = appendJSONString(b, msg)
-	return append(b, "}}"...)
+	var e struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	e.Type = "error"
+	e.Error.Type = typ
+	e.Error.Message = msg
+	return appendJSON(nil, &e)
 }
 
 // anthropicStatusError is the body of a status fault: the error type
@@ -156,13 +237,9 @@ func setAnthropicLimitHeaders(hdr http.Header, ls limitState) {
 
 // anthropicModels is the model list of the Models API.
 func anthropicModels(id string) []byte {
-	j := appendJSONString(nil, id)
-	b := append([]byte(`{"data":[{"type":"model","id":`), j...)
-	b = append(b, `,"display_name":`...)
-	b = append(b, j...)
-	b = append(b, `,"created_at":"2025-01-01T00:00:00Z"}],"has_more":false,"first_id":`...)
-	b = append(b, j...)
-	b = append(b, `,"last_id":`...)
-	b = append(b, j...)
-	return append(b, '}')
+	return appendJSON(nil, &anthropicModelList{
+		Data:    [1]anthropicModel{{Type: "model", ID: id, DisplayName: id, CreatedAt: "2025-01-01T00:00:00Z"}},
+		FirstID: id,
+		LastID:  id,
+	})
 }

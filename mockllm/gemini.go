@@ -1,7 +1,6 @@
 package mockllm
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,28 +49,47 @@ func (h *Handler) geminiResponse(a answer) []byte {
 	return appendGeminiChunk(make([]byte, 0, 256+len(h.reply)), a, h.reply, true)
 }
 
-// appendGeminiChunk appends a GenerateContentResponse holding text (a
-// JSON string); last adds finishReason and usageMetadata.
-func appendGeminiChunk(b []byte, a answer, text []byte, last bool) []byte {
-	b = append(b, `{"candidates":[{"content":{"role":"model","parts":[{"text":`...)
-	b = append(b, text...)
-	b = append(b, `}]},`...)
+// generateContentResponse is a GenerateContentResponse with one
+// candidate.
+type generateContentResponse struct {
+	Candidates    [1]geminiCandidate   `json:"candidates"`
+	UsageMetadata *geminiUsageMetadata `json:"usageMetadata,omitempty"` // last chunk only
+	ModelVersion  string               `json:"modelVersion"`
+}
+
+type geminiCandidate struct {
+	Content struct {
+		Role  string `json:"role"`
+		Parts [1]struct {
+			Text string `json:"text"`
+		} `json:"parts"`
+	} `json:"content"`
+	FinishReason string `json:"finishReason,omitempty"` // last chunk only
+	Index        int    `json:"index"`
+}
+
+type geminiUsageMetadata struct {
+	PromptTokenCount     int `json:"promptTokenCount"`
+	CandidatesTokenCount int `json:"candidatesTokenCount"`
+	TotalTokenCount      int `json:"totalTokenCount"`
+}
+
+// appendGeminiChunk appends a GenerateContentResponse holding text;
+// last adds finishReason and usageMetadata.
+func appendGeminiChunk(b []byte, a answer, text string, last bool) []byte {
+	r := generateContentResponse{ModelVersion: a.model}
+	c := &r.Candidates[0]
+	c.Content.Role = "model"
+	c.Content.Parts[0].Text = text
 	if last {
-		b = append(b, `"finishReason":"STOP",`...)
+		c.FinishReason = "STOP"
+		r.UsageMetadata = &geminiUsageMetadata{
+			PromptTokenCount:     a.prompt,
+			CandidatesTokenCount: a.completion,
+			TotalTokenCount:      a.prompt + a.completion,
+		}
 	}
-	b = append(b, `"index":0}]`...)
-	if last {
-		b = append(b, `,"usageMetadata":{"promptTokenCount":`...)
-		b = strconv.AppendInt(b, int64(a.prompt), 10)
-		b = append(b, `,"candidatesTokenCount":`...)
-		b = strconv.AppendInt(b, int64(a.completion), 10)
-		b = append(b, `,"totalTokenCount":`...)
-		b = strconv.AppendInt(b, int64(a.prompt+a.completion), 10)
-		b = append(b, '}')
-	}
-	b = append(b, `,"modelVersion":`...)
-	b = appendJSONString(b, a.model)
-	return append(b, '}')
+	return appendJSON(b, &r)
 }
 
 // geminiStream is a streamGenerateContent answer: with ?alt=sse one
@@ -110,7 +128,7 @@ func (s *geminiStream) open(b []byte) []byte {
 	return append(b, '[')
 }
 
-func (s *geminiStream) chunk(b []byte, _ int, piece []byte, last bool) []byte {
+func (s *geminiStream) chunk(b []byte, _ int, piece string, last bool) []byte {
 	if s.array {
 		return appendGeminiChunk(s.open(b), s.a, piece, last)
 	}
@@ -172,13 +190,9 @@ type errorInfo struct {
 }
 
 func marshalGoogleError(st googleStatus) []byte {
-	b, err := json.Marshal(struct {
+	return appendJSON(nil, &struct {
 		Error googleStatus `json:"error"`
 	}{st})
-	if err != nil { // cannot happen: strings, ints and maps of strings
-		panic(err)
-	}
-	return b
 }
 
 // googleError is a google.rpc error body for an HTTP status.
@@ -281,8 +295,16 @@ func geminiWindowQuotaError(ls limitState, model string) []byte {
 
 // geminiModels is the model list of the Gemini API.
 func geminiModels(id string) []byte {
-	b := append([]byte(`{"models":[{"name":`), appendJSONString(nil, "models/"+id)...)
-	b = append(b, `,"displayName":`...)
-	b = appendJSONString(b, id)
-	return append(b, `,"supportedGenerationMethods":["generateContent","streamGenerateContent"]}]}`...)
+	type model struct {
+		Name                       string    `json:"name"`
+		DisplayName                string    `json:"displayName"`
+		SupportedGenerationMethods [2]string `json:"supportedGenerationMethods"`
+	}
+	return appendJSON(nil, &struct {
+		Models [1]model `json:"models"`
+	}{[1]model{{
+		Name:                       "models/" + id,
+		DisplayName:                id,
+		SupportedGenerationMethods: [2]string{"generateContent", "streamGenerateContent"},
+	}}})
 }

@@ -1068,12 +1068,13 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 }
 
-func TestNewPlainHandler(t *testing.T) {
-	h, err := New(Handler{Model: "plain", Chunks: 2})
-	if err != nil {
+func TestPlainHandler(t *testing.T) {
+	h := &Handler{Model: "plain", Chunks: 2}
+	if err := h.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	defer h.Close()
+	srv := httptest.NewServer(h.HTTPHandler())
 	defer srv.Close()
 	resp, err := srv.Client().Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
 	if err != nil {
@@ -1083,8 +1084,51 @@ func TestNewPlainHandler(t *testing.T) {
 	if !strings.Contains(body, `"model":"plain"`) || !strings.Contains(body, `"completion_tokens":2`) {
 		t.Errorf("expected the configured answer, got %s", body)
 	}
-	if _, err := New(Handler{Chunks: -1}); err == nil {
-		t.Error("expected New to validate")
+	if err := (&Handler{Chunks: -1}).Setup(); err == nil {
+		t.Error("expected Setup to validate")
+	}
+}
+
+// A copy of a set-up Handler set up again with another Reply must not
+// change the stream of the original (setup once reused the pieces'
+// backing array).
+func TestSetupOfCopyKeepsOriginal(t *testing.T) {
+	orig := &Handler{Reply: "one two three", Chunks: 3}
+	if err := orig.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	cp := *orig
+	cp.Reply = "four five six"
+	if err := cp.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	for _, tt := range []struct {
+		h    *Handler
+		want string
+	}{{orig, "one two three"}, {&cp, "four five six"}} {
+		rec := httptest.NewRecorder()
+		tt.h.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(streamBody)))
+		var got strings.Builder
+		for line := range strings.SplitSeq(rec.Body.String(), "\n") {
+			d, ok := strings.CutPrefix(line, "data: ")
+			if !ok || d == "[DONE]" {
+				continue
+			}
+			var c struct {
+				Choices []struct {
+					Delta struct{ Content string } `json:"delta"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal([]byte(d), &c); err != nil {
+				t.Fatalf("bad chunk %s: %v", d, err)
+			}
+			got.WriteString(c.Choices[0].Delta.Content)
+		}
+		if got.String() != tt.want {
+			t.Errorf("expected the stream to carry %q, got %q", tt.want, got.String())
+		}
 	}
 }
 
@@ -1160,10 +1204,20 @@ func TestSplitReply(t *testing.T) {
 	}
 }
 
-func TestAppendJSONString(t *testing.T) {
+func TestAppendJSON(t *testing.T) {
 	for _, s := range []string{"", "plain", `q"b\s`, "\n\r\t\x00\x1f", "é日本\u2028\u2029", "bad\xffutf8", "<&>"} {
 		var got string
-		b := appendJSONString(nil, s)
+		b := appendJSON([]byte("x"), s)
+		if b[0] != 'x' {
+			t.Errorf("expected %q appended to x, got %s", s, b)
+		}
+		b = b[1:]
+		if strings.HasSuffix(string(b), "\n") {
+			t.Errorf("%q encoded with a trailing newline: %q", s, b)
+		}
+		if s == "<&>" && string(b) != `"<&>"` {
+			t.Errorf("expected <, > and & unescaped, as providers send them, got %s", b)
+		}
 		if err := json.Unmarshal(b, &got); err != nil {
 			t.Errorf("%q encoded as %s: %v", s, b, err)
 			continue

@@ -1,0 +1,287 @@
+package mockllm
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// Faults (Handler.Faults): their kinds and validation, which fault
+// selects a request, hang and abandon, and the error bodies of
+// rate_limit, status and error_event faults. Cut and error_event
+// faults strike streams in stream.go.
+
+// Fault kinds, the values of Fault.Kind.
+const (
+	FaultRateLimit  = "rate_limit"
+	FaultStatus     = "status"
+	FaultHang       = "hang"
+	FaultCut        = "cut"
+	FaultErrorEvent = "error_event"
+	FaultKeepAlive  = "keepalive"
+)
+
+// Fault is one scripted failure.
+type Fault struct {
+	// Kind selects the failure:
+	//
+	//   - rate_limit: Status (default 429) with the dialect's rate-limit
+	//     error: OpenAI's rate_limit_exceeded; Anthropic's
+	//     rate_limit_error with a retry-after header; Gemini's
+	//     RESOURCE_EXHAUSTED with QuotaFailure (QuotaID) and RetryInfo
+	//     (RetryDelay). See RetryDelay for Retry-After.
+	//   - status: Status (default 500) with the dialect's error body:
+	//     an OpenAI server_error "mock status <code>"; an Anthropic
+	//     error whose type matches the status (400
+	//     invalid_request_error, 401 authentication_error, 402
+	//     billing_error, 403 permission_error, 404 not_found_error, 413
+	//     request_too_large, 429 rate_limit_error, 500 api_error, 504
+	//     timeout_error, 529 overloaded_error "Overloaded"; other 4xx
+	//     invalid_request_error, others api_error); a google.rpc error
+	//     whose status matches the code (400 INVALID_ARGUMENT, 401
+	//     UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND, 409
+	//     ABORTED, 429 RESOURCE_EXHAUSTED, 499 CANCELLED, 500 INTERNAL,
+	//     501 UNIMPLEMENTED, 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED;
+	//     other 4xx FAILED_PRECONDITION, others UNKNOWN).
+	//   - hang: never answer; the handler returns when the client goes
+	//     away, and aborts the connection when the server shuts down or
+	//     the handler is cleaned up.
+	//   - cut: streams send After content chunks then abort the
+	//     connection without their end ([DONE], message_stop, Gemini's
+	//     finishReason); plain answers send headers with the full
+	//     Content-Length and half the body, then abort. Clients read an
+	//     unexpected EOF.
+	//   - error_event: streams send After content chunks, then an error
+	//     event and end without their normal end: OpenAI's data: event
+	//     holding a server_error; Anthropic's "event: error" with an
+	//     overloaded_error; Gemini's data: event holding a 503
+	//     UNAVAILABLE google.rpc error ("The model is overloaded.").
+	//     Plain answers get Status (default 500 openai, 529 anthropic,
+	//     503 gemini) with that error.
+	//   - keepalive: during FirstTokenDelay streams send a keep-alive
+	//     every 100ms: ": keep-alive" SSE comments (openai, gemini SSE),
+	//     "event: ping" events (anthropic), nothing for a Gemini stream
+	//     without ?alt=sse (a JSON array). It never selects plain
+	//     requests, so a later fault may apply to them.
+	//
+	// Required.
+	Kind string `json:"kind"`
+
+	// Every selects the Nth, 2Nth, ... API request, counted from 1
+	// over all such requests received since provision or the last
+	// reset (rejected ones included).
+	// Default: 0 (every request).
+	Every int `json:"every,omitempty"`
+
+	// From is when the fault becomes active, measured from provision.
+	// Default: 0 (at once). Unit: duration.
+	From caddy.Duration `json:"from,omitempty"`
+
+	// For is how long the fault stays active after From.
+	// Default: 0 (forever). Unit: duration.
+	For caddy.Duration `json:"for,omitempty"`
+
+	// Status is the HTTP status of rate_limit (default 429), status
+	// (default 500) and non-streamed error_event (default 500 openai,
+	// 529 anthropic, 503 gemini) faults.
+	// Must be 100-599. Unit: HTTP status code.
+	Status int `json:"status,omitempty"`
+
+	// Headers are set on the faulted answer, replacing any header of
+	// the same name the mock would send (for example Retry-After, or
+	// an x-ratelimit-* header). Default: none.
+	Headers http.Header `json:"headers,omitempty"`
+
+	// Body replaces the default error body of rate_limit, status and
+	// error_event faults (for streamed error_event, the payload of the
+	// error event). Default: the dialect's error described above.
+	Body string `json:"body,omitempty"`
+
+	// After is the number of content chunks a stream sends before a
+	// cut or error_event fault strikes; 0 strikes right after the
+	// response headers (anthropic: after message_start,
+	// content_block_start and ping). Default: 1 (when unset).
+	// Unit: chunks.
+	After *int `json:"after,omitempty"`
+
+	// RetryDelay is how long a rate_limit fault tells the client to
+	// wait: Retry-After in whole seconds, rounded up (openai,
+	// anthropic), or the RetryInfo retryDelay "<seconds>s" (gemini).
+	// Default: 0, which in the openai dialect sends no Retry-After (as
+	// before) and in the others the time until the RateLimit window
+	// ends, or 1m without a RateLimit. Unit: duration.
+	RetryDelay caddy.Duration `json:"retry_delay,omitempty"`
+
+	// QuotaID is the quotaId of the QuotaFailure violation in a gemini
+	// rate_limit fault's body, for example
+	// GenerateRequestsPerDayPerProjectPerModel-FreeTier to script a
+	// spent per-day quota. Ignored by other kinds and dialects.
+	// Default: GenerateRequestsPerMinutePerProjectPerModel-FreeTier.
+	QuotaID string `json:"quota_id,omitempty"`
+}
+
+func (f *Fault) validate() error {
+	switch f.Kind {
+	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive:
+	case "":
+		return errors.New("kind is required")
+	default:
+		return fmt.Errorf("unknown kind %q (want rate_limit, status, hang, cut, error_event or keepalive)", f.Kind)
+	}
+	switch {
+	case f.Every < 0:
+		return fmt.Errorf("every must not be negative, got %d", f.Every)
+	case f.From < 0:
+		return fmt.Errorf("from must not be negative, got %s", time.Duration(f.From))
+	case f.For < 0:
+		return fmt.Errorf("for must not be negative, got %s", time.Duration(f.For))
+	case f.Status != 0 && (f.Status < 100 || f.Status > 599):
+		return fmt.Errorf("status must be 100-599, got %d", f.Status)
+	case f.After != nil && *f.After < 0:
+		return fmt.Errorf("after must not be negative, got %d", *f.After)
+	case f.RetryDelay < 0:
+		return fmt.Errorf("retry_delay must not be negative, got %s", time.Duration(f.RetryDelay))
+	}
+	return nil
+}
+
+// pickFault returns the first fault active now that selects request n.
+// keepalive faults select streams only.
+func (h *Handler) pickFault(n int64, stream bool) *Fault {
+	elapsed := h.now().Sub(h.st.start)
+	for i := range h.Faults {
+		f := &h.Faults[i]
+		if f.Every > 1 && n%int64(f.Every) != 0 {
+			continue
+		}
+		from := time.Duration(f.From)
+		if elapsed < from || (f.For > 0 && elapsed >= from+time.Duration(f.For)) {
+			continue
+		}
+		if f.Kind == FaultKeepAlive && !stream {
+			continue
+		}
+		return f
+	}
+	return nil
+}
+
+// hang never answers: it returns when the client goes away and aborts
+// the connection when the server shuts down or the handler is cleaned
+// up, so neither waits for a client that never leaves.
+func (h *Handler) hang(r *http.Request) {
+	select {
+	case <-r.Context().Done():
+		return
+	case <-h.st.done:
+	case <-h.serverShutdown(r):
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// serverShutdown returns a channel closed when the http.Server serving
+// r starts shutting down, or nil when r carries no server.
+func (h *Handler) serverShutdown(r *http.Request) <-chan struct{} {
+	srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if srv == nil {
+		return nil
+	}
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	ch, ok := h.st.shutdownChs[srv]
+	if !ok {
+		ch = make(chan struct{})
+		h.st.shutdownChs[srv] = ch
+		var once sync.Once
+		srv.RegisterOnShutdown(func() { once.Do(func() { close(ch) }) })
+	}
+	return ch
+}
+
+// abandon ends a request whose wait was interrupted: nothing to do if
+// the client left, else the mock is closing and aborts the connection
+// rather than let net/http finish it as a success.
+func (h *Handler) abandon(r *http.Request) {
+	if r.Context().Err() != nil {
+		return
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// writeFaultRateLimit answers with a rate_limit fault; lim is the
+// window after this request was counted.
+func (h *Handler) writeFaultRateLimit(w http.ResponseWriter, f *Fault, lim limitState, model string) {
+	code := statusOr(f.Status, http.StatusTooManyRequests)
+	retry := time.Duration(f.RetryDelay)
+	if retry <= 0 && h.dialect != dlOpenAI {
+		retry = DefaultRateLimitWindow
+		if lim.on {
+			retry = lim.reset
+		}
+	}
+	if retry > 0 && h.dialect != dlGemini && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retry), 10))
+	}
+	body := []byte(f.Body)
+	if f.Body == "" {
+		switch h.dialect {
+		case dlAnthropic:
+			body = anthropicError("rate_limit_error", "This request would exceed your rate limit. Please try again later.")
+		case dlGemini:
+			quotaID := f.QuotaID
+			if quotaID == "" {
+				quotaID = geminiRequestsPerMinute
+			}
+			limit := 0
+			if rl := h.RateLimit; rl != nil {
+				limit = rl.Requests
+			}
+			body = geminiQuotaError(code, model, geminiRequestsMetric, quotaID, limit, retry)
+		default:
+			body = errorBody("Rate limit reached for requests", "requests", "rate_limit_exceeded")
+		}
+	}
+	writeBody(w, code, body)
+}
+
+// statusBody is the error body of a status fault.
+func (h *Handler) statusBody(code int) []byte {
+	switch h.dialect {
+	case dlAnthropic:
+		return anthropicStatusError(code)
+	case dlGemini:
+		return googleError(code, geminiStatusMessage(code))
+	}
+	return errorBody("mock status "+strconv.Itoa(code), "server_error", "")
+}
+
+// errorEventStatus is the default status of a plain error_event answer.
+func (h *Handler) errorEventStatus() int {
+	switch h.dialect {
+	case dlAnthropic:
+		return statusOverloaded
+	case dlGemini:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// errorPayload is the error an error_event fault sends: in a stream
+// the payload of the error event, else the body.
+func (h *Handler) errorPayload(f *Fault) []byte {
+	if f.Body != "" {
+		return []byte(f.Body)
+	}
+	switch h.dialect {
+	case dlAnthropic:
+		return anthropicError("overloaded_error", "Overloaded")
+	case dlGemini:
+		return []byte(geminiOverloadedEvent)
+	}
+	return errorBody("The server had an error while processing your request.", "server_error", "")
+}

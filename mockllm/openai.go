@@ -1,0 +1,197 @@
+package mockllm
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// The openai dialect: Chat Completions answers and stream chunks,
+// Embeddings, the model list and OpenAI error bodies.
+
+// chatCompletion is the non-streamed answer of Chat Completions.
+type chatCompletion struct {
+	ID      string              `json:"id"`
+	Object  string              `json:"object"`
+	Created int64               `json:"created"`
+	Model   string              `json:"model"`
+	Choices [1]completionChoice `json:"choices"`
+	Usage   openaiUsage         `json:"usage"`
+}
+
+type completionChoice struct {
+	Index        int           `json:"index"`
+	Message      openaiMessage `json:"message"`
+	FinishReason string        `json:"finish_reason"`
+}
+
+type openaiMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type openaiUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// chatChunk is one event of a Chat Completions stream.
+type chatChunk struct {
+	ID      string         `json:"id"`
+	Object  string         `json:"object"`
+	Created int64          `json:"created"`
+	Model   string         `json:"model"`
+	Choices [1]chunkChoice `json:"choices"`
+	Usage   *openaiUsage   `json:"usage,omitempty"` // the final chunk's
+}
+
+type chunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason *string    `json:"finish_reason"` // null until the final chunk
+}
+
+// chunkDelta is {"role":"assistant","content":...} in the first
+// chunk, {"content":...} in the others and {} in the final one.
+type chunkDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// embeddingList is the answer of Embeddings: a fixed 3-dimensional
+// embedding.
+type embeddingList struct {
+	Object string           `json:"object"`
+	Data   [1]embeddingData `json:"data"`
+	Model  string           `json:"model"`
+	Usage  embeddingUsage   `json:"usage"`
+}
+
+type embeddingData struct {
+	Object    string     `json:"object"`
+	Index     int        `json:"index"`
+	Embedding [3]float64 `json:"embedding"`
+}
+
+type embeddingUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	TotalTokens  int `json:"total_tokens"`
+}
+
+// openaiErrorBody is an OpenAI error; nil Code is null, Param always is.
+type openaiErrorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+type openaiModelList struct {
+	Object string         `json:"object"`
+	Data   [1]openaiModel `json:"data"`
+}
+
+type openaiModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// finishStop is the finish_reason of the final chunk.
+var finishStop = "stop"
+
+// openaiStream is a Chat Completions stream: data: chunks, a final
+// chunk with finish_reason and usage, then [DONE].
+type openaiStream struct {
+	a  answer
+	ev chatChunk // id, created and model shared by every chunk
+}
+
+func (h *Handler) newOpenAIStream(a answer) *openaiStream {
+	return &openaiStream{a: a, ev: chatChunk{
+		ID:      "chatcmpl-mock-" + strconv.FormatUint(h.st.ids.Add(1), 10),
+		Object:  "chat.completion.chunk",
+		Created: h.now().Unix(),
+		Model:   a.model,
+	}}
+}
+
+func (s *openaiStream) contentType() string  { return "text/event-stream" }
+func (s *openaiStream) head(b []byte) []byte { return b }
+func (s *openaiStream) keepAlive() []byte    { return keepAliveComment }
+
+func (s *openaiStream) chunk(b []byte, i int, piece string, _ bool) []byte {
+	ev := s.ev
+	ev.Choices[0].Delta.Content = &piece
+	if i == 0 {
+		ev.Choices[0].Delta.Role = "assistant"
+	}
+	b = append(b, "data: "...)
+	b = appendJSON(b, &ev)
+	return append(b, "\n\n"...)
+}
+
+func (s *openaiStream) end(b []byte) []byte {
+	ev := s.ev
+	ev.Choices[0].FinishReason = &finishStop
+	ev.Usage = &openaiUsage{PromptTokens: s.a.prompt, CompletionTokens: s.a.completion, TotalTokens: s.a.prompt + s.a.completion}
+	b = append(b, "data: "...)
+	b = appendJSON(b, &ev)
+	return append(b, "\n\ndata: [DONE]\n\n"...)
+}
+
+func (s *openaiStream) errorEvent(b, payload []byte) []byte {
+	b = append(b, "data: "...)
+	b = append(b, payload...)
+	return append(b, "\n\n"...)
+}
+
+func (h *Handler) completion(a answer) []byte {
+	c := chatCompletion{
+		ID:      "chatcmpl-mock-" + strconv.FormatUint(h.st.ids.Add(1), 10),
+		Object:  "chat.completion",
+		Created: h.now().Unix(),
+		Model:   a.model,
+		Choices: [1]completionChoice{{
+			Message:      openaiMessage{Role: "assistant", Content: h.reply},
+			FinishReason: "stop",
+		}},
+		Usage: openaiUsage{PromptTokens: a.prompt, CompletionTokens: a.completion, TotalTokens: a.prompt + a.completion},
+	}
+	return appendJSON(make([]byte, 0, 256+len(h.reply)), &c)
+}
+
+func (h *Handler) embedding(a answer) []byte {
+	e := embeddingList{
+		Object: "list",
+		Data:   [1]embeddingData{{Object: "embedding", Embedding: [3]float64{0.1, 0.2, 0.3}}},
+		Model:  a.model,
+		Usage:  embeddingUsage{PromptTokens: a.prompt, TotalTokens: a.prompt},
+	}
+	return appendJSON(make([]byte, 0, 192), &e)
+}
+
+// openaiModels is the model list of the Models API.
+func openaiModels(id string) []byte {
+	return appendJSON(nil, &openaiModelList{
+		Object: "list",
+		Data:   [1]openaiModel{{ID: id, Object: "model", OwnedBy: "llm_mock"}},
+	})
+}
+
+// errorBody is an OpenAI error object; an empty code is null.
+func errorBody(msg, typ, code string) []byte {
+	var e openaiErrorBody
+	e.Error.Message = msg
+	e.Error.Type = typ
+	if code != "" {
+		e.Error.Code = &code
+	}
+	return appendJSON(nil, &e)
+}
+
+func writeError(w http.ResponseWriter, status int, msg, typ, code string) {
+	writeBody(w, status, errorBody(msg, typ, code))
+}

@@ -1,0 +1,356 @@
+package mockllm
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Request handling: routing a path to an endpoint of the dialect,
+// answering an API request (the order of checks documented on
+// Handler), and writing plain answers and JSON bodies.
+
+// Endpoints the mock answers API requests on.
+const (
+	epChat = iota
+	epEmbeddings
+	epMessages       // anthropic
+	epGenerate       // gemini :generateContent
+	epStreamGenerate // gemini :streamGenerateContent
+)
+
+// call is an API request routed to an endpoint.
+type call struct {
+	ep    int
+	model string // gemini: the model named by the path
+	array bool   // gemini stream without ?alt=sse: a streamed JSON array
+}
+
+// serve answers the paths the mock owns and reports whether it did.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) bool {
+	p := r.URL.Path
+	switch r.Method {
+	case http.MethodPost:
+		if strings.HasSuffix(p, "/llm_mock/reset") {
+			h.Reset()
+			writeJSON(w, http.StatusOK, h.Stats())
+			return true
+		}
+		c, ok := h.route(r)
+		if !ok {
+			return false
+		}
+		h.serveAPI(w, r, c)
+	case http.MethodGet:
+		switch {
+		case strings.HasSuffix(p, "/llm_mock/stats"):
+			writeJSON(w, http.StatusOK, h.Stats())
+		case strings.HasSuffix(p, "/models"):
+			h.serveModels(w)
+		default:
+			return false
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// route finds the API endpoint of a POST in the handler's dialect.
+func (h *Handler) route(r *http.Request) (call, bool) {
+	p := r.URL.Path
+	switch h.dialect {
+	case dlAnthropic:
+		if strings.HasSuffix(p, "/messages") {
+			return call{ep: epMessages}, true
+		}
+	case dlGemini:
+		return geminiRoute(r)
+	default:
+		switch {
+		case strings.HasSuffix(p, "/chat/completions"):
+			return call{ep: epChat}, true
+		case strings.HasSuffix(p, "/embeddings"):
+			return call{ep: epEmbeddings}, true
+		}
+	}
+	return call{}, false
+}
+
+func (h *Handler) serveModels(w http.ResponseWriter) {
+	id := h.Model
+	if id == "" {
+		id = DefaultModelID
+	}
+	var b []byte
+	switch h.dialect {
+	case dlAnthropic:
+		b = anthropicModels(id)
+	case dlGemini:
+		b = geminiModels(id)
+	default:
+		b = openaiModels(id)
+	}
+	writeBody(w, http.StatusOK, b)
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// apiRequest is the part of a request body the mock looks at.
+type apiRequest struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+}
+
+// serveAPI answers an API request: chat completions, embeddings,
+// messages or generateContent.
+func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= 1<<20 {
+			bufPool.Put(buf)
+		}
+	}()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body := buf.Bytes()
+	var req apiRequest
+	if h.dialect == dlGemini {
+		// The model and streaming are in the path; the body only has
+		// to be a JSON object (a GenerateContentRequest).
+		var obj struct{}
+		if err == nil {
+			err = json.Unmarshal(body, &obj)
+		}
+		req = apiRequest{Model: c.model, Stream: c.ep == epStreamGenerate}
+	} else if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	embeddings := c.ep == epEmbeddings
+	key := h.requestKey(r)
+	n := h.record(r, req.Model, key, body)
+
+	p := pacer{ctx: r.Context(), done: h.st.done}
+	defer p.stop()
+	if !p.wait(time.Duration(h.Latency)) {
+		h.abandon(r)
+		return
+	}
+
+	hdr := w.Header()
+	if h.dialect != dlOpenAI {
+		// On the mock's clock, which rate-limit resets are relative to.
+		hdr.Set("Date", h.now().UTC().Format(http.TimeFormat))
+	}
+	if h.apiKey != "" && key != h.apiKey {
+		h.setLimitHeaders(hdr, h.limit(0, false))
+		h.writeUnauthorized(w, key)
+		return
+	}
+	if err != nil {
+		h.setLimitHeaders(hdr, h.limit(0, false))
+		h.writeBadRequest(w)
+		return
+	}
+
+	model := h.Model
+	if model == "" {
+		model = req.Model
+	}
+	if model == "" {
+		model = DefaultModelID
+	}
+	prompt := (len(body) + 3) / 4
+	completion := 0
+	if !embeddings {
+		completion = h.chunks()
+	}
+	lim := h.limit(prompt+completion, true)
+	h.setLimitHeaders(hdr, lim)
+	if lim.exceeded != "" {
+		h.st.mu.Lock()
+		h.st.stats.RateLimited++
+		h.st.mu.Unlock()
+		h.writeRateLimited(w, lim, model)
+		return
+	}
+
+	stream := req.Stream && !embeddings
+	a := answer{
+		model:      model,
+		prompt:     prompt,
+		completion: completion,
+		fault:      h.pickFault(n, stream),
+	}
+	if f := a.fault; f != nil {
+		h.st.mu.Lock()
+		h.st.stats.Faults++
+		h.st.mu.Unlock()
+		if ce := h.logger.Check(zap.DebugLevel, "injecting fault"); ce != nil {
+			ce.Write(zap.String("kind", f.Kind), zap.Int64("request", n), zap.String("path", r.URL.Path))
+		}
+		for k, v := range f.Headers {
+			// A clone: middleware appending to the response's header
+			// values must not write into the shared config.
+			hdr[http.CanonicalHeaderKey(k)] = slices.Clone(v)
+		}
+		switch f.Kind {
+		case FaultHang:
+			h.hang(r)
+			return
+		case FaultRateLimit:
+			h.writeFaultRateLimit(w, f, lim, model)
+			return
+		case FaultStatus:
+			code := statusOr(f.Status, http.StatusInternalServerError)
+			body := []byte(f.Body)
+			if f.Body == "" {
+				body = h.statusBody(code)
+			}
+			writeBody(w, code, body)
+			return
+		case FaultErrorEvent:
+			if !stream {
+				writeBody(w, statusOr(f.Status, h.errorEventStatus()), h.errorPayload(f))
+				return
+			}
+		}
+	}
+
+	switch {
+	case embeddings:
+		h.writePlain(w, h.embedding(a), a.fault)
+	case stream:
+		h.stream(w, r, &p, a, h.streamFormat(a, c))
+	default:
+		h.writePlain(w, h.plainAnswer(a), a.fault)
+	}
+}
+
+// requestKey is the API key r sends where the dialect expects it.
+func (h *Handler) requestKey(r *http.Request) string {
+	switch h.dialect {
+	case dlAnthropic:
+		return r.Header.Get("x-api-key")
+	case dlGemini:
+		if k := r.Header.Get("x-goog-api-key"); k != "" {
+			return k
+		}
+		return r.URL.Query().Get("key")
+	}
+	k, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return k
+}
+
+func (h *Handler) writeUnauthorized(w http.ResponseWriter, key string) {
+	switch h.dialect {
+	case dlAnthropic:
+		writeBody(w, http.StatusUnauthorized, anthropicError("authentication_error", "invalid x-api-key"))
+	case dlGemini:
+		if key == "" {
+			writeBody(w, http.StatusForbidden, googleError(http.StatusForbidden,
+				"Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API."))
+			return
+		}
+		writeBody(w, http.StatusUnauthorized, googleAPIKeyInvalid())
+	default:
+		writeError(w, http.StatusUnauthorized, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+	}
+}
+
+func (h *Handler) writeBadRequest(w http.ResponseWriter) {
+	switch h.dialect {
+	case dlAnthropic:
+		writeBody(w, http.StatusBadRequest, anthropicError("invalid_request_error", "There was an issue with the format of your request: invalid JSON body"))
+	case dlGemini:
+		writeBody(w, http.StatusBadRequest, googleError(http.StatusBadRequest, "Invalid JSON payload received."))
+	default:
+		writeError(w, http.StatusBadRequest, "We could not parse the JSON body of your request.", "invalid_request_error", "")
+	}
+}
+
+// plainAnswer is the non-streamed answer to a chat request.
+func (h *Handler) plainAnswer(a answer) []byte {
+	switch h.dialect {
+	case dlAnthropic:
+		return h.anthropicMessage(a)
+	case dlGemini:
+		return h.geminiResponse(a)
+	}
+	return h.completion(a)
+}
+
+// answer is what one successful (or faulted) response is made of.
+type answer struct {
+	model      string
+	prompt     int
+	completion int
+	fault      *Fault
+}
+
+// writePlain sends a non-streamed answer, or half of it then an abort
+// for a cut fault.
+func (h *Handler) writePlain(w http.ResponseWriter, body []byte, f *Fault) {
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if f != nil && f.Kind == FaultCut {
+		_, _ = w.Write(body[:len(body)/2])
+		_ = http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	}
+	_, _ = w.Write(body)
+}
+
+func statusOr(code, def int) int {
+	if code != 0 {
+		return code
+	}
+	return def
+}
+
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	hdr := w.Header()
+	if hdr.Get("Content-Type") == "" {
+		hdr.Set("Content-Type", "application/json")
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// appendJSON appends v encoded by encoding/json, without its HTML
+// escaping of <, > and & (providers send them as they are), so the
+// bytes are what the configured Reply and model names look like in a
+// provider's answer. v holds strings and numbers only, which cannot
+// fail to encode.
+func appendJSON(b []byte, v any) []byte {
+	buf := bytes.NewBuffer(b)
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err)
+	}
+	b = buf.Bytes()
+	return b[:len(b)-1] // Encode's newline
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error(), "server_error", "")
+		return
+	}
+	writeBody(w, status, b)
+}

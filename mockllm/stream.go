@@ -1,0 +1,172 @@
+package mockllm
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Streamed answers: the streamFormat a dialect implements, the stream
+// driver that paces chunks and strikes cut and error_event faults, and
+// the pacer every wait of a request goes through.
+
+// streamFormat writes one stream in a dialect's wire format. Each
+// method appends to b and returns it; the stream driver sends what it
+// returns as one flushed write.
+type streamFormat interface {
+	contentType() string
+	// head is sent with the response headers, before FirstTokenDelay.
+	head(b []byte) []byte
+	// keepAlive is sent every keepAliveInterval of FirstTokenDelay by
+	// a keepalive fault; nil for none.
+	keepAlive() []byte
+	// chunk carries content piece i; last tells the last piece of a
+	// stream that will end normally.
+	chunk(b []byte, i int, piece string, last bool) []byte
+	// end follows the last chunk of a stream no fault struck.
+	end(b []byte) []byte
+	// errorEvent carries payload, the error of an error_event fault.
+	errorEvent(b []byte, payload []byte) []byte
+}
+
+// streamFormat returns the wire format of a's stream.
+func (h *Handler) streamFormat(a answer, c call) streamFormat {
+	switch h.dialect {
+	case dlAnthropic:
+		return &anthropicStream{a: a, id: h.st.ids.Add(1)}
+	case dlGemini:
+		return &geminiStream{a: a, array: c.array}
+	}
+	return h.newOpenAIStream(a)
+}
+
+// stream sends a streamed answer.
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a answer, sf streamFormat) {
+	rc := http.NewResponseController(w)
+	hdr := w.Header()
+	hdr.Set("Content-Type", sf.contentType())
+	hdr.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	ev := sf.head(make([]byte, 0, 512))
+	if len(ev) > 0 {
+		if !sendEvent(w, rc, ev) {
+			return
+		}
+	} else if rc.Flush() != nil {
+		return
+	}
+
+	ftd := time.Duration(h.FirstTokenDelay)
+	if ka := sf.keepAlive(); ka != nil && a.fault != nil && a.fault.Kind == FaultKeepAlive {
+		end := time.Now().Add(ftd)
+		for {
+			left := time.Until(end)
+			if left <= 0 {
+				break
+			}
+			if !sendEvent(w, rc, ka) {
+				return
+			}
+			if !p.wait(min(left, keepAliveInterval)) {
+				h.abandon(r)
+				return
+			}
+		}
+	} else if !p.wait(ftd) {
+		h.abandon(r)
+		return
+	}
+
+	strike := -1 // chunk index before which a cut or error_event strikes
+	if f := a.fault; f != nil && (f.Kind == FaultCut || f.Kind == FaultErrorEvent) {
+		strike = 1
+		if f.After != nil {
+			strike = *f.After
+		}
+		strike = min(strike, len(h.pieces))
+	}
+
+	last := len(h.pieces) - 1
+	for i, piece := range h.pieces {
+		if i == strike {
+			h.strike(w, rc, sf, a.fault)
+			return
+		}
+		if i > 0 && !p.wait(time.Duration(h.ChunkInterval)) {
+			h.abandon(r)
+			return
+		}
+		ev = sf.chunk(ev[:0], i, piece, i == last && strike < 0)
+		if !sendEvent(w, rc, ev) {
+			return
+		}
+	}
+	if strike == len(h.pieces) {
+		h.strike(w, rc, sf, a.fault)
+		return
+	}
+	if ev = sf.end(ev[:0]); len(ev) > 0 {
+		sendEvent(w, rc, ev)
+	}
+}
+
+// strike ends a stream with a cut or error_event fault.
+func (h *Handler) strike(w http.ResponseWriter, rc *http.ResponseController, sf streamFormat, f *Fault) {
+	if f.Kind == FaultCut {
+		_ = rc.Flush()
+		panic(http.ErrAbortHandler)
+	}
+	sendEvent(w, rc, sf.errorEvent(nil, h.errorPayload(f)))
+}
+
+// keepAliveComment is the SSE comment of keepalive faults (openai,
+// gemini).
+var keepAliveComment = []byte(": keep-alive\n\n")
+
+func sendEvent(w http.ResponseWriter, rc *http.ResponseController, ev []byte) bool {
+	if _, err := w.Write(ev); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+// pacer waits on one reusable timer, giving up when the request's
+// context ends or the handler is cleaned up.
+type pacer struct {
+	ctx  context.Context
+	done <-chan struct{}
+	t    *time.Timer
+}
+
+// wait pauses for d and reports whether the request should go on.
+func (p *pacer) wait(d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-p.ctx.Done():
+			return false
+		case <-p.done:
+			return false
+		default:
+			return true
+		}
+	}
+	if p.t == nil {
+		p.t = time.NewTimer(d)
+	} else {
+		p.t.Reset(d)
+	}
+	select {
+	case <-p.t.C:
+		return true
+	case <-p.ctx.Done():
+		return false
+	case <-p.done:
+		return false
+	}
+}
+
+func (p *pacer) stop() {
+	if p.t != nil {
+		p.t.Stop()
+	}
+}

@@ -41,7 +41,7 @@ func removeLive(h *Handler) {
 // use it.
 type liveDeployment struct {
 	dep    *router.Deployment
-	typ    string
+	meta   deploymentMeta
 	groups []string
 }
 
@@ -58,7 +58,7 @@ func liveDeployments() []*liveDeployment {
 				key := fmt.Sprintf("%s|%p", d.Name, d.State)
 				ld, ok := byKey[key]
 				if !ok {
-					ld = &liveDeployment{dep: d, typ: d.Adapter.Name()}
+					ld = &liveDeployment{dep: d, meta: h.meta[d]}
 					byKey[key] = ld
 					out = append(out, ld)
 				}
@@ -102,7 +102,7 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 type DeploymentStatus struct {
 	// Name is "<provider>/<upstream model>".
 	Name string `json:"name"`
-	// Type is the provider's adapter.
+	// Type is the provider's type.
 	Type string `json:"type"`
 	// BaseURL is the provider's API root.
 	BaseURL string `json:"base_url"`
@@ -121,7 +121,7 @@ func handleDeployments(w http.ResponseWriter, r *http.Request) error {
 	}{Deployments: []DeploymentStatus{}}
 	for _, ld := range liveDeployments() {
 		out.Deployments = append(out.Deployments, DeploymentStatus{
-			Name: ld.dep.Name, Type: ld.typ, BaseURL: ld.dep.Endpoint.BaseURL,
+			Name: ld.dep.Name, Type: ld.meta.typ, BaseURL: ld.meta.baseURL,
 			ModelGroups: ld.groups, Snapshot: ld.dep.State.Snapshot(now),
 		})
 	}

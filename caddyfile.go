@@ -1,17 +1,15 @@
 package llmrouter
 
 import (
+	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/dustin/go-humanize"
 )
 
@@ -137,17 +135,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			if _, dup := h.Providers[name]; dup {
+			if _, dup := h.ProvidersRaw[name]; dup {
 				return d.Errf("duplicate provider %s", name)
 			}
-			p, err := parseProvider(d)
+			d.Prev() // the segment starts at "provider"
+			raw, err := parseProvider(d.NewFromNextSegment())
 			if err != nil {
 				return err
 			}
-			if h.Providers == nil {
-				h.Providers = map[string]*Provider{}
+			if h.ProvidersRaw == nil {
+				h.ProvidersRaw = map[string]json.RawMessage{}
 			}
-			h.Providers[name] = p
+			h.ProvidersRaw[name] = raw
 		case "model":
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -169,16 +168,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				if err != nil {
 					return err
 				}
-				for _, other := range g.Deployments {
-					if other.Provider == dep.Provider && other.Model == dep.Model {
-						return d.Errf("model %s lists deployment %s %s twice", name, dep.Provider, dep.Model)
-					}
-				}
 				refs = append(refs, ref{dep.Provider, line, d.File()})
 				g.Deployments = append(g.Deployments, dep)
+				if err := g.validate(); err != nil {
+					return d.Errf("model %s: %v", name, err)
+				}
 			}
-			if len(g.Deployments) == 0 {
-				return d.Errf("model %s has no deployment", name)
+			if err := g.validate(); err != nil {
+				return d.Errf("model %s: %v", name, err)
 			}
 			if h.Models == nil {
 				h.Models = map[string]*ModelGroup{}
@@ -192,100 +189,68 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Err("llm_router needs at least one model block")
 	}
 	for _, r := range refs {
-		if _, ok := h.Providers[r.provider]; !ok {
+		if _, ok := h.ProvidersRaw[r.provider]; !ok {
 			return fmt.Errorf("%s:%d - Error during parsing: deployment names unknown provider %s", r.file, r.line, r.provider)
 		}
 	}
 	return nil
 }
 
-func parseProvider(d *caddyfile.Dispenser) (*Provider, error) {
-	p := new(Provider)
-	seen := map[string]bool{}
-	var transport http.RoundTripper
-	var transportName string
+// parseProvider parses one provider's segment (`provider <name> { ... }`)
+// into its type module's JSON: the type names the module, which parses
+// the block (ParseProviderBlock with its own options, when it implements
+// caddyfile.Unmarshaler).
+func parseProvider(d *caddyfile.Dispenser) (json.RawMessage, error) {
+	typ, err := providerType(d)
+	if err != nil {
+		return nil, err
+	}
+	d.Reset()
+	mod, err := caddy.GetModule(ProviderNamespace + "." + typ)
+	if err != nil {
+		return nil, d.Err(unknownType(typ).Error())
+	}
+	inst := mod.New()
+	pm, ok := inst.(ProviderModule)
+	if !ok {
+		return nil, d.Errf("module %s is not a provider type (ProviderModule)", mod.ID)
+	}
+	if unm, ok := inst.(caddyfile.Unmarshaler); ok {
+		err = unm.UnmarshalCaddyfile(d)
+	} else {
+		err = ParseProviderBlock(d, pm.ProviderSettings(), nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var warnings []caddyconfig.Warning
+	return caddyconfig.JSONModuleObject(inst, "type", typ, &warnings), nil
+}
+
+// providerType finds a provider block's `type`, wherever it stands.
+func providerType(d *caddyfile.Dispenser) (string, error) {
+	d.Next() // provider
+	d.Next() // its name
+	typ := ""
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		key := d.Val()
-		if key != "header" {
-			if seen[key] {
-				return nil, d.Errf("duplicate subdirective %s in provider", key)
+		args := d.RemainingArgs()
+		if key == "type" {
+			if typ != "" {
+				return "", d.Err("duplicate subdirective type in provider")
 			}
-			seen[key] = true
+			if len(args) != 1 {
+				return "", d.ArgErr()
+			}
+			typ = args[0]
 		}
-		switch key {
-		case "type", "base_url", "api_key":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			v := d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			switch key {
-			case "type":
-				p.Type = v
-			case "base_url":
-				p.BaseURL = v
-			case "api_key":
-				p.APIKey = v
-			}
-		case "timeout":
-			if err := parseDuration(d, &p.Timeout); err != nil {
-				return nil, err
-			}
-		case "ttft_timeout":
-			if err := parseDuration(d, &p.TTFTTimeout); err != nil {
-				return nil, err
-			}
-		case "idle_timeout":
-			if err := parseDuration(d, &p.IdleTimeout); err != nil {
-				return nil, err
-			}
-		case "header":
-			args := d.RemainingArgs()
-			if len(args) != 2 {
-				return nil, d.ArgErr()
-			}
-			if p.Headers == nil {
-				p.Headers = http.Header{}
-			}
-			p.Headers.Add(args[0], args[1])
-		case "transport":
-			if !d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			transportName = d.Val()
-			modID := "http.reverse_proxy.transport." + transportName
-			unm, err := caddyfile.UnmarshalModule(d, modID)
-			if err != nil {
-				return nil, err
-			}
-			rt, ok := unm.(http.RoundTripper)
-			if !ok {
-				return nil, d.Errf("module %s (%T) is not a RoundTripper", modID, unm)
-			}
-			transport = rt
-		default:
-			return nil, d.Errf("unknown subdirective %s in provider", key)
+		for inner := d.Nesting(); d.NextBlock(inner); {
 		}
 	}
-	if p.Type == "" {
-		return nil, d.Err("provider needs a type")
+	if typ == "" {
+		return "", d.Err("provider needs a type")
 	}
-	if p.BaseURL == "" {
-		return nil, d.Err("provider needs a base_url")
-	}
-	if transport != nil {
-		// Like reverse_proxy: an https upstream turns TLS on in the transport.
-		if te, ok := transport.(reverseproxy.TLSTransport); ok && !te.TLSEnabled() &&
-			strings.HasPrefix(strings.ToLower(p.BaseURL), "https://") {
-			if err := te.EnableTLS(new(reverseproxy.TLSConfig)); err != nil {
-				return nil, err
-			}
-		}
-		p.TransportRaw = caddyconfig.JSONModuleObject(transport, "protocol", transportName, nil)
-	}
-	return p, nil
+	return typ, nil
 }
 
 func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
@@ -313,9 +278,6 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 			case "cost_output":
 				dep.CostOutput = f
 			case "quality":
-				if f > 1 {
-					return nil, d.Errf("quality must be within 0..1, got %v", f)
-				}
 				dep.Quality = f
 			}
 		case "context_window":
@@ -345,6 +307,9 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 		default:
 			return nil, d.Errf("unknown subdirective %s in deployment", key)
 		}
+	}
+	if err := dep.validate(); err != nil {
+		return nil, d.Err(err.Error())
 	}
 	return dep, nil
 }

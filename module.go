@@ -1,33 +1,32 @@
 // Package llmrouter is a Caddy HTTP handler, http.handlers.llm_router, that
-// makes a fleet of LLM provider accounts look like one OpenAI-compatible
-// endpoint: it ranks a model group's deployments by capacity, fails over on
-// 429s and transient failures, and keeps one deadline per request.
+// makes a fleet of LLM provider accounts look like one endpoint for OpenAI
+// and Anthropic clients: it ranks a model group's deployments by capacity,
+// fails over on 429s and transient failures, and keeps one deadline per
+// request.
 //
-// The routing core lives in router/, adapters/ and capacity/, which import
-// neither Caddy nor this package; this package is the Caddy skin.
+// This package is the Caddy skin: the handler's configuration (module.go,
+// caddyfile.go), the HTTP entry point (handler.go), provider types as Caddy
+// modules in the llm_router.providers namespace (providers.go), the admin
+// endpoint, metrics and the fleet store's pool. The client APIs
+// (internal/api), the router (internal/router), the capacity state
+// (internal/capacity) and the provider types' wire formats
+// (internal/adapters, and the public contract in package provider) import
+// no Caddy. ARCHITECTURE.md shows the layers.
 package llmrouter
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
-	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
-	"github.com/llmrouter/caddy-llm-router/internal/fleet"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
@@ -36,33 +35,28 @@ func init() {
 }
 
 // states keeps each deployment's capacity state across config reloads,
-// keyed by deployment identity (adapter, base URL, key fingerprint, upstream
-// model): a reload that keeps a deployment keeps what was learned about it.
+// keyed by deployment identity (provider type, base URL, key fingerprint,
+// upstream model): a reload that keeps a deployment keeps what was learned
+// about it.
 var states = caddy.NewUsagePool()
 
-// Defaults of the handler's settings.
-const (
-	DefaultDeadline    = 60 * time.Second
-	DefaultMaxAttempts = 4
-	DefaultBackoffBase = 500 * time.Millisecond
-	DefaultBackoffMax  = 30 * time.Second
-	DefaultMaxBody     = 8 << 20
-	DefaultTimeout     = 30 * time.Second
-	DefaultTTFTTimeout = 15 * time.Second
-	DefaultIdleTimeout = 30 * time.Second
-	// longCooldown keeps a deployment with a bad key or spent quota out when
-	// the provider states no reset.
-	longCooldown = time.Hour
-	// defaultIdlePerHost is the default transport's idle connection pool per
-	// provider host.
-	defaultIdlePerHost = 256
-)
+// DefaultMaxBody is the largest request body accepted when max_body is not
+// set, in bytes. The other defaults are router's (router.DefaultDeadline,
+// ...) and capacity's (capacity.DefaultPolicy).
+const DefaultMaxBody = 8 << 20
 
-// Handler routes LLM API requests (OpenAI Chat Completions) over model
-// groups of deployments, with capacity-aware failover.
+// Handler routes LLM API requests over model groups of deployments, with
+// capacity-aware failover. It answers
 //
-// It answers `POST .../chat/completions` and `GET .../models`; every other
-// request goes to the next handler.
+//	POST .../chat/completions  OpenAI Chat Completions (streaming or not)
+//	POST .../embeddings        OpenAI embeddings
+//	POST .../messages          Anthropic Messages (streaming or not)
+//	GET  .../models[/{id}]     the model groups
+//
+// and passes every other request to the next handler. It writes its own
+// error answers (bad requests, every deployment rate-limited or failing,
+// the deadline) in the client's API format, as the SDKs expect them, rather
+// than returning them to Caddy: handle_errors does not see them.
 //
 // Placeholders it sets, for logs and later handlers:
 //
@@ -70,7 +64,7 @@ const (
 // ------------|-------------
 // `{http.llm_router.deployment}` | the deployment that answered, `provider/model`
 // `{http.llm_router.attempts}` | upstream attempts made for the request
-// `{http.llm_router.failover_reason}` | error class of the last failed attempt before the answer, empty if none
+// `{http.llm_router.failover_reason}` | error class of the last failed attempt, empty if none
 type Handler struct {
 	// Deadline is the wall-clock budget of one request: every attempt and
 	// every wait, until the answer (or a stream's first byte) reaches the
@@ -98,8 +92,12 @@ type Handler struct {
 	// Default: cost 1, latency 1, reliability 1, quality 1, capacity 2.
 	Weights *Weights `json:"weights,omitempty"`
 
-	// Providers by name: upstream accounts.
-	Providers map[string]*Provider `json:"providers,omitempty"`
+	// ProvidersRaw holds the providers (upstream accounts) by name, each a
+	// provider type module: its "type" names the module in the
+	// llm_router.providers namespace (openai, anthropic, gemini, azure, or
+	// one built in with xcaddy), the rest is its configuration
+	// (ProviderConfig and the type's own fields).
+	ProvidersRaw map[string]json.RawMessage `json:"providers,omitempty" caddy:"namespace=llm_router.providers inline_key=type"`
 
 	// Models maps each client-facing model group name to its deployments.
 	Models map[string]*ModelGroup `json:"models,omitempty"`
@@ -109,14 +107,22 @@ type Handler struct {
 	// Default: memory.
 	Store *StoreConfig `json:"store,omitempty"`
 
+	providers map[string]ProviderModule
+	types     map[string]string // provider name -> type
 	groups    map[string][]*router.Deployment
 	names     []string // model group names, sorted
+	meta      map[*router.Deployment]deploymentMeta
 	router    *router.Router
 	stateKeys []string
-	ownedRTs  []*reverseproxy.HTTPTransport
 	metrics   *metrics
 	logger    *zap.Logger
-	fleet     *fleet.Store // fleet mode (store.go); nil for store memory
+	store     *fleetStore // fleet mode (store.go); nil for store memory
+}
+
+// deploymentMeta is what the admin endpoint shows of a deployment beside
+// its state.
+type deploymentMeta struct {
+	typ, baseURL, identity string
 }
 
 // Weights are the ranking's feature weights, each >= 0; nil fields take
@@ -134,52 +140,9 @@ type Weights struct {
 	Capacity *float64 `json:"capacity,omitempty"`
 }
 
-// Provider is one upstream account.
-type Provider struct {
-	// Type names the adapter that speaks the provider's wire format:
-	// "openai" (also for every OpenAI-compatible API: Groq, Mistral,
-	// DeepSeek, Together, Fireworks, OpenRouter, Cerebras, vLLM, Ollama).
-	Type string `json:"type"`
-
-	// BaseURL is the API root, e.g. "https://api.openai.com/v1". Requests
-	// go to BaseURL + "/chat/completions". Placeholders such as {env.X} are
-	// replaced at load.
-	BaseURL string `json:"base_url"`
-
-	// APIKey is the provider's key, usually "{env.OPENAI_API_KEY}"
-	// (replaced at load). It is only sent upstream; never logged, never
-	// shown by the admin API.
-	APIKey string `json:"api_key,omitempty"`
-
-	// Timeout bounds one non-streaming attempt, until the response is
-	// complete. Default: 30s.
-	Timeout caddy.Duration `json:"timeout,omitempty"`
-
-	// TTFTTimeout bounds a streaming attempt until its first event of
-	// content (comments and pings do not count). Default: 15s.
-	TTFTTimeout caddy.Duration `json:"ttft_timeout,omitempty"`
-
-	// IdleTimeout is the longest silence inside a stream once it has begun.
-	// Default: 30s.
-	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
-
-	// Headers are extra upstream request headers (placeholders replaced at load).
-	Headers http.Header `json:"headers,omitempty"`
-
-	// TransportRaw configures how to reach the provider, as
-	// reverse_proxy's: the `http` transport module (TLS trust pools, client
-	// certificates, HTTP versions, keepalive, dial timeouts). Default: that
-	// module with its defaults, TLS on for an https base_url.
-	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
-
-	transport http.RoundTripper
-	endpoint  *adapters.Endpoint
-	adapter   adapters.Adapter
-}
-
 // ModelGroup is a client-facing model name and the deployments serving it.
 type ModelGroup struct {
-	// Deployments are tried in rank order; at least one.
+	// Deployments are ranked for every request; at least one.
 	Deployments []*Deployment `json:"deployments"`
 }
 
@@ -199,8 +162,8 @@ type Deployment struct {
 	// context_length failure only deployments with a larger one are tried.
 	// Default: 0 (unknown).
 	ContextWindow int64 `json:"context_window,omitempty"`
-	// Weight shares traffic between deployments whose scores tie (within
-	// 0.03): in proportion to it. Default: 1.
+	// Weight is the deployment's share of the traffic among deployments
+	// whose scores tie (within 0.03), in proportion. Default: 1.
 	Weight int `json:"weight,omitempty"`
 	// RPM is the operator's declared limit in requests per minute, enforced
 	// locally over a sliding minute whatever the provider's headers say: the
@@ -219,37 +182,19 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision sets defaults, loads each provider's adapter and transport, and
-// attaches each deployment to its capacity state in the reload-surviving pool.
+// Provision checks the configuration, loads each provider's type module,
+// and attaches each deployment to its capacity state in the
+// reload-surviving pool.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	if h.Deadline == 0 {
-		h.Deadline = caddy.Duration(DefaultDeadline)
-	}
-	if h.MaxAttempts == 0 {
-		h.MaxAttempts = DefaultMaxAttempts
-	}
-	if h.BackoffBase == 0 {
-		h.BackoffBase = caddy.Duration(DefaultBackoffBase)
-	}
-	if h.BackoffMax == 0 {
-		h.BackoffMax = caddy.Duration(DefaultBackoffMax)
-	}
-	if h.MaxBody == 0 {
-		h.MaxBody = DefaultMaxBody
-	}
-	if err := h.check(); err != nil {
+	if err := h.validate(); err != nil {
 		return err
 	}
-
-	repl := caddy.NewReplacer()
-	for _, name := range sortedKeys(h.Providers) {
-		if err := h.provisionProvider(ctx, repl, name, h.Providers[name]); err != nil {
-			return fmt.Errorf("provider %s: %w", name, err)
-		}
+	if err := h.provisionProviders(ctx); err != nil {
+		return err
 	}
-
 	h.groups = make(map[string][]*router.Deployment, len(h.Models))
+	h.meta = map[*router.Deployment]deploymentMeta{}
 	for _, name := range sortedKeys(h.Models) {
 		for _, dc := range h.Models[name].Deployments {
 			d, err := h.newDeployment(dc)
@@ -262,13 +207,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	h.router = router.New()
-	h.router.Deadline = time.Duration(h.Deadline)
+	h.router.Deadline = durationOr(h.Deadline, router.DefaultDeadline)
 	h.router.MaxAttempts = h.MaxAttempts
-	h.router.Policy = capacity.Policy{
-		BackoffBase: time.Duration(h.BackoffBase),
-		BackoffMax:  time.Duration(h.BackoffMax),
-		Long:        longCooldown,
+	if h.MaxAttempts == 0 {
+		h.router.MaxAttempts = router.DefaultMaxAttempts
 	}
+	h.router.Policy.BackoffBase = durationOr(h.BackoffBase, capacity.DefaultPolicy.BackoffBase)
+	h.router.Policy.BackoffMax = durationOr(h.BackoffMax, capacity.DefaultPolicy.BackoffMax)
 	h.router.Logger = h.logger
 	h.router.Weights = h.Weights.resolve()
 	h.metrics = getMetrics()
@@ -281,6 +226,42 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	addLive(h)
+	return nil
+}
+
+// provisionProviders loads each provider's type module.
+func (h *Handler) provisionProviders(ctx caddy.Context) error {
+	h.types = make(map[string]string, len(h.ProvidersRaw))
+	for _, name := range sortedKeys(h.ProvidersRaw) {
+		var head struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(h.ProvidersRaw[name], &head); err != nil {
+			return fmt.Errorf("provider %s: %v", name, err)
+		}
+		if head.Type == "" {
+			return fmt.Errorf("provider %s: missing type", name)
+		}
+		if _, err := caddy.GetModule(ProviderNamespace + "." + head.Type); err != nil {
+			return fmt.Errorf("provider %s: %w", name, unknownType(head.Type))
+		}
+		h.types[name] = head.Type
+	}
+	mods, err := ctx.LoadModule(h, "ProvidersRaw")
+	if err != nil {
+		return fmt.Errorf("loading providers: %v", err)
+	}
+	h.providers = make(map[string]ProviderModule, len(h.types))
+	for name, mod := range mods.(map[string]any) {
+		pm, ok := mod.(ProviderModule)
+		if !ok {
+			return fmt.Errorf("provider %s: %T is not a provider type (ProviderModule)", name, mod)
+		}
+		if !pm.ProviderSettings().provisioned {
+			return fmt.Errorf("provider %s: type %s did not provision its ProviderConfig", name, h.types[name])
+		}
+		h.providers[name] = pm
+	}
 	return nil
 }
 
@@ -301,65 +282,10 @@ func (w *Weights) resolve() router.Weights {
 	return out
 }
 
-func (h *Handler) provisionProvider(ctx caddy.Context, repl *caddy.Replacer, name string, p *Provider) error {
-	a, err := adapters.Get(p.Type)
-	if err != nil {
-		return err
-	}
-	p.adapter = a
-	base := strings.TrimSuffix(repl.ReplaceKnown(p.BaseURL, ""), "/")
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("base_url %q: must be an absolute http or https URL", p.BaseURL)
-	}
-	if u.Fragment != "" || (u.RawQuery != "" && p.Type != "azure") {
-		return fmt.Errorf("base_url %q: must not have a query or fragment (the adapter appends the API path)", p.BaseURL)
-	}
-	ep := &adapters.Endpoint{BaseURL: base, APIKey: repl.ReplaceKnown(p.APIKey, ""), Header: http.Header{}}
-	if p.APIKey != "" && ep.APIKey == "" {
-		h.logger.Warn("api_key is empty once its placeholders are replaced; is the environment variable set?",
-			zap.String("provider", name))
-	}
-	for k, vs := range p.Headers {
-		for _, v := range vs {
-			ep.Header.Add(k, repl.ReplaceKnown(v, ""))
-		}
-	}
-	p.endpoint = ep
-
-	if p.TransportRaw != nil {
-		mod, err := ctx.LoadModule(p, "TransportRaw")
-		if err != nil {
-			return fmt.Errorf("loading transport: %v", err)
-		}
-		rt, ok := mod.(http.RoundTripper)
-		if !ok {
-			return fmt.Errorf("loading transport: %T is not an http.RoundTripper", mod)
-		}
-		if te, ok := rt.(reverseproxy.TLSTransport); ok && u.Scheme == "https" && !te.TLSEnabled() {
-			return errors.New("base_url is https but the transport has no tls: add `tls` to it")
-		}
-		p.transport = rt
-		return nil
-	}
-	// Caddy's default keeps 32 idle connections per host; an LLM provider
-	// is one host that carries all of a busy router's requests, so reusing
-	// more saves a handshake (TLS to real providers) per request under load.
-	t := &reverseproxy.HTTPTransport{KeepAlive: &reverseproxy.KeepAlive{MaxIdleConnsPerHost: defaultIdlePerHost}}
-	if u.Scheme == "https" {
-		t.TLS = new(reverseproxy.TLSConfig)
-	}
-	if err := t.Provision(ctx); err != nil {
-		return fmt.Errorf("loading transport: %v", err)
-	}
-	h.ownedRTs = append(h.ownedRTs, t)
-	p.transport = t
-	return nil
-}
-
 func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
-	p := h.Providers[dc.Provider]
-	key := identity(p.Type, p.endpoint, dc.Model)
+	p := h.providers[dc.Provider]
+	cfg := p.ProviderSettings()
+	key := cfg.identity(h.types[dc.Provider], dc.Model)
 	st, _, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return capacity.NewState(), nil
 	})
@@ -368,94 +294,40 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 	}
 	h.stateKeys = append(h.stateKeys, key)
 	st.(*capacity.State).Declare(dc.RPM, dc.TPM)
-	weight := dc.Weight
-	if weight == 0 {
-		weight = 1
-	}
-	return &router.Deployment{
+	d := &router.Deployment{
 		Name:          dc.Provider + "/" + dc.Model,
 		Model:         dc.Model,
-		Adapter:       p.adapter,
-		Endpoint:      p.endpoint,
-		Transport:     p.transport,
-		Timeout:       durationOr(p.Timeout, DefaultTimeout),
-		TTFTTimeout:   durationOr(p.TTFTTimeout, DefaultTTFTTimeout),
-		IdleTimeout:   durationOr(p.IdleTimeout, DefaultIdleTimeout),
+		Provider:      p,
+		Transport:     cfg.transport,
+		Timeout:       durationOr(cfg.Timeout, router.DefaultTimeout),
+		TTFTTimeout:   durationOr(cfg.TTFTTimeout, router.DefaultTTFTTimeout),
+		IdleTimeout:   durationOr(cfg.IdleTimeout, router.DefaultIdleTimeout),
 		CostInput:     dc.CostInput,
 		CostOutput:    dc.CostOutput,
 		Quality:       dc.Quality,
 		ContextWindow: dc.ContextWindow,
-		Weight:        weight,
+		Weight:        max(dc.Weight, 1),
 		State:         st.(*capacity.State),
-	}, nil
+	}
+	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: cfg.endpoint.BaseURL, identity: key}
+	return d, nil
 }
 
-// identity keys a deployment's state: the same account and model share
-// what was learned, across model groups and reloads. The key appears only as
-// a fingerprint.
-func identity(typ string, ep *adapters.Endpoint, model string) string {
-	sum := sha256.Sum256([]byte(ep.APIKey))
-	return strings.Join([]string{typ, ep.BaseURL, hex.EncodeToString(sum[:6]), model}, "|")
-}
+// Validate implements caddy.Validator (see validate).
+func (h *Handler) Validate() error { return h.validate() }
 
-// check rejects configurations that cannot work, at load rather than at
-// request time. The Caddyfile parser reports the same errors with line numbers.
-func (h *Handler) check() error {
-	if len(h.Models) == 0 {
-		return errors.New("no model group: add a `model` block")
-	}
-	for name, p := range h.Providers {
-		if p == nil {
-			return fmt.Errorf("provider %s: empty", name)
-		}
-		if p.Type == "" {
-			return fmt.Errorf("provider %s: missing type", name)
-		}
-		if p.BaseURL == "" {
-			return fmt.Errorf("provider %s: missing base_url", name)
-		}
-		for field, d := range map[string]caddy.Duration{"timeout": p.Timeout, "ttft_timeout": p.TTFTTimeout, "idle_timeout": p.IdleTimeout} {
-			if d < 0 {
-				return fmt.Errorf("provider %s: %s must not be negative", name, field)
-			}
-		}
-	}
-	for name, g := range h.Models {
-		if g == nil || len(g.Deployments) == 0 {
-			return fmt.Errorf("model %s: no deployment", name)
-		}
-		seen := map[[2]string]bool{}
-		for _, d := range g.Deployments {
-			if d == nil {
-				return fmt.Errorf("model %s: empty deployment", name)
-			}
-			if seen[[2]string{d.Provider, d.Model}] {
-				return fmt.Errorf("model %s: deployment %s %s listed twice", name, d.Provider, d.Model)
-			}
-			seen[[2]string{d.Provider, d.Model}] = true
-			if _, ok := h.Providers[d.Provider]; !ok {
-				return fmt.Errorf("model %s: deployment names unknown provider %q", name, d.Provider)
-			}
-			if d.Model == "" {
-				return fmt.Errorf("model %s: deployment on %s has no upstream model", name, d.Provider)
-			}
-			if !(d.Quality >= 0 && d.Quality <= 1) {
-				return fmt.Errorf("model %s: quality must be within 0..1", name)
-			}
-			if !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 ||
-				d.ContextWindow < 0 || d.Weight < 0 || d.RPM < 0 || d.TPM < 0 {
-				return fmt.Errorf("model %s: cost, context_window, weight, rpm and tpm must not be negative", name)
-			}
-		}
-	}
-	return nil
-}
-
-// Validate rejects negative settings.
-func (h *Handler) Validate() error {
-	for field, d := range map[string]caddy.Duration{"deadline": h.Deadline, "backoff_base": h.BackoffBase, "backoff_max": h.BackoffMax} {
-		if d < 0 {
-			return fmt.Errorf("%s must not be negative", field)
+// validate rejects configurations that cannot work, at load rather than at
+// request time; the Caddyfile parser runs the same checks (with line
+// numbers): negative settings or weights, no model group, a group without
+// deployments or with one twice, a deployment naming an unknown provider
+// or no model, out-of-range deployment values.
+func (h *Handler) validate() error {
+	for _, d := range []struct {
+		name string
+		d    caddy.Duration
+	}{{"deadline", h.Deadline}, {"backoff_base", h.BackoffBase}, {"backoff_max", h.BackoffMax}} {
+		if d.d < 0 {
+			return fmt.Errorf("%s must not be negative", d.name)
 		}
 	}
 	if h.MaxAttempts < 0 {
@@ -471,11 +343,63 @@ func (h *Handler) Validate() error {
 			}
 		}
 	}
+	if len(h.Models) == 0 {
+		return errors.New("no model group: add a `model` block")
+	}
+	for _, name := range sortedKeys(h.Models) {
+		if err := h.Models[name].validate(); err != nil {
+			return fmt.Errorf("model %s: %w", name, err)
+		}
+		for _, d := range h.Models[name].Deployments {
+			// Once provisioned, Caddy has let go of the raw providers.
+			_, configured := h.ProvidersRaw[d.Provider]
+			_, loaded := h.providers[d.Provider]
+			if !configured && !loaded {
+				return fmt.Errorf("model %s: deployment names unknown provider %q", name, d.Provider)
+			}
+		}
+	}
 	return nil
 }
 
-// Cleanup releases what Provision acquired: the capacity states (kept in the
-// pool while another config uses them) and the transports it made.
+// validate checks a model group: deployments, none twice, each valid.
+func (g *ModelGroup) validate() error {
+	if g == nil || len(g.Deployments) == 0 {
+		return errors.New("has no deployment")
+	}
+	for i, d := range g.Deployments {
+		if d == nil {
+			return errors.New("empty deployment")
+		}
+		if err := d.validate(); err != nil {
+			return err
+		}
+		for _, other := range g.Deployments[:i] {
+			if other.Provider == d.Provider && other.Model == d.Model {
+				return fmt.Errorf("deployment %s %s listed twice", d.Provider, d.Model)
+			}
+		}
+	}
+	return nil
+}
+
+// validate checks a deployment's values.
+func (d *Deployment) validate() error {
+	switch {
+	case d.Model == "":
+		return fmt.Errorf("deployment on %s has no upstream model", d.Provider)
+	case !(d.Quality >= 0 && d.Quality <= 1):
+		return fmt.Errorf("quality must be within 0..1, got %v", d.Quality)
+	case !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 ||
+		d.ContextWindow < 0 || d.Weight < 0 || d.RPM < 0 || d.TPM < 0:
+		return errors.New("cost, context_window, weight, rpm and tpm must not be negative")
+	}
+	return nil
+}
+
+// Cleanup releases what Provision acquired: the capacity states (kept in
+// the pool while another config uses them) and the fleet store. The
+// provider modules (and their transports) are cleaned up by Caddy.
 func (h *Handler) Cleanup() error {
 	removeLive(h)
 	h.cleanupStore() // fleet mode (store.go)
@@ -483,10 +407,6 @@ func (h *Handler) Cleanup() error {
 		_, _ = states.Delete(key)
 	}
 	h.stateKeys = nil
-	for _, t := range h.ownedRTs {
-		_ = t.Cleanup()
-	}
-	h.ownedRTs = nil
 	return nil
 }
 

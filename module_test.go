@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 func newCaddyContext(t *testing.T) caddy.Context {
@@ -45,11 +48,17 @@ func TestProvisionAndReloadKeepState(t *testing.T) {
 		t.Fatal(err)
 	}
 	group := first.groups["fast"]
-	if len(group) != 2 || group[1].Endpoint.APIKey != "sk-from-env" || group[1].Endpoint.BaseURL != "https://api.example.com/v1" {
-		t.Fatalf("expected the env key and a trimmed base URL, got %+v", group[1].Endpoint)
+	ep := group[1].Provider.(ProviderModule).ProviderSettings().ProviderEndpoint()
+	if len(group) != 2 || ep.APIKey != "sk-from-env" || ep.BaseURL != "https://api.example.com/v1" {
+		t.Fatalf("expected the env key and a trimmed base URL, got %+v", ep)
 	}
-	if first.Deadline != caddy.Duration(DefaultDeadline) || first.MaxAttempts != DefaultMaxAttempts || first.MaxBody != DefaultMaxBody {
-		t.Errorf("expected defaults, got %v %d %d", first.Deadline, first.MaxAttempts, first.MaxBody)
+	if r := first.router; r.Deadline != router.DefaultDeadline || r.MaxAttempts != router.DefaultMaxAttempts ||
+		r.Policy != capacity.DefaultPolicy || first.maxBody() != DefaultMaxBody {
+		t.Errorf("expected defaults, got %v %d %+v %d", r.Deadline, r.MaxAttempts, r.Policy, first.maxBody())
+	}
+	if d := group[0]; d.Timeout != router.DefaultTimeout || d.TTFTTimeout != router.DefaultTTFTTimeout ||
+		d.IdleTimeout != router.DefaultIdleTimeout || d.Weight != 1 {
+		t.Errorf("expected the provider's default timeouts and weight 1, got %v %v %v %d", d.Timeout, d.TTFTTimeout, d.IdleTimeout, d.Weight)
 	}
 	for _, k := range first.stateKeys {
 		if strings.Contains(k, "sk-") {

@@ -1,8 +1,11 @@
 package llmrouter
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,11 +115,25 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 	return sc, nil
 }
 
-// provisionStore starts the fleet store, if any, and binds every
-// deployment's capacity state to it. It runs at the end of Provision; the
-// store's goroutines stop in Cleanup (cleanupStore). A reload binds the
-// pool-kept states to the new config's store before the old config's
-// Cleanup, which then leaves them alone.
+// stores keeps fleet stores across config reloads and across llm_router
+// handlers, keyed by their options: one Redis connection (and one set of
+// background goroutines) per store, however many configs and handlers
+// use it.
+var stores = caddy.NewUsagePool()
+
+// fleetStore is a pooled fleet store.
+type fleetStore struct {
+	*fleet.Store
+	key string
+}
+
+// Destruct implements caddy.Destructor: the last user is gone.
+func (s *fleetStore) Destruct() error { return s.Close() }
+
+// provisionStore takes the configured fleet store, if any, from the pool
+// and binds every deployment's capacity state to it. It runs at the end of
+// Provision; Cleanup gives the store back (cleanupStore). A reload that
+// keeps the store keeps its connection and its bindings.
 func (h *Handler) provisionStore(ctx caddy.Context) error {
 	sc := h.Store
 	if sc == nil || sc.Type == "" || sc.Type == "memory" {
@@ -139,34 +156,41 @@ func (h *Handler) provisionStore(ctx caddy.Context) error {
 	if err := m.register(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	st, err := fleet.New(fleet.Options{
+	opts := fleet.Options{
 		URL:          url,
 		KeyPrefix:    sc.KeyPrefix,
 		Timeout:      time.Duration(sc.Timeout),
 		PollInterval: time.Duration(sc.PollInterval),
 		Logger:       h.logger,
 		Observer:     m,
+	}
+	// The key holds the URL's fingerprint only: it may hold a password.
+	sum := sha256.Sum256([]byte(url))
+	key := strings.Join([]string{hex.EncodeToString(sum[:]), sc.KeyPrefix, opts.Timeout.String(), opts.PollInterval.String()}, "|")
+	v, _, err := stores.LoadOrNew(key, func() (caddy.Destructor, error) {
+		st, err := fleet.New(opts)
+		if err != nil {
+			return nil, err
+		}
+		return &fleetStore{Store: st, key: key}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	h.fleet = st
-	// h.groups[name][i] was made from h.Models[name].Deployments[i].
-	for _, name := range h.names {
-		for i, dc := range h.Models[name].Deployments {
-			p := h.Providers[dc.Provider]
-			st.Bind(identity(p.Type, p.endpoint, dc.Model), h.groups[name][i].State)
-		}
+	h.store = v.(*fleetStore)
+	for d, m := range h.meta {
+		h.store.Bind(m.identity, d.State)
 	}
 	return nil
 }
 
-// cleanupStore stops the fleet store's goroutines and closes its
-// connections; the capacity states keep working on local knowledge.
+// cleanupStore gives the fleet store back to the pool, which closes it
+// once no config uses it; the capacity states keep working on local
+// knowledge.
 func (h *Handler) cleanupStore() {
-	if h.fleet != nil {
-		_ = h.fleet.Close()
-		h.fleet = nil
+	if h.store != nil {
+		_, _ = stores.Delete(h.store.key)
+		h.store = nil
 	}
 }
 

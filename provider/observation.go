@@ -111,6 +111,11 @@ type Observation struct {
 	// Message is the provider's error message, for logs and for the client
 	// when the error is passed on (never a key).
 	Message string
+	// Code is the provider's own machine-readable error code, when it
+	// states one ("content_policy_violation", "INVALID_ARGUMENT",
+	// "enforced_spend_limit_reached"); a client API that restates the error
+	// may pass it on.
+	Code string
 }
 
 // NewObservation returns an Observation of class c with nothing else known.

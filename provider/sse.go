@@ -14,26 +14,6 @@ const MaxEventSize = 1 << 20
 // ErrEventTooLarge is returned by SSEReader.Next for an event over MaxEventSize.
 var ErrEventTooLarge = errors.New("server-sent event exceeds 1 MiB")
 
-// EventKind says what one upstream stream event means to the relay.
-type EventKind uint8
-
-const (
-	// EventSkip is not content: an SSE comment (": keep-alive"), a ping, an
-	// event the client format has no use for. It is not a first token.
-	EventSkip EventKind = iota
-	// EventData is content to relay to the client, or progress with nothing
-	// to relay (out empty: an Anthropic thinking delta for a Chat
-	// Completions client); either way a first token.
-	EventData
-	// EventFinal is content to relay that also ends the answer (it carries a
-	// finish_reason); a terminator may still follow.
-	EventFinal
-	// EventDone is the stream's terminator ("data: [DONE]").
-	EventDone
-	// EventError is an in-band error: the stream failed mid-way.
-	EventError
-)
-
 // Event is one server-sent event, or one comment line.
 type Event struct {
 	// Name is the "event:" field ("" for the default "message").
@@ -147,4 +127,25 @@ func (s *SSEReader) readLine() ([]byte, error) {
 func trimEOL(b []byte) []byte {
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	return bytes.TrimSuffix(b, []byte("\r"))
+}
+
+// AppendEvent appends one server-sent event to dst: "event: <name>\n" when
+// name is not empty, a "data: " line for each line of data, and the blank
+// line that ends it.
+func AppendEvent(dst []byte, name string, data []byte) []byte {
+	if name != "" {
+		dst = append(append(append(dst, "event: "...), name...), '\n')
+	}
+	for {
+		line := data
+		i := bytes.IndexByte(data, '\n')
+		if i >= 0 {
+			line, data = data[:i], data[i+1:]
+		}
+		dst = append(append(append(dst, "data: "...), line...), '\n')
+		if i < 0 {
+			break
+		}
+	}
+	return append(dst, '\n')
 }

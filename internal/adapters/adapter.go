@@ -1,110 +1,75 @@
-// Package adapters speaks each provider family's wire format: it builds the
-// upstream request for a deployment, decodes capacity (rate-limit headers,
-// Retry-After, body hints) and the error class from every response, and
-// translates answers and streams back to the client's format.
+// Package adapters holds the built-in provider types' wire formats (the
+// Caddy-free half of the llm_router.providers.* modules): openai (and every
+// OpenAI-compatible API), azure, anthropic and gemini. Each implements
+// provider.Provider for one configured account: it plans every attempt
+// (the upstream request, how its answer and stream are read) and decodes
+// the capacity and error class of every answer.
 //
-// One file per wire family (openai.go, ...). Adapters hold no state and import
-// neither Caddy nor the rest of this project except capacity.
+// One file per wire family. The client formats they translate from and to
+// are declared in package wire/chat and wire/messages.
 package adapters
 
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
-	"sort"
-	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
-// Endpoint is what an adapter needs to reach one provider account.
-type Endpoint struct {
-	// BaseURL is the API root without a trailing slash, e.g.
-	// "https://api.openai.com/v1".
-	BaseURL string
-	// APIKey is the provider's key. It is only ever put in the upstream
-	// request's auth header; never logged or returned.
-	APIKey string
-	// Header holds extra upstream headers (the Caddyfile `header` lines).
-	Header http.Header
+// plan is one attempt of a built-in provider type: the request and the
+// reader of its answers.
+type plan struct {
+	req    *http.Request
+	format provider.Format
+	native bool
+	// model is the deployment's upstream model, named in a Chat answer
+	// that names none.
+	model string
+	// choices and includeUsage are the Chat form's n and
+	// stream_options.include_usage: what a complete stream holds.
+	choices      int
+	includeUsage bool
+	r            reader
 }
 
-// Adapter speaks one provider family's wire format. The client side is the
-// OpenAI Chat Completions format.
-type Adapter interface {
-	// Name is the Caddyfile `type` ("openai", ...).
-	Name() string
-	// ChatRequest builds the upstream request for a client's Chat Completions
-	// body, with the deployment's upstream model in place of the client's
-	// model group and the provider's key set. Nothing of the client's request
-	// headers is copied. It fails only if body is not a JSON object.
-	ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error)
-	// Observe decodes the error class and the capacity (rate-limit windows,
-	// Retry-After) of one response. body is the response body for an error
-	// status, nil for a success. now is the local time the response arrived;
-	// absolute times in the response are read against its Date header when
-	// present, so clock skew with the provider does not matter.
-	Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation
-	// ChatResponse translates a successful non-streaming upstream body into a
-	// Chat Completions body.
-	ChatResponse(body []byte) ([]byte, error)
-	// NewStreamDecoder returns a decoder for one upstream stream (decoders
-	// may keep state across events, such as a message's model or a tool
-	// call's index).
-	NewStreamDecoder() StreamDecoder
+// reader reads one kind of plan's answers: a stateless value, so that
+// holding it in the plan costs nothing.
+type reader interface {
+	answer(p *plan, body []byte) ([]byte, error)
+	decoder(p *plan) provider.EventDecoder
 }
 
-// UsageTrailer is implemented by stream decoders whose provider sends usage
-// in a chunk of its own after the answer finished (OpenAI with
-// stream_options.include_usage): a stream that asked for usage and ends
-// without that chunk was cut.
-type UsageTrailer interface {
-	UsageTrails() bool
-}
+// Request implements provider.Plan.
+func (p *plan) Request() *http.Request { return p.req }
 
-// StreamDecoder reads one upstream stream, event by event.
-type StreamDecoder interface {
-	// Event reads one upstream SSE event. For provider.EventData and provider.EventFinal, out
-	// is the Chat Completions chunk JSON to send as "data: <out>" (valid
-	// until the next call); for provider.EventError, obs holds the class and message.
-	Event(ev *provider.Event) (out []byte, kind provider.EventKind, obs provider.Observation)
-}
+// Format implements provider.Plan.
+func (p *plan) Format() provider.Format { return p.format }
 
-var registry = map[string]Adapter{}
+// Native implements provider.Plan.
+func (p *plan) Native() bool { return p.native }
 
-// Register makes an adapter available under its Name. It panics on a
-// duplicate name: adapters register from init.
-func Register(a Adapter) {
-	if _, dup := registry[a.Name()]; dup {
-		panic("adapters: duplicate adapter " + a.Name())
-	}
-	registry[a.Name()] = a
-}
+// Answer implements provider.Plan.
+func (p *plan) Answer(body []byte) ([]byte, error) { return p.r.answer(p, body) }
 
-// Get returns the adapter for a Caddyfile `type`, or an error naming the
-// known types.
-func Get(name string) (Adapter, error) {
-	if a, ok := registry[name]; ok {
-		return a, nil
-	}
-	return nil, fmt.Errorf("unknown provider type %q (known: %v)", name, Names())
-}
+// Stream implements provider.Plan.
+func (p *plan) Stream(body io.Reader) provider.Stream { return provider.SSE(body, p.r.decoder(p)) }
 
-// Names lists the registered adapter types, sorted.
-func Names() []string {
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+// chatPlan returns a plan whose answers are read into Chat; native when
+// Chat is the provider's own format.
+func chatPlan(req *http.Request, model string, r *provider.Request, native bool, rd reader) *plan {
+	return &plan{req: req, format: provider.Chat, native: native, model: model,
+		choices: max(r.Choices, 1), includeUsage: r.IncludeUsage, r: rd}
 }
 
 // newPost builds a POST of a JSON body to url with the provider's extra
 // headers and its key in keyHeader (as keyPrefix + key; nothing when the
 // key is empty). Nothing of the client's request is copied.
-func newPost(ctx context.Context, ep *Endpoint, url string, body []byte, stream bool, keyHeader, keyPrefix string) (*http.Request, error) {
+func newPost(ctx context.Context, ep *provider.Endpoint, url string, body []byte, stream bool, keyHeader, keyPrefix string) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -122,4 +87,60 @@ func newPost(ctx context.Context, ep *Endpoint, url string, body []byte, stream 
 		req.Header.Set(keyHeader, keyPrefix+ep.APIKey)
 	}
 	return req, nil
+}
+
+// errNoEmbeddings is a plan's error for an embeddings request to a
+// provider type without embeddings (the router does not ask: Serves).
+var errNoEmbeddings = errors.New("this provider type does not serve embeddings")
+
+// withModel fills a Chat answer's empty "model" with the deployment's
+// upstream model: the client's dashboards attribute tokens by it.
+func withModel(body []byte, model string) []byte {
+	if v, ok := jsonbody.GetString(body, "model"); ok && v != "" {
+		return body
+	}
+	if out, err := jsonbody.SetString(body, "model", model); err == nil {
+		return out
+	}
+	return body
+}
+
+// streamBroken is a stream event that is not what the format promises.
+func streamBroken(msg string) provider.Observation {
+	o := provider.NewObservation(provider.Server)
+	o.Message = msg
+	return o
+}
+
+// decodeEvent unmarshals a JSON event's data into v for a stream decoder.
+// When it returns false, the decoder answers with kind and obs: EventSkip
+// for an empty event, EventError for data that is not JSON.
+func decodeEvent(ev *provider.Event, v any) (provider.EventKind, provider.Observation, bool) {
+	data := bytes.TrimSpace(ev.Data)
+	if len(data) == 0 {
+		return provider.EventSkip, provider.Observation{}, false
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return provider.EventError, streamBroken("invalid JSON event in stream"), false
+	}
+	return provider.EventData, provider.Observation{}, true
+}
+
+// decodeJSON unmarshals data into v, tolerating fields of an unexpected
+// type (they are left zero): a provider's odd field must not lose the rest
+// of an error body. Only a syntax error is returned.
+func decodeJSON(data []byte, v any) error {
+	err := json.Unmarshal(data, v)
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return nil
+	}
+	return err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

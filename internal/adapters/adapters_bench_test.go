@@ -43,10 +43,7 @@ var observeSink provider.Observation
 func BenchmarkObserve(b *testing.B) {
 	for _, f := range observeFixtures {
 		b.Run(f.dialect, func(b *testing.B) {
-			a, err := Get(f.adapter)
-			if err != nil {
-				b.Fatal(err)
-			}
+			a := byName(f.adapter, provider.Endpoint{})
 			resp, body := readFixture(b, f.file)
 			if resp.StatusCode < 300 {
 				body = nil
@@ -100,23 +97,6 @@ func chatBody4KB(tb testing.TB, size int) []byte {
 	return b
 }
 
-var bytesSink []byte
-
-// BenchmarkSetString4KB is the openai and azure adapters' body rewrite: the
-// deployment's model in place of the model group, one copy of the body.
-func BenchmarkSetString4KB(b *testing.B) {
-	body := chatBody4KB(b, 4096)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		out, err := SetString(body, "model", "gpt-4o-mini-2024-07-18")
-		if err != nil {
-			b.Fatal(err)
-		}
-		bytesSink = out
-	}
-}
-
 var requestSink *http.Request
 
 // BenchmarkChatRequest builds the upstream request for a 4 KB body with each
@@ -124,26 +104,23 @@ var requestSink *http.Request
 // and gemini.
 func BenchmarkChatRequest(b *testing.B) {
 	body := chatBody4KB(b, 4096)
-	ep := &Endpoint{BaseURL: "https://api.example.com/v1", APIKey: "sk-bench", Header: http.Header{}}
+	ep := &provider.Endpoint{BaseURL: "https://api.example.com/v1", APIKey: "sk-bench", Header: http.Header{}}
 	ctx := context.Background()
 	for _, name := range []string{"openai", "azure", "anthropic", "gemini"} {
 		b.Run(name, func(b *testing.B) {
-			a, err := Get(name)
-			if err != nil {
-				b.Fatal(err)
-			}
 			e := *ep
 			if name == "azure" {
 				e.BaseURL = "https://res.openai.azure.com/openai?api-version=2024-10-21"
 			}
+			a := byName(name, e)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				req, err := a.ChatRequest(ctx, &e, "upstream-model", body, false)
+				plan, err := a.Plan(ctx, "upstream-model", chatReq(body, false))
 				if err != nil {
 					b.Fatal(err)
 				}
-				requestSink = req
+				requestSink = plan.Request()
 			}
 		})
 	}
@@ -196,17 +173,14 @@ func BenchmarkStreamEvent(b *testing.B) {
 	const n = 200
 	for _, name := range []string{"openai", "azure", "anthropic", "gemini"} {
 		b.Run(name, func(b *testing.B) {
-			a, err := Get(name)
-			if err != nil {
-				b.Fatal(err)
-			}
+			a := byName(name, provider.Endpoint{})
 			stream := benchStream(name, n)
 			events := 0
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			b.ReportAllocs()
 			for b.Loop() {
-				sse, dec := provider.NewSSEReader(bytes.NewReader(stream)), a.NewStreamDecoder()
+				sse, dec := provider.NewSSEReader(bytes.NewReader(stream)), chatDecoder(a)
 				content := 0
 				for {
 					ev, err := sse.Next()

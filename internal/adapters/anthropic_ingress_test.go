@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
+
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -45,7 +47,7 @@ const chatFromMessages = `{
 }`
 
 func TestMessagesToChat(t *testing.T) {
-	chat, model, stream, err := MessagesToChat([]byte(anthropicWithTools))
+	chat, model, stream, err := messages.ToChat([]byte(anthropicWithTools))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ func TestMessagesToChat(t *testing.T) {
 	}
 	// And back: the Messages request the anthropic adapter sends upstream
 	// is the client's own.
-	back, err := chatToAnthropic(chat, model, stream)
+	back, err := messages.FromChat(chat, model, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestMessagesToChat(t *testing.T) {
 			`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"required"}`,
 		},
 	} {
-		got, _, _, err := MessagesToChat([]byte(tc.in))
+		got, _, _, err := messages.ToChat([]byte(tc.in))
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
@@ -123,9 +125,9 @@ func TestMessagesToChatErrors(t *testing.T) {
 		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"web_search_20250305","name":"web_search"}]}`,
 		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"system":7}`,
 	} {
-		_, _, _, err := MessagesToChat([]byte(in))
-		if !errors.Is(err, ErrMessagesRequest) {
-			t.Errorf("%s: expected an ErrMessagesRequest, got %v", in, err)
+		_, _, _, err := messages.ToChat([]byte(in))
+		if !errors.Is(err, messages.ErrRequest) {
+			t.Errorf("%s: expected an messages.ErrRequest, got %v", in, err)
 		}
 	}
 }
@@ -138,7 +140,7 @@ func TestChatToMessages(t *testing.T) {
 	    {"id":"call_3","type":"function","function":{"name":"broken","arguments":"{\"a\":"}}],"refusal":null},
 	   "logprobs":null,"finish_reason":"tool_calls"}],
 	  "usage":{"prompt_tokens":120,"completion_tokens":30,"total_tokens":150,"prompt_tokens_details":{"cached_tokens":100}}}`
-	got, err := ChatToMessages([]byte(chat))
+	got, err := messages.FromChatAnswer([]byte(chat))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,22 +157,22 @@ func TestChatToMessages(t *testing.T) {
 
 	for finish, stop := range map[string]string{"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
 		"function_call": "tool_use", "content_filter": "refusal", "": "end_turn"} {
-		got, err := ChatToMessages([]byte(`{"id":"x","model":"m","choices":[{"message":{"content":"a"},"finish_reason":"` + finish + `"}]}`))
+		got, err := messages.FromChatAnswer([]byte(`{"id":"x","model":"m","choices":[{"message":{"content":"a"},"finish_reason":"` + finish + `"}]}`))
 		if err != nil || jsonField(t, got, "stop_reason") != stop {
 			t.Errorf("finish_reason %q: expected stop_reason %s, got %s (%v)", finish, stop, got, err)
 		}
 	}
-	got, _ = ChatToMessages([]byte(`{"model":"m","choices":[{"message":{"content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}`))
+	got, _ = messages.FromChatAnswer([]byte(`{"model":"m","choices":[{"message":{"content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}`))
 	if !strings.Contains(string(got), `"text":"I can't help with that."`) || jsonField(t, got, "stop_reason") != "refusal" ||
 		!strings.HasPrefix(jsonField(t, got, "id").(string), "msg_") {
 		t.Errorf("expected a refusal as text with stop_reason refusal and a fresh id, got %s", got)
 	}
-	got, _ = ChatToMessages([]byte(`{"model":"m","choices":[{"message":{"content":""},"finish_reason":"stop"}]}`))
+	got, _ = messages.FromChatAnswer([]byte(`{"model":"m","choices":[{"message":{"content":""},"finish_reason":"stop"}]}`))
 	if !strings.Contains(string(got), `"content":[]`) {
 		t.Errorf("expected an empty content array, got %s", got)
 	}
 	for _, bad := range []string{`nope`, `{"choices":[]}`, `{"model":"m"}`, `{"choices":[{"message":{"content":7}}]}`} {
-		if out, err := ChatToMessages([]byte(bad)); err == nil {
+		if out, err := messages.FromChatAnswer([]byte(bad)); err == nil {
 			t.Errorf("%s: expected an error, got %s", bad, out)
 		}
 	}
@@ -182,11 +184,11 @@ func TestMessagesResponseRoundTrip(t *testing.T) {
 	orig := `{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-opus-4-1-20250805",
 	  "content":[{"type":"text","text":"I'll check."},{"type":"tool_use","id":"toolu_01A","name":"get_weather","input":{"location":"San Francisco, CA","unit":"celsius"}}],
 	  "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":20,"cache_read_input_tokens":1000,"output_tokens":50}}`
-	chat, err := Anthropic{}.ChatResponse([]byte(orig))
+	chat, err := chatAnswer(byName("anthropic", provider.Endpoint{}), []byte(orig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := ChatToMessages(chat)
+	back, err := messages.FromChatAnswer(chat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,9 +226,9 @@ func assembleMessages(t *testing.T, sse []byte) assembledMessage {
 		var e struct {
 			Type    string `json:"type"`
 			Message *struct {
-				ID    string   `json:"id"`
-				Model string   `json:"model"`
-				Usage msgUsage `json:"usage"`
+				ID    string         `json:"id"`
+				Model string         `json:"model"`
+				Usage messages.Usage `json:"usage"`
 			} `json:"message"`
 			Index        *int `json:"index"`
 			ContentBlock *struct {
@@ -241,7 +243,7 @@ func assembleMessages(t *testing.T, sse []byte) assembledMessage {
 				PartialJSON string `json:"partial_json"`
 				StopReason  string `json:"stop_reason"`
 			} `json:"delta"`
-			Usage *msgUsage `json:"usage"`
+			Usage *messages.Usage `json:"usage"`
 		}
 		if err := json.Unmarshal(ev.Data, &e); err != nil {
 			t.Fatalf("frame data is not JSON: %s", ev.Data)
@@ -303,9 +305,9 @@ func assembleMessages(t *testing.T, sse []byte) assembledMessage {
 // encodeStream runs an Anthropic upstream stream through the anthropic
 // decoder and the Messages encoder, as the router would for a Messages
 // client routed to an Anthropic deployment.
-func encodeStream(t *testing.T, dec StreamDecoder, sse string) []byte {
+func encodeStream(t *testing.T, dec eventDecoder, sse string) []byte {
 	t.Helper()
-	enc := NewMessagesStreamEncoder()
+	enc := messages.NewChatEncoder()
 	var out []byte
 	r := provider.NewSSEReader(strings.NewReader(sse))
 	for {
@@ -318,7 +320,7 @@ func encodeStream(t *testing.T, dec StreamDecoder, sse string) []byte {
 		case provider.EventData, provider.EventFinal:
 			out = append(out, enc.Chunk(data)...)
 		case provider.EventError:
-			return append(out, MessagesStreamError(AnthropicErrorType(529), obs.Message)...)
+			return append(out, messages.StreamError(messages.ErrorType(529), obs.Message)...)
 		case provider.EventDone:
 			return append(out, enc.Done()...)
 		}
@@ -328,7 +330,7 @@ func encodeStream(t *testing.T, dec StreamDecoder, sse string) []byte {
 
 func TestMessagesStreamRoundTrip(t *testing.T) {
 	orig := assembleMessages(t, []byte(anthropicToolStream))
-	got := assembleMessages(t, encodeStream(t, Anthropic{}.NewStreamDecoder(), anthropicToolStream))
+	got := assembleMessages(t, encodeStream(t, chatDecoder(byName("anthropic", provider.Endpoint{})), anthropicToolStream))
 	wantEvents := "message_start content_block_start content_block_delta content_block_delta content_block_stop " +
 		"content_block_start content_block_delta content_block_delta content_block_stop " +
 		"content_block_start content_block_delta content_block_stop message_delta message_stop"
@@ -341,7 +343,7 @@ func TestMessagesStreamRoundTrip(t *testing.T) {
 	}
 
 	// A Gemini stream for a Messages client.
-	got = assembleMessages(t, encodeStream(t, Gemini{}.NewStreamDecoder(), geminiSSE))
+	got = assembleMessages(t, encodeStream(t, chatDecoder(byName("gemini", provider.Endpoint{})), geminiSSE))
 	if len(got.Blocks) != 3 || got.Blocks[0].Text != "The weather in Paris is worth a look:" ||
 		got.Blocks[1].Name != "get_weather" || got.Blocks[1].Input != `{"city":"Paris"}` || got.Blocks[2].Input != `{}` ||
 		got.StopReason != "tool_use" || got.InputTokens != 12 || got.OutputToks != 33 || got.Model != "gemini-2.5-flash" {
@@ -349,7 +351,7 @@ func TestMessagesStreamRoundTrip(t *testing.T) {
 	}
 
 	// A failure mid-stream ends with an error event and no message_stop.
-	out := encodeStream(t, Anthropic{}.NewStreamDecoder(), `event: message_start
+	out := encodeStream(t, chatDecoder(byName("anthropic", provider.Endpoint{})), `event: message_start
 data: {"type":"message_start","message":{"id":"msg_1","model":"claude-x","usage":{"input_tokens":3}}}
 
 event: content_block_delta
@@ -366,7 +368,7 @@ data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}
 }
 
 func TestMessagesStreamEncoderOpenAIStream(t *testing.T) {
-	enc := NewMessagesStreamEncoder()
+	enc := messages.NewChatEncoder()
 	var out []byte
 	for _, c := range []string{
 		`{"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
@@ -412,7 +414,7 @@ func TestMessagesStreamEncoderToolCalls(t *testing.T) {
 			`{"id":"c","model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_2","type":"function","function":{"name":"get_time","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
 		},
 	} {
-		enc := NewMessagesStreamEncoder()
+		enc := messages.NewChatEncoder()
 		var out []byte
 		for _, c := range chunks {
 			out = append(out, enc.Chunk([]byte(c))...)
@@ -431,11 +433,11 @@ func TestMessagesStreamEncoderToolCalls(t *testing.T) {
 
 func TestMessagesStreamEncoderEdges(t *testing.T) {
 	// No chunk at all: still a well-formed, empty message.
-	m := assembleMessages(t, NewMessagesStreamEncoder().Done())
+	m := assembleMessages(t, messages.NewChatEncoder().Done())
 	if strings.Join(m.Events, " ") != "message_start message_delta message_stop" || m.StopReason != "end_turn" || !strings.HasPrefix(m.ID, "msg_") {
 		t.Errorf("expected an empty message, got %+v", m)
 	}
-	enc := NewMessagesStreamEncoder()
+	enc := messages.NewChatEncoder()
 	if out := enc.Chunk([]byte(`not json`)); out != nil {
 		t.Errorf("expected nothing for an invalid chunk, got %s", out)
 	}
@@ -450,10 +452,10 @@ func TestMessagesStreamEncoderEdges(t *testing.T) {
 }
 
 func TestAnthropicErrorBodies(t *testing.T) {
-	if got, want := string(AnthropicError("rate_limit_error", `too "fast"`)), `{"type":"error","error":{"type":"rate_limit_error","message":"too \"fast\""}}`; got != want {
+	if got, want := string(messages.NewError("rate_limit_error", `too "fast"`)), `{"type":"error","error":{"type":"rate_limit_error","message":"too \"fast\""}}`; got != want {
 		t.Errorf("expected %s, got %s", want, got)
 	}
-	got, want := string(MessagesStreamError("overloaded_error", "Overloaded")),
+	got, want := string(messages.StreamError("overloaded_error", "Overloaded")),
 		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
 	if got != want {
 		t.Errorf("expected %q, got %q", want, got)
@@ -463,7 +465,7 @@ func TestAnthropicErrorBodies(t *testing.T) {
 		404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
 		500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error",
 	} {
-		if got := AnthropicErrorType(status); got != want {
+		if got := messages.ErrorType(status); got != want {
 			t.Errorf("%d: expected %s, got %s", status, want, got)
 		}
 	}

@@ -1,7 +1,6 @@
 package adapters
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -84,9 +85,9 @@ const anthropicWithTools = `{
 }`
 
 func TestAnthropicChatRequest(t *testing.T) {
-	ep := &Endpoint{BaseURL: "https://api.anthropic.com/v1", APIKey: "sk-ant-provider",
+	ep := &provider.Endpoint{BaseURL: "https://api.anthropic.com/v1", APIKey: "sk-ant-provider",
 		Header: http.Header{"Anthropic-Beta": {"prompt-caching-2024-07-31"}}}
-	req, err := Anthropic{}.ChatRequest(context.Background(), ep, "claude-sonnet-4-5", []byte(chatWithTools), true)
+	req, err := chatRequest(byName("anthropic", *ep), "claude-sonnet-4-5", []byte(chatWithTools), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +108,8 @@ func TestAnthropicChatRequest(t *testing.T) {
 	}
 
 	// No key: no x-api-key; the operator's anthropic-version wins.
-	ep = &Endpoint{BaseURL: "http://127.0.0.1:9/v1", Header: http.Header{"Anthropic-Version": {"2099-01-01"}}}
-	req, err = Anthropic{}.ChatRequest(context.Background(), ep, "m", []byte(`{"messages":[{"role":"user","content":"hi"}]}`), false)
+	ep = &provider.Endpoint{BaseURL: "http://127.0.0.1:9/v1", Header: http.Header{"Anthropic-Version": {"2099-01-01"}}}
+	req, err = chatRequest(byName("anthropic", *ep), "m", []byte(`{"messages":[{"role":"user","content":"hi"}]}`), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestAnthropicRequestTranslation(t *testing.T) {
 			`{"model":"m","max_tokens":4096,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}}]}]}`,
 		},
 	} {
-		got, err := chatToAnthropic([]byte(tc.in), "m", false)
+		got, err := messages.FromChat([]byte(tc.in), "m", false)
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
@@ -195,7 +196,7 @@ func TestAnthropicRequestErrors(t *testing.T) {
 		`{"messages":[{"role":"user","content":"x"}],"stop":5}`,
 		`{"messages":[{"role":"user","content":"x"}],"n":2}`,
 	} {
-		if _, err := (Anthropic{}).ChatRequest(context.Background(), &Endpoint{BaseURL: "http://x"}, "m", []byte(in), false); err == nil {
+		if _, err := chatRequest(byName("anthropic", provider.Endpoint{BaseURL: "http://x"}), "m", []byte(in), false); err == nil {
 			t.Errorf("%s: expected an error, got none", in)
 		}
 	}
@@ -203,7 +204,7 @@ func TestAnthropicRequestErrors(t *testing.T) {
 
 func TestAnthropicChatResponse(t *testing.T) {
 	_, body := readFixture(t, "anthropic-200.http")
-	got, err := Anthropic{}.ChatResponse(body)
+	got, err := chatAnswer(byName("anthropic", provider.Endpoint{}), body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestAnthropicChatResponse(t *testing.T) {
 	  {"type":"tool_use","id":"toolu_01B","name":"get_time","input":{}}],
 	 "stop_reason":"tool_use","stop_sequence":null,
 	 "usage":{"input_tokens":20,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":50}}`)
-	got, err = Anthropic{}.ChatResponse(body)
+	got, err = chatAnswer(byName("anthropic", provider.Endpoint{}), body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestAnthropicChatResponse(t *testing.T) {
 	}
 
 	// Only tool calls: content is null, as OpenAI sends it.
-	got, _ = Anthropic{}.ChatResponse([]byte(`{"type":"message","model":"c","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":1}}],"stop_reason":"tool_use","usage":{}}`))
+	got, _ = chatAnswer(byName("anthropic", provider.Endpoint{}), []byte(`{"type":"message","model":"c","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":1}}],"stop_reason":"tool_use","usage":{}}`))
 	if !strings.Contains(string(got), `"content":null`) {
 		t.Errorf("expected null content beside tool calls, got %s", got)
 	}
@@ -250,7 +251,7 @@ func TestAnthropicFinishReasons(t *testing.T) {
 		"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
 		"refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length", "": "stop",
 	} {
-		if got := anthropicFinish(stop); got != want {
+		if got := messages.FinishReason(stop); got != want {
 			t.Errorf("%q: expected %s, got %s", stop, want, got)
 		}
 	}
@@ -309,7 +310,7 @@ data: {"type":"message_stop"}
 `
 
 func TestAnthropicStream(t *testing.T) {
-	res := runStream(t, Anthropic{}.NewStreamDecoder(), anthropicToolStream)
+	res := runStream(t, chatDecoder(byName("anthropic", provider.Endpoint{})), anthropicToolStream)
 	S, D, F := provider.EventSkip, provider.EventData, provider.EventFinal
 	wantKinds := []provider.EventKind{S, S, S, D, D, S, D, D, D, D, S, D, D, S, F, provider.EventDone} // an empty input_json_delta is progress (D)
 	if !equalKinds(res.kinds, wantKinds) {
@@ -348,7 +349,7 @@ func TestAnthropicMidstreamOverloaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := runStream(t, Anthropic{}.NewStreamDecoder(), string(raw))
+	res := runStream(t, chatDecoder(byName("anthropic", provider.Endpoint{})), string(raw))
 	// message_start, content_block_start and ping are no first token.
 	want := []provider.EventKind{provider.EventSkip, provider.EventSkip, provider.EventSkip, provider.EventData, provider.EventError}
 	if !equalKinds(res.kinds, want) {
@@ -375,7 +376,7 @@ func TestAnthropicStreamErrorTypes(t *testing.T) {
 		"something_new_error":   provider.Server,
 	} {
 		ev := &provider.Event{Name: "error", Data: []byte(`{"type":"error","error":{"type":"` + typ + `","message":"m"}}`)}
-		_, kind, obs := Anthropic{}.NewStreamDecoder().Event(ev)
+		_, kind, obs := chatDecoder(byName("anthropic", provider.Endpoint{})).Event(ev)
 		if kind != provider.EventError || obs.Class != want {
 			t.Errorf("%s: expected an error event of class %s, got %d %s", typ, want, kind, obs.Class)
 		}
@@ -406,7 +407,7 @@ func TestAnthropicObserve(t *testing.T) {
 		{"garbage 429", 429, `{{{`, provider.RateLimited},
 	} {
 		h := http.Header{"Date": {date}}
-		o := Anthropic{}.Observe(tc.status, h, []byte(tc.body), time.Now())
+		o := (&Anthropic{}).Observe(tc.status, h, []byte(tc.body), time.Now())
 		if o.Class != tc.want {
 			t.Errorf("%s: expected %s, got %s (%q)", tc.name, tc.want, o.Class, o.Message)
 		}
@@ -428,13 +429,13 @@ func TestAnthropicTokenWindows(t *testing.T) {
 	set("tokens", "96000", "90000", "2025-08-21T12:40:30Z")
 	set("input-tokens", "80000", "0", "2025-08-21T12:40:12Z")
 	set("output-tokens", "16000", "15000", "2025-08-21T12:41:00Z")
-	o := Anthropic{}.Observe(200, h, nil, now)
+	o := (&Anthropic{}).Observe(200, h, nil, now)
 	if want := (provider.Window{Limit: 80000, Remaining: 0, Reset: 12 * time.Second}); o.Tokens != want {
 		t.Errorf("an exhausted input window is the tightest: expected %+v, got %+v", want, o.Tokens)
 	}
 	set("input-tokens", "80000", "70000", "2025-08-21T12:40:12Z")
 	set("output-tokens", "16000", "1600", "2025-08-21T12:41:00Z")
-	o = Anthropic{}.Observe(200, h, nil, now)
+	o = (&Anthropic{}).Observe(200, h, nil, now)
 	if want := (provider.Window{Limit: 16000, Remaining: 1600, Reset: time.Minute}); o.Tokens != want {
 		t.Errorf("10%% output left is the tightest: expected %+v, got %+v", want, o.Tokens)
 	}
@@ -444,29 +445,34 @@ func TestAnthropicTokenWindows(t *testing.T) {
 	h.Set("anthropic-ratelimit-requests-remaining", "-3")
 	h.Set("anthropic-ratelimit-requests-reset", "later")
 	h.Set("retry-after", "soon")
-	o = Anthropic{}.Observe(200, h, nil, now)
+	o = (&Anthropic{}).Observe(200, h, nil, now)
 	if o.Requests != provider.UnknownWindow || o.Tokens != provider.UnknownWindow || o.RetryAfter != provider.Unknown {
 		t.Errorf("expected garbage decoded as unknown, got %+v", o)
 	}
 }
 
-func TestAnthropicChatError(t *testing.T) {
-	_, body := readFixture(t, "anthropic-400-prompt-too-long.http")
-	got := Anthropic{}.ChatError(400, body)
-	want := `{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum","type":"invalid_request_error","code":"context_length_exceeded","param":null}}`
-	if !sameJSON(t, got, want) {
-		t.Errorf("expected %s, got %s", want, got)
+// What the client is told of a client error passed on (restated by the
+// client API, see internal/api): class, message and the provider's code.
+func TestAnthropicErrorObservation(t *testing.T) {
+	resp, body := readFixture(t, "anthropic-400-prompt-too-long.http")
+	o := (&Anthropic{}).Observe(resp.StatusCode, resp.Header, body, time.Now())
+	if o.Class != provider.ContextLength || o.Message != "prompt is too long: 210000 tokens > 200000 maximum" || o.Code != "" {
+		t.Errorf("expected context_length with the message, got %+v", o)
 	}
-	var te ErrorTranslator = Anthropic{}
-	if got := te.ChatError(502, []byte("<html>")); !strings.Contains(string(got), `"type":"api_error"`) {
-		t.Errorf("expected an api_error for a non-JSON body, got %s", got)
+	o = (&Anthropic{}).Observe(502, http.Header{}, []byte("<html>"), time.Now())
+	if o.Class != provider.Server || o.Message != "<html>" {
+		t.Errorf("expected a server error with the body's start, got %+v", o)
+	}
+	o = (&Anthropic{}).Observe(429, http.Header{}, []byte(`{"type":"error","error":{"type":"rate_limit_error","message":"spent","details":{"error_code":"enforced_spend_limit_reached"}}}`), time.Now())
+	if o.Class != provider.QuotaExhausted || o.Code != "enforced_spend_limit_reached" {
+		t.Errorf("expected quota_exhausted with its error_code, got %+v", o)
 	}
 }
 
 // Thinking is the model producing: a first token, with nothing for a Chat
 // Completions client.
 func TestAnthropicThinkingIsProgress(t *testing.T) {
-	dec := Anthropic{}.NewStreamDecoder()
+	dec := chatDecoder(byName("anthropic", provider.Endpoint{}))
 	for _, d := range []string{
 		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me think"}}`,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}`,

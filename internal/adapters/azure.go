@@ -10,10 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
-
-func init() { Register(Azure{}) }
 
 // AzureDefaultAPIVersion is the api-version sent when base_url states none:
 // the latest GA data-plane version
@@ -34,10 +33,9 @@ const AzureDefaultAPIVersion = "2024-10-21"
 //
 // Errors, rate-limit headers (x-ratelimit-remaining-* of -1 means unknown),
 // retry-after-ms and Retry-After are decoded as the openai adapter does.
-type Azure struct{}
-
-// Name implements Adapter.
-func (Azure) Name() string { return "azure" }
+type Azure struct {
+	Endpoint provider.Endpoint
+}
 
 // azureURL builds the URL of an operation ("chat/completions",
 // "embeddings") of a deployment.
@@ -61,16 +59,35 @@ func azureURL(base, deployment, op string) (string, error) {
 	return u.String(), nil
 }
 
-// ChatRequest implements Adapter. The body is the client's with the model
-// set (harmless for deployment URLs, required by the v1 API).
-func (Azure) ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
-	return azurePost(ctx, ep, model, "chat/completions", body, stream)
+// Serves implements provider.Provider: every format, embeddings included.
+func (*Azure) Serves(provider.Format) bool { return true }
+
+// Plan implements provider.Provider. The body is the client's (or its Chat
+// form) with the model set: harmless for deployment URLs, required by the
+// v1 API.
+func (p *Azure) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
+	if r.Format == provider.Embeddings {
+		req, err := azurePost(ctx, &p.Endpoint, model, "embeddings", r.Body, false)
+		if err != nil {
+			return nil, err
+		}
+		return &plan{req: req, format: provider.Embeddings, native: true, r: embeddingsReader{}}, nil
+	}
+	body, err := r.Chat()
+	if err != nil {
+		return nil, err
+	}
+	req, err := azurePost(ctx, &p.Endpoint, model, "chat/completions", body, r.Stream)
+	if err != nil {
+		return nil, err
+	}
+	return chatPlan(req, model, r, true, azureReader{}), nil
 }
 
 // azurePost builds a POST of body, with model set, to the deployment's
 // operation, with the api-key header.
-func azurePost(ctx context.Context, ep *Endpoint, model, op string, body []byte, stream bool) (*http.Request, error) {
-	out, err := SetString(body, "model", model)
+func azurePost(ctx context.Context, ep *provider.Endpoint, model, op string, body []byte, stream bool) (*http.Request, error) {
+	out, err := jsonbody.SetString(body, "model", model)
 	if err != nil {
 		return nil, err
 	}
@@ -81,37 +98,39 @@ func azurePost(ctx context.Context, ep *Endpoint, model, op string, body []byte,
 	return newPost(ctx, ep, target, out, stream, "Api-Key", "")
 }
 
-// Observe implements Adapter.
-func (Azure) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
-	return OpenAI{}.Observe(status, h, body, now)
+// Observe implements provider.Provider: the openai dialect.
+func (*Azure) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+	return observeOpenAI(status, h, body, now)
 }
 
-// ChatResponse implements Adapter: the body is in the client's format.
-func (Azure) ChatResponse(body []byte) ([]byte, error) { return OpenAI{}.ChatResponse(body) }
+// azureReader reads Azure's Chat Completions answers and streams.
+type azureReader struct{ chatReader }
 
-// NewStreamDecoder implements Adapter.
-func (Azure) NewStreamDecoder() StreamDecoder { return azureStream{} }
+func (azureReader) decoder(p *plan) provider.EventDecoder {
+	return &azureStream{chatStream{choices: p.choices, includeUsage: p.includeUsage}}
+}
 
 // azureStream is the openai decoder, but skips the chunk Azure sends first
 // with only the prompt's content-filter results and no choices: it is no
 // first token, and must not commit the response to this deployment.
-type azureStream struct{ openAIStream }
+type azureStream struct{ chatStream }
 
-// provider.Event implements StreamDecoder. An event that is no chunk at all (not an
-// object, no choices) is a broken stream, not content to relay.
-func (s azureStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provider.Observation) {
-	out, kind, obs := s.openAIStream.Event(ev)
-	if (kind == provider.EventData || kind == provider.EventFinal) && (out[0] != '{' || !bytes.Contains(out, []byte(`"choices"`))) {
-		return nil, provider.EventError, streamBroken("stream event is not a chat completion chunk")
+// Decode implements provider.EventDecoder. An event that is no chunk at
+// all (not an object, no choices) is a broken stream, not content to relay.
+func (s *azureStream) Decode(ev *provider.Event) (provider.Event, provider.EventKind, provider.Observation) {
+	out, kind, obs := s.chatStream.Decode(ev)
+	data := out.Data
+	if (kind == provider.EventData || kind == provider.EventFinal) && (data[0] != '{' || !bytes.Contains(data, []byte(`"choices"`))) {
+		return provider.Event{}, provider.EventError, streamBroken("stream event is not a chat completion chunk")
 	}
-	if kind == provider.EventData && bytes.Contains(out, []byte(`"prompt_filter_results"`)) {
+	if kind == provider.EventData && bytes.Contains(data, []byte(`"prompt_filter_results"`)) {
 		var c struct {
 			Choices []json.RawMessage `json:"choices"`
 			Usage   json.RawMessage   `json:"usage"`
 		}
-		if json.Unmarshal(out, &c) == nil && len(c.Choices) == 0 &&
+		if json.Unmarshal(data, &c) == nil && len(c.Choices) == 0 &&
 			(len(c.Usage) == 0 || bytes.Equal(c.Usage, []byte("null"))) {
-			return nil, provider.EventSkip, obs
+			return provider.Event{}, provider.EventSkip, obs
 		}
 	}
 	return out, kind, obs

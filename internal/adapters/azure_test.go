@@ -1,7 +1,6 @@
 package adapters
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -41,9 +40,9 @@ func TestAzureURL(t *testing.T) {
 }
 
 func TestAzureChatRequest(t *testing.T) {
-	ep := &Endpoint{BaseURL: "https://contoso.openai.azure.com/openai?api-version=2024-06-01", APIKey: "azure-key",
+	ep := &provider.Endpoint{BaseURL: "https://contoso.openai.azure.com/openai?api-version=2024-06-01", APIKey: "azure-key",
 		Header: http.Header{"X-Ms-Client-Request-Id": {"r1"}}}
-	req, err := Azure{}.ChatRequest(context.Background(), ep, "gpt4o-prod", []byte(`{"model":"fast","messages":[{"role":"user","content":"hi"}],"stream":true}`), true)
+	req, err := chatRequest(byName("azure", *ep), "gpt4o-prod", []byte(`{"model":"fast","messages":[{"role":"user","content":"hi"}],"stream":true}`), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,29 +61,29 @@ func TestAzureChatRequest(t *testing.T) {
 		t.Errorf("expected the client's body with the deployment as model, got %s", body)
 	}
 	// Without a key, no api-key header at all.
-	req, _ = Azure{}.ChatRequest(context.Background(), &Endpoint{BaseURL: "https://x.openai.azure.com/openai"}, "d", []byte(`{}`), false)
+	req, _ = chatRequest(byName("azure", provider.Endpoint{BaseURL: "https://x.openai.azure.com/openai"}), "d", []byte(`{}`), false)
 	if _, ok := req.Header["Api-Key"]; ok {
 		t.Errorf("expected no api-key without a key, got %v", req.Header)
 	}
-	if _, err := (Azure{}).ChatRequest(context.Background(), ep, "d", []byte(`[1]`), false); err == nil {
+	if _, err := chatRequest(byName("azure", *ep), "d", []byte(`[1]`), false); err == nil {
 		t.Error("expected an error for a body that is not an object")
 	}
 }
 
 func TestAzureObserve(t *testing.T) {
 	resp, body := readFixture(t, "azure-429-retry-after-ms.http")
-	o := Azure{}.Observe(resp.StatusCode, resp.Header, body, time.Now())
+	o := (&Azure{}).Observe(resp.StatusCode, resp.Header, body, time.Now())
 	if o.Class != provider.RateLimited || o.RetryAfter != 4500*time.Millisecond {
 		t.Errorf("expected rate_limited for retry-after-ms 4500, got %s %v", o.Class, o.RetryAfter)
 	}
 	h := http.Header{}
 	h.Set("x-ratelimit-remaining-requests", "-1")
 	h.Set("x-ratelimit-remaining-tokens", "-1")
-	o = Azure{}.Observe(200, h, nil, time.Now())
+	o = (&Azure{}).Observe(200, h, nil, time.Now())
 	if o.Requests.Remaining != provider.Unknown || o.Tokens.Remaining != provider.Unknown {
 		t.Errorf("Azure's -1 means unknown, got %+v %+v", o.Requests, o.Tokens)
 	}
-	o = Azure{}.Observe(400, http.Header{}, []byte(`{"error":{"code":"content_filter","message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","status":400}}`), time.Now())
+	o = (&Azure{}).Observe(400, http.Header{}, []byte(`{"error":{"code":"content_filter","message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","status":400}}`), time.Now())
 	if o.Class != provider.ClientError {
 		t.Errorf("a content filter refusal is the client's: expected client_error, got %s", o.Class)
 	}
@@ -107,7 +106,7 @@ data: [DONE]
 `
 
 func TestAzureStream(t *testing.T) {
-	dec := Azure{}.NewStreamDecoder()
+	dec := chatDecoder(byName("azure", provider.Endpoint{}))
 	var kinds []provider.EventKind
 	var usage string
 	for _, data := range splitSSEData(azureSSE) {

@@ -13,10 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
-
-func init() { Register(Gemini{}) }
 
 // Gemini speaks the Gemini API's generateContent
 // (https://ai.google.dev/api/generate-content): requests go to
@@ -39,19 +38,29 @@ func init() { Register(Gemini{}) }
 // saying the input exceeds the maximum number of tokens context_length;
 // NOT_FOUND (this deployment's model is wrong) server; other 4xx
 // client_error.
-type Gemini struct{}
+type Gemini struct {
+	Endpoint provider.Endpoint
+}
 
-// Name implements Adapter.
-func (Gemini) Name() string { return "gemini" }
+// Serves implements provider.Provider: Chat and Messages, no embeddings.
+func (*Gemini) Serves(f provider.Format) bool { return f != provider.Embeddings }
 
-// ChatRequest implements Adapter. model is a model name ("gemini-2.5-flash",
-// "models/..." accepted) or a tuned model ("tunedModels/x"). It fails when
-// body is not a JSON object or holds what Gemini cannot express (n > 1, an
-// image that is neither a base64 data URL nor an http(s) URL, a tool result
-// answering no earlier tool call, a non-function tool).
-func (Gemini) ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
+// Plan implements provider.Provider. model is a model name
+// ("gemini-2.5-flash", "models/..." accepted) or a tuned model
+// ("tunedModels/x"). It fails when the request holds what Gemini cannot
+// express (n > 1, an image that is neither a base64 data URL nor an
+// http(s) URL, a tool result answering no earlier tool call, a
+// non-function tool).
+func (p *Gemini) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
+	if r.Format == provider.Embeddings {
+		return nil, errNoEmbeddings
+	}
+	chatBody, err := r.Chat()
+	if err != nil {
+		return nil, err
+	}
 	model = strings.TrimPrefix(model, "models/")
-	out, err := chatToGemini(body, model)
+	out, err := chatToGemini(chatBody, model)
 	if err != nil {
 		return nil, err
 	}
@@ -59,12 +68,16 @@ func (Gemini) ChatRequest(ctx context.Context, ep *Endpoint, model string, body 
 	if strings.Contains(model, "/") { // tunedModels/...
 		target = model
 	}
-	if stream {
+	if r.Stream {
 		target += ":streamGenerateContent?alt=sse"
 	} else {
 		target += ":generateContent"
 	}
-	return newPost(ctx, ep, ep.BaseURL+"/"+target, out, stream, "X-Goog-Api-Key", "")
+	req, err := newPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/"+target, out, r.Stream, "X-Goog-Api-Key", "")
+	if err != nil {
+		return nil, err
+	}
+	return chatPlan(req, model, r, false, geminiReader{}), nil
 }
 
 // The GenerateContentRequest.
@@ -156,7 +169,7 @@ const skipThoughtSignature = "skip_thought_signature_validator"
 // chatToGemini translates a Chat Completions body to a
 // GenerateContentRequest for model.
 func chatToGemini(body []byte, model string) ([]byte, error) {
-	r, err := parseChatRequest(body, "gemini")
+	r, err := chat.ParseRequest(body, "gemini")
 	if err != nil {
 		return nil, err
 	}
@@ -167,11 +180,7 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 		m := &r.Messages[i]
 		switch m.Role {
 		case "system", "developer":
-			text, err := m.text()
-			if err != nil {
-				return nil, fmt.Errorf("messages[%d]: %w", i, err)
-			}
-			if text != "" {
+			if text := m.Content.String(); text != "" {
 				system = append(system, gemPart{Text: text})
 			}
 		case "user":
@@ -181,12 +190,8 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 			}
 			out.Contents = appendGemContent(out.Contents, "user", parts)
 		case "assistant":
-			parts, err := m.parts()
-			if err != nil {
-				return nil, fmt.Errorf("messages[%d]: %w", i, err)
-			}
 			var gp []gemPart
-			for _, p := range parts {
+			for _, p := range m.Content.AsParts() {
 				if (p.Type == "text" || p.Type == "") && p.Text != "" {
 					gp = append(gp, gemPart{Text: p.Text})
 				}
@@ -195,7 +200,7 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 				callNames[c.ID] = c.Function.Name
 				gp = append(gp, gemPart{FunctionCall: &gemFunctionCall{
 					Name: c.Function.Name,
-					Args: jsonObjectOr(c.arguments(), json.RawMessage("{}")),
+					Args: chat.ObjectOr(string(c.Function.Arguments), json.RawMessage("{}")),
 				}})
 			}
 			out.Contents = appendGemContent(out.Contents, "model", gp)
@@ -206,12 +211,8 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 					return nil, fmt.Errorf("messages[%d]: tool result %q answers no earlier tool call", i, m.ToolCallID)
 				}
 			}
-			text, err := m.text()
-			if err != nil {
-				return nil, fmt.Errorf("messages[%d]: %w", i, err)
-			}
 			out.Contents = appendGemContent(out.Contents, "user", []gemPart{{
-				FunctionResponse: &gemFunctionResponse{Name: name, Response: functionResponse(text)},
+				FunctionResponse: &gemFunctionResponse{Name: name, Response: functionResponse(m.Content.String())},
 			}})
 		default:
 			return nil, fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
@@ -248,11 +249,11 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 	}
 	if len(decls) > 0 {
 		out.Tools = []gemTool{{FunctionDeclarations: decls}}
-		tc, err := parseToolChoice(r.ToolChoice)
+		tc, err := chat.ParseToolChoice(r.ToolChoice)
 		if err != nil {
 			return nil, err
 		}
-		switch tc.mode {
+		switch tc.Mode {
 		case "auto":
 			out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{Mode: "AUTO"}}
 		case "none":
@@ -261,7 +262,7 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 			out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{Mode: "ANY"}}
 		case "function":
 			out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{
-				Mode: "ANY", AllowedFunctionNames: []string{tc.name},
+				Mode: "ANY", AllowedFunctionNames: []string{tc.Name},
 			}}
 		}
 	}
@@ -269,12 +270,12 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 	gc := gemGenConfig{
 		Temperature:      r.Temperature,
 		TopP:             r.TopP,
-		MaxOutputTokens:  r.maxOutputTokens(0),
+		MaxOutputTokens:  r.MaxOutputTokens(0),
 		Seed:             r.Seed,
 		PresencePenalty:  r.PresencePenalty,
 		FrequencyPenalty: r.FrequencyPenalty,
 	}
-	if gc.StopSequences, err = stopSequences(r.Stop); err != nil {
+	if gc.StopSequences, err = chat.StopSequences(r.Stop); err != nil {
 		return nil, err
 	}
 	if rf := r.ResponseFormat; rf != nil {
@@ -312,7 +313,7 @@ func geminiMajor(model string) int {
 // functionResponse is a tool's output as the object Gemini wants: a JSON
 // object as it is, anything else under "result".
 func functionResponse(text string) json.RawMessage {
-	if obj := jsonObjectOr(text, nil); obj != nil {
+	if obj := chat.ObjectOr(text, nil); obj != nil {
 		return obj
 	}
 	b, _ := json.Marshal(map[string]string{"result": text})
@@ -333,11 +334,8 @@ func appendGemContent(cs []gemContent, role string, parts []gemPart) []gemConten
 	return append(cs, gemContent{Role: role, Parts: parts})
 }
 
-func geminiUserParts(m *chatMessage) ([]gemPart, error) {
-	parts, err := m.parts()
-	if err != nil {
-		return nil, err
-	}
+func geminiUserParts(m *chat.Message) ([]gemPart, error) {
+	parts := m.Content.AsParts()
 	out := make([]gemPart, 0, len(parts))
 	for _, p := range parts {
 		switch p.Type {
@@ -346,10 +344,10 @@ func geminiUserParts(m *chatMessage) ([]gemPart, error) {
 				out = append(out, gemPart{Text: p.Text})
 			}
 		case "image_url":
-			u := p.imageURL()
-			if mt, data, ok := parseDataURL(u); ok {
+			u := p.URLOf()
+			if mt, data, ok := chat.ParseDataURL(u); ok {
 				out = append(out, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
-			} else if isHTTPURL(u) {
+			} else if chat.IsHTTPURL(u) {
 				out = append(out, gemPart{FileData: &gemFileData{MimeType: mimeFromURL(u), FileURI: u}})
 			} else {
 				return nil, errors.New("image_url must be a base64 data URL or an http(s) URL")
@@ -358,7 +356,7 @@ func geminiUserParts(m *chatMessage) ([]gemPart, error) {
 			if p.File == nil {
 				return nil, errors.New("file part without file")
 			}
-			mt, data, ok := parseDataURL(p.File.FileData)
+			mt, data, ok := chat.ParseDataURL(p.File.FileData)
 			if !ok {
 				return nil, errors.New("file parts must carry file_data as a base64 data URL (file ids are OpenAI's)")
 			}
@@ -421,18 +419,18 @@ type gemUsage struct {
 }
 
 // chatUsage converts usage: OpenAI counts reasoning in completion_tokens.
-func (u *gemUsage) chatUsage() *chatUsage {
+func (u *gemUsage) chatUsage() *chat.Usage {
 	if u == nil {
 		return nil
 	}
 	prompt := max(u.PromptTokenCount, 0) + max(u.ToolUsePromptTokenCount, 0)
 	completion := max(u.CandidatesTokenCount, 0) + max(u.ThoughtsTokenCount, 0)
-	out := &chatUsage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+	out := &chat.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
 	if u.CachedContentTokenCount > 0 {
-		out.PromptTokensDetails = &cachedTokens{CachedTokens: u.CachedContentTokenCount}
+		out.PromptTokensDetails = &chat.PromptDetails{CachedTokens: u.CachedContentTokenCount}
 	}
 	if u.ThoughtsTokenCount > 0 {
-		out.CompletionTokensDetails = &reasonTokens{ReasoningTokens: u.ThoughtsTokenCount}
+		out.CompletionTokensDetails = &chat.CompletionDetails{ReasoningTokens: u.ThoughtsTokenCount}
 	}
 	return out
 }
@@ -454,22 +452,22 @@ func geminiFinish(reason string, calls bool) string {
 
 // geminiDelta collects a candidate's text (thought summaries left out) and
 // function calls, numbering calls from next.
-func geminiDelta(parts []gemRespPart, next int) (text string, calls []outToolCall) {
+func geminiDelta(parts []gemRespPart, next int) (text string, calls []chat.ToolCall) {
 	var b strings.Builder
 	for _, p := range parts {
 		switch {
 		case p.FunctionCall != nil:
 			id := p.FunctionCall.ID
 			if id == "" {
-				id = newID("call_")
+				id = chat.NewID("call_")
 			}
 			args := string(bytes.TrimSpace(p.FunctionCall.Args))
 			if args == "" || args == "null" {
 				args = "{}"
 			}
 			i := next + len(calls)
-			calls = append(calls, outToolCall{Index: &i, ID: id, Type: "function",
-				Function: outFunction{Name: p.FunctionCall.Name, Arguments: args}})
+			calls = append(calls, chat.ToolCall{Index: &i, ID: id, Type: "function",
+				Function: chat.FunctionCall{Name: p.FunctionCall.Name, Arguments: chat.Arguments(args)}})
 		case !p.Thought:
 			b.WriteString(p.Text)
 		}
@@ -477,9 +475,22 @@ func geminiDelta(parts []gemRespPart, next int) (text string, calls []outToolCal
 	return b.String(), calls
 }
 
-// ChatResponse implements Adapter: the first candidate's text parts joined,
-// its function calls as tool_calls (with fresh ids: Gemini sends none).
-func (Gemini) ChatResponse(body []byte) ([]byte, error) {
+// geminiReader reads GenerateContentResponses and their streams into Chat.
+type geminiReader struct{}
+
+func (geminiReader) decoder(*plan) provider.EventDecoder { return &geminiStream{} }
+
+// answer: the first candidate's text parts joined, its function calls as
+// tool_calls (with fresh ids: Gemini sends none).
+func (geminiReader) answer(p *plan, body []byte) ([]byte, error) {
+	out, err := geminiAnswer(body)
+	if err != nil {
+		return nil, err
+	}
+	return withModel(out, p.model), nil
+}
+
+func geminiAnswer(body []byte) ([]byte, error) {
 	var r gemResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("reading gemini answer: %w", err)
@@ -488,7 +499,7 @@ func (Gemini) ChatResponse(body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("gemini answered an error: %s: %s", r.Error.Status, truncate(r.Error.Message, 200))
 	}
 	var text, finish string
-	var calls []outToolCall
+	var calls []chat.ToolCall
 	switch {
 	case len(r.Candidates) > 0:
 		c := r.Candidates[0]
@@ -502,7 +513,7 @@ func (Gemini) ChatResponse(body []byte) ([]byte, error) {
 	for i := range calls {
 		calls[i].Index = nil
 	}
-	return completionBody(r.ResponseID, r.ModelVersion, text, calls, finish, r.UsageMetadata.chatUsage())
+	return chat.NewCompletion(r.ResponseID, r.ModelVersion, text, calls, finish, r.UsageMetadata.chatUsage())
 }
 
 // google.rpc.Status, as the Gemini API sends it.
@@ -612,8 +623,8 @@ func geminiContextLength(msg string) bool {
 		isContextLength("", msg)
 }
 
-// Observe implements Adapter.
-func (Gemini) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+// Observe implements provider.Provider.
+func (*Gemini) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
 	ref := provider.RefTime(h, now)
 	o := provider.NewObservation(provider.OK)
 	o.RetryAfter = provider.RetryAfter(h, ref)
@@ -623,73 +634,53 @@ func (Gemini) Observe(status int, h http.Header, body []byte, now time.Time) pro
 	e := parseGeminiError(body)
 	var wait time.Duration
 	o.Class, wait = classifyGemini(status, e)
-	o.Message = e.Message
+	o.Message, o.Code = e.Message, e.Status
 	if o.RetryAfter < 0 && o.Class != provider.QuotaExhausted {
 		o.RetryAfter = wait
 	}
 	return o
 }
 
-// ChatError implements ErrorTranslator.
-func (Gemini) ChatError(status int, body []byte) []byte {
-	e := parseGeminiError(body)
-	class, _ := classifyGemini(status, e)
-	typ := "server_error"
-	switch class {
-	case provider.ClientError, provider.ContextLength:
-		typ = "invalid_request_error"
-	case provider.Auth:
-		typ = "authentication_error"
-	case provider.RateLimited:
-		typ = "rate_limit_error"
-	case provider.QuotaExhausted:
-		typ = "insufficient_quota"
-	}
-	code := classCode(class)
-	if code == "" {
-		code = strings.ToLower(e.Status)
-	}
-	return openAIErrorBody(e.Message, typ, code)
-}
-
-// NewStreamDecoder implements Adapter.
-func (Gemini) NewStreamDecoder() StreamDecoder { return &geminiStream{} }
-
 // geminiStream turns the events of ":streamGenerateContent?alt=sse", each
 // a whole GenerateContentResponse, into chunks. The stream has no
 // terminator: the event carrying a finishReason is the final one.
 type geminiStream struct {
-	w       chunkWriter
+	w       chat.ChunkWriter
 	started bool
 	nCalls  int
 	usage   *gemUsage // the latest usageMetadata, for a final event without
+	finals  int
 }
 
-// provider.Event implements StreamDecoder.
-func (s *geminiStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provider.Observation) {
+// Complete implements provider.EventDecoder: an event with a finishReason
+// arrived.
+func (s *geminiStream) Complete() bool { return s.finals > 0 }
+
+// Decode implements provider.EventDecoder.
+func (s *geminiStream) Decode(ev *provider.Event) (provider.Event, provider.EventKind, provider.Observation) {
 	none := provider.Observation{}
 	var r gemResponse
 	if kind, obs, ok := decodeEvent(ev, &r); !ok {
-		return nil, kind, obs
+		return provider.Event{}, kind, obs
 	}
 	if r.Error != nil {
 		class, wait := classifyGemini(0, *r.Error)
 		o := provider.NewObservation(class)
-		o.Message = truncate(r.Error.Message, 500)
+		o.Message, o.Code = truncate(r.Error.Message, 500), r.Error.Status
 		if class != provider.QuotaExhausted {
 			o.RetryAfter = wait
 		}
-		return nil, provider.EventError, o
+		return provider.Event{}, provider.EventError, o
 	}
 	if r.Candidates == nil && r.PromptFeedback == nil && r.UsageMetadata == nil {
-		return nil, provider.EventError, streamBroken("stream event is not a GenerateContentResponse")
+		return provider.Event{}, provider.EventError, streamBroken("stream event is not a GenerateContentResponse")
 	}
 	if !s.started {
 		id := r.ResponseID
 		if id == "" {
-			id = newID("chatcmpl-")
+			id = chat.NewID("chatcmpl-")
 		}
-		s.w.start(id, r.ModelVersion)
+		s.w.Start(id, r.ModelVersion)
 		s.started = true
 	}
 	if r.UsageMetadata != nil {
@@ -697,22 +688,24 @@ func (s *geminiStream) Event(ev *provider.Event) ([]byte, provider.EventKind, pr
 	}
 	if len(r.Candidates) == 0 {
 		if r.PromptFeedback != nil && r.PromptFeedback.BlockReason != "" {
-			return s.w.chunk(chunkDelta{}, "content_filter", s.usage.chatUsage()), provider.EventFinal, none
+			s.finals++
+			return provider.Event{Data: s.w.Chunk(chat.Delta{}, "content_filter", s.usage.chatUsage())}, provider.EventFinal, none
 		}
-		return nil, provider.EventSkip, none // usage alone, or nothing
+		return provider.Event{}, provider.EventSkip, none // usage alone, or nothing
 	}
 	c := r.Candidates[0]
 	text, calls := geminiDelta(c.Content.Parts, s.nCalls)
 	s.nCalls += len(calls)
-	d := chunkDelta{ToolCalls: calls}
+	d := chat.Delta{ToolCalls: calls}
 	if text != "" {
 		d.Content = &text
 	}
 	if c.FinishReason != "" && c.FinishReason != "FINISH_REASON_UNSPECIFIED" {
-		return s.w.chunk(d, geminiFinish(c.FinishReason, s.nCalls > 0), s.usage.chatUsage()), provider.EventFinal, none
+		s.finals++
+		return provider.Event{Data: s.w.Chunk(d, geminiFinish(c.FinishReason, s.nCalls > 0), s.usage.chatUsage())}, provider.EventFinal, none
 	}
 	if d.Content == nil && len(calls) == 0 {
-		return nil, provider.EventSkip, none
+		return provider.Event{}, provider.EventSkip, none
 	}
-	return s.w.chunk(d, "", nil), provider.EventData, none
+	return provider.Event{Data: s.w.Chunk(d, "", nil)}, provider.EventData, none
 }

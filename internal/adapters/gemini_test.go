@@ -1,13 +1,13 @@
 package adapters
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -51,8 +51,8 @@ func TestGeminiChatRequest(t *testing.T) {
 			`, "thoughtSignature": "skip_thought_signature_validator"`, false},
 		{"tunedModels/my-weather-1", "https://generativelanguage.googleapis.com/v1beta/tunedModels/my-weather-1:generateContent", "", false},
 	} {
-		ep := &Endpoint{BaseURL: "https://generativelanguage.googleapis.com/v1beta", APIKey: "AIza-provider"}
-		req, err := Gemini{}.ChatRequest(context.Background(), ep, tc.model, []byte(chatWithTools), tc.stream)
+		ep := &provider.Endpoint{BaseURL: "https://generativelanguage.googleapis.com/v1beta", APIKey: "AIza-provider"}
+		req, err := chatRequest(byName("gemini", *ep), tc.model, []byte(chatWithTools), tc.stream)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,11 +137,11 @@ func TestGeminiChatResponse(t *testing.T) {
 	  "modelVersion": "gemini-2.5-flash",
 	  "responseId": "mAitaK3hJ8WtxN8P7pfA0Ak"
 	}`
-	got, err := Gemini{}.ChatResponse([]byte(body))
+	got, err := chatAnswer(byName("gemini", provider.Endpoint{}), []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c chatCompletion
+	var c chat.Completion
 	if err := decodeJSON(got, &c); err != nil || len(c.Choices) != 1 {
 		t.Fatalf("expected a chat.completion, got %s (%v)", got, err)
 	}
@@ -149,7 +149,7 @@ func TestGeminiChatResponse(t *testing.T) {
 	if c.ID != "mAitaK3hJ8WtxN8P7pfA0Ak" || c.Object != "chat.completion" || c.Model != "gemini-2.5-flash" {
 		t.Errorf("expected id, object and model from the answer, got %s", got)
 	}
-	if m.Content == nil || *m.Content != "Checking now." || c.Choices[0].FinishReason != "tool_calls" {
+	if m.Content.IsNull() || m.Content.Text != "Checking now." || c.Choices[0].FinishReason != "tool_calls" {
 		t.Errorf("expected text without thoughts and finish_reason tool_calls, got %s", got)
 	}
 	if len(m.ToolCalls) != 2 || m.ToolCalls[0].Function.Name != "get_weather" || m.ToolCalls[0].Function.Arguments != `{"city": "Paris"}` ||
@@ -164,12 +164,12 @@ func TestGeminiChatResponse(t *testing.T) {
 	}
 
 	// A blocked prompt has no candidates.
-	got, err = Gemini{}.ChatResponse([]byte(`{"promptFeedback":{"blockReason":"SAFETY"},"usageMetadata":{"promptTokenCount":8,"totalTokenCount":8},"modelVersion":"gemini-2.0-flash"}`))
+	got, err = chatAnswer(byName("gemini", provider.Endpoint{}), []byte(`{"promptFeedback":{"blockReason":"SAFETY"},"usageMetadata":{"promptTokenCount":8,"totalTokenCount":8},"modelVersion":"gemini-2.0-flash"}`))
 	if err != nil || !strings.Contains(string(got), `"finish_reason":"content_filter"`) || !strings.Contains(string(got), `"content":""`) {
 		t.Errorf("expected an empty content_filter answer for a blocked prompt, got %s (%v)", got, err)
 	}
 	for _, bad := range []string{`{}`, `{"candidates":[]}`, `{"error":{"code":500,"message":"x","status":"INTERNAL"}}`, `[]`, `not json`} {
-		if out, err := (Gemini{}).ChatResponse([]byte(bad)); err == nil {
+		if out, err := chatAnswer(byName("gemini", provider.Endpoint{}), []byte(bad)); err == nil {
 			t.Errorf("%s: expected an error, got %s", bad, out)
 		}
 	}
@@ -197,7 +197,7 @@ const geminiSSE = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\":
 	"data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\": \"get_time\",\"args\": {}}}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 12,\"candidatesTokenCount\": 9,\"totalTokenCount\": 45,\"thoughtsTokenCount\": 24},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"mAitaK3hJ8WtxN8P7pfA0Ak\"}\r\n\r\n"
 
 func TestGeminiStream(t *testing.T) {
-	res := runStream(t, Gemini{}.NewStreamDecoder(), geminiSSE)
+	res := runStream(t, chatDecoder(byName("gemini", provider.Endpoint{})), geminiSSE)
 	want := []provider.EventKind{provider.EventData, provider.EventData, provider.EventData, provider.EventFinal}
 	if !equalKinds(res.kinds, want) {
 		t.Errorf("kinds: expected %v, got %v", want, res.kinds)
@@ -236,7 +236,7 @@ func TestGeminiStreamUsageFromEarlierEvent(t *testing.T) {
 	// that asked for it (include_usage) must see the stream complete.
 	sse := "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hi\"}],\"role\":\"model\"}}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":1,\"totalTokenCount\":6}}\n\n" +
 		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"!\"}],\"role\":\"model\"},\"finishReason\":\"MAX_TOKENS\"}]}\n\n"
-	res := runStream(t, Gemini{}.NewStreamDecoder(), sse)
+	res := runStream(t, chatDecoder(byName("gemini", provider.Endpoint{})), sse)
 	if res.content != "Hi!" || res.finish != "length" || res.usage == nil || res.usage.PromptTokens != 5 {
 		t.Errorf("expected Hi! ending length with the earlier usage, got %q %q %+v", res.content, res.finish, res.usage)
 	}
@@ -257,7 +257,7 @@ func TestGeminiStreamEvents(t *testing.T) {
 		{"an empty text", `{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"}}]}`, provider.EventSkip, provider.OK, 0},
 		{"cut JSON", `{"candidates":[{"content":`, provider.EventError, provider.Server, provider.Unknown},
 	} {
-		out, kind, obs := Gemini{}.NewStreamDecoder().Event(&provider.Event{Data: []byte(tc.data)})
+		out, kind, obs := chatDecoder(byName("gemini", provider.Endpoint{})).Event(&provider.Event{Data: []byte(tc.data)})
 		if kind != tc.kind {
 			t.Errorf("%s: expected kind %d, got %d (%s)", tc.name, tc.kind, kind, out)
 			continue
@@ -270,7 +270,7 @@ func TestGeminiStreamEvents(t *testing.T) {
 		}
 	}
 	// Comments are skipped.
-	if _, kind, _ := (&geminiStream{}).Event(&provider.Event{Comment: true, Data: []byte("keep-alive")}); kind != provider.EventSkip {
+	if _, kind, _ := chatDecoder(byName("gemini", provider.Endpoint{})).Event(&provider.Event{Comment: true, Data: []byte("keep-alive")}); kind != provider.EventSkip {
 		t.Errorf("expected a comment skipped, got %d", kind)
 	}
 }
@@ -303,7 +303,7 @@ func TestGeminiObserve(t *testing.T) {
 		{"garbage 500", 500, `{"error":`, provider.Server, provider.Unknown},
 		{"empty 502", 502, ``, provider.Server, provider.Unknown},
 	} {
-		o := Gemini{}.Observe(tc.status, http.Header{}, []byte(tc.body), time.Now())
+		o := (byName("gemini", provider.Endpoint{})).Observe(tc.status, http.Header{}, []byte(tc.body), time.Now())
 		if o.Class != tc.want || o.RetryAfter != tc.retry {
 			t.Errorf("%s: expected %s retry %v, got %s %v (%q)", tc.name, tc.want, tc.retry, o.Class, o.RetryAfter, o.Message)
 		}
@@ -312,33 +312,34 @@ func TestGeminiObserve(t *testing.T) {
 		}
 	}
 	// A success states nothing.
-	if o := (Gemini{}).Observe(200, http.Header{}, nil, time.Now()); o != provider.NewObservation(provider.OK) {
+	if o := (byName("gemini", provider.Endpoint{})).Observe(200, http.Header{}, nil, time.Now()); o != provider.NewObservation(provider.OK) {
 		t.Errorf("expected nothing known from a success, got %+v", o)
 	}
 }
 
 func TestGeminiPerDayIgnoresRetryDelay(t *testing.T) {
 	resp, body := readFixture(t, "gemini-429-per-day.http")
-	o := Gemini{}.Observe(resp.StatusCode, resp.Header, body, time.Now())
+	o := (byName("gemini", provider.Endpoint{})).Observe(resp.StatusCode, resp.Header, body, time.Now())
 	if o.Class != provider.QuotaExhausted || o.RetryAfter != provider.Unknown {
 		t.Errorf("expected quota_exhausted without the 42 s retryDelay, got %s %v", o.Class, o.RetryAfter)
 	}
 	resp, body = readFixture(t, "gemini-429-per-minute.http")
-	o = Gemini{}.Observe(resp.StatusCode, resp.Header, body, time.Now())
+	o = (byName("gemini", provider.Endpoint{})).Observe(resp.StatusCode, resp.Header, body, time.Now())
 	if o.Class != provider.RateLimited || o.RetryAfter != 26*time.Second {
 		t.Errorf("expected rate_limited for the retryDelay of 26s, got %s %v", o.Class, o.RetryAfter)
 	}
 }
 
-func TestGeminiChatError(t *testing.T) {
+// What the client is told of an error (restated by the client API, see
+// internal/api): class, message and the google.rpc status as the code.
+func TestGeminiErrorObservation(t *testing.T) {
 	_, body := readFixture(t, "gemini-429-per-minute.http")
-	got := Gemini{}.ChatError(429, body)
-	if e := jsonField(t, got, "error").(map[string]any); e["type"] != "rate_limit_error" || e["code"] != "rate_limit_exceeded" ||
-		!strings.HasPrefix(e["message"].(string), "You exceeded your current quota") {
-		t.Errorf("expected an OpenAI rate_limit_error, got %s", got)
+	o := (byName("gemini", provider.Endpoint{})).Observe(429, http.Header{}, body, time.Now())
+	if o.Class != provider.RateLimited || o.Code != "RESOURCE_EXHAUSTED" || !strings.HasPrefix(o.Message, "You exceeded your current quota") {
+		t.Errorf("expected rate_limited RESOURCE_EXHAUSTED, got %+v", o)
 	}
-	got = Gemini{}.ChatError(400, []byte(`{"error":{"code":400,"message":"bad field","status":"INVALID_ARGUMENT"}}`))
-	if !sameJSON(t, got, `{"error":{"message":"bad field","type":"invalid_request_error","code":"invalid_argument","param":null}}`) {
-		t.Errorf("unexpected %s", got)
+	o = (byName("gemini", provider.Endpoint{})).Observe(400, http.Header{}, []byte(`{"error":{"code":400,"message":"bad field","status":"INVALID_ARGUMENT"}}`), time.Now())
+	if o.Class != provider.ClientError || o.Code != "INVALID_ARGUMENT" || o.Message != "bad field" {
+		t.Errorf("expected client_error INVALID_ARGUMENT, got %+v", o)
 	}
 }

@@ -9,15 +9,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
-func init() { Register(OpenAI{}) }
-
 // OpenAI speaks the OpenAI Chat Completions wire format, which OpenAI, Groq,
 // Mistral, DeepSeek, Together, Fireworks, OpenRouter, Cerebras, vLLM and
-// Ollama all serve. Requests go to BaseURL + "/chat/completions" with
-// "Authorization: Bearer <key>".
+// Ollama all serve. Requests go to BaseURL + "/chat/completions" (and
+// "/embeddings") with "Authorization: Bearer <key>"; a Chat request goes
+// as the client wrote it, with the upstream model in place of the model
+// group, and other formats through their Chat form.
 //
 // Rate-limit dialects it decodes (fixtures in testdata/):
 //   - OpenAI, Groq: x-ratelimit-{limit,remaining,reset}-{requests,tokens},
@@ -31,49 +32,106 @@ func init() { Register(OpenAI{}) }
 //     x-ratelimitbysize-*-minute (tokens, reset in seconds);
 //   - Retry-After (seconds or HTTP-date), Azure's retry-after-ms, and the
 //     "Please try again in 125ms." hint in the error message.
-type OpenAI struct{}
+type OpenAI struct {
+	Endpoint provider.Endpoint
+}
 
-// Name implements Adapter.
-func (OpenAI) Name() string { return "openai" }
+// Serves implements provider.Provider: every format, embeddings included.
+func (*OpenAI) Serves(provider.Format) bool { return true }
 
-// ChatRequest implements Adapter.
-func (OpenAI) ChatRequest(ctx context.Context, ep *Endpoint, model string, body []byte, stream bool) (*http.Request, error) {
-	return openAIPost(ctx, ep, ep.BaseURL+"/chat/completions", model, body, stream)
+// Plan implements provider.Provider.
+func (p *OpenAI) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
+	if r.Format == provider.Embeddings {
+		req, err := openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/embeddings", model, r.Body, false)
+		if err != nil {
+			return nil, err
+		}
+		return &plan{req: req, format: provider.Embeddings, native: true, r: embeddingsReader{}}, nil
+	}
+	body, err := r.Chat()
+	if err != nil {
+		return nil, err
+	}
+	req, err := openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/chat/completions", model, body, r.Stream)
+	if err != nil {
+		return nil, err
+	}
+	return chatPlan(req, model, r, true, chatReader{}), nil
 }
 
 // openAIPost builds a POST of body, with model set, to url with the
 // provider's Bearer key and extra headers; nothing of the client's.
-func openAIPost(ctx context.Context, ep *Endpoint, url, model string, body []byte, stream bool) (*http.Request, error) {
-	out, err := SetString(body, "model", model)
+func openAIPost(ctx context.Context, ep *provider.Endpoint, url, model string, body []byte, stream bool) (*http.Request, error) {
+	out, err := jsonbody.SetString(body, "model", model)
 	if err != nil {
 		return nil, err
 	}
 	return newPost(ctx, ep, url, out, stream, "Authorization", "Bearer ")
 }
 
-// ChatResponse implements Adapter: the body is already in the client's format
-// and names the upstream model that answered. A 200 that is not a chat
-// completion (an HTML page, an empty body, an error object) is an error, so
-// the router fails over instead of passing it on as an answer.
-func (OpenAI) ChatResponse(body []byte) ([]byte, error) {
+// chatReader reads Chat Completions answers and streams.
+type chatReader struct{}
+
+// answer checks the body is a chat completion and names its model. A 200
+// that is not (an HTML page, an empty body, an error object, no choices) is
+// an error, so the router fails over instead of passing it on as an answer.
+func (chatReader) answer(p *plan, body []byte) ([]byte, error) {
+	if err := checkCompletion(body); err != nil {
+		return nil, err
+	}
+	return withModel(body, p.model), nil
+}
+
+func checkCompletion(body []byte) error {
 	var c struct {
 		Choices []json.RawMessage `json:"choices"`
 		Error   json.RawMessage   `json:"error"`
 	}
 	if err := json.Unmarshal(body, &c); err != nil {
-		return nil, errors.New("the answer is not a JSON chat completion")
+		return errors.New("the answer is not a JSON chat completion")
 	}
 	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
-		return nil, errors.New("the answer is an error: " + parseErrorValue(c.Error).message)
+		return errors.New("the answer is an error: " + parseErrorValue(c.Error).message)
 	}
 	if len(c.Choices) == 0 {
-		return nil, errors.New("the answer has no choices")
+		return errors.New("the answer has no choices")
+	}
+	return nil
+}
+
+func (chatReader) decoder(p *plan) provider.EventDecoder {
+	return &chatStream{choices: p.choices, includeUsage: p.includeUsage}
+}
+
+// embeddingsReader reads embeddings answers, which are passed on as they
+// came once they prove to be a list with data.
+type embeddingsReader struct{}
+
+func (embeddingsReader) answer(_ *plan, body []byte) ([]byte, error) {
+	var e struct {
+		Data  json.RawMessage `json:"data"`
+		Error json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil {
+		return nil, errors.New("the answer is not JSON")
+	}
+	if len(e.Error) > 0 && !bytes.Equal(e.Error, []byte("null")) {
+		return nil, errors.New("the answer is an error: " + parseErrorValue(e.Error).message)
+	}
+	if len(e.Data) == 0 || e.Data[0] != '[' {
+		return nil, errors.New("the answer has no data")
 	}
 	return body, nil
 }
 
-// Observe implements Adapter.
-func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+func (embeddingsReader) decoder(*plan) provider.EventDecoder { return &chatStream{choices: 1} }
+
+// Observe implements provider.Provider.
+func (*OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+	return observeOpenAI(status, h, body, now)
+}
+
+func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provider.Observation {
 	ref := provider.RefTime(h, now)
 	o := provider.NewObservation(provider.OK)
 	o.Requests, o.Tokens = openAIWindows(h, ref)
@@ -82,7 +140,7 @@ func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) pro
 		return o
 	}
 	e := parseOpenAIError(body)
-	o.Message = e.message
+	o.Message, o.Code = e.message, e.code
 	o.Class = classifyOpenAI(status, e)
 	if o.RetryAfter < 0 && (o.Class == provider.RateLimited || o.Class == provider.Overloaded) {
 		o.RetryAfter = provider.MessageHint(e.message)
@@ -90,21 +148,24 @@ func (OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) pro
 	return o
 }
 
-// NewStreamDecoder implements Adapter: OpenAI chunks are relayed as they
-// are, so the decoder keeps no state.
-func (OpenAI) NewStreamDecoder() StreamDecoder { return openAIStream{} }
+// chatStream decodes a Chat Completions stream: chunks are relayed as they
+// are. It counts what completeness needs: the choices that finished, and
+// the usage chunk (with stream_options.include_usage, usage comes in a
+// chunk of its own after the last finish_reason).
+type chatStream struct {
+	choices      int
+	includeUsage bool
+	finals       int
+	usage        bool
+}
 
-type openAIStream struct{}
+// Complete implements provider.EventDecoder.
+func (s *chatStream) Complete() bool {
+	return s.finals >= max(s.choices, 1) && (s.usage || !s.includeUsage)
+}
 
-// UsageTrails implements UsageTrailer: with stream_options.include_usage,
-// usage comes in a chunk of its own after the last finish_reason.
-func (openAIStream) UsageTrails() bool { return true }
-
-// provider.Event implements StreamDecoder.
-func (openAIStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provider.Observation) {
-	if ev.Comment {
-		return nil, provider.EventSkip, provider.Observation{}
-	}
+// Decode implements provider.EventDecoder.
+func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventKind, provider.Observation) {
 	data := bytes.TrimSpace(ev.Data)
 	if ev.Name == "error" {
 		// Some servers send errors as a named event, whatever the payload.
@@ -112,22 +173,26 @@ func (openAIStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provi
 		if top := parseOpenAIError(data); top.message != "" || top.typ != "" {
 			e = top
 		}
-		return nil, provider.EventError, classifyStreamError(e)
+		return provider.Event{}, provider.EventError, classifyStreamError(e)
 	}
 	if bytes.Equal(data, []byte("[DONE]")) {
-		return nil, provider.EventDone, provider.Observation{}
+		return provider.Event{}, provider.EventDone, provider.Observation{}
 	}
 	if len(data) == 0 {
-		return nil, provider.EventSkip, provider.Observation{}
+		return provider.Event{}, provider.EventSkip, provider.Observation{}
+	}
+	// An escaped quote inside content never reads as this key.
+	if !s.usage && bytes.Contains(data, []byte(`"usage":{`)) {
+		s.usage = true
 	}
 	// Most chunks carry neither an error nor a finish_reason: check cheaply
 	// before decoding.
 	hasErr := bytes.Contains(data, []byte(`"error"`))
 	if !hasErr && !hasFinishReason(data) {
 		if !json.Valid(data) {
-			return nil, provider.EventError, streamBroken("invalid JSON event in stream")
+			return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
 		}
-		return data, provider.EventData, provider.Observation{}
+		return provider.Event{Data: data}, provider.EventData, provider.Observation{}
 	}
 	var chunk struct {
 		Error   json.RawMessage `json:"error"`
@@ -136,21 +201,22 @@ func (openAIStream) Event(ev *provider.Event) ([]byte, provider.EventKind, provi
 		} `json:"choices"`
 	}
 	if err := json.Unmarshal(data, &chunk); err != nil {
-		return nil, provider.EventError, streamBroken("invalid JSON event in stream")
+		return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
 	}
 	if len(chunk.Error) > 0 && !bytes.Equal(chunk.Error, []byte("null")) {
-		e := parseErrorValue(chunk.Error)
-		return nil, provider.EventError, classifyStreamError(e)
+		return provider.Event{}, provider.EventError, classifyStreamError(parseErrorValue(chunk.Error))
 	}
+	kind := provider.EventData
 	for _, c := range chunk.Choices {
 		if c.FinishReason != nil && *c.FinishReason == "error" {
-			return nil, provider.EventError, streamBroken("finish_reason error")
+			return provider.Event{}, provider.EventError, streamBroken("finish_reason error")
 		}
 		if c.FinishReason != nil && *c.FinishReason != "" {
-			return data, provider.EventFinal, provider.Observation{}
+			kind = provider.EventFinal
+			s.finals++
 		}
 	}
-	return data, provider.EventData, provider.Observation{}
+	return provider.Event{Data: data}, kind, provider.Observation{}
 }
 
 // hasFinishReason reports whether data has a non-null "finish_reason".
@@ -161,20 +227,14 @@ func hasFinishReason(data []byte) bool {
 			return false
 		}
 		data = data[i+len(`"finish_reason"`):]
-		j := skipSpace(data, 0)
+		j := jsonbody.SkipSpace(data, 0)
 		if j < len(data) && data[j] == ':' {
-			j = skipSpace(data, j+1)
+			j = jsonbody.SkipSpace(data, j+1)
 			if j < len(data) && data[j] != 'n' {
 				return true
 			}
 		}
 	}
-}
-
-func streamBroken(msg string) provider.Observation {
-	o := provider.NewObservation(provider.Server)
-	o.Message = msg
-	return o
 }
 
 func classifyStreamError(e apiError) provider.Observation {
@@ -255,13 +315,6 @@ func rawString(raw json.RawMessage) string {
 		return string(raw)
 	}
 	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // classifyOpenAI maps a status and an error body to a class (DESIGN.md,

@@ -1,14 +1,10 @@
 package adapters
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,38 +12,9 @@ import (
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
-func TestSetString(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{`{"model":"fast","messages":[]}`, `{"model":"gpt-4o","messages":[]}`},
-		{`{"messages":[{"content":"the \"model\": x"}],"model" : "fast"}`, `{"messages":[{"content":"the \"model\": x"}],"model" : "gpt-4o"}`},
-		{`{"nested":{"model":"keep"},"model":null}`, `{"nested":{"model":"keep"},"model":"gpt-4o"}`},
-		{`{"messages":[]}`, `{"model":"gpt-4o","messages":[]}`},
-		{` { } `, ` {"model":"gpt-4o" } `},
-	} {
-		got, err := SetString([]byte(tc.in), "model", "gpt-4o")
-		if err != nil || string(got) != tc.want {
-			t.Errorf("SetString(%s): expected %s, got %s (%v)", tc.in, tc.want, got, err)
-		}
-		if !json.Valid(got) {
-			t.Errorf("SetString(%s) gave invalid JSON %s", tc.in, got)
-		}
-	}
-	for _, bad := range []string{`[1,2]`, `"x"`, ``, `{"model":`} {
-		if _, err := SetString([]byte(bad), "model", "m"); err == nil {
-			t.Errorf("SetString(%q): expected an error", bad)
-		}
-	}
-	// A model name needing escapes stays valid JSON.
-	got, _ := SetString([]byte(`{"model":"a"}`), "model", "we\"ird\n")
-	var v struct{ Model string }
-	if err := json.Unmarshal(got, &v); err != nil || v.Model != "we\"ird\n" {
-		t.Errorf("expected an escaped model name, got %s", got)
-	}
-}
-
 func TestChatRequestCarriesOnlyProviderCredentials(t *testing.T) {
-	ep := &Endpoint{BaseURL: "https://api.example.com/v1", APIKey: "sk-provider", Header: http.Header{"Openai-Organization": {"org-1"}}}
-	req, err := OpenAI{}.ChatRequest(context.Background(), ep, "gpt-4o-mini", []byte(`{"model":"fast","stream":true}`), true)
+	ep := &provider.Endpoint{BaseURL: "https://api.example.com/v1", APIKey: "sk-provider", Header: http.Header{"Openai-Organization": {"org-1"}}}
+	req, err := chatRequest(byName("openai", *ep), "gpt-4o-mini", []byte(`{"model":"fast","stream":true}`), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,33 +31,6 @@ func TestChatRequestCarriesOnlyProviderCredentials(t *testing.T) {
 	}
 }
 
-func TestParseReset(t *testing.T) {
-	ref := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
-	for in, want := range map[string]time.Duration{
-		"20s":                  20 * time.Second,
-		"2m59.56s":             179560 * time.Millisecond,
-		"6m0s":                 6 * time.Minute,
-		"172.799999ms":         172799999 * time.Nanosecond,
-		"2":                    2 * time.Second,
-		"33011.375":            33011375 * time.Millisecond,
-		"2025-08-21T12:40:07Z": 7 * time.Second,
-		"1755780030":           30 * time.Second, // Unix seconds
-		"1755780030000":        30 * time.Second, // Unix milliseconds
-		"2025-08-21T12:39:00Z": 0,                // in the past: already refreshed
-		"9999h":                provider.Unknown, // past 24 h: garbage
-		"99999999999s":         provider.Unknown, // overflows: garbage
-		"-5":                   provider.Unknown,
-		"-5s":                  provider.Unknown,
-		"NaN":                  provider.Unknown,
-		"soon":                 provider.Unknown,
-		"":                     provider.Unknown,
-	} {
-		if got := provider.ParseReset(in, ref); got != want {
-			t.Errorf("provider.ParseReset(%q): expected %v, got %v", in, want, got)
-		}
-	}
-}
-
 func TestGarbageHeadersAreUnknown(t *testing.T) {
 	h := http.Header{}
 	h.Set("x-ratelimit-limit-requests", "lots")
@@ -98,7 +38,7 @@ func TestGarbageHeadersAreUnknown(t *testing.T) {
 	h.Set("x-ratelimit-reset-requests", "whenever")
 	h.Set("x-ratelimit-remaining-tokens", "1e400")
 	h.Set("Retry-After", "-30")
-	o := OpenAI{}.Observe(429, h, []byte(`not json at all`), time.Now())
+	o := (&OpenAI{}).Observe(429, h, []byte(`not json at all`), time.Now())
 	if o.Class != provider.RateLimited {
 		t.Errorf("a 429 with a garbage body is still rate_limited, got %s", o.Class)
 	}
@@ -108,24 +48,6 @@ func TestGarbageHeadersAreUnknown(t *testing.T) {
 	// Unknown waits still give a bounded, non-zero cooldown.
 	if c := capacity.DefaultPolicy.Cooldown(o, 1); c < capacity.DefaultPolicy.BackoffBase || c > time.Minute {
 		t.Errorf("expected the backoff floor, got %v", c)
-	}
-}
-
-func TestMessageHint(t *testing.T) {
-	for msg, want := range map[string]time.Duration{
-		"Please try again in 125ms.":     125 * time.Millisecond,
-		"Please try again in 5.289s.":    5289 * time.Millisecond,
-		"Please retry after 5 seconds.":  5 * time.Second,
-		"Please retry in 26.211922938s.": 26211922938 * time.Nanosecond,
-		"Please try again in 1m30s.":     90 * time.Second,
-		"Please try again in 2 minutes.": 2 * time.Minute,
-		"You have been rate limited.":    provider.Unknown,
-		"Please try again in a moment.":  provider.Unknown,
-		"retry in -4s":                   provider.Unknown,
-	} {
-		if got := provider.MessageHint(msg); got != want {
-			t.Errorf("provider.MessageHint(%q): expected %v, got %v", msg, want, got)
-		}
 	}
 }
 
@@ -149,7 +71,7 @@ func streamKinds(t *testing.T, name string) ([]provider.EventKind, provider.Clas
 			}
 			return kinds, class, err
 		}
-		_, kind, obs := openAIStream{}.Event(ev)
+		_, kind, obs := chatDecoder(byName("openai", provider.Endpoint{})).Event(ev)
 		kinds = append(kinds, kind)
 		if kind == provider.EventError {
 			class = obs.Class
@@ -204,83 +126,15 @@ func TestStreamEventEdgeCases(t *testing.T) {
 		{`not json`, provider.EventError, provider.Server},
 		{`[DONE]`, provider.EventDone, provider.OK},
 	} {
-		_, kind, obs := openAIStream{}.Event(&provider.Event{Data: []byte(tc.data)})
+		_, kind, obs := chatDecoder(byName("openai", provider.Endpoint{})).Event(&provider.Event{Data: []byte(tc.data)})
 		if kind != tc.kind || (kind == provider.EventError && obs.Class != tc.class) {
 			t.Errorf("%s: expected kind %d class %s, got %d %s", tc.data, tc.kind, tc.class, kind, obs.Class)
 		}
 	}
 }
 
-func TestSSEReader(t *testing.T) {
-	in := ": hello\r\n\r\nevent: message_start\ndata: {\"a\":1}\n\ndata: line1\ndata: line2\n\nid: 7\n\ndata: last\n\n"
-	r := provider.NewSSEReader(strings.NewReader(in))
-	var got []string
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		prefix := ev.Name
-		if ev.Comment {
-			prefix = "comment"
-		}
-		got = append(got, prefix+"|"+string(ev.Data))
-	}
-	want := []string{"comment|hello", "message_start|{\"a\":1}", "|line1\nline2", "|last"}
-	if strings.Join(got, ";") != strings.Join(want, ";") {
-		t.Errorf("expected %q, got %q", want, got)
-	}
-
-	// Cut inside an event, or inside a line: an unexpected EOF, never a clean end.
-	for _, cut := range []string{"data: {\"a\":1}\n", "data: {\"a\":"} {
-		r := provider.NewSSEReader(strings.NewReader(cut))
-		if _, err := r.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
-			t.Errorf("%q: expected io.ErrUnexpectedEOF, got %v", cut, err)
-		}
-	}
-	// An endless line is bounded.
-	r = provider.NewSSEReader(io.LimitReader(infinite{}, 4*provider.MaxEventSize))
-	if _, err := r.Next(); !errors.Is(err, provider.ErrEventTooLarge) {
-		t.Errorf("expected provider.ErrEventTooLarge, got %v", err)
-	}
-}
-
-type infinite struct{}
-
-func (infinite) Read(p []byte) (int, error) {
-	for i := range p {
-		p[i] = 'x'
-	}
-	return len(p), nil
-}
-
-func TestCheckKeys(t *testing.T) {
-	names := []string{"model", "stream"}
-	for body, ok := range map[string]bool{
-		`{"model":"a","stream":true,"messages":[]}`:          true,
-		`{"model":"a","model":"b"}`:                          false,
-		`{"model":"a","MODEL":"b"}`:                          false,
-		`{"Stream":true}`:                                    false,
-		`{"mod\u0065l":"a","model":"b"}`:                     false,
-		`{"messages":[{"model":"x"}],"extra":{"model":"y"}}`: true,
-		`[1]`: false,
-	} {
-		if err := CheckKeys([]byte(body), names...); (err == nil) != ok {
-			t.Errorf("CheckKeys(%s): expected ok=%v, got %v", body, ok, err)
-		}
-	}
-	// An escaped key is still the key: the model is replaced, not duplicated.
-	out, err := SetString([]byte(`{"mod\u0065l":"fast"}`), "model", "up")
-	if err != nil || string(out) != `{"mod\u0065l":"up"}` {
-		t.Errorf("expected the escaped key's value replaced, got %s %v", out, err)
-	}
-}
-
 func TestNamedErrorEvent(t *testing.T) {
-	_, kind, obs := openAIStream{}.Event(&provider.Event{Name: "error", Data: []byte(`{"type":"error","message":"overloaded"}`)})
+	_, kind, obs := chatDecoder(byName("openai", provider.Endpoint{})).Event(&provider.Event{Name: "error", Data: []byte(`{"type":"error","message":"overloaded"}`)})
 	if kind != provider.EventError || obs.Class != provider.Server {
 		t.Errorf("expected an error event, got %d %s", kind, obs.Class)
 	}

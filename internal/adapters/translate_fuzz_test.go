@@ -2,7 +2,6 @@ package adapters
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -22,14 +23,14 @@ func TestGarbageStreamEvents(t *testing.T) {
 	// Not JSON, or JSON that is no event object, for every decoder.
 	common := []string{`not json`, `{"type":`, `[1,2]`, `"text"`, `123`, `null`, "\x00\xff\xfe", `{"error":"x"`}
 	for _, tc := range []struct {
-		a       Adapter
+		a       named
 		garbage []string
 	}{
-		{Anthropic{}, []string{`{}`, `{"candidates":"x"}`, `{"type":"content_block_delta","index":"x"}`,
+		{named{"anthropic", byName("anthropic", provider.Endpoint{})}, []string{`{}`, `{"candidates":"x"}`, `{"type":"content_block_delta","index":"x"}`,
 			`{"type":"message_start","message":[]}`, `{"type":"message_delta"}`, `{"type":"content_block_start","content_block":"x"}`}},
-		{Gemini{}, []string{`{}`, `{"type":"content_block_delta","index":0}`, `{"candidates":"x"}`,
+		{named{"gemini", byName("gemini", provider.Endpoint{})}, []string{`{}`, `{"type":"content_block_delta","index":0}`, `{"candidates":"x"}`,
 			`{"candidates":[{"content":{"parts":[{"functionCall":7}]}}]}`, `{"usageMetadata":{"promptTokenCount":"many"}}`}},
-		{Azure{}, []string{`{}`, `{"candidates":"x"}`, `{"type":"message_start","message":{}}`}},
+		{named{"azure", byName("azure", provider.Endpoint{})}, []string{`{}`, `{"candidates":"x"}`, `{"type":"message_start","message":{}}`}},
 	} {
 		for _, data := range append(common, tc.garbage...) {
 			for _, name := range []string{"", "message_delta"} {
@@ -49,7 +50,7 @@ func TestGarbageStreamEvents(t *testing.T) {
 }
 
 func TestGarbageAnswers(t *testing.T) {
-	for _, a := range []Adapter{Anthropic{}, Gemini{}, Azure{}} {
+	for _, a := range []named{{"anthropic", byName("anthropic", provider.Endpoint{})}, {"gemini", byName("gemini", provider.Endpoint{})}, {"azure", byName("azure", provider.Endpoint{})}} {
 		for _, body := range []string{``, `not json`, `[]`, `{}`, `null`, `"x"`, `<html>502</html>`,
 			`{"type":"message","content":"x"}`, `{"candidates":[{"content":"x"}]}`, `{"choices":{}}`, `{"error":{"message":"boom"}}`} {
 			if out, err := a.ChatResponse([]byte(body)); err == nil {
@@ -76,9 +77,9 @@ func FuzzTranslatingStreams(f *testing.F) {
 	f.Add([]byte(geminiSSE))
 	f.Add([]byte(azureSSE))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		for _, a := range []Adapter{Anthropic{}, Gemini{}, Azure{}} {
+		for _, a := range []named{{"anthropic", byName("anthropic", provider.Endpoint{})}, {"gemini", byName("gemini", provider.Endpoint{})}, {"azure", byName("azure", provider.Endpoint{})}} {
 			dec := a.NewStreamDecoder()
-			enc := NewMessagesStreamEncoder()
+			enc := messages.NewChatEncoder()
 			r := provider.NewSSEReader(bytes.NewReader(raw))
 			for {
 				ev, err := r.Next()
@@ -128,21 +129,18 @@ func FuzzTranslatingAnswers(f *testing.F) {
 	fixtureSeeds(f, func(_ http.Header, body []byte) { f.Add(body) })
 	f.Add([]byte(`{"candidates":[{"content":{"parts":[{"text":"a"},{"functionCall":{"name":"f","args":{}}}]},"finishReason":"STOP"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, a := range []Adapter{Anthropic{}, Gemini{}} {
+		for _, a := range []named{{"anthropic", byName("anthropic", provider.Endpoint{})}, {"gemini", byName("gemini", provider.Endpoint{})}} {
 			if out, err := a.ChatResponse(body); err == nil {
 				if !jsonValid(out) {
 					t.Fatalf("%s: invalid JSON answer %q", a.Name(), out)
 				}
-				if m, err := ChatToMessages(out); err != nil || !jsonValid(m) {
+				if m, err := messages.FromChatAnswer(out); err != nil || !jsonValid(m) {
 					t.Fatalf("%s: its chat.completion does not translate back: %v", a.Name(), err)
 				}
 			}
 			o := a.Observe(429, http.Header{}, body, time.Now())
 			if o.RetryAfter < provider.Unknown || o.RetryAfter > provider.MaxCooldown || o.Class == provider.OK {
 				t.Fatalf("%s: bad observation %+v", a.Name(), o)
-			}
-			if e, ok := a.(ErrorTranslator); ok && !jsonValid(e.ChatError(400, body)) {
-				t.Fatalf("%s: invalid error body", a.Name())
 			}
 		}
 	})
@@ -152,13 +150,13 @@ func FuzzTranslatingRequests(f *testing.F) {
 	f.Add([]byte(chatWithTools))
 	f.Add([]byte(anthropicWithTools))
 	f.Add([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":" "}]}`))
-	ep := &Endpoint{BaseURL: "https://example.com/v1"}
+	ep := &provider.Endpoint{BaseURL: "https://example.com/v1"}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, a := range []Adapter{Anthropic{}, Gemini{}, Azure{}} {
-			if _, ok := a.(Azure); ok && !jsonValid(body) {
+		for _, a := range []named{{"anthropic", byName("anthropic", provider.Endpoint{})}, {"gemini", byName("gemini", provider.Endpoint{})}, {"azure", byName("azure", provider.Endpoint{})}} {
+			if a.name == "azure" && !jsonValid(body) {
 				continue // like openai, it takes the handler's validated body
 			}
-			req, err := a.ChatRequest(context.Background(), ep, "gemini-3-x", body, true)
+			req, err := chatRequest(byName(a.name, *ep), "gemini-3-x", body, true)
 			if err != nil {
 				continue
 			}
@@ -168,10 +166,10 @@ func FuzzTranslatingRequests(f *testing.F) {
 				t.Fatalf("%s: invalid upstream body %q", a.Name(), b.Bytes())
 			}
 		}
-		chat, _, _, err := MessagesToChat(body)
+		chat, _, _, err := messages.ToChat(body)
 		if err != nil {
-			if !errors.Is(err, ErrMessagesRequest) {
-				t.Fatalf("MessagesToChat error without ErrMessagesRequest: %v", err)
+			if !errors.Is(err, messages.ErrRequest) {
+				t.Fatalf("MessagesToChat error without messages.ErrRequest: %v", err)
 			}
 			return
 		}
@@ -179,4 +177,19 @@ func FuzzTranslatingRequests(f *testing.F) {
 			t.Fatalf("MessagesToChat gave invalid JSON %q", chat)
 		}
 	})
+}
+
+// named is a built-in provider type with its name, for table tests.
+type named struct {
+	name string
+	p    provider.Provider
+}
+
+func (n named) Name() string                   { return n.name }
+func (n named) NewStreamDecoder() eventDecoder { return chatDecoder(n.p) }
+
+func (n named) ChatResponse(body []byte) ([]byte, error) { return chatAnswer(n.p, body) }
+
+func (n named) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+	return n.p.Observe(status, h, body, now)
 }

@@ -2,12 +2,16 @@ package adapters
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -24,7 +28,7 @@ type streamResult struct {
 	roles   []string
 	tools   []*accCall // by tool_calls index
 	finish  string
-	usage   *chatUsage
+	usage   *chat.Usage
 	ids     map[string]bool
 	models  map[string]bool
 }
@@ -35,7 +39,7 @@ type accCall struct {
 
 // runStream reads an SSE body through dec as the router does, and
 // assembles the chunks as an OpenAI client would.
-func runStream(t *testing.T, dec StreamDecoder, sse string) streamResult {
+func runStream(t *testing.T, dec eventDecoder, sse string) streamResult {
 	t.Helper()
 	res := streamResult{ids: map[string]bool{}, models: map[string]bool{}}
 	r := provider.NewSSEReader(strings.NewReader(sse))
@@ -84,7 +88,7 @@ func (res *streamResult) accumulate(t *testing.T, out []byte) {
 			} `json:"delta"`
 			FinishReason *string `json:"finish_reason"`
 		} `json:"choices"`
-		Usage *chatUsage `json:"usage"`
+		Usage *chat.Usage `json:"usage"`
 	}
 	if err := json.Unmarshal(out, &c); err != nil {
 		t.Fatalf("chunk is not JSON: %v: %s", err, out)
@@ -187,4 +191,72 @@ func withoutCreated(t *testing.T, body []byte) []byte {
 	delete(m, "created")
 	out, _ := json.Marshal(m)
 	return out
+}
+
+// The tests drive the built-in types as the router does: a Plan for each
+// attempt, its answer and stream readers.
+
+// byName returns the built-in provider type called name, on ep (a
+// made-up account when ep has no base URL).
+func byName(name string, ep provider.Endpoint) provider.Provider {
+	if ep.BaseURL == "" {
+		ep.BaseURL = "https://provider.invalid/v1"
+	}
+	switch name {
+	case "openai":
+		return &OpenAI{Endpoint: ep}
+	case "azure":
+		return &Azure{Endpoint: ep}
+	case "anthropic":
+		return &Anthropic{Endpoint: ep}
+	case "gemini":
+		return &Gemini{Endpoint: ep}
+	}
+	panic("no provider type " + name)
+}
+
+// chatReq is a Chat Completions request as the chat client API makes it.
+func chatReq(body []byte, stream bool) *provider.Request {
+	return &provider.Request{Format: provider.Chat, Body: body, Stream: stream, Choices: 1}
+}
+
+// chatRequest plans a Chat request on p and returns its upstream request.
+func chatRequest(p provider.Provider, model string, body []byte, stream bool) (*http.Request, error) {
+	plan, err := p.Plan(context.Background(), model, chatReq(body, stream))
+	if err != nil {
+		return nil, err
+	}
+	return plan.Request(), nil
+}
+
+// chatAnswer reads a successful answer of p for a Chat client.
+func chatAnswer(p provider.Provider, body []byte) ([]byte, error) {
+	plan, err := p.Plan(context.Background(), "", chatReq([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), false))
+	if err != nil {
+		return nil, err
+	}
+	return plan.Answer(body)
+}
+
+// eventDecoder reads one stream's events as the router's stream does:
+// comments are no content, the rest goes to the plan's decoder.
+type eventDecoder struct{ dec provider.EventDecoder }
+
+// chatDecoder returns the decoder of p's streams for a Chat client.
+func chatDecoder(p provider.Provider) eventDecoder {
+	pl, err := p.Plan(context.Background(), "m", chatReq([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), true))
+	if err != nil {
+		panic(err)
+	}
+	built := pl.(*plan)
+	return eventDecoder{built.r.decoder(built)}
+}
+
+// Event decodes ev: what to relay, its kind and the error it reports.
+func (d eventDecoder) Event(ev *provider.Event) ([]byte, provider.EventKind, provider.Observation) {
+	if ev.Comment {
+		return nil, provider.EventSkip, provider.Observation{}
+	}
+	out, kind, obs := d.dec.Decode(ev)
+	return out.Data, kind, obs
 }

@@ -57,7 +57,7 @@ func TestStateAvailability(t *testing.T) {
 	if at, _ := s.AvailableAt(t0, 100); !at.Equal(t0) {
 		t.Fatalf("a new state is usable at once, got %v", at)
 	}
-	if h := s.Headroom(t0); h != provider.Unknown {
+	if h := s.Features(t0, 0, false).Headroom; h != provider.Unknown {
 		t.Errorf("nothing known: expected unknown headroom, got %v", h)
 	}
 
@@ -85,7 +85,7 @@ func TestStateAvailability(t *testing.T) {
 	if at, _ := s.AvailableAt(t0, 5000); !at.Equal(t0) {
 		t.Errorf("5k tokens on 10k left: expected at once, got %v", at)
 	}
-	if h := s.Headroom(t0); h != 0.25 {
+	if h := s.Features(t0, 0, false).Headroom; h != 0.25 {
 		t.Errorf("expected headroom 10000/40000, got %v", h)
 	}
 }

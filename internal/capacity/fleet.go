@@ -3,7 +3,6 @@ package capacity
 import (
 	"github.com/llmrouter/caddy-llm-router/provider"
 
-	"slices"
 	"time"
 )
 
@@ -78,13 +77,13 @@ func (w SharedWindow) Exhausted(now time.Time) bool {
 // even without a fleet, so that a store bound later (a reload from `store
 // memory` to `store redis`) shares what was learned with the right age.
 type fleetLink struct {
-	// f is the fleet the state talks to: the last of bound, which holds one
-	// fleet per live config that binds the state. A reload binds the new
-	// config's store before the old config lets go of its own; a new config
-	// that fails to load lets go of its store, and the old one's is used
-	// again.
-	f     Fleet
-	bound []Fleet
+	// f is the fleet the state talks to: the last one bound. A store is
+	// shared by every config that names it (the root's pool), so a reload
+	// keeps it; only a reload to another store binds a second one, which
+	// takes over (SetFleet). When that one goes away unused (the new config
+	// failed to load), the state is unbound until the store still in use
+	// takes it back (AdoptFleet, which each store does as it polls).
+	f Fleet
 
 	// When each shared part was last learned (here or from the fleet).
 	circuitAt, requestsAt, tokensAt time.Time
@@ -199,14 +198,29 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 	return true
 }
 
-// SetFleet binds the state to a fleet store, until ClearFleet(f); the last
-// one bound is used. It publishes what the state already knows, each part
+// SetFleet binds the state to a fleet store, until ClearFleet(f) or
+// another SetFleet. It publishes what the state already knows, each part
 // with the instant it was learned, so that newer knowledge elsewhere is not
 // overwritten.
 func (s *State) SetFleet(f Fleet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fleet.bound = append(s.fleet.bound, f)
+	s.bindLocked(f)
+}
+
+// AdoptFleet is SetFleet for a state that no fleet holds; it reports
+// whether it bound the state.
+func (s *State) AdoptFleet(f Fleet) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fleet.f != nil {
+		return false
+	}
+	s.bindLocked(f)
+	return true
+}
+
+func (s *State) bindLocked(f Fleet) {
 	s.fleet.f = f
 	s.fleet.probeOwned = false // a claim made through another store is that store's to free
 	if sh := s.sharedLocked(); !sh.Circuit.At.IsZero() || !sh.Requests.At.IsZero() || !sh.Tokens.At.IsZero() {
@@ -214,19 +228,14 @@ func (s *State) SetFleet(f Fleet) {
 	}
 }
 
-// ClearFleet unbinds the state from f. The state goes on with the fleet
-// bound before f, if it is still bound, else on its own.
+// ClearFleet unbinds the state from f, if f holds it; the state goes on
+// with its own knowledge.
 func (s *State) ClearFleet(f Fleet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := &s.fleet
-	l.bound = slices.DeleteFunc(l.bound, func(g Fleet) bool { return g == f })
-	if l.f == f {
-		l.f = nil
-		if n := len(l.bound); n > 0 {
-			l.f = l.bound[n-1]
-		}
-		l.probeOwned = false
+	if s.fleet.f == f {
+		s.fleet.f = nil
+		s.fleet.probeOwned = false
 	}
 }
 

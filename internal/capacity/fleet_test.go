@@ -163,7 +163,11 @@ func TestFleetProbe(t *testing.T) {
 	}
 }
 
-func TestFleetBindingsStack(t *testing.T) {
+// A reload to another store binds the state to it; when that store goes
+// away unused (the new config failed to load), the state works alone until
+// the store still in use adopts it again, which no other store can while
+// one holds it.
+func TestFleetRebinding(t *testing.T) {
 	s, old, next := NewState(), &fakeFleet{wait: time.Second}, &fakeFleet{}
 	s.Declare(5, 0)
 	s.SetFleet(old)
@@ -172,14 +176,21 @@ func TestFleetBindingsStack(t *testing.T) {
 	if next.reserves != 1 || old.reserves != 0 {
 		t.Fatalf("expected the last bound store used, got old %d next %d", old.reserves, next.reserves)
 	}
-	// The new config failed to load: the old store is used again.
-	s.ClearFleet(next)
+	s.ClearFleet(old) // not the one holding it: no change
 	s.Acquire(t0, 1)
-	if old.reserves != 1 {
-		t.Errorf("expected the old store used again, got %d", old.reserves)
+	if next.reserves != 2 {
+		t.Fatalf("expected next still used, got %d", next.reserves)
 	}
-	s.ClearFleet(old)
-	if !s.Acquire(t0.Add(time.Second), 1) {
-		t.Error("expected the state to work alone")
+	// The new config failed to load: its store lets go.
+	s.ClearFleet(next)
+	if !s.Acquire(t0, 1) || old.reserves != 0 || next.reserves != 2 {
+		t.Fatalf("expected the state to work alone, got old %d next %d", old.reserves, next.reserves)
+	}
+	if !s.AdoptFleet(old) || s.AdoptFleet(next) {
+		t.Fatal("expected the old store to adopt the unbound state, and no other store then")
+	}
+	s.Acquire(t0, 1)
+	if old.reserves != 1 || next.reserves != 2 {
+		t.Errorf("expected the old store used again, got old %d next %d", old.reserves, next.reserves)
 	}
 }

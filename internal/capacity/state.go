@@ -340,11 +340,6 @@ func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bo
 	}
 }
 
-// Headroom returns Features(now, 0, false).Headroom.
-func (s *State) Headroom(now time.Time) float64 {
-	return s.Features(now, 0, false).Headroom
-}
-
 // Acquire claims the deployment for one attempt at now of about tokens
 // tokens: it counts the attempt in flight and in the declared windows, and
 // spends it from the provider-stated windows until the next response says

@@ -17,6 +17,7 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // fakeProvider answers every attempt at once with a chat completion and
@@ -80,13 +81,14 @@ func BenchmarkServeStore(b *testing.B) {
 					time.Sleep(time.Millisecond)
 				}
 			}
-			d := &router.Deployment{Name: "bench/bench-up", Model: "bench-up", Adapter: adapters.OpenAI{},
-				Endpoint:  &adapters.Endpoint{BaseURL: "http://bench.invalid/v1", APIKey: "sk-bench"},
+			d := &router.Deployment{Name: "bench/bench-up", Model: "bench-up",
+				Provider:  &adapters.OpenAI{Endpoint: provider.Endpoint{BaseURL: "http://bench.invalid/v1", APIKey: "sk-bench"}},
 				Transport: &fakeProvider{}, Timeout: 30 * time.Second, TTFTTimeout: 15 * time.Second, IdleTimeout: 30 * time.Second,
 				Weight: 1, State: st}
 			group := []*router.Deployment{d}
 			r := router.New()
-			req := &router.Request{Body: []byte(`{"model":"fast","messages":[{"role":"user","content":"hi"}]}`), Choices: 1, PromptTokens: 20, Tokens: 20}
+			req := &router.Request{Request: &provider.Request{Format: provider.Chat, Choices: 1,
+				Body: []byte(`{"model":"fast","messages":[{"role":"user","content":"hi"}]}`)}, PromptTokens: 20, Tokens: 20}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

@@ -210,7 +210,8 @@ func DeploymentID(identity string) string {
 
 // Bind shares st as the deployment of the given identity (see DeploymentID)
 // through the store, until Close. A state bound twice (one deployment in
-// two model groups) is bound once.
+// two model groups, or in the next config that uses the same store) is
+// bound once.
 func (s *Store) Bind(identity string, st *capacity.State) {
 	id := DeploymentID(identity)
 	s.mu.Lock()
@@ -307,6 +308,11 @@ func (s *Store) pollLoop() {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
 	for {
+		// A state a newer store took over and let go of (a reload to
+		// another store that failed) comes back to this one.
+		for _, b := range s.snapshotBindings() {
+			b.st.AdoptFleet(b)
+		}
 		if s.health.Load() != healthUp {
 			if err := s.resync(); err != nil {
 				s.fail("sync", err)

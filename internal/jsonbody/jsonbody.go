@@ -1,11 +1,17 @@
-package adapters
+// Package jsonbody reads and rewrites the top level of JSON request bodies
+// without decoding them: a member's value span, a string member, the model
+// swapped in one copy, duplicate and miscased keys. The scanners trust
+// nothing but bounds: on bytes that are not JSON they fail, never panic.
+package jsonbody
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // errNotObject is returned when a body is not a JSON object.
@@ -17,20 +23,20 @@ var errNotObject = errors.New("request body is not a JSON object")
 // 4 KB chat body is rewritten with one copy. body must be valid JSON (the
 // handler has parsed it); a body that is not an object returns an error.
 func SetString(body []byte, key, value string) ([]byte, error) {
-	start, end, err := findMember(body, key)
+	start, end, err := FindMember(body, key)
 	if err != nil {
 		return nil, err
 	}
 	quoted := strconv.AppendQuote(make([]byte, 0, len(value)+2), value)
 	if start < 0 {
 		// Insert right after '{'.
-		open := skipSpace(body, 0)
+		open := SkipSpace(body, 0)
 		out := make([]byte, 0, len(body)+len(key)+len(quoted)+4)
 		out = append(out, body[:open+1]...)
 		out = strconv.AppendQuote(out, key)
 		out = append(out, ':')
 		out = append(out, quoted...)
-		if next := skipSpace(body, open+1); next < len(body) && body[next] != '}' {
+		if next := SkipSpace(body, open+1); next < len(body) && body[next] != '}' {
 			out = append(out, ',')
 		}
 		return append(out, body[open+1:]...), nil
@@ -44,7 +50,7 @@ func SetString(body []byte, key, value string) ([]byte, error) {
 // GetString returns the top-level string member key of a JSON object, and
 // whether it is present as a string.
 func GetString(body []byte, key string) (string, bool) {
-	start, end, err := findMember(body, key)
+	start, end, err := FindMember(body, key)
 	if err != nil || start < 0 || body[start] != '"' {
 		return "", false
 	}
@@ -55,11 +61,11 @@ func GetString(body []byte, key string) (string, bool) {
 	return v, true
 }
 
-// findMember returns the byte span of the value of the top-level member key,
+// FindMember returns the byte span of the value of the top-level member key,
 // or start -1 when the object has no such member.
-func findMember(b []byte, key string) (start, end int, err error) {
+func FindMember(b []byte, key string) (start, end int, err error) {
 	start, end = -1, -1
-	err = eachMember(b, func(name string, vStart, vEnd int) bool {
+	err = EachMember(b, func(name string, vStart, vEnd int) bool {
 		if name == key {
 			start, end = vStart, vEnd
 			return false
@@ -76,7 +82,7 @@ func findMember(b []byte, key string) (start, end int, err error) {
 func CheckKeys(b []byte, names ...string) error {
 	var seen []string
 	var err error
-	walkErr := eachMember(b, func(name string, _, _ int) bool {
+	walkErr := EachMember(b, func(name string, _, _ int) bool {
 		for _, s := range seen {
 			if s == name {
 				err = fmt.Errorf("duplicate key %q in the request body", name)
@@ -98,16 +104,16 @@ func CheckKeys(b []byte, names ...string) error {
 	return err
 }
 
-// eachMember calls fn with each top-level member's key (unescaped) and the
+// EachMember calls fn with each top-level member's key (unescaped) and the
 // byte span of its value, until fn returns false.
-func eachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
-	i := skipSpace(b, 0)
+func EachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
+	i := SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return errNotObject
 	}
 	i++
 	for {
-		i = skipSpace(b, i)
+		i = SkipSpace(b, i)
 		if i >= len(b) {
 			return errNotObject
 		}
@@ -131,11 +137,11 @@ func eachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
 				return errNotObject
 			}
 		}
-		i = skipSpace(b, kEnd)
+		i = SkipSpace(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
 			return errNotObject
 		}
-		vStart := skipSpace(b, i+1)
+		vStart := SkipSpace(b, i+1)
 		vEnd := skipValue(b, vStart)
 		if vEnd < 0 {
 			return errNotObject
@@ -147,7 +153,7 @@ func eachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
 	}
 }
 
-func skipSpace(b []byte, i int) int {
+func SkipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
 	}
@@ -205,4 +211,61 @@ func skipValue(b []byte, i int) int {
 		}
 		return j
 	}
+}
+
+// String decodes the JSON string literal raw, quotes included, from a
+// document already known to be valid JSON (a json.Unmarshaler is handed
+// such spans). Without escapes it is one conversion; the common escapes
+// (\n, \t, \", \\, ...) are decoded here, and anything else (\u escapes,
+// bytes that are not UTF-8) by encoding/json, so the result is always
+// the one json.Unmarshal gives. ok is false when raw is not a string.
+func String(raw []byte) (s string, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	esc := bytes.IndexByte(in, '\\')
+	if esc < 0 && utf8.Valid(in) {
+		return string(in), true
+	}
+	if esc >= 0 && utf8.Valid(in) {
+		out := make([]byte, 0, len(in))
+		for i := 0; i < len(in); i++ {
+			c := in[i]
+			if c != '\\' {
+				out = append(out, c)
+				continue
+			}
+			i++
+			if i == len(in) {
+				return "", false
+			}
+			switch in[i] {
+			case '"', '\\', '/':
+				out = append(out, in[i])
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			default: // \u: surrogates and all, as encoding/json reads them
+				return slowString(raw)
+			}
+		}
+		return string(out), true
+	}
+	return slowString(raw)
+}
+
+func slowString(raw []byte) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // A client that leaves mid-request or mid-stream cancels the upstream
@@ -37,7 +38,7 @@ func TestClientLeavesNoGoroutineBehind(t *testing.T) {
 		goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	}()
 	d := &Deployment{
-		Name: "a", Model: "m", Adapter: adapters.OpenAI{}, Endpoint: &adapters.Endpoint{BaseURL: srv.URL + "/v1"},
+		Name: "a", Model: "m", Provider: &adapters.OpenAI{Endpoint: provider.Endpoint{BaseURL: srv.URL + "/v1"}},
 		Transport: transport, Timeout: time.Minute, TTFTTimeout: time.Minute, IdleTimeout: time.Minute, State: capacity.NewState(),
 	}
 	r := New()
@@ -55,13 +56,13 @@ func TestClientLeavesNoGoroutineBehind(t *testing.T) {
 
 	// Mid-stream: the first chunk arrived, then the client goes away.
 	ctx, cancel = context.WithCancel(context.Background())
-	res := r.Serve(ctx, []*Deployment{d}, &Request{Body: []byte(`{"model":"x","stream":true,"messages":[]}`), Stream: true})
+	res := r.Serve(ctx, []*Deployment{d}, &Request{Request: wire([]byte(`{"model":"x","stream":true,"messages":[]}`), true)})
 	if res.Stream == nil {
 		t.Fatalf("expected a committed stream, got %v", res.Err)
 	}
 	relayed := make(chan error)
 	go func() {
-		relayed <- res.Stream.Relay(func([]byte, bool) error { return nil })
+		relayed <- res.Stream.Relay(func(provider.Event, bool) error { return nil })
 	}()
 	time.Sleep(50 * time.Millisecond)
 	cancel()

@@ -3,8 +3,11 @@
 // max(Retry-After, backoff) only when the next attempt must go to a
 // deployment that is cooling down, all inside one deadline for the request.
 //
-// It imports neither Caddy nor the root package; time comes from an
-// injected Clock.
+// It speaks no client's format: it takes a provider.Request from a client
+// API and hands back the answer in the format the attempt's plan read it
+// in, or an Error of its own (status, class, message, retry delay) that the
+// client API writes. It imports neither Caddy nor the root package; all
+// time (instants, waits and timers) comes from an injected Clock.
 package router
 
 import (
@@ -18,9 +21,18 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// Defaults of the router's settings and of a provider's timeouts (the
+// Caddyfile's defaults; the backoff's are capacity.DefaultPolicy's).
+const (
+	DefaultDeadline    = 60 * time.Second
+	DefaultMaxAttempts = 4
+	DefaultTimeout     = 30 * time.Second
+	DefaultTTFTTimeout = 15 * time.Second
+	DefaultIdleTimeout = 30 * time.Second
 )
 
 // Deployment is a provider x an upstream model: the unit that is ranked,
@@ -29,15 +41,16 @@ type Deployment struct {
 	// Name identifies the deployment to clients and operators:
 	// "<provider>/<upstream model>".
 	Name string
-	// Model is the upstream model name put in the request body.
-	Model    string
-	Adapter  adapters.Adapter
-	Endpoint *adapters.Endpoint
+	// Model is the upstream model name the provider is asked for.
+	Model string
+	// Provider is the configured account that plans each attempt and
+	// decodes each answer.
+	Provider provider.Provider
 	// Transport performs the upstream exchange (Caddy's HTTP transport).
 	Transport http.RoundTripper
 	// Timeout bounds one non-streaming attempt until its body is read.
 	Timeout time.Duration
-	// TTFTTimeout bounds a streaming attempt until its first event.
+	// TTFTTimeout bounds a streaming attempt until its first content.
 	TTFTTimeout time.Duration
 	// IdleTimeout bounds the silence between two events of a stream.
 	IdleTimeout time.Duration
@@ -47,52 +60,23 @@ type Deployment struct {
 	Quality float64
 	// ContextWindow is the largest prompt plus output, in tokens; 0 = unknown.
 	ContextWindow int64
-	// Weight is a tie-breaker: higher first.
+	// Weight shares the traffic among near-tied deployments, in proportion
+	// (see pick); at least 1.
 	Weight int
 	// State is the deployment's capacity state, shared across requests and
 	// config reloads.
 	State *capacity.State
 }
 
-// Kind is what a request asks for.
-type Kind uint8
-
-const (
-	// Chat is a Chat Completions request (streaming or not).
-	Chat Kind = iota
-	// Embeddings is an embeddings request; only deployments whose adapter
-	// implements adapters.Embedder serve it.
-	Embeddings
-)
-
-// Request is what the router needs of one client request.
+// Request is what the router needs of one client request: the request as
+// providers read it, and its size in tokens.
 type Request struct {
-	// Kind is Chat unless set.
-	Kind Kind
-	// Body is the client's Chat Completions JSON body.
-	Body []byte
-	// Stream is the body's "stream".
-	Stream bool
+	*provider.Request
 	// Tokens estimates prompt plus max_tokens, for token windows.
 	Tokens int64
 	// PromptTokens and OutputTokens (max_tokens; 0 when unset) price the
 	// request for the cost feature.
 	PromptTokens, OutputTokens int64
-	// Choices is the body's "n" (default 1): a stream is complete once that
-	// many choices have finished.
-	Choices int
-	// IncludeUsage is the body's stream_options.include_usage: a stream that
-	// asked for usage is complete only once the usage chunk arrived.
-	IncludeUsage bool
-	// NativeFormat and NativeBody are the client's request as it came, when
-	// its format is not Chat Completions ("anthropic"): deployments whose
-	// adapter speaks that format natively (adapters.Native) get NativeBody,
-	// and their answers pass through untranslated (Result.Native).
-	NativeFormat string
-	NativeBody   []byte
-	// NativeHeader holds the client's headers of that format
-	// (adapters.NativeHeaders), for native passes only.
-	NativeHeader http.Header
 }
 
 // Router walks a model group's deployments for one request. The zero value
@@ -123,16 +107,18 @@ type Observer interface {
 	Attempt(d *Deployment, class provider.Class, took time.Duration)
 	// FirstToken reports a stream's time to first content.
 	FirstToken(d *Deployment, ttft time.Duration)
-	// Failover reports a move to another attempt after a failure on from.
-	Failover(from *Deployment, reason provider.Class)
+	// Failover reports a move to another attempt after a failure on from,
+	// of the given class.
+	Failover(from *Deployment, class provider.Class)
 }
 
-// New returns a Router with the Caddyfile defaults: 60 s deadline, 4
-// attempts, 500 ms..30 s backoff, the wall clock and a no-op logger.
+// New returns a Router with the defaults: DefaultDeadline,
+// DefaultMaxAttempts, capacity.DefaultPolicy, DefaultWeights, the wall
+// clock and a no-op logger.
 func New() *Router {
 	return &Router{
-		Deadline:    60 * time.Second,
-		MaxAttempts: 4,
+		Deadline:    DefaultDeadline,
+		MaxAttempts: DefaultMaxAttempts,
 		Policy:      capacity.DefaultPolicy,
 		Weights:     DefaultWeights,
 		Rand:        rand.Float64,
@@ -142,11 +128,15 @@ func New() *Router {
 }
 
 // Error is a failure the router answers itself (not a provider's answer
-// passed on): the client sees Status and an error body of Type and Code.
+// passed on). Client APIs write it in their format:
+//
+//   - 400 client_error: no deployment could express the request (Message says why);
+//   - 429 rate_limited: every deployment is rate-limited or out of quota;
+//   - 502 server: every deployment failed, or is cooling down after failures;
+//   - 504 transport: the deadline passed.
 type Error struct {
 	Status  int
-	Type    string // OpenAI error type: "rate_limit_error", "server_error", "timeout"
-	Code    string // "rate_limit_exceeded", "upstream_unavailable", "deadline_exceeded"
+	Class   provider.Class
 	Message string
 	// RetryAfter, when positive, is sent as Retry-After (whole seconds).
 	RetryAfter time.Duration
@@ -163,90 +153,77 @@ type Result struct {
 	Deployment *Deployment
 	// Attempts is the number of upstream attempts made.
 	Attempts int
-	// FailoverReason is the class of the last failed attempt ("" when no
-	// attempt failed), whether another deployment then answered or not.
-	FailoverReason string
+	// FailoverReason is the class of the last failed attempt, OK when no
+	// attempt failed, whether another deployment then answered or not.
+	FailoverReason provider.Class
 
-	// Status, Header and Body are the answer for a non-streaming success, or
-	// a provider's client error passed on as it is.
+	// Status, Header and Body are the answer for a non-streaming success,
+	// or a provider's client error passed on: Body as the provider sent it
+	// when that is in Format, else nil (restate it from Error).
 	Status int
 	Header http.Header
 	Body   []byte
+	// Format is the format of Body and Stream: the client's own (a native
+	// pass) or Chat.
+	Format provider.Format
+	// Error is the provider's client error (class, code, message) when
+	// Status is one, for client APIs that restate it in their format.
+	Error *provider.Observation
 	// Stream is a committed streaming answer: relay it with Stream.Relay.
 	Stream *Stream
-	// Native is true when Body (or Stream) is in the request's NativeFormat,
-	// passed through from a deployment that speaks it; else Body is in the
-	// Chat Completions format (an answer, or an OpenAI error body).
-	Native bool
-	// Err is set when the router answers with an error of its own.
+	// Err is set when the router answers with an error of its own (*Error),
+	// or ErrClientGone.
 	Err error
 }
 
 // attemptState is what one request learned about a deployment.
 type attemptState struct {
-	excluded bool // never again in this request (context_length, auth, quota)
+	excluded bool // never again in this request (context_length, auth, quota, cannot express)
 	silent   bool // timed out: only if nothing else is left
+}
+
+// walk is one request's way through its group: what it learned of each
+// deployment, and where it stands.
+type walk struct {
+	per        []attemptState
+	last       *outcome // the last failed attempt
+	unplanned  *outcome // the last deployment that could not express the request
+	failures   int
+	minContext int64 // after a context_length failure: only larger windows; -1 none
 }
 
 // Serve answers req from group, trying the best-ranked usable deployment
 // first, with failover. It never makes more than MaxAttempts attempts and
 // never waits past the deadline: when every deployment is cooling past it,
-// it answers 429 at once, with Retry-After set to the earliest reset.
+// it answers at once, with Retry-After set to the earliest reset.
 func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *Result {
-	start := r.Clock.Now()
-	deadline := start.Add(r.Deadline)
+	deadline := r.Clock.Now().Add(r.Deadline)
 	res := &Result{}
 	var perBuf [16]attemptState
-	per := perBuf[:min(len(group), len(perBuf))]
+	w := walk{per: perBuf[:min(len(group), len(perBuf))], minContext: -1}
 	if len(group) > len(perBuf) {
-		per = make([]attemptState, len(group))
+		w.per = make([]attemptState, len(group))
 	}
 	var candBuf [16]scored
-	var last *outcome
-	defer func() {
-		// Also on an error answer: why the last attempt failed.
-		if last != nil {
-			res.FailoverReason = last.obs.Class.String()
-		}
-	}()
-	failures := 0
-	var minContext int64 = -1 // after a context_length failure: only larger windows
-
 	for {
 		if ctx.Err() != nil {
-			res.Err = ErrClientGone
-			return res
+			return res.fail(ErrClientGone, &w)
 		}
 		now := r.Clock.Now()
 		if !now.Before(deadline) {
-			res.Err = deadlineError()
-			return res
+			return res.fail(deadlineError(), &w)
 		}
 		if res.Attempts >= r.MaxAttempts {
-			return r.giveUp(res, last, group, now, req)
+			return r.giveUp(res, &w, group, now, req)
 		}
-		cands := candidates(candBuf[:0], group, per, now, req, minContext)
+		cands := candidates(candBuf[:0], group, w.per, now, req, w.minContext)
 		if len(cands) == 0 {
-			return r.giveUp(res, last, group, now, req)
+			return r.giveUp(res, &w, group, now, req)
 		}
 		ready := readyFirst(cands, now)
 		if ready == 0 {
-			// Everything is cooling: wait for the first to come back, no
-			// less than the backoff after a failure, if that fits.
-			c := earliest(cands)
-			wait := c.f.At.Sub(now)
-			if failures > 0 {
-				wait = max(wait, r.Policy.Backoff(failures))
-			}
-			if !now.Add(wait).Before(deadline) {
-				res.Err = coolingError(cands, c, now)
-				return res
-			}
-			r.debug("waiting for a cooling deployment",
-				zap.String("deployment", group[c.i].Name), zap.Duration("wait", wait))
-			if err := r.Clock.Sleep(ctx, wait); err != nil {
-				res.Err = ErrClientGone
-				return res
+			if err := r.waitForCooling(ctx, group, cands, &w, now, deadline); err != nil {
+				return res.fail(err, &w)
 			}
 			continue
 		}
@@ -260,65 +237,106 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 		if !d.State.Acquire(now, req.Tokens) {
 			continue // a half-open circuit's probe was taken meanwhile
 		}
-		if last != nil && r.Observer != nil {
-			r.Observer.Failover(last.d, last.obs.Class)
-		}
-		res.Attempts++
 		out := r.exchange(ctx, d, req, deadline)
-		if out.stream == nil {
-			d.State.Release() // a stream releases when it ends
-		}
-		if out.untranslatable {
-			res.Attempts-- // nothing was sent
-			per[i].excluded = true
-			last = out
+		if out.end == unplanned {
+			d.State.Release()
+			w.per[i].excluded, w.unplanned = true, out
 			continue
 		}
-		if out.canceled {
-			res.Err = ErrClientGone
-			return res
+		if w.last != nil && r.Observer != nil {
+			r.Observer.Failover(w.last.d, w.last.obs.Class)
 		}
-		if out.deadline {
-			res.Err = deadlineError()
+		res.Attempts++
+		if done := r.settle(res, &w, i, out); done {
 			return res
-		}
-		class := out.obs.Class
-		if r.Observer != nil {
-			r.Observer.Attempt(d, class, out.took)
-		}
-		observed := d.State.Observe(r.Clock.Now(), out.obs, r.Policy)
-		switch class {
-		case provider.OK:
-			res.Deployment = d
-			res.Status, res.Header, res.Body, res.Stream, res.Native = out.status, out.header, out.body, out.stream, out.native
-			return res
-		case provider.ClientError:
-			res.passOn(out)
-			return res
-		}
-		r.logFailure(d, out, observed)
-		last = out
-		switch class {
-		case provider.ContextLength:
-			per[i].excluded = true
-			minContext = max(minContext, d.ContextWindow)
-		case provider.Auth, provider.QuotaExhausted:
-			per[i].excluded = true
-			failures++
-		default:
-			if out.timeout {
-				per[i].silent = true
-			}
-			failures++
 		}
 	}
+}
+
+// waitForCooling waits, when every candidate is cooling, for the first to
+// come back, and no less than the backoff after a failure, if that ends
+// before the deadline; else it returns the error to answer at once.
+func (r *Router) waitForCooling(ctx context.Context, group []*Deployment, cands []scored, w *walk, now, deadline time.Time) error {
+	c := earliest(cands)
+	wait := c.f.At.Sub(now)
+	if w.failures > 0 {
+		wait = max(wait, r.Policy.Backoff(w.failures))
+	}
+	if !now.Add(wait).Before(deadline) {
+		return coolingError(cands, c, now)
+	}
+	r.debug("waiting for a cooling deployment",
+		zap.String("deployment", group[c.i].Name), zap.Duration("wait", wait))
+	if err := r.Clock.Sleep(ctx, wait); err != nil {
+		return ErrClientGone
+	}
+	return nil
+}
+
+// settle folds an attempt's outcome into the request and the deployment's
+// state: it reports whether the request is answered (res is set).
+func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
+	d := out.d
+	if out.stream == nil {
+		d.State.Release() // a stream releases when it ends
+	}
+	switch out.end {
+	case clientGone:
+		res.fail(ErrClientGone, w)
+		return true
+	case pastDeadline:
+		res.fail(deadlineError(), w)
+		return true
+	}
+	class := out.obs.Class
+	if r.Observer != nil {
+		r.Observer.Attempt(d, class, out.took)
+	}
+	observed := d.State.Observe(r.Clock.Now(), out.obs, r.Policy)
+	switch class {
+	case provider.OK:
+		res.Deployment, res.Format = d, out.format
+		res.Status, res.Header, res.Body, res.Stream = out.status, out.header, out.body, out.stream
+		res.fail(nil, w)
+		return true
+	case provider.ClientError:
+		res.passOn(out)
+		res.fail(nil, w)
+		return true
+	}
+	r.logFailure(d, out, observed)
+	w.last = out
+	switch class {
+	case provider.ContextLength:
+		w.per[i].excluded = true
+		w.minContext = max(w.minContext, d.ContextWindow)
+	case provider.Auth, provider.QuotaExhausted:
+		w.per[i].excluded = true
+		w.failures++
+	default:
+		if out.end == timedOut {
+			w.per[i].silent = true
+		}
+		w.failures++
+	}
+	return false
+}
+
+// fail ends the request with err (nil: an answer), noting why the last
+// attempt failed.
+func (res *Result) fail(err error, w *walk) *Result {
+	res.Err = err
+	if w.last != nil {
+		res.FailoverReason = w.last.obs.Class
+	}
+	return res
 }
 
 // logFailure logs a failed attempt. A bad key or a spent quota is an
 // operator's problem: logged at error level, once, when its circuit opens.
 func (r *Router) logFailure(d *Deployment, out *outcome, observed capacity.Observed) {
 	class := out.obs.Class
-	fields := []zap.Field{zap.String("deployment", d.Name), zap.String("class", class.String()),
+	fields := []zap.Field{zap.String("deployment", d.Name), zap.Stringer("class", class),
 		zap.Int("status", out.status), zap.String("message", out.obs.Message)}
 	switch class {
 	case provider.Auth, provider.QuotaExhausted:
@@ -332,18 +350,26 @@ func (r *Router) logFailure(d *Deployment, out *outcome, observed capacity.Obser
 }
 
 // giveUp ends a request whose attempts or eligible deployments ran out.
-func (r *Router) giveUp(res *Result, last *outcome, group []*Deployment, now time.Time, req *Request) *Result {
-	res.Err = r.finalError(last, group, now, req)
-	if last != nil && last.clientError() {
-		res.passOn(last)
+func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time, req *Request) *Result {
+	switch {
+	case w.last != nil && w.last.obs.Class == provider.ContextLength:
+		res.passOn(w.last) // the provider's 400, as it is
+		return res.fail(nil, w)
+	case w.last == nil && w.unplanned != nil:
+		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
 	}
-	return res
+	return res.fail(r.finalError(w.last, group, now, req), w)
 }
 
 // passOn makes a provider's client error the answer, as it is.
 func (res *Result) passOn(o *outcome) {
-	res.Deployment = o.d
-	res.Status, res.Header, res.Body, res.Native, res.Err = o.status, o.header, o.body, o.native, nil
+	res.Deployment, res.Format = o.d, o.format
+	res.Status, res.Header = o.status, o.header
+	if o.native {
+		res.Body = o.body
+	}
+	obs := o.obs
+	res.Error = &obs
 }
 
 // candidates collects into buf the deployments still eligible for this
@@ -353,7 +379,7 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 	cands := buf
 	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
 		for i, d := range group {
-			if per[i].excluded || per[i].silent != (pass == 1) || !supports(d, req) {
+			if per[i].excluded || per[i].silent != (pass == 1) || !d.Provider.Serves(req.Format) {
 				continue
 			}
 			if minContext >= 0 && d.ContextWindow != 0 && d.ContextWindow <= minContext {
@@ -368,13 +394,15 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 	return cands
 }
 
-// supports reports whether d can serve req's kind.
-func supports(d *Deployment, req *Request) bool {
-	if req.Kind == Embeddings {
-		_, ok := d.Adapter.(adapters.Embedder)
-		return ok
+// Serves reports whether some deployment of group serves requests in
+// format f at all (see provider.Provider.Serves).
+func Serves(group []*Deployment, f provider.Format) bool {
+	for _, d := range group {
+		if d.Provider.Serves(f) {
+			return true
+		}
 	}
-	return true
+	return false
 }
 
 // readyFirst moves the candidates usable at now to the front and returns
@@ -408,7 +436,7 @@ func (r *Router) debug(msg string, fields ...zap.Field) {
 }
 
 func deadlineError() *Error {
-	return &Error{Status: http.StatusGatewayTimeout, Type: "timeout", Code: "deadline_exceeded",
+	return &Error{Status: http.StatusGatewayTimeout, Class: provider.Transport,
 		Message: "no deployment answered before the request deadline"}
 }
 
@@ -418,31 +446,35 @@ func retryAfterSeconds(d time.Duration) time.Duration {
 	return time.Duration(s) * time.Second
 }
 
+// rateLimitedError is the 429 of a group whose deployments are all
+// rate-limited or out of quota, the earliest back after wait.
+func rateLimitedError(wait time.Duration) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Class: provider.RateLimited,
+		Message:    "every deployment of this model is rate-limited; retry after the given time",
+		RetryAfter: retryAfterSeconds(wait)}
+}
+
 // coolingError answers when every eligible deployment is cooling past the
 // deadline: 429 when they are all rate-limited or out of quota, else 502;
 // both with Retry-After until the earliest comes back.
 func coolingError(cands []scored, first scored, now time.Time) *Error {
-	retry := retryAfterSeconds(first.f.At.Sub(now))
+	wait := first.f.At.Sub(now)
 	for _, c := range cands {
 		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
-			return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
-				Message: "every deployment of this model is failing; retry later", RetryAfter: retry}
+			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
+				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(wait)}
 		}
 	}
-	return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limit_exceeded",
-		Message: "every deployment of this model is rate-limited; retry after the given time", RetryAfter: retry}
+	return rateLimitedError(wait)
 }
 
 // finalError answers when attempts or eligible deployments ran out.
-func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, req *Request) error {
+func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, req *Request) *Error {
 	if last == nil {
-		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
+		return &Error{Status: http.StatusBadGateway, Class: provider.Server,
 			Message: "no deployment could serve this request"}
 	}
-	switch last.obs.Class {
-	case provider.ContextLength:
-		return nil // the provider's 400 is passed on
-	case provider.RateLimited, provider.QuotaExhausted:
+	if c := last.obs.Class; c == provider.RateLimited || c == provider.QuotaExhausted {
 		// A 429 tells the client that the capacity is spent: only when every
 		// deployment is rate-limited or out of quota. One that failed
 		// otherwise (or is free) makes this a 502.
@@ -457,11 +489,9 @@ func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, r
 			}
 		}
 		if limited {
-			return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limit_exceeded",
-				Message:    "every deployment of this model is rate-limited; retry after the given time",
-				RetryAfter: retryAfterSeconds(earliest.Sub(now))}
+			return rateLimitedError(earliest.Sub(now))
 		}
 	}
-	return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unavailable",
+	return &Error{Status: http.StatusBadGateway, Class: provider.Server,
 		Message: "every deployment of this model failed; retry later"}
 }

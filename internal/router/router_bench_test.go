@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"runtime"
 	"testing"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // benchChunks returns an OpenAI stream of n content chunks, a final chunk
@@ -53,10 +55,10 @@ func BenchmarkRelayPerEvent(b *testing.B) {
 			d := deployment("d", answer(200, http.Header{"Content-Type": {"text/event-stream"}}, stream))
 			group := []*Deployment{d}
 			r := New()
-			req := &Request{Body: chatReq.Body, Stream: true, Choices: 1, Tokens: 10}
+			req := &Request{Request: wire(chatReq.Body, true), Tokens: 10}
 			ctx := context.Background()
 			relayed := 0
-			drop := func(data []byte, done bool) error {
+			drop := func(ev provider.Event, done bool) error {
 				relayed++
 				return nil
 			}
@@ -108,7 +110,7 @@ func BenchmarkServeNonStreaming(b *testing.B) {
 				group[i] = deployment(fmt.Sprintf("d%d", i), answer(200, c.h, body))
 			}
 			r := New()
-			req := &Request{Body: chatReq.Body, Choices: 1, PromptTokens: 20, Tokens: 20}
+			req := &Request{Request: wire(chatReq.Body, false), PromptTokens: 20, Tokens: 20}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // fakeClock advances only when the router sleeps, and records each sleep.
@@ -20,6 +21,7 @@ type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	sleeps []time.Duration
+	timers []*fakeTimer
 }
 
 func newFakeClock() *fakeClock {
@@ -37,13 +39,67 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	defer c.mu.Unlock()
 	c.sleeps = append(c.sleeps, d)
 	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	c.fire()
+	c.mu.Lock()
 	return ctx.Err()
 }
 
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	c.fire()
+}
+
+// fakeTimer is a timer of fakeClock: it fires when the clock passes it.
+type fakeTimer struct {
+	c   *fakeClock
+	at  time.Time
+	f   func()
+	set bool
+}
+
+// AfterFunc implements Clock: f runs once the clock has been advanced (or
+// slept) past d from now.
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f, set: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.set
+	t.set = false
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.set
+	t.at, t.set = t.c.now.Add(d), true
+	return was
+}
+
+// fire runs the timers the clock has passed.
+func (c *fakeClock) fire() {
+	c.mu.Lock()
+	var due []func()
+	for _, t := range c.timers {
+		if t.set && !t.at.After(c.now) {
+			t.set = false
+			due = append(due, t.f)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range due {
+		go f()
+	}
 }
 
 func (c *fakeClock) Sleeps() []time.Duration {
@@ -89,8 +145,8 @@ const rateLimited = `{"error":{"message":"Rate limit reached","type":"requests",
 
 func deployment(name string, s *script) *Deployment {
 	return &Deployment{
-		Name: name, Model: name + "-up", Adapter: adapters.OpenAI{},
-		Endpoint:  &adapters.Endpoint{BaseURL: "http://" + name + ".invalid/v1", APIKey: "sk-" + name},
+		Name: name, Model: name + "-up",
+		Provider:  &adapters.OpenAI{Endpoint: provider.Endpoint{BaseURL: "http://" + name + ".invalid/v1", APIKey: "sk-" + name}},
 		Transport: s, Timeout: 30 * time.Second, TTFTTimeout: 15 * time.Second, IdleTimeout: 30 * time.Second,
 		State: capacity.NewState(),
 	}
@@ -105,7 +161,12 @@ func newRouter(clock *fakeClock) *Router {
 	return r
 }
 
-var chatReq = &Request{Body: []byte(`{"model":"fast","messages":[{"role":"user","content":"hi"}]}`), Tokens: 10}
+var chatReq = &Request{Request: wire([]byte(`{"model":"fast","messages":[{"role":"user","content":"hi"}]}`), false), Tokens: 10}
+
+// wire is a Chat Completions request as the chat client API makes it.
+func wire(body []byte, stream bool) *provider.Request {
+	return &provider.Request{Format: provider.Chat, Body: body, Stream: stream, Choices: 1}
+}
 
 func TestFailoverAtOnceOn429(t *testing.T) {
 	clock := newFakeClock()
@@ -118,7 +179,7 @@ func TestFailoverAtOnceOn429(t *testing.T) {
 	if res.Err != nil || res.Deployment != group[1] || res.Status != 200 {
 		t.Fatalf("expected b to answer 200, got %v %v %d", res.Err, res.Deployment, res.Status)
 	}
-	if res.Attempts != 2 || res.FailoverReason != "rate_limited" {
+	if res.Attempts != 2 || res.FailoverReason != provider.RateLimited {
 		t.Errorf("expected 2 attempts after rate_limited, got %d %q", res.Attempts, res.FailoverReason)
 	}
 	if s := clock.Sleeps(); len(s) != 0 {
@@ -208,7 +269,7 @@ func TestAllCoolingPastDeadlineAnswers429AtOnce(t *testing.T) {
 	if !errors.As(res.Err, &e) || e.Status != 429 || e.RetryAfter != 20*time.Second {
 		t.Fatalf("expected 429 with Retry-After 20s, got %#v", res.Err)
 	}
-	if res.FailoverReason != "rate_limited" {
+	if res.FailoverReason != provider.RateLimited {
 		t.Errorf("expected the failover reason on the error answer too, got %q", res.FailoverReason)
 	}
 	if len(clock.Sleeps()) != 0 || res.Attempts != 2 {
@@ -340,11 +401,11 @@ const final = `data: {"id":"c","object":"chat.completion.chunk","model":"up","ch
 func relay(t *testing.T, s *Stream) ([]string, error) {
 	t.Helper()
 	var got []string
-	err := s.Relay(func(data []byte, done bool) error {
+	err := s.Relay(func(ev provider.Event, done bool) error {
 		if done {
 			got = append(got, "[DONE]")
 		} else {
-			got = append(got, string(data))
+			got = append(got, string(ev.Data))
 		}
 		return nil
 	})
@@ -355,7 +416,7 @@ func TestStreamFailsOverBeforeFirstContent(t *testing.T) {
 	a := &script{replies: []func(*http.Request) (*http.Response, error){
 		sse(": keep-alive", `data: {"error":{"message":"overloaded","type":"server_error","code":null}}`)}}
 	b := &script{replies: []func(*http.Request) (*http.Response, error){sse(": keep-alive", chunk, final, "data: [DONE]")}}
-	req := &Request{Body: chatReq.Body, Stream: true, Tokens: 10}
+	req := &Request{Request: wire(chatReq.Body, true), Tokens: 10}
 	r := newRouter(newFakeClock())
 	res := r.Serve(context.Background(), []*Deployment{deployment("a", a), deployment("b", b)}, req)
 	if res.Err != nil || res.Stream == nil || res.Attempts != 2 {
@@ -376,7 +437,7 @@ func TestStreamMidwayErrorIsInBand(t *testing.T) {
 		a := &script{replies: []func(*http.Request) (*http.Response, error){body}}
 		d := deployment("a", a)
 		r := newRouter(newFakeClock())
-		res := r.Serve(context.Background(), []*Deployment{d}, &Request{Body: chatReq.Body, Stream: true})
+		res := r.Serve(context.Background(), []*Deployment{d}, &Request{Request: wire(chatReq.Body, true)})
 		if res.Stream == nil {
 			t.Fatalf("%s: expected a committed stream, got %v", name, res.Err)
 		}
@@ -399,7 +460,7 @@ func TestStreamMidwayErrorIsInBand(t *testing.T) {
 func TestStreamWithFinishButNoDoneIsFinalized(t *testing.T) {
 	a := &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, final)}}
 	r := newRouter(newFakeClock())
-	res := r.Serve(context.Background(), []*Deployment{deployment("a", a)}, &Request{Body: chatReq.Body, Stream: true})
+	res := r.Serve(context.Background(), []*Deployment{deployment("a", a)}, &Request{Request: wire(chatReq.Body, true)})
 	got, err := relay(t, res.Stream)
 	if err != nil || len(got) != 3 || got[2] != "[DONE]" {
 		t.Errorf("expected the stream finished with [DONE], got %q %v", got, err)
@@ -471,19 +532,20 @@ func TestStreamCompletenessWithoutDone(t *testing.T) {
 	finalOne := `data: {"id":"c","object":"chat.completion.chunk","model":"up","choices":[{"index":1,"delta":{},"finish_reason":"stop"}]}`
 	for _, tc := range []struct {
 		name     string
-		req      Request
+		choices  int
+		usage    bool
 		events   []string
 		complete bool
 	}{
-		{"n=2, one choice finished", Request{Choices: 2}, []string{chunk, final}, false},
-		{"n=2, both finished", Request{Choices: 2}, []string{chunk, final, finalOne}, true},
-		{"usage asked, not sent", Request{Choices: 1, IncludeUsage: true}, []string{chunk, final}, false},
-		{"usage asked and sent", Request{Choices: 1, IncludeUsage: true}, []string{chunk, final, usage}, true},
+		{"n=2, one choice finished", 2, false, []string{chunk, final}, false},
+		{"n=2, both finished", 2, false, []string{chunk, final, finalOne}, true},
+		{"usage asked, not sent", 1, true, []string{chunk, final}, false},
+		{"usage asked and sent", 1, true, []string{chunk, final, usage}, true},
 	} {
 		a := &script{replies: []func(*http.Request) (*http.Response, error){sse(tc.events...)}}
-		req := tc.req
-		req.Body, req.Stream = chatReq.Body, true
-		res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{deployment("a", a)}, &req)
+		pr := wire(chatReq.Body, true)
+		pr.Choices, pr.IncludeUsage = tc.choices, tc.usage
+		res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{deployment("a", a)}, &Request{Request: pr})
 		got, err := relay(t, res.Stream)
 		done := len(got) > 0 && got[len(got)-1] == "[DONE]"
 		if done != tc.complete || (err == nil) != tc.complete {
@@ -503,7 +565,7 @@ func TestNo429WhileADeploymentIsOnlyFailing(t *testing.T) {
 	r.MaxAttempts = 2
 	res := r.Serve(context.Background(), group, chatReq)
 	var e *Error
-	if !errors.As(res.Err, &e) || e.Status != 502 || res.FailoverReason != "rate_limited" {
+	if !errors.As(res.Err, &e) || e.Status != 502 || res.FailoverReason != provider.RateLimited {
 		t.Errorf("expected 502 (a failed, b rate-limited), got %v (%q)", res.Err, res.FailoverReason)
 	}
 }

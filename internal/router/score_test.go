@@ -63,11 +63,11 @@ func TestRequestLargerThanTokensLeftSkipsDeployment(t *testing.T) {
 	small.Transport, big.Transport = ok, ok
 	small.Quality = 1 // would win otherwise
 	r := newRouter(clock)
-	req := &Request{Body: chatReq.Body, PromptTokens: 2000, OutputTokens: 28000, Tokens: 30000}
+	req := &Request{Request: wire(chatReq.Body, false), PromptTokens: 2000, OutputTokens: 28000, Tokens: 30000}
 	if res := r.Serve(context.Background(), []*Deployment{small, big}, req); res.Deployment != big || res.Attempts != 1 {
 		t.Errorf("a 30k-token request must skip 10k remaining, got %v after %d", res.Deployment, res.Attempts)
 	}
-	small2 := &Request{Body: chatReq.Body, PromptTokens: 100, OutputTokens: 400, Tokens: 500}
+	small2 := &Request{Request: wire(chatReq.Body, false), PromptTokens: 100, OutputTokens: 400, Tokens: 500}
 	if res := r.Serve(context.Background(), []*Deployment{small, big}, small2); res.Deployment != small {
 		t.Errorf("a 500-token request fits: expected small (higher quality), got %v", res.Deployment)
 	}
@@ -79,7 +79,7 @@ func TestCostWeight(t *testing.T) {
 	cheap.CostInput, cheap.CostOutput = 0.15, 0.60
 	dear.CostInput, dear.CostOutput = 5, 15
 	r := newRouter(clock)
-	req := &Request{Body: chatReq.Body, PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
+	req := &Request{Request: wire(chatReq.Body, false), PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
 	s := scoreOf(t, r, []*Deployment{cheap, dear}, req, clock.Now())
 	if s["cheap"] <= s["dear"]+nearTie {
 		t.Errorf("with cost weight 1, expected the cheap one to win clearly, got %v", s)
@@ -195,7 +195,7 @@ func BenchmarkRank16(b *testing.B) {
 		withWindows(b, group[i], clock.Now(), provider.Window{Limit: 1000, Remaining: int64(900 - i*10), Reset: time.Minute}, provider.UnknownWindow)
 	}
 	r := newRouter(clock)
-	req := &Request{Body: chatReq.Body, PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
+	req := &Request{Request: wire(chatReq.Body, false), PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
 	var per [16]attemptState
 	var buf [16]scored
 	now := clock.Now()
@@ -228,7 +228,7 @@ func TestWorkedExample(t *testing.T) {
 		groq.State.Observe(clock.Now(), o, capacity.DefaultPolicy)
 	}
 	withWindows(t, groq, clock.Now(), provider.Window{Limit: 30, Remaining: 2, Reset: 50 * time.Second}, provider.UnknownWindow)
-	req := &Request{Body: chatReq.Body, PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
+	req := &Request{Request: wire(chatReq.Body, false), PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
 	s := scoreOf(t, newRouter(clock), []*Deployment{oa, groq}, req, clock.Now())
 	near := func(got, want float64) bool { return got > want-0.005 && got < want+0.005 }
 	if !near(s[oa.Name], 0.667) || !near(s[groq.Name], 0.596) {

@@ -1,0 +1,280 @@
+// Package api holds the client APIs: the formats clients speak to the
+// router. Each API parses and validates a request body into a
+// router.Request, and writes the router's result (an answer, a stream, a
+// provider's client error passed on, or the router's own error) in its
+// format; below this package nothing speaks a client's format.
+//
+//	Chat        POST .../chat/completions   OpenAI Chat Completions
+//	Embeddings  POST .../embeddings         OpenAI embeddings
+//	Messages    POST .../messages           Anthropic Messages
+//
+// An answer comes from the router in the attempt's format (Result.Format):
+// the client's own when the provider took the request natively, passed on
+// as it came, or Chat, which every API translates into its own.
+//
+// It imports neither Caddy nor the root package.
+package api
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// API is one client API.
+type API interface {
+	// Format is the API's wire format.
+	Format() provider.Format
+	// Parse reads a request body, and the client's headers, into a router
+	// request and the model group it names. A body that does not fit is an
+	// *Error (400) and changes nothing.
+	Parse(body []byte, header http.Header) (*router.Request, string, *Error)
+	// WriteError answers with e in the API's format.
+	WriteError(w http.ResponseWriter, e *Error)
+	// Write answers with the router's result. It returns an error only when
+	// the client went away while a stream was relayed.
+	Write(w http.ResponseWriter, res *router.Result) error
+}
+
+// ForPath returns the API that answers POSTs to path (matched by its end,
+// so that any prefix works), or nil.
+func ForPath(path string) API {
+	path = strings.TrimSuffix(path, "/")
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		return Chat{}
+	case strings.HasSuffix(path, "/embeddings"):
+		return Embeddings{}
+	case strings.HasSuffix(path, "/messages"):
+		return Messages{}
+	}
+	return nil
+}
+
+// Code says why a request is refused, whichever API writes it; each API
+// turns it into its own error type (and code).
+type Code uint8
+
+// The codes.
+const (
+	// Requests refused before routing.
+	InvalidBody         Code = iota + 1 // the body could not be read
+	InvalidJSON                         // not JSON, wrong types, duplicate or miscased routing keys
+	MissingParameter                    // a required field is absent or empty (Param)
+	InvalidValue                        // a field's value is out of range (Param)
+	MethodNotAllowed                    // not a POST
+	BodyTooLarge                        // over max_body
+	UnsupportedEncoding                 // a Content-Encoding body
+	ModelNotFound                       // no such model group
+	ModelNotSupported                   // the group has no deployment that serves the API
+	// The router's own answers (router.Error).
+	Unsupported // no deployment could express the request
+	RateLimited // every deployment is rate-limited
+	Unavailable // every deployment failed
+	Deadline    // the deadline passed
+	// An answer that could not be translated into the client's format.
+	Untranslatable
+)
+
+// Error is a refusal or a failure the router answers itself, in the
+// client's format.
+type Error struct {
+	Status  int
+	Code    Code
+	Param   string
+	Message string
+	// RetryAfter, when positive, is sent as Retry-After (whole seconds).
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf returns an *Error of status and code with a formatted message.
+func Errorf(status int, code Code, param, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// ModelNotFoundError is the 404 for an unknown model group.
+func ModelNotFoundError(model string) *Error {
+	return Errorf(http.StatusNotFound, ModelNotFound, "model",
+		"the model %s does not exist; GET /v1/models lists the model groups", strconv.Quote(truncate(model, 100)))
+}
+
+// NotSupportedError is the 400 for a model group none of whose
+// deployments serves format f.
+func NotSupportedError(model string, f provider.Format) *Error {
+	return Errorf(http.StatusBadRequest, ModelNotSupported, "model",
+		"the model %s has no deployment that serves %s", strconv.Quote(truncate(model, 100)), f)
+}
+
+// MethodError is the 405 for anything but a POST.
+var MethodError = &Error{Status: http.StatusMethodNotAllowed, Code: MethodNotAllowed, Message: "use POST"}
+
+// fromRouter turns the router's own error into the client's.
+func fromRouter(e *router.Error) *Error {
+	out := &Error{Status: e.Status, Message: e.Message, RetryAfter: e.RetryAfter}
+	switch e.Status {
+	case http.StatusBadRequest:
+		out.Code = Unsupported
+	case http.StatusTooManyRequests:
+		out.Code = RateLimited
+	case http.StatusGatewayTimeout:
+		out.Code = Deadline
+	default:
+		out.Code = Unavailable
+	}
+	return out
+}
+
+// ReadBody reads a request body, at most limit bytes; what does not fit
+// (an encoded body, one over limit, a broken read) is an *Error.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return nil, Errorf(http.StatusUnsupportedMediaType, UnsupportedEncoding, "",
+			"request bodies with Content-Encoding are not accepted; send plain JSON")
+	}
+	tooLarge := Errorf(http.StatusRequestEntityTooLarge, BodyTooLarge, "", "request body exceeds %d bytes", limit)
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		// One allocation of the announced size (+1 to see the end) instead
+		// of io.ReadAll's doubling from 512 bytes.
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge
+		}
+		return nil, Errorf(http.StatusBadRequest, InvalidBody, "", "could not read the request body")
+	}
+	return buf.Bytes(), nil
+}
+
+// format is what the shared writing needs of an API.
+type format interface {
+	API
+	// errorBody is e in the API's error format.
+	errorBody(e *Error) []byte
+	// restate is a provider's client error (status, and what the provider
+	// said) in the API's error format, for an answer in another format.
+	restate(status int, said *provider.Observation) []byte
+	// fromChat translates a Chat answer into the API's format.
+	fromChat(body []byte) ([]byte, error)
+	// newStream returns the writer of one stream of the given format.
+	newStream(from provider.Format) streamWriter
+}
+
+// streamWriter writes one stream's events in the client's format,
+// appending to a buffer.
+type streamWriter interface {
+	event(dst []byte, ev provider.Event) []byte
+	done(dst []byte) []byte
+	failed(dst []byte, e *router.StreamError) []byte
+}
+
+// writeError answers with e in f's format, and its Retry-After.
+func writeError(w http.ResponseWriter, f format, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter/time.Second)))
+	}
+	writeBody(w, e.Status, f.errorBody(e))
+}
+
+// write answers with res in f's format.
+func write(w http.ResponseWriter, f format, res *router.Result) error {
+	if errors.Is(res.Err, router.ErrClientGone) {
+		return nil
+	}
+	var rerr *router.Error
+	if errors.As(res.Err, &rerr) {
+		writeError(w, f, fromRouter(rerr))
+		return nil
+	}
+	if res.Stream != nil {
+		return relay(w, f.newStream(res.Format), res.Stream)
+	}
+	body := res.Body
+	switch {
+	case res.Status >= 300:
+		if body == nil || res.Format != f.Format() {
+			body = f.restate(res.Status, res.Error)
+		}
+	case res.Format == f.Format():
+	default:
+		var err error
+		if body, err = f.fromChat(body); err != nil {
+			writeError(w, f, Errorf(http.StatusBadGateway, Untranslatable, "", "the answer could not be translated"))
+			return nil
+		}
+	}
+	writeBody(w, res.Status, body)
+	return nil
+}
+
+// relay writes a committed stream as server-sent events, flushing each. A
+// failure after the first byte ends the stream with an in-band error event
+// and no terminator, so that no client takes a cut answer for a complete
+// one.
+func relay(w http.ResponseWriter, sw streamWriter, s *router.Stream) error {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	var buf []byte
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		_, err := w.Write(buf)
+		buf = buf[:0]
+		if err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	err := s.Relay(func(ev provider.Event, done bool) error {
+		if done {
+			buf = sw.done(buf)
+		} else {
+			buf = sw.event(buf, ev)
+		}
+		return flush()
+	})
+	var se *router.StreamError
+	if errors.As(err, &se) {
+		buf = sw.failed(buf, se)
+		_ = flush()
+		return nil
+	}
+	return err
+}
+
+// writeBody answers with a JSON body.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// streamFailure is the message of an in-band error that ends a stream.
+func streamFailure(e *router.StreamError) string {
+	return "the upstream stream failed after it began: " + e.Message
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

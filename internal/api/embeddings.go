@@ -1,0 +1,45 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// Embeddings is OpenAI's embeddings API
+// (https://platform.openai.com/docs/api-reference/embeddings): POST
+// .../embeddings, served by the deployments whose provider serves
+// embeddings; errors as Chat's.
+type Embeddings struct{ Chat }
+
+// Format implements API.
+func (Embeddings) Format() provider.Format { return provider.Embeddings }
+
+// Parse implements API: a JSON object with a model and an input.
+func (Embeddings) Parse(body []byte, _ http.Header) (*router.Request, string, *Error) {
+	var req struct {
+		Model string          `json:"model"`
+		Input json.RawMessage `json:"input"`
+	}
+	if e := decode(body, &req, "model", "input"); e != nil {
+		return nil, "", e
+	}
+	if req.Model == "" {
+		return nil, "", missingModel()
+	}
+	if len(req.Input) == 0 || string(req.Input) == "null" {
+		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "input", "you must provide an input parameter")
+	}
+	rr := &router.Request{Request: &provider.Request{Format: provider.Embeddings, Body: body, Choices: 1},
+		PromptTokens: promptTokens(body)}
+	rr.Tokens = rr.PromptTokens
+	return rr, req.Model, nil
+}
+
+// WriteError implements API.
+func (e Embeddings) WriteError(w http.ResponseWriter, err *Error) { writeError(w, e, err) }
+
+// Write implements API.
+func (e Embeddings) Write(w http.ResponseWriter, res *router.Result) error { return write(w, e, res) }

@@ -1,0 +1,135 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// Messages is Anthropic's Messages API
+// (https://docs.anthropic.com/en/api/messages): POST .../messages,
+// streamed or not, over the same model groups. Anthropic deployments take
+// it natively (their answers and events pass through); the others get its
+// Chat Completions form, and their answers are translated back. Errors as
+// {"type":"error","error":{"type","message"}}, the type by status.
+type Messages struct{}
+
+// messagesHeaders are the client headers that belong to the format: the
+// API version and beta features, kept on a native pass.
+var messagesHeaders = []string{"Anthropic-Version", "Anthropic-Beta"}
+
+// Format implements API.
+func (Messages) Format() provider.Format { return provider.Messages }
+
+// Parse implements API: a JSON object with a model, a non-empty messages
+// array and max_tokens > 0. What the Chat Completions form cannot express
+// (a server tool) is found when a deployment needs that form: only
+// Anthropic deployments can then serve it.
+func (Messages) Parse(body []byte, header http.Header) (*router.Request, string, *Error) {
+	var req struct {
+		Model     string            `json:"model"`
+		Messages  []json.RawMessage `json:"messages"`
+		Stream    bool              `json:"stream"`
+		MaxTokens int64             `json:"max_tokens"`
+	}
+	if e := decode(body, &req, "model", "messages", "stream", "max_tokens", "system"); e != nil {
+		return nil, "", e
+	}
+	if req.Model == "" {
+		return nil, "", missingModel()
+	}
+	if len(req.Messages) == 0 || req.MaxTokens <= 0 {
+		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "",
+			"messages (a non-empty array) and max_tokens (> 0) are required")
+	}
+	h := http.Header{}
+	for _, k := range messagesHeaders {
+		if v := header.Values(k); len(v) > 0 {
+			h[k] = v
+		}
+	}
+	pr := &provider.Request{Format: provider.Messages, Body: body, Header: h, Stream: req.Stream,
+		// The Chat form asks OpenAI-format providers for usage, which a
+		// Messages stream reports at its end.
+		Choices: 1, IncludeUsage: req.Stream, ToChat: messagesToChat}
+	rr := &router.Request{Request: pr, PromptTokens: promptTokens(body), OutputTokens: req.MaxTokens}
+	rr.Tokens = rr.PromptTokens + rr.OutputTokens
+	return rr, req.Model, nil
+}
+
+func messagesToChat(body []byte) ([]byte, error) {
+	out, _, _, err := messages.ToChat(body)
+	return out, err
+}
+
+// WriteError implements API.
+func (m Messages) WriteError(w http.ResponseWriter, e *Error) { writeError(w, m, e) }
+
+// Write implements API.
+func (m Messages) Write(w http.ResponseWriter, res *router.Result) error { return write(w, m, res) }
+
+func (Messages) errorBody(e *Error) []byte {
+	return messages.NewError(messages.ErrorType(e.Status), e.Message)
+}
+
+func (Messages) restate(status int, said *provider.Observation) []byte {
+	return messages.NewError(messages.ErrorType(status), said.Message)
+}
+
+func (Messages) fromChat(body []byte) ([]byte, error) { return messages.FromChatAnswer(body) }
+
+func (Messages) newStream(from provider.Format) streamWriter {
+	if from == provider.Messages {
+		return &nativeMessages{}
+	}
+	return &translatedMessages{enc: messages.NewChatEncoder()}
+}
+
+// nativeMessages writes the provider's own Messages events as they come; a
+// stream that was complete without its message_stop gets one.
+type nativeMessages struct{ stopped bool }
+
+func (s *nativeMessages) event(dst []byte, ev provider.Event) []byte {
+	s.stopped = ev.Name == "message_stop"
+	return provider.AppendEvent(dst, ev.Name, ev.Data)
+}
+
+func (s *nativeMessages) done(dst []byte) []byte {
+	if s.stopped {
+		return dst
+	}
+	return provider.AppendEvent(dst, "message_stop", []byte(`{"type":"message_stop"}`))
+}
+
+func (*nativeMessages) failed(dst []byte, e *router.StreamError) []byte {
+	return append(dst, streamErrorEvent(e)...)
+}
+
+// translatedMessages writes a Chat stream as Messages events.
+type translatedMessages struct{ enc *messages.ChatEncoder }
+
+func (s *translatedMessages) event(dst []byte, ev provider.Event) []byte {
+	return append(dst, s.enc.Chunk(ev.Data)...)
+}
+
+func (s *translatedMessages) done(dst []byte) []byte { return append(dst, s.enc.Done()...) }
+
+func (*translatedMessages) failed(dst []byte, e *router.StreamError) []byte {
+	return append(dst, streamErrorEvent(e)...)
+}
+
+// streamErrorEvent is the error event that ends a failed Messages stream,
+// its type by the failure's class.
+func streamErrorEvent(e *router.StreamError) []byte {
+	typ := "api_error"
+	switch e.Class {
+	case provider.Overloaded:
+		typ = "overloaded_error"
+	case provider.RateLimited:
+		typ = "rate_limit_error"
+	}
+	return messages.StreamError(typ, streamFailure(e))
+}

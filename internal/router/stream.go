@@ -1,0 +1,137 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// Stream is a streaming answer whose first content has arrived: the
+// deployment is chosen, and what follows is relayed as it comes, in the
+// plan's format (Result.Format).
+type Stream struct {
+	r      *Router
+	d      *Deployment
+	body   io.ReadCloser
+	in     provider.Stream
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  Timer // the attempt's timeout, stopped at commit
+	idle   Timer // idle_timeout between events, made by the first Relay wait
+	// pending holds what came before the first content (a native stream's
+	// message_start), first the first content.
+	pending []provider.Event
+	first   provider.Event
+	once    sync.Once
+}
+
+// Close releases the upstream stream and the deployment's claim; Relay
+// calls it.
+func (s *Stream) Close() {
+	s.once.Do(func() {
+		s.d.State.Release()
+		s.timer.Stop()
+		if s.idle != nil {
+			s.idle.Stop()
+		}
+		s.cancel(nil)
+		s.body.Close()
+	})
+}
+
+// StreamError is an in-band error that ended a stream after it began.
+type StreamError struct {
+	// Class is the failure's error class.
+	Class provider.Class
+	// Message says what happened, for the client and the logs (no secrets).
+	Message string
+}
+
+func (e *StreamError) Error() string { return e.Message }
+
+// Relay sends the stream to the client: event writes each event (valid
+// until it returns) or, with done, the end of the stream, and flushes it.
+// done comes once: after the terminator (whose own event, when it has one
+// to relay, is written first), or when the stream ended complete without
+// one. Relay returns nil when the stream completed, a *StreamError when the
+// provider failed mid-stream (the caller ends the client's stream with an
+// in-band error, never with a terminator), or the write error when the
+// client went away.
+func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
+	defer s.Close()
+	for _, ev := range s.pending {
+		if err := event(ev, false); err != nil {
+			return err
+		}
+	}
+	s.pending = nil
+	// The first content may be progress with nothing to relay (a thinking
+	// delta for a Chat Completions client).
+	if len(s.first.Data) > 0 {
+		if err := event(s.first, false); err != nil {
+			return err
+		}
+	}
+	for {
+		ev, kind, obs, err := s.next()
+		if err != nil {
+			if err == io.EOF && s.in.Complete() {
+				// Complete but without its terminator: finish it for the client.
+				return event(provider.Event{}, true)
+			}
+			cause := context.Cause(s.ctx)
+			if errors.Is(cause, context.Canceled) {
+				return cause // the client went away
+			}
+			msg := "stream from the provider was cut"
+			if errors.Is(cause, errIdleTimeout) {
+				msg = "stream from the provider went silent"
+			}
+			return s.failed(provider.NewObservation(provider.Transport), msg)
+		}
+		if kind == provider.EventError {
+			msg := obs.Message
+			if msg == "" {
+				msg = "provider error mid-stream"
+			}
+			return s.failed(obs, "stream failed: "+msg)
+		}
+		if len(ev.Data) > 0 {
+			if err := event(ev, false); err != nil {
+				return err
+			}
+		}
+		if kind == provider.EventDone {
+			return event(provider.Event{}, true)
+		}
+	}
+}
+
+// next reads the next event, bounded by idle_timeout.
+func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observation, error) {
+	idle := s.d.IdleTimeout
+	if idle <= 0 {
+		return s.in.Next()
+	}
+	if s.idle == nil {
+		s.idle = s.r.Clock.AfterFunc(idle, func() { s.cancel(errIdleTimeout) })
+	} else {
+		s.idle.Reset(idle)
+	}
+	ev, kind, obs, err := s.in.Next()
+	s.idle.Stop()
+	return ev, kind, obs, err
+}
+
+func (s *Stream) failed(obs provider.Observation, msg string) error {
+	obs.Message = msg
+	s.d.State.Observe(s.r.Clock.Now(), obs, s.r.Policy)
+	s.r.Logger.Warn("stream failed after it began",
+		zap.String("deployment", s.d.Name), zap.Stringer("class", obs.Class), zap.String("message", msg))
+	return &StreamError{Class: obs.Class, Message: msg}
+}

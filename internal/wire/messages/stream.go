@@ -1,0 +1,341 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// ChatDecoder reads a Messages stream
+// (https://docs.anthropic.com/en/docs/build-with-claude/streaming) for the
+// router: it says what each event means (content, a finish, the end, an
+// error) and relays either the event itself (a native pass, for a Messages
+// client) or its translation into chat.completion.chunks.
+//
+// The role goes in the first chunk with content, not in one for
+// message_start, so that an error right after message_start can still fail
+// over: message_start is no first token. It is not safe for concurrent
+// use; one per stream.
+type ChatDecoder struct {
+	native  bool
+	onError func(ErrorDetail) provider.Observation
+	w       chat.ChunkWriter
+	usage   Usage
+	tools   map[int]int // content block index -> tool_calls index
+	nTools  int
+	finals  int
+}
+
+// NewChatDecoder returns a decoder for one stream; native relays the
+// events as they come instead of chunks. onError classifies an error
+// event (the provider's dialect).
+func NewChatDecoder(native bool, onError func(ErrorDetail) provider.Observation) *ChatDecoder {
+	return &ChatDecoder{native: native, onError: onError, tools: map[int]int{}}
+}
+
+// Complete implements provider.EventDecoder: message_delta (the stop
+// reason and usage) arrived.
+func (d *ChatDecoder) Complete() bool { return d.finals > 0 }
+
+// Decode implements provider.EventDecoder.
+func (d *ChatDecoder) Decode(ev *provider.Event) (provider.Event, provider.EventKind, provider.Observation) {
+	none := provider.Observation{}
+	data := bytes.TrimSpace(ev.Data)
+	if len(data) == 0 {
+		return provider.Event{}, provider.EventSkip, none
+	}
+	var e Event
+	if json.Unmarshal(data, &e) != nil {
+		return provider.Event{}, provider.EventError, broken("invalid JSON event in stream")
+	}
+	typ := e.Type
+	if typ == "" {
+		typ = ev.Name
+	}
+	if typ == "" {
+		return provider.Event{}, provider.EventError, broken("stream event without a type")
+	}
+	var chunk []byte
+	kind := provider.EventSkip
+	switch typ {
+	case "message_start":
+		if e.Message != nil {
+			d.w.Start(e.Message.ID, e.Message.Model)
+			d.usage = e.Message.Usage
+		}
+	case "content_block_start":
+		kind, chunk = d.blockStart(&e)
+	case "content_block_delta":
+		kind, chunk = d.blockDelta(&e)
+	case "message_delta":
+		if e.Delta == nil {
+			return provider.Event{}, provider.EventError, broken("message_delta without a delta")
+		}
+		kind = provider.EventFinal
+		d.finals++
+		if !d.native {
+			u := d.usage
+			var output int64
+			if e.Usage != nil {
+				output = e.Usage.OutputTokens
+				// Newer API versions repeat the input counts here.
+				u.InputTokens = max(u.InputTokens, e.Usage.InputTokens)
+				u.CacheReadInputTokens = max(u.CacheReadInputTokens, e.Usage.CacheReadInputTokens)
+				u.CacheCreationInputTokens = max(u.CacheCreationInputTokens, e.Usage.CacheCreationInputTokens)
+			}
+			chunk = d.w.Chunk(chat.Delta{}, FinishReason(e.Delta.StopReason), u.ChatUsage(output))
+		}
+	case "message_stop":
+		kind = provider.EventDone
+	case "error":
+		var detail ErrorDetail
+		if e.Error != nil {
+			detail = *e.Error
+		}
+		return provider.Event{}, provider.EventError, d.onError(detail)
+	}
+	// ping, content_block_stop, and event types added later: skipped.
+	if d.native {
+		return *ev, kind, none
+	}
+	return provider.Event{Data: chunk}, kind, none
+}
+
+// blockStart reads a content_block_start: a tool call begins (content), or
+// text with a first piece.
+func (d *ChatDecoder) blockStart(e *Event) (provider.EventKind, []byte) {
+	cb := e.ContentBlock
+	switch {
+	case cb == nil:
+	case cb.Type == "tool_use":
+		i := d.nTools
+		d.nTools++
+		d.tools[index(e)] = i
+		if d.native {
+			return provider.EventData, nil
+		}
+		return provider.EventData, d.w.Chunk(chat.Delta{ToolCalls: []chat.ToolCall{{
+			Index: &i, ID: cb.ID, Type: "function", Function: chat.FunctionCall{Name: cb.Name},
+		}}}, "", nil)
+	case cb.Type == "text" && cb.TextOf() != "":
+		if d.native {
+			return provider.EventData, nil
+		}
+		return provider.EventData, d.w.Chunk(chat.Delta{Content: cb.Text}, "", nil)
+	}
+	return provider.EventSkip, nil
+}
+
+// blockDelta reads a content_block_delta. Thinking, signature and
+// citations deltas are the model producing (a first token for
+// ttft_timeout, and for a native relay) with nothing for a Chat
+// Completions client.
+func (d *ChatDecoder) blockDelta(e *Event) (provider.EventKind, []byte) {
+	dl := e.Delta
+	switch {
+	case dl == nil || d.native:
+	case dl.Type == "text_delta" && dl.Text != "":
+		return provider.EventData, d.w.Chunk(chat.Delta{Content: &dl.Text}, "", nil)
+	case dl.Type == "input_json_delta" && dl.PartialJSON != "":
+		i, ok := d.tools[index(e)]
+		if !ok {
+			return provider.EventData, nil // a server tool's input: progress, nothing to relay
+		}
+		return provider.EventData, d.w.Chunk(chat.Delta{ToolCalls: []chat.ToolCall{{
+			Index: &i, Function: chat.FunctionCall{Arguments: chat.Arguments(dl.PartialJSON)},
+		}}}, "", nil)
+	}
+	return provider.EventData, nil
+}
+
+func index(e *Event) int {
+	if e.Index == nil {
+		return 0
+	}
+	return *e.Index
+}
+
+// broken is a stream that is not a Messages stream.
+func broken(msg string) provider.Observation {
+	o := provider.NewObservation(provider.Server)
+	o.Message = msg
+	return o
+}
+
+// ChatEncoder turns a Chat Completions stream, chunk by chunk, into a
+// Messages stream: message_start, then for each text run or tool call a
+// content block (content_block_start, deltas, content_block_stop), then
+// message_delta with the stop_reason and usage, and message_stop. It is not
+// safe for concurrent use; one per stream.
+type ChatEncoder struct {
+	started   bool
+	deltaSent bool
+	stopped   bool
+	open      int  // index of the open content block, -1 when none
+	openText  bool // the open block is text (else tool_use)
+	next      int  // index of the next content block
+	tools     map[int]toolBlock
+	stop      string // stop_reason once a finish_reason arrived
+	usage     *Usage
+}
+
+type toolBlock struct {
+	block int
+	id    string
+}
+
+// NewChatEncoder returns an encoder for one stream.
+func NewChatEncoder() *ChatEncoder {
+	return &ChatEncoder{open: -1, tools: map[int]toolBlock{}}
+}
+
+// Chunk takes one chat.completion.chunk JSON and returns the Messages
+// events it makes, framed as server-sent events, possibly none. A chunk
+// that is not valid JSON, or arrives after the message ended, makes none.
+// Only the first choice is relayed: a message has one answer.
+func (e *ChatEncoder) Chunk(data []byte) []byte {
+	if e.stopped {
+		return nil
+	}
+	var c chat.Chunk
+	if json.Unmarshal(data, &c) != nil {
+		return nil
+	}
+	var out []byte
+	if !e.started {
+		out = e.messageStart(out, c.ID, c.Model)
+	}
+	if e.deltaSent {
+		return out
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		if d := ch.Delta.Content; d != nil && *d != "" {
+			out = e.text(out, *d)
+		}
+		if d := ch.Delta.Refusal; d != nil && *d != "" {
+			out = e.text(out, *d)
+		}
+		for _, tc := range ch.Delta.ToolCalls {
+			out = e.toolCall(out, tc)
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			out = e.closeBlock(out)
+			e.stop = StopReason(*ch.FinishReason)
+		}
+	}
+	if c.Usage != nil {
+		u := usageFromChat(c.Usage)
+		e.usage = &u
+	}
+	if e.stop != "" && e.usage != nil {
+		out = e.messageDelta(out)
+	}
+	return out
+}
+
+// toolCall opens a tool_use block for a new call and relays its arguments.
+func (e *ChatEncoder) toolCall(out []byte, tc chat.ToolCall) []byte {
+	idx := 0
+	if tc.Index != nil {
+		idx = *tc.Index
+	}
+	t, known := e.tools[idx]
+	if !known || tc.ID != "" && tc.ID != t.id {
+		// A new call (some providers reuse index 0 for every call).
+		id := tc.ID
+		if id == "" {
+			id = chat.NewID("toolu_")
+		}
+		out = e.closeBlock(out)
+		t = toolBlock{block: e.next, id: id}
+		e.tools[idx] = t
+		e.open, e.openText = e.next, false
+		e.next++
+		out = appendEvent(out, Event{Type: "content_block_start", Index: &t.block,
+			ContentBlock: &Block{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: json.RawMessage("{}")}})
+	}
+	if tc.Function.Arguments != "" {
+		// Arguments of an earlier call arriving late go to its own block:
+		// SDKs accumulate deltas by index.
+		out = appendEvent(out, Event{Type: "content_block_delta", Index: &t.block,
+			Delta: &Delta{Type: "input_json_delta", PartialJSON: string(tc.Function.Arguments)}})
+	}
+	return out
+}
+
+// Done ends the stream: it closes an open block, sends message_delta if no
+// usage came (stop_reason end_turn if no finish_reason came either), and
+// message_stop. Only the first call returns events.
+func (e *ChatEncoder) Done() []byte {
+	if e.stopped {
+		return nil
+	}
+	var out []byte
+	if !e.started {
+		out = e.messageStart(out, "", "")
+	}
+	out = e.closeBlock(out)
+	if !e.deltaSent {
+		if e.stop == "" {
+			e.stop = "end_turn"
+		}
+		out = e.messageDelta(out)
+	}
+	e.stopped = true
+	return appendEvent(out, Event{Type: "message_stop"})
+}
+
+func (e *ChatEncoder) messageStart(out []byte, id, model string) []byte {
+	e.started = true
+	if id == "" {
+		id = chat.NewID("msg_")
+	}
+	return appendEvent(out, Event{Type: "message_start", Message: &Response{
+		ID: id, Type: "message", Role: "assistant", Model: model, Content: []Block{},
+	}})
+}
+
+func (e *ChatEncoder) text(out []byte, s string) []byte {
+	if e.open < 0 || !e.openText {
+		out = e.closeBlock(out)
+		e.open, e.openText = e.next, true
+		e.next++
+		out = appendEvent(out, Event{Type: "content_block_start", Index: &e.open, ContentBlock: &Block{Type: "text", Text: new(string)}})
+	}
+	return appendEvent(out, Event{Type: "content_block_delta", Index: &e.open, Delta: &Delta{Type: "text_delta", Text: s}})
+}
+
+func (e *ChatEncoder) closeBlock(out []byte) []byte {
+	if e.open < 0 {
+		return out
+	}
+	out = appendEvent(out, Event{Type: "content_block_stop", Index: &e.open})
+	e.open = -1
+	return out
+}
+
+func (e *ChatEncoder) messageDelta(out []byte) []byte {
+	e.deltaSent = true
+	u := Usage{}
+	if e.usage != nil {
+		u = *e.usage
+	}
+	return appendEvent(out, Event{Type: "message_delta", Delta: &Delta{StopReason: e.stop}, Usage: &u})
+}
+
+// appendEvent appends ev as a server-sent event named by its type.
+func appendEvent(out []byte, ev Event) []byte {
+	data, _ := json.Marshal(ev) // plain structs: cannot fail
+	return provider.AppendEvent(out, ev.Type, data)
+}
+
+// StreamError returns the event that ends a Messages stream that failed
+// after it began: "event: error" with an error body.
+func StreamError(typ, msg string) []byte {
+	return provider.AppendEvent(nil, "error", NewError(typ, msg))
+}

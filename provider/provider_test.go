@@ -1,0 +1,140 @@
+package provider
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseReset(t *testing.T) {
+	ref := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"20s":                  20 * time.Second,
+		"2m59.56s":             179560 * time.Millisecond,
+		"6m0s":                 6 * time.Minute,
+		"172.799999ms":         172799999 * time.Nanosecond,
+		"2":                    2 * time.Second,
+		"33011.375":            33011375 * time.Millisecond,
+		"2025-08-21T12:40:07Z": 7 * time.Second,
+		"1755780030":           30 * time.Second, // Unix seconds
+		"1755780030000":        30 * time.Second, // Unix milliseconds
+		"2025-08-21T12:39:00Z": 0,                // in the past: already refreshed
+		"9999h":                Unknown,          // past 24 h: garbage
+		"99999999999s":         Unknown,          // overflows: garbage
+		"-5":                   Unknown,
+		"-5s":                  Unknown,
+		"NaN":                  Unknown,
+		"soon":                 Unknown,
+		"":                     Unknown,
+	} {
+		if got := ParseReset(in, ref); got != want {
+			t.Errorf("ParseReset(%q): expected %v, got %v", in, want, got)
+		}
+	}
+}
+
+func TestMessageHint(t *testing.T) {
+	for msg, want := range map[string]time.Duration{
+		"Please try again in 125ms.":     125 * time.Millisecond,
+		"Please try again in 5.289s.":    5289 * time.Millisecond,
+		"Please retry after 5 seconds.":  5 * time.Second,
+		"Please retry in 26.211922938s.": 26211922938 * time.Nanosecond,
+		"Please try again in 1m30s.":     90 * time.Second,
+		"Please try again in 2 minutes.": 2 * time.Minute,
+		"You have been rate limited.":    Unknown,
+		"Please try again in a moment.":  Unknown,
+		"retry in -4s":                   Unknown,
+	} {
+		if got := MessageHint(msg); got != want {
+			t.Errorf("MessageHint(%q): expected %v, got %v", msg, want, got)
+		}
+	}
+}
+
+func TestSSEReader(t *testing.T) {
+	in := ": hello\r\n\r\nevent: message_start\ndata: {\"a\":1}\n\ndata: line1\ndata: line2\n\nid: 7\n\ndata: last\n\n"
+	r := NewSSEReader(strings.NewReader(in))
+	var got []string
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := ev.Name
+		if ev.Comment {
+			prefix = "comment"
+		}
+		got = append(got, prefix+"|"+string(ev.Data))
+	}
+	want := []string{"comment|hello", "message_start|{\"a\":1}", "|line1\nline2", "|last"}
+	if strings.Join(got, ";") != strings.Join(want, ";") {
+		t.Errorf("expected %q, got %q", want, got)
+	}
+
+	// Cut inside an event, or inside a line: an unexpected EOF, never a clean end.
+	for _, cut := range []string{"data: {\"a\":1}\n", "data: {\"a\":"} {
+		r := NewSSEReader(strings.NewReader(cut))
+		if _, err := r.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("%q: expected io.ErrUnexpectedEOF, got %v", cut, err)
+		}
+	}
+	// An endless line is bounded.
+	r = NewSSEReader(io.LimitReader(infinite{}, 4*MaxEventSize))
+	if _, err := r.Next(); !errors.Is(err, ErrEventTooLarge) {
+		t.Errorf("expected ErrEventTooLarge, got %v", err)
+	}
+}
+
+type infinite struct{}
+
+func (infinite) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
+}
+
+// What AppendEvent writes, the SSE reader reads back as it was.
+func TestAppendEventRoundTrip(t *testing.T) {
+	var out []byte
+	out = AppendEvent(out, "message_start", []byte(`{"a":1}`))
+	out = AppendEvent(out, "", []byte("line1\nline2"))
+	if string(out) != "event: message_start\ndata: {\"a\":1}\n\ndata: line1\ndata: line2\n\n" {
+		t.Errorf("unexpected frames %q", out)
+	}
+	r := NewSSEReader(bytes.NewReader(out))
+	ev, err := r.Next()
+	if err != nil || ev.Name != "message_start" || string(ev.Data) != `{"a":1}` {
+		t.Errorf("expected the first event back, got %+v %v", ev, err)
+	}
+	ev, err = r.Next()
+	if err != nil || ev.Name != "" || string(ev.Data) != "line1\nline2" {
+		t.Errorf("expected the second event back, got %+v %v", ev, err)
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Errorf("expected the end, got %v", err)
+	}
+}
+
+// FuzzParseReset: any reset value reads as Unknown or a bounded wait.
+func FuzzParseReset(f *testing.F) {
+	for _, s := range []string{"20s", "2m59.56s", "172.799999ms", "2", "33011.38", "2025-08-21T12:40:07Z",
+		"1755780030", "1755780030000", "Thu, 21 Aug 2025 12:40:42 GMT", "-5", "NaN", "1e400", ""} {
+		f.Add(s)
+	}
+	ref := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		if d := ParseReset(v, ref); d < Unknown || d > MaxCooldown {
+			t.Fatalf("ParseReset(%q) = %v out of bounds", v, d)
+		}
+		if d := MessageHint("Please try again in " + v); d < Unknown || d > MaxCooldown {
+			t.Fatalf("MessageHint(%q) = %v out of bounds", v, d)
+		}
+	})
+}

@@ -1,0 +1,443 @@
+package llmrouter
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+func init() {
+	caddy.RegisterModule(OpenAI{})
+	caddy.RegisterModule(Azure{})
+	caddy.RegisterModule(Anthropic{})
+	caddy.RegisterModule(Gemini{})
+}
+
+// ProviderNamespace is the Caddy module namespace of provider types: the
+// Caddyfile's `type anthropic` loads the module llm_router.providers.anthropic.
+// A third party adds a provider type by registering a module there (built
+// into Caddy with xcaddy) that implements ProviderModule.
+const ProviderNamespace = "llm_router.providers"
+
+// defaultIdlePerHost is the default transport's idle connection pool per
+// provider host.
+const defaultIdlePerHost = 256
+
+// ProviderModule is a provider type: a Caddy module in ProviderNamespace.
+// Its JSON object is the provider's whole configuration, "type" naming the
+// module; embedding ProviderConfig gives it the settings every provider
+// shares and ProviderSettings. It answers the router through the
+// Caddy-free provider.Provider. Caddy provisions it like any module
+// (provision the embedded ProviderConfig first); a module that takes
+// Caddyfile options of its own implements caddyfile.Unmarshaler and
+// parses its block with ParseProviderBlock.
+type ProviderModule interface {
+	caddy.Module
+	provider.Provider
+	// ProviderSettings returns the shared settings, provisioned.
+	ProviderSettings() *ProviderConfig
+}
+
+// ProviderConfig is the configuration every provider type shares: where
+// the account is, its key, its timeouts and how to reach it. Provider
+// types embed it.
+type ProviderConfig struct {
+	// BaseURL is the API root, e.g. "https://api.openai.com/v1"; the
+	// provider type appends its paths. Placeholders such as {env.X} are
+	// replaced at load. Required.
+	BaseURL string `json:"base_url,omitempty"`
+
+	// APIKey is the provider's key, usually "{env.OPENAI_API_KEY}"
+	// (replaced at load). It is only sent upstream, in the header its type
+	// uses; never logged, never shown by the admin API.
+	APIKey string `json:"api_key,omitempty"`
+
+	// Timeout bounds one non-streaming attempt, until the response is
+	// complete. Default: 30s.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+
+	// TTFTTimeout bounds a streaming attempt until its first event of
+	// content (comments and pings do not count). Default: 15s.
+	TTFTTimeout caddy.Duration `json:"ttft_timeout,omitempty"`
+
+	// IdleTimeout is the longest silence inside a stream once it has begun.
+	// Default: 30s.
+	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
+
+	// Headers are extra upstream request headers (placeholders replaced at
+	// load).
+	Headers http.Header `json:"headers,omitempty"`
+
+	// TransportRaw configures how to reach the provider, as reverse_proxy's:
+	// the `http` transport module (TLS trust pools, client certificates,
+	// HTTP versions, keepalive, dial timeouts). Default: that module with
+	// its defaults, 256 idle connections per host, TLS on for an https
+	// base_url.
+	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
+
+	// AllowQuery lets base_url carry a query (Azure's ?api-version=); set by
+	// the provider type, not configured.
+	AllowQuery bool `json:"-"`
+
+	endpoint    provider.Endpoint
+	transport   http.RoundTripper
+	owned       *reverseproxy.HTTPTransport
+	provisioned bool
+}
+
+// ProviderSettings implements ProviderModule.
+func (c *ProviderConfig) ProviderSettings() *ProviderConfig { return c }
+
+// ProviderEndpoint is the provisioned account: base URL without its
+// trailing slash, the key and headers with their placeholders replaced.
+func (c *ProviderConfig) ProviderEndpoint() provider.Endpoint { return c.endpoint }
+
+// Provision validates the settings, replaces their placeholders and loads
+// the transport. Errors: see validate; "base_url ...: must be an absolute
+// http or https URL" (or hold a query, unless AllowQuery), "loading
+// transport: ...".
+func (c *ProviderConfig) Provision(ctx caddy.Context) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	repl := caddy.NewReplacer()
+	base := strings.TrimSuffix(repl.ReplaceKnown(c.BaseURL, ""), "/")
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("base_url %q: must be an absolute http or https URL", c.BaseURL)
+	}
+	if u.Fragment != "" || (u.RawQuery != "" && !c.AllowQuery) {
+		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", c.BaseURL)
+	}
+	c.endpoint = provider.Endpoint{BaseURL: base, APIKey: repl.ReplaceKnown(c.APIKey, ""), Header: http.Header{}}
+	if c.APIKey != "" && c.endpoint.APIKey == "" {
+		ctx.Logger().Warn("api_key is empty once its placeholders are replaced; is the environment variable set?")
+	}
+	for k, vs := range c.Headers {
+		for _, v := range vs {
+			c.endpoint.Header.Add(k, repl.ReplaceKnown(v, ""))
+		}
+	}
+	if err := c.provisionTransport(ctx, u.Scheme == "https"); err != nil {
+		return fmt.Errorf("loading transport: %v", err)
+	}
+	c.provisioned = true
+	return nil
+}
+
+func (c *ProviderConfig) provisionTransport(ctx caddy.Context, https bool) error {
+	if c.TransportRaw != nil {
+		mod, err := ctx.LoadModule(c, "TransportRaw")
+		if err != nil {
+			return err
+		}
+		rt, ok := mod.(http.RoundTripper)
+		if !ok {
+			return fmt.Errorf("%T is not an http.RoundTripper", mod)
+		}
+		if te, ok := rt.(reverseproxy.TLSTransport); ok && https && !te.TLSEnabled() {
+			return errors.New("base_url is https but the transport has no tls: add `tls` to it")
+		}
+		c.transport = rt
+		return nil
+	}
+	// Caddy's default keeps 32 idle connections per host; an LLM provider
+	// is one host that carries all of a busy router's requests, so reusing
+	// more saves a handshake (TLS to real providers) per request under load.
+	t := &reverseproxy.HTTPTransport{KeepAlive: &reverseproxy.KeepAlive{MaxIdleConnsPerHost: defaultIdlePerHost}}
+	if https {
+		t.TLS = new(reverseproxy.TLSConfig)
+	}
+	if err := t.Provision(ctx); err != nil {
+		return err
+	}
+	c.owned, c.transport = t, t
+	return nil
+}
+
+// validate checks what can be checked before provisioning, for the JSON
+// and the Caddyfile paths alike: a base_url, timeouts not negative.
+func (c *ProviderConfig) validate() error {
+	if c.BaseURL == "" {
+		return errors.New("provider needs a base_url")
+	}
+	for _, t := range []struct {
+		name string
+		d    caddy.Duration
+	}{{"timeout", c.Timeout}, {"ttft_timeout", c.TTFTTimeout}, {"idle_timeout", c.IdleTimeout}} {
+		if t.d < 0 {
+			return fmt.Errorf("%s must not be negative", t.name)
+		}
+	}
+	return nil
+}
+
+// Cleanup releases the default transport Provision made (a configured one
+// is a module of its own, cleaned up by Caddy).
+func (c *ProviderConfig) Cleanup() error {
+	if c.owned != nil {
+		_ = c.owned.Cleanup()
+		c.owned = nil
+	}
+	return nil
+}
+
+// identity keys a deployment's state: the same account and model share
+// what was learned, across model groups and reloads. The key appears only
+// as a fingerprint.
+func (c *ProviderConfig) identity(typ, model string) string {
+	sum := sha256.Sum256([]byte(c.endpoint.APIKey))
+	return strings.Join([]string{typ, c.endpoint.BaseURL, hex.EncodeToString(sum[:6]), model}, "|")
+}
+
+// ParseProviderBlock parses a provider's Caddyfile block, the tokens
+//
+//	provider <name> {
+//	    type          <type>
+//	    base_url      <url>
+//	    api_key       <key>
+//	    timeout       <duration>
+//	    ttft_timeout  <duration>
+//	    idle_timeout  <duration>
+//	    header        <name> <value>
+//	    transport     http { ... }
+//	    ...
+//	}
+//
+// into c, handing each other subdirective to own (which reports whether it
+// knew it; nil knows none). `type` is read by the llm_router directive.
+// Unknown and duplicate subdirectives are errors.
+func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *caddyfile.Dispenser) (bool, error)) error {
+	d.Next() // provider
+	d.Next() // its name
+	seen := map[string]bool{}
+	var transport http.RoundTripper
+	var transportName string
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		if key != "header" {
+			if seen[key] {
+				return d.Errf("duplicate subdirective %s in provider", key)
+			}
+			seen[key] = true
+		}
+		switch key {
+		case "type":
+			d.RemainingArgs()
+		case "base_url", "api_key":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			v := d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if key == "base_url" {
+				c.BaseURL = v
+			} else {
+				c.APIKey = v
+			}
+		case "timeout":
+			if err := parseDuration(d, &c.Timeout); err != nil {
+				return err
+			}
+		case "ttft_timeout":
+			if err := parseDuration(d, &c.TTFTTimeout); err != nil {
+				return err
+			}
+		case "idle_timeout":
+			if err := parseDuration(d, &c.IdleTimeout); err != nil {
+				return err
+			}
+		case "header":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.ArgErr()
+			}
+			if c.Headers == nil {
+				c.Headers = http.Header{}
+			}
+			c.Headers.Add(args[0], args[1])
+		case "transport":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			transportName = d.Val()
+			modID := "http.reverse_proxy.transport." + transportName
+			unm, err := caddyfile.UnmarshalModule(d, modID)
+			if err != nil {
+				return err
+			}
+			rt, ok := unm.(http.RoundTripper)
+			if !ok {
+				return d.Errf("module %s (%T) is not a RoundTripper", modID, unm)
+			}
+			transport = rt
+		default:
+			known := false
+			if own != nil {
+				var err error
+				if known, err = own(d); err != nil {
+					return err
+				}
+			}
+			if !known {
+				return d.Errf("unknown subdirective %s in provider", key)
+			}
+		}
+	}
+	if err := c.validate(); err != nil {
+		return d.Err(err.Error())
+	}
+	if transport != nil {
+		// Like reverse_proxy: an https upstream turns TLS on in the transport.
+		if te, ok := transport.(reverseproxy.TLSTransport); ok && !te.TLSEnabled() &&
+			strings.HasPrefix(strings.ToLower(c.BaseURL), "https://") {
+			if err := te.EnableTLS(new(reverseproxy.TLSConfig)); err != nil {
+				return err
+			}
+		}
+		c.TransportRaw = caddyconfig.JSONModuleObject(transport, "protocol", transportName, nil)
+	}
+	return nil
+}
+
+// providerTypes lists the registered provider types, sorted.
+func providerTypes() []string {
+	var names []string
+	for _, m := range caddy.GetModules(ProviderNamespace) {
+		names = append(names, m.ID.Name())
+	}
+	slices.Sort(names)
+	return names
+}
+
+// unknownType is the error for a `type` no module answers to.
+func unknownType(typ string) error {
+	return fmt.Errorf("unknown provider type %q (known: %s)", typ, strings.Join(providerTypes(), ", "))
+}
+
+// The built-in provider types: the wire formats of package adapters with
+// the shared settings.
+
+// OpenAI is the provider type `openai`: OpenAI's API and every
+// OpenAI-compatible one (Groq, Mistral, DeepSeek, Together, Fireworks,
+// OpenRouter, Cerebras, vLLM, Ollama). Requests go to base_url +
+// "/chat/completions" and "/embeddings" with "Authorization: Bearer <key>";
+// the rate-limit dialects it reads are listed in README.md.
+type OpenAI struct {
+	ProviderConfig
+	adapters.OpenAI `json:"-"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (OpenAI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: ProviderNamespace + ".openai", New: func() caddy.Module { return new(OpenAI) }}
+}
+
+// Provision implements caddy.Provisioner.
+func (p *OpenAI) Provision(ctx caddy.Context) error {
+	if err := p.ProviderConfig.Provision(ctx); err != nil {
+		return err
+	}
+	p.OpenAI.Endpoint = p.ProviderEndpoint()
+	return nil
+}
+
+// Azure is the provider type `azure`: Azure OpenAI. base_url is the
+// resource's endpoint with "/openai", such as
+// "https://RESOURCE.openai.azure.com/openai", optionally with
+// "?api-version=..." (default 2024-10-21), or ending in "/openai/v1" for
+// the v1 API; the deployment's model is the Azure deployment name. The key
+// goes in "api-key".
+type Azure struct {
+	ProviderConfig
+	adapters.Azure `json:"-"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Azure) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: ProviderNamespace + ".azure", New: func() caddy.Module { return new(Azure) }}
+}
+
+// Provision implements caddy.Provisioner.
+func (p *Azure) Provision(ctx caddy.Context) error {
+	p.AllowQuery = true
+	if err := p.ProviderConfig.Provision(ctx); err != nil {
+		return err
+	}
+	p.Azure.Endpoint = p.ProviderEndpoint()
+	return nil
+}
+
+// Anthropic is the provider type `anthropic`: Anthropic's Messages API,
+// base_url such as "https://api.anthropic.com/v1", the key in "x-api-key".
+// Messages requests go natively; Chat Completions requests are translated.
+type Anthropic struct {
+	ProviderConfig
+	adapters.Anthropic `json:"-"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Anthropic) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: ProviderNamespace + ".anthropic", New: func() caddy.Module { return new(Anthropic) }}
+}
+
+// Provision implements caddy.Provisioner.
+func (p *Anthropic) Provision(ctx caddy.Context) error {
+	if err := p.ProviderConfig.Provision(ctx); err != nil {
+		return err
+	}
+	p.Anthropic.Endpoint = p.ProviderEndpoint()
+	return nil
+}
+
+// Gemini is the provider type `gemini`: the Gemini API's generateContent,
+// base_url such as "https://generativelanguage.googleapis.com/v1beta", the
+// key in "x-goog-api-key". Requests are translated from Chat Completions.
+type Gemini struct {
+	ProviderConfig
+	adapters.Gemini `json:"-"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Gemini) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: ProviderNamespace + ".gemini", New: func() caddy.Module { return new(Gemini) }}
+}
+
+// Provision implements caddy.Provisioner.
+func (p *Gemini) Provision(ctx caddy.Context) error {
+	if err := p.ProviderConfig.Provision(ctx); err != nil {
+		return err
+	}
+	p.Gemini.Endpoint = p.ProviderEndpoint()
+	return nil
+}
+
+// Interface guards
+var (
+	_ ProviderModule     = (*OpenAI)(nil)
+	_ ProviderModule     = (*Azure)(nil)
+	_ ProviderModule     = (*Anthropic)(nil)
+	_ ProviderModule     = (*Gemini)(nil)
+	_ caddy.Provisioner  = (*ProviderConfig)(nil)
+	_ caddy.CleanerUpper = (*ProviderConfig)(nil)
+	_ caddy.Provisioner  = (*OpenAI)(nil)
+	_ caddy.Provisioner  = (*Azure)(nil)
+	_ caddy.Provisioner  = (*Anthropic)(nil)
+	_ caddy.Provisioner  = (*Gemini)(nil)
+)

@@ -201,15 +201,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // the block (ParseProviderBlock with its own options, when it implements
 // caddyfile.Unmarshaler).
 func parseProvider(d *caddyfile.Dispenser) (json.RawMessage, error) {
-	typ, err := providerType(d)
+	mod, err := providerType(d)
 	if err != nil {
 		return nil, err
 	}
 	d.Reset()
-	mod, err := caddy.GetModule(ProviderNamespace + "." + typ)
-	if err != nil {
-		return nil, d.Err(unknownType(typ).Error())
-	}
+	typ := mod.ID.Name()
 	inst := mod.New()
 	pm, ok := inst.(ProviderModule)
 	if !ok {
@@ -227,30 +224,34 @@ func parseProvider(d *caddyfile.Dispenser) (json.RawMessage, error) {
 	return caddyconfig.JSONModuleObject(inst, "type", typ, &warnings), nil
 }
 
-// providerType finds a provider block's `type`, wherever it stands.
-func providerType(d *caddyfile.Dispenser) (string, error) {
+// providerType finds a provider block's `type`, wherever it stands, and
+// the module it names.
+func providerType(d *caddyfile.Dispenser) (caddy.ModuleInfo, error) {
 	d.Next() // provider
 	d.Next() // its name
-	typ := ""
+	var mod caddy.ModuleInfo
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		key := d.Val()
 		args := d.RemainingArgs()
 		if key == "type" {
-			if typ != "" {
-				return "", d.Err("duplicate subdirective type in provider")
+			if mod.New != nil {
+				return mod, d.Err("duplicate subdirective type in provider")
 			}
 			if len(args) != 1 {
-				return "", d.ArgErr()
+				return mod, d.ArgErr()
 			}
-			typ = args[0]
+			var err error
+			if mod, err = caddy.GetModule(ProviderNamespace + "." + args[0]); err != nil {
+				return mod, d.Err(unknownType(args[0]).Error())
+			}
 		}
 		for inner := d.Nesting(); d.NextBlock(inner); {
 		}
 	}
-	if typ == "" {
-		return "", d.Err("provider needs a type")
+	if mod.New == nil {
+		return mod, d.Err("provider needs a type")
 	}
-	return typ, nil
+	return mod, nil
 }
 
 func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {

@@ -1,0 +1,321 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+func TestChatParse(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code       Code
+		param      string
+	}{
+		{"not JSON", `{"model":`, 400, InvalidJSON, ""},
+		{"an array", `[{"model":"m"}]`, 400, InvalidJSON, ""},
+		{"model of another type", `{"model":42,"messages":[]}`, 400, InvalidJSON, "model"},
+		{"duplicate model", `{"model":"m","model":"x","messages":[{"role":"user"}]}`, 400, InvalidJSON, ""},
+		{"miscased stream", `{"model":"m","Stream":true,"messages":[{"role":"user"}]}`, 400, InvalidJSON, ""},
+		{"messages not objects", `{"model":"m","messages":[1,"x",null]}`, 400, InvalidJSON, "messages"},
+		{"no model", `{"messages":[{"role":"user"}]}`, 400, MissingParameter, "model"},
+		{"no messages", `{"model":"m"}`, 400, MissingParameter, "messages"},
+		{"empty messages", `{"model":"m","messages":[]}`, 400, MissingParameter, "messages"},
+		{"a message without role", `{"model":"m","messages":[{"role":"user"},{"content":"x"}]}`, 400, InvalidValue, "messages[1]"},
+		{"n out of range", `{"model":"m","n":0,"messages":[{"role":"user"}]}`, 400, InvalidValue, "n"},
+	} {
+		_, _, e := Chat{}.Parse([]byte(tc.body), nil)
+		if e == nil || e.Status != tc.status || e.Code != tc.code || e.Param != tc.param || e.Message == "" {
+			t.Errorf("%s: expected %d code %d param %q, got %+v", tc.name, tc.status, tc.code, tc.param, e)
+		}
+	}
+	body := `{"model":"fast","stream":true,"n":2,"max_tokens":100,"max_completion_tokens":300,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
+	req, model, e := Chat{}.Parse([]byte(body), http.Header{"Anthropic-Beta": {"x"}})
+	if e != nil {
+		t.Fatal(e)
+	}
+	prompt := int64(len(body))/4 + 1
+	if model != "fast" || req.Format != provider.Chat || !req.Stream || req.Choices != 2 || !req.IncludeUsage ||
+		req.OutputTokens != 300 || req.PromptTokens != prompt || req.Tokens != prompt+300 || req.Header != nil {
+		t.Errorf("unexpected request %q %+v %+v", model, req, req.Request)
+	}
+	if chat, err := req.Chat(); err != nil || string(chat) != body {
+		t.Errorf("expected the body as its own Chat form, got %s %v", chat, err)
+	}
+}
+
+func TestMessagesParse(t *testing.T) {
+	body := `{"model":"fast","max_tokens":50,"stream":true,"system":"be brief","messages":[{"role":"user","content":"hi"}]}`
+	h := http.Header{"Anthropic-Version": {"2023-06-01"}, "Anthropic-Beta": {"a", "b"}, "X-Api-Key": {"sk-client"}, "Authorization": {"Bearer c"}}
+	req, model, e := Messages{}.Parse([]byte(body), h)
+	if e != nil {
+		t.Fatal(e)
+	}
+	want := http.Header{"Anthropic-Version": {"2023-06-01"}, "Anthropic-Beta": {"a", "b"}}
+	if model != "fast" || req.Format != provider.Messages || !req.Stream || !req.IncludeUsage || req.Choices != 1 ||
+		req.OutputTokens != 50 || !reflect.DeepEqual(req.Header, want) {
+		t.Errorf("unexpected request %q %+v %+v", model, req, req.Request)
+	}
+	chat, err := req.Chat()
+	if err != nil || !strings.Contains(string(chat), `"role":"system","content":"be brief"`) ||
+		!strings.Contains(string(chat), `"include_usage":true`) {
+		t.Errorf("expected the Chat form with the system prompt and usage asked, got %s %v", chat, err)
+	}
+	// What Chat Completions cannot express is found when a deployment asks.
+	req, _, e = Messages{}.Parse([]byte(`{"model":"m","max_tokens":5,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`), nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if _, err := req.Chat(); err == nil || !strings.Contains(err.Error(), "web_search_20250305") {
+		t.Errorf("expected the server tool to have no Chat form, got %v", err)
+	}
+	for _, bad := range []string{`{"model":"m","messages":[]}`, `{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`,
+		`{"max_tokens":5,"messages":[{"role":"user","content":"x"}]}`, `{"model":"m","model":"n","max_tokens":5,"messages":[{}]}`} {
+		if _, _, e := (Messages{}).Parse([]byte(bad), nil); e == nil || e.Status != 400 {
+			t.Errorf("%s: expected a 400, got %+v", bad, e)
+		}
+	}
+}
+
+func TestEmbeddingsParse(t *testing.T) {
+	req, model, e := Embeddings{}.Parse([]byte(`{"model":"emb","input":["a","b"]}`), nil)
+	if e != nil || model != "emb" || req.Format != provider.Embeddings || req.Stream {
+		t.Fatalf("unexpected %q %+v %v", model, req, e)
+	}
+	for body, param := range map[string]string{`{"model":"emb"}`: "input", `{"model":"emb","input":null}`: "input", `{"input":"x"}`: "model"} {
+		if _, _, e := (Embeddings{}).Parse([]byte(body), nil); e == nil || e.Code != MissingParameter || e.Param != param {
+			t.Errorf("%s: expected missing %s, got %+v", body, param, e)
+		}
+	}
+}
+
+// Each API writes refusals and the router's own errors in its format: one
+// table per API.
+func TestErrorBodies(t *testing.T) {
+	for _, tc := range []struct {
+		e              *Error
+		chat, messages string
+	}{
+		{&Error{Status: 400, Code: InvalidJSON, Param: "model", Message: "bad"},
+			`{"error":{"message":"bad","type":"invalid_request_error","param":"model","code":"invalid_json"}}`,
+			`{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`},
+		{fromRouter(&router.Error{Status: 429, Class: provider.RateLimited, Message: "all limited", RetryAfter: 20 * time.Second}),
+			`{"error":{"message":"all limited","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`,
+			`{"type":"error","error":{"type":"rate_limit_error","message":"all limited"}}`},
+		{fromRouter(&router.Error{Status: 502, Class: provider.Server, Message: "all failed"}),
+			`{"error":{"message":"all failed","type":"server_error","param":null,"code":"upstream_unavailable"}}`,
+			`{"type":"error","error":{"type":"api_error","message":"all failed"}}`},
+		{fromRouter(&router.Error{Status: 504, Class: provider.Transport, Message: "late"}),
+			`{"error":{"message":"late","type":"timeout","param":null,"code":"deadline_exceeded"}}`,
+			`{"type":"error","error":{"type":"timeout_error","message":"late"}}`},
+		{fromRouter(&router.Error{Status: 400, Class: provider.ClientError, Message: "n > 1 is not supported by anthropic"}),
+			`{"error":{"message":"n > 1 is not supported by anthropic","type":"invalid_request_error","param":null,"code":"unsupported_request"}}`,
+			`{"type":"error","error":{"type":"invalid_request_error","message":"n > 1 is not supported by anthropic"}}`},
+		{ModelNotFoundError("nope"),
+			`{"error":{"message":"the model \"nope\" does not exist; GET /v1/models lists the model groups","type":"invalid_request_error","param":"model","code":"model_not_found"}}`,
+			`{"type":"error","error":{"type":"not_found_error","message":"the model \"nope\" does not exist; GET /v1/models lists the model groups"}}`},
+	} {
+		for _, a := range []API{Chat{}, Messages{}} {
+			w := httptest.NewRecorder()
+			a.WriteError(w, tc.e)
+			want := tc.chat
+			if a.Format() == provider.Messages {
+				want = tc.messages
+			}
+			if w.Code != tc.e.Status || !sameJSON(w.Body.String(), want) || w.Header().Get("Content-Type") != "application/json" {
+				t.Errorf("%T %+v: expected %d %s, got %d %s", a, tc.e, tc.e.Status, want, w.Code, w.Body)
+			}
+			if ra := w.Header().Get("Retry-After"); (tc.e.RetryAfter > 0) != (ra == "20") {
+				t.Errorf("%T: expected Retry-After only with a wait, got %q", a, ra)
+			}
+		}
+	}
+}
+
+// observe decodes a fixture of internal/adapters/testdata with the provider
+// type that speaks its dialect.
+func observe(t *testing.T, p provider.Provider, name string) (int, *provider.Observation) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "adapters", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(resp.Body)
+	o := p.Observe(resp.StatusCode, resp.Header, body.Bytes(), time.Now())
+	return resp.StatusCode, &o
+}
+
+// A provider's client error, passed on to a client of another format, is
+// restated from what its provider type decoded of it.
+func TestRestatedProviderErrors(t *testing.T) {
+	status, o := observe(t, &adapters.Anthropic{}, "anthropic-400-prompt-too-long.http")
+	if got, want := string(Chat{}.restate(status, o)),
+		`{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}}`; !sameJSON(got, want) {
+		t.Errorf("expected %s, got %s", want, got)
+	}
+	status, o = observe(t, &adapters.Gemini{}, "gemini-429-per-minute.http")
+	var e struct {
+		Error struct{ Message, Type, Code string }
+	}
+	if err := json.Unmarshal(Chat{}.restate(status, o), &e); err != nil || e.Error.Type != "rate_limit_error" ||
+		e.Error.Code != "rate_limit_exceeded" || !strings.HasPrefix(e.Error.Message, "You exceeded your current quota") {
+		t.Errorf("expected an OpenAI rate_limit_error, got %+v %v", e, err)
+	}
+	g := (&adapters.Gemini{}).Observe(400, http.Header{}, []byte(`{"error":{"code":400,"message":"bad field","status":"INVALID_ARGUMENT"}}`), time.Now())
+	if got, want := string(Chat{}.restate(400, &g)),
+		`{"error":{"message":"bad field","type":"invalid_request_error","param":null,"code":"invalid_argument"}}`; !sameJSON(got, want) {
+		t.Errorf("expected %s, got %s", want, got)
+	}
+	status, o = observe(t, &adapters.OpenAI{}, "openai-400-context-length.http")
+	if got := string(Messages{}.restate(status, o)); !strings.HasPrefix(got, `{"type":"error","error":{"type":"invalid_request_error","message":"This model's maximum context length`) {
+		t.Errorf("expected an Anthropic invalid_request_error, got %s", got)
+	}
+}
+
+func TestWriteResults(t *testing.T) {
+	chatAnswer := `{"id":"c1","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+	anthropicError := `{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`
+	said := &provider.Observation{Class: provider.ClientError, Message: "bad"}
+	for _, tc := range []struct {
+		name   string
+		a      API
+		res    *router.Result
+		status int
+		body   string
+	}{
+		{"a chat answer to a chat client, as it came", Chat{},
+			&router.Result{Status: 200, Format: provider.Chat, Body: []byte(chatAnswer)}, 200, chatAnswer},
+		{"a chat answer to a messages client, translated", Messages{},
+			&router.Result{Status: 200, Format: provider.Chat, Body: []byte(chatAnswer)}, 200,
+			`{"id":"c1","type":"message","role":"assistant","model":"up","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}`},
+		{"a native client error, as it came", Messages{},
+			&router.Result{Status: 400, Format: provider.Messages, Body: []byte(anthropicError), Error: said}, 400, anthropicError},
+		{"a translated provider's client error, restated", Chat{},
+			&router.Result{Status: 400, Format: provider.Chat, Error: said}, 400,
+			`{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}`},
+		{"an answer that cannot be translated", Messages{},
+			&router.Result{Status: 200, Format: provider.Chat, Body: []byte(`{"choices":[]}`)}, 502,
+			`{"type":"error","error":{"type":"api_error","message":"the answer could not be translated"}}`},
+		{"the client went away", Chat{}, &router.Result{Err: router.ErrClientGone}, 200, ""},
+	} {
+		w := httptest.NewRecorder()
+		if err := tc.a.Write(w, tc.res); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if w.Code != tc.status || w.Body.String() != tc.body {
+			t.Errorf("%s: expected %d %s\ngot %d %s", tc.name, tc.status, tc.body, w.Code, w.Body)
+		}
+	}
+}
+
+// Stream writers: the terminator once, an in-band error instead of it.
+func TestStreamWriters(t *testing.T) {
+	fail := &router.StreamError{Class: provider.Overloaded, Message: "stream failed: Overloaded"}
+	chunk := provider.Event{Data: []byte(`{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`)}
+
+	sw := Chat{}.newStream(provider.Chat)
+	out := sw.done(sw.event(nil, chunk))
+	if want := "data: " + string(chunk.Data) + "\n\ndata: [DONE]\n\n"; string(out) != want {
+		t.Errorf("chat: expected %q, got %q", want, out)
+	}
+	out = sw.failed(nil, fail)
+	if want := `data: {"error":{"message":"the upstream stream failed after it began: stream failed: Overloaded","type":"server_error","param":null,"code":"stream_interrupted"}}` + "\n\n"; string(out) != want {
+		t.Errorf("chat failure: expected %q, got %q", want, out)
+	}
+
+	// Native Messages events pass as they came; message_stop only when missing.
+	stop := provider.Event{Name: "message_stop", Data: []byte(`{"type":"message_stop"}`)}
+	sw = Messages{}.newStream(provider.Messages)
+	out = sw.done(sw.event(nil, stop))
+	if string(out) != "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n" {
+		t.Errorf("native with message_stop: got %q", out)
+	}
+	sw = Messages{}.newStream(provider.Messages)
+	delta := provider.Event{Name: "message_delta", Data: []byte(`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}`)}
+	out = sw.done(sw.event(nil, delta))
+	if !strings.HasSuffix(string(out), "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") {
+		t.Errorf("native without message_stop: expected one added, got %q", out)
+	}
+	out = sw.failed(nil, fail)
+	if !strings.HasPrefix(string(out), "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"") {
+		t.Errorf("messages failure: expected an overloaded_error event, got %q", out)
+	}
+
+	// A Chat stream for a Messages client is translated.
+	sw = Messages{}.newStream(provider.Chat)
+	out = sw.done(sw.event(nil, chunk))
+	for _, ev := range []string{"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"} {
+		if !strings.Contains(string(out), "event: "+ev+"\n") {
+			t.Errorf("translated: expected %s in %q", ev, out)
+		}
+	}
+}
+
+func TestReadBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, encoding string
+		status               int
+	}{
+		{"fits", `{"a":1}`, "", 0},
+		{"too large", strings.Repeat("x", 11), "", 413},
+		{"encoded", `{}`, "gzip", 415},
+		{"identity is plain", `{}`, "identity", 0},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(tc.body))
+		if tc.encoding != "" {
+			r.Header.Set("Content-Encoding", tc.encoding)
+		}
+		body, e := ReadBody(httptest.NewRecorder(), r, 10)
+		switch {
+		case tc.status == 0 && (e != nil || string(body) != tc.body):
+			t.Errorf("%s: expected the body, got %q %+v", tc.name, body, e)
+		case tc.status != 0 && (e == nil || e.Status != tc.status):
+			t.Errorf("%s: expected %d, got %+v", tc.name, tc.status, e)
+		}
+	}
+	// A chunked body over the limit (no Content-Length) is refused too.
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(strings.Repeat("x", 20)))
+	r.ContentLength = -1
+	if _, e := ReadBody(httptest.NewRecorder(), r, 10); e == nil || e.Code != BodyTooLarge {
+		t.Errorf("expected 413 for a long chunked body, got %+v", e)
+	}
+}
+
+func TestForPath(t *testing.T) {
+	for path, want := range map[string]API{
+		"/v1/chat/completions": Chat{}, "/openai/v1/chat/completions/": Chat{}, "/v1/embeddings": Embeddings{},
+		"/v1/messages": Messages{}, "/v1/models": nil, "/v1/completions": nil,
+	} {
+		if got := ForPath(path); got != want {
+			t.Errorf("%s: expected %T, got %T", path, want, got)
+		}
+	}
+}
+
+// sameJSON compares two JSON texts by value: a client reads "\u003e" as
+// ">".
+func sameJSON(got, want string) bool {
+	var g, w any
+	if json.Unmarshal([]byte(got), &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
+		return false
+	}
+	return reflect.DeepEqual(g, w)
+}

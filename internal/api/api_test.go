@@ -319,3 +319,76 @@ func sameJSON(got, want string) bool {
 	}
 	return reflect.DeepEqual(g, w)
 }
+
+// FuzzChatParse: what the routing scan accepts, encoding/json reads alike
+// (key by key, exactly spelled, as providers read them): the same model,
+// stream mode, n and token counts.
+func FuzzChatParse(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m\u00e9","stream":true,"n":2,"max_tokens":5,"max_completion_tokens":7,"stream_options":{"include_usage":true},"messages":[{"role":"user"}]}`,
+		`{"model":"m","stream":null,"n":null,"messages":[{"role":"a"},null]}`,
+		`{"model":"m","messages":[{"role":"x","content":[{"type":"text","text":"\"}]"}]}]}`,
+		`{"model":1e3,"messages":[]}`, `[]`, `{"model":"m","messages":[{"role":"u"}],"n":1.5}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, model, e := Chat{}.Parse(body, nil)
+		if e != nil {
+			return
+		}
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(body, &top); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
+		}
+		var ref struct {
+			model               string
+			stream, usage       bool
+			n                   *int
+			maxTokens, maxCompl *int64
+			opts                map[string]json.RawMessage
+		}
+		for k, dst := range map[string]any{"model": &ref.model, "stream": &ref.stream, "n": &ref.n,
+			"max_tokens": &ref.maxTokens, "max_completion_tokens": &ref.maxCompl, "stream_options": &ref.opts} {
+			if v, ok := top[k]; ok {
+				if err := json.Unmarshal(v, dst); err != nil {
+					t.Fatalf("%q: accepted %s of the wrong type: %v", body, k, err)
+				}
+			}
+		}
+		if v, ok := ref.opts["include_usage"]; ok {
+			_ = json.Unmarshal(v, &ref.usage)
+		}
+		n := 1
+		if ref.n != nil {
+			n = *ref.n
+		}
+		out := int64(0)
+		if ref.maxCompl != nil && *ref.maxCompl > 0 {
+			out = *ref.maxCompl
+		} else if ref.maxTokens != nil && *ref.maxTokens > 0 {
+			out = *ref.maxTokens
+		}
+		if model != ref.model || req.Stream != ref.stream || req.Choices != n || req.OutputTokens != out || req.IncludeUsage != ref.usage {
+			t.Fatalf("%q: scanned %q %v %d %d %v, encoding/json read %+v", body, model, req.Stream, req.Choices, req.OutputTokens, req.IncludeUsage, ref)
+		}
+	})
+}
+
+// BenchmarkChatParse reads the routing keys of a 1 KB Chat Completions
+// body (the handler's share of a request's CPU).
+func BenchmarkChatParse(b *testing.B) {
+	body, _ := json.Marshal(map[string]any{"model": "fast", "max_tokens": 256, "stream": false, "messages": []map[string]string{
+		{"role": "system", "content": "You are a careful assistant. " + strings.Repeat("Answer briefly. ", 40)},
+		{"role": "user", "content": "Summarize the three main risks of the report in one paragraph each."},
+		{"role": "assistant", "content": "Which format do you prefer?"},
+		{"role": "user", "content": "Prose, please."}}})
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, e := (Chat{}).Parse(body, nil); e != nil {
+			b.Fatal(e)
+		}
+	}
+}

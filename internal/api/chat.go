@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
@@ -20,22 +21,6 @@ import (
 // {"error":{"message","type","param","code"}}.
 type Chat struct{}
 
-// chatRouting is what routing needs of a Chat Completions body; the rest
-// goes upstream untouched.
-type chatRouting struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role string `json:"role"`
-	} `json:"messages"`
-	Stream              bool   `json:"stream"`
-	N                   *int   `json:"n"`
-	MaxTokens           *int64 `json:"max_tokens"`
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
-
 // chatKeys are the body keys the router reads: each must appear at most
 // once and spelled exactly so, or the provider might read another value.
 var chatKeys = []string{"model", "messages", "stream", "n", "max_tokens", "max_completion_tokens", "stream_options"}
@@ -44,42 +29,158 @@ var chatKeys = []string{"model", "messages", "stream", "n", "max_tokens", "max_c
 func (Chat) Format() provider.Format { return provider.Chat }
 
 // Parse implements API: a JSON object with a model and a non-empty
-// messages array of objects with a role, n within 1..128.
+// messages array of objects with a role, n within 1..128. Only the routing
+// keys are read, by a scan of the validated body (the body goes upstream
+// as it came, or is translated by a provider type, which decodes it then).
 func (Chat) Parse(body []byte, _ http.Header) (*router.Request, string, *Error) {
-	var req chatRouting
-	if e := decode(body, &req, chatKeys...); e != nil {
-		return nil, "", e
+	if !json.Valid(body) {
+		return nil, "", Errorf(http.StatusBadRequest, InvalidJSON, "", "the request body is not valid JSON")
 	}
-	if req.Model == "" {
-		return nil, "", missingModel()
-	}
-	if len(req.Messages) == 0 {
-		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "messages", "'messages' must be a non-empty array")
-	}
-	for i, m := range req.Messages {
-		if m.Role == "" {
-			return nil, "", Errorf(http.StatusBadRequest, InvalidValue, fmt.Sprintf("messages[%d]", i),
-				"messages[%d] must be an object with a role", i)
+	if err := jsonbody.CheckKeys(body, chatKeys...); err != nil {
+		if errors.Is(err, jsonbody.ErrNotObject) {
+			return nil, "", Errorf(http.StatusBadRequest, InvalidJSON, "", "the request body must be a JSON object")
 		}
+		return nil, "", Errorf(http.StatusBadRequest, InvalidJSON, "", "%s", err.Error())
 	}
-	if req.N != nil && (*req.N < 1 || *req.N > 128) {
+	c := chatScan{noRole: -1}
+	_ = jsonbody.EachMember(body, func(key string, start, end int) bool {
+		c.member(key, body[start:end])
+		return c.err == nil
+	})
+	switch {
+	case c.err != nil:
+		return nil, "", c.err
+	case c.model == "":
+		return nil, "", missingModel()
+	case c.messages == 0:
+		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "messages", "'messages' must be a non-empty array")
+	case c.noRole >= 0:
+		return nil, "", Errorf(http.StatusBadRequest, InvalidValue, fmt.Sprintf("messages[%d]", c.noRole),
+			"messages[%d] must be an object with a role", c.noRole)
+	case c.n != nil && (*c.n < 1 || *c.n > 128):
 		return nil, "", Errorf(http.StatusBadRequest, InvalidValue, "n", "'n' must be between 1 and 128")
 	}
-	pr := &provider.Request{Format: provider.Chat, Body: body, Stream: req.Stream, Choices: 1}
-	if req.N != nil {
-		pr.Choices = *req.N
-	}
-	if req.StreamOptions != nil {
-		pr.IncludeUsage = req.StreamOptions.IncludeUsage
+	pr := &provider.Request{Format: provider.Chat, Body: body, Stream: c.stream, Choices: 1, IncludeUsage: c.includeUsage}
+	if c.n != nil {
+		pr.Choices = int(*c.n)
 	}
 	rr := &router.Request{Request: pr, PromptTokens: promptTokens(body)}
-	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
-		rr.OutputTokens = *req.MaxCompletionTokens
-	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		rr.OutputTokens = *req.MaxTokens
+	if c.maxCompletionTokens > 0 {
+		rr.OutputTokens = c.maxCompletionTokens
+	} else if c.maxTokens > 0 {
+		rr.OutputTokens = c.maxTokens
 	}
 	rr.Tokens = rr.PromptTokens + rr.OutputTokens
-	return rr, req.Model, nil
+	return rr, c.model, nil
+}
+
+// chatScan is what routing reads of a Chat Completions body, member by
+// member; null reads as absent, as it does for encoding/json.
+type chatScan struct {
+	model                          string
+	messages                       int // how many
+	noRole                         int // the first message without a role, -1 none
+	stream, includeUsage           bool
+	n                              *int64
+	maxTokens, maxCompletionTokens int64
+	err                            *Error
+}
+
+func (c *chatScan) member(key string, v []byte) {
+	if string(v) == "null" {
+		return
+	}
+	switch key {
+	case "model":
+		c.model = c.str(key, v)
+	case "stream":
+		c.stream = c.boolean(key, v)
+	case "n":
+		n := c.integer(key, v)
+		c.n = &n
+	case "max_tokens":
+		c.maxTokens = c.integer(key, v)
+	case "max_completion_tokens":
+		c.maxCompletionTokens = c.integer(key, v)
+	case "stream_options":
+		if v[0] != '{' {
+			c.typeError(key, "an object")
+			return
+		}
+		_ = jsonbody.EachMember(v, func(k string, start, end int) bool {
+			if k == "include_usage" && string(v[start:end]) != "null" {
+				c.includeUsage = c.boolean("stream_options.include_usage", v[start:end])
+			}
+			return c.err == nil
+		})
+	case "messages":
+		if v[0] != '[' {
+			c.typeError(key, "an array")
+			return
+		}
+		_ = jsonbody.EachElement(v, func(start, end int) bool {
+			c.message(v[start:end])
+			return c.err == nil
+		})
+	}
+}
+
+// message reads one element of messages: an object with a role.
+func (c *chatScan) message(m []byte) {
+	role := ""
+	switch m[0] {
+	case '{':
+		_ = jsonbody.EachMember(m, func(k string, start, end int) bool {
+			if k == "role" && string(m[start:end]) != "null" {
+				role = c.str("messages.role", m[start:end])
+			}
+			return c.err == nil
+		})
+	case 'n': // null: an empty message
+	default:
+		c.typeError("messages", "an object")
+		return
+	}
+	if role == "" && c.noRole < 0 {
+		c.noRole = c.messages
+	}
+	c.messages++
+}
+
+func (c *chatScan) str(key string, v []byte) string {
+	s, ok := "", v[0] == '"'
+	if ok {
+		s, ok = jsonbody.String(v)
+	}
+	if !ok {
+		c.typeError(key, "a string")
+	}
+	return s
+}
+
+func (c *chatScan) boolean(key string, v []byte) bool {
+	switch string(v) {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	c.typeError(key, "a boolean")
+	return false
+}
+
+func (c *chatScan) integer(key string, v []byte) int64 {
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		c.typeError(key, "an integer")
+	}
+	return n
+}
+
+func (c *chatScan) typeError(key, kind string) {
+	if c.err == nil {
+		c.err = Errorf(http.StatusBadRequest, InvalidJSON, key, "invalid type for '%s': expected %s", key, kind)
+	}
 }
 
 // promptTokens estimates a body's prompt tokens: bytes / 4.

@@ -14,8 +14,8 @@ import (
 	"unicode/utf8"
 )
 
-// errNotObject is returned when a body is not a JSON object.
-var errNotObject = errors.New("request body is not a JSON object")
+// ErrNotObject is returned when a body is not a JSON object.
+var ErrNotObject = errors.New("request body is not a JSON object")
 
 // SetString returns body, a JSON object, with its top-level member key set to
 // the string value: replaced in place when present, added first otherwise.
@@ -109,13 +109,13 @@ func CheckKeys(b []byte, names ...string) error {
 func EachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
 	i := SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return errNotObject
+		return ErrNotObject
 	}
 	i++
 	for {
 		i = SkipSpace(b, i)
 		if i >= len(b) {
-			return errNotObject
+			return ErrNotObject
 		}
 		if b[i] == '}' {
 			return nil
@@ -125,26 +125,26 @@ func EachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
 			continue
 		}
 		if b[i] != '"' {
-			return errNotObject
+			return ErrNotObject
 		}
 		kEnd := skipString(b, i)
 		if kEnd < 0 {
-			return errNotObject
+			return ErrNotObject
 		}
 		name := string(b[i+1 : kEnd-1])
 		if strings.IndexByte(name, '\\') >= 0 {
 			if err := json.Unmarshal(b[i:kEnd], &name); err != nil {
-				return errNotObject
+				return ErrNotObject
 			}
 		}
 		i = SkipSpace(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
-			return errNotObject
+			return ErrNotObject
 		}
 		vStart := SkipSpace(b, i+1)
 		vEnd := skipValue(b, vStart)
 		if vEnd < 0 {
-			return errNotObject
+			return ErrNotObject
 		}
 		if !fn(name, vStart, vEnd) {
 			return nil
@@ -269,3 +269,37 @@ func slowString(raw []byte) (string, bool) {
 	}
 	return s, true
 }
+
+// EachElement calls fn with the byte span of each element of the JSON
+// array b, until fn returns false. b must be an array.
+func EachElement(b []byte, fn func(start, end int) bool) error {
+	i := SkipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return errNotArray
+	}
+	i++
+	for {
+		i = SkipSpace(b, i)
+		if i >= len(b) {
+			return errNotArray
+		}
+		switch b[i] {
+		case ']':
+			return nil
+		case ',':
+			i++
+			continue
+		}
+		end := skipValue(b, i)
+		if end < 0 {
+			return errNotArray
+		}
+		if !fn(i, end) {
+			return nil
+		}
+		i = end
+	}
+}
+
+// errNotArray is returned when a value is not a JSON array.
+var errNotArray = errors.New("not a JSON array")

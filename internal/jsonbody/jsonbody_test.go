@@ -150,3 +150,21 @@ func body4KB(tb testing.TB) []byte {
 }
 
 var bytesSink []byte
+
+func TestEachElement(t *testing.T) {
+	var got []string
+	body := []byte(` [ {"role":"user","content":"a, ]"} , null,"x\"]", [1,[2]] ,3 ]`)
+	err := EachElement(body, func(s, e int) bool {
+		got = append(got, string(body[s:e]))
+		return true
+	})
+	want := []string{`{"role":"user","content":"a, ]"}`, `null`, `"x\"]"`, `[1,[2]]`, `3`}
+	if err != nil || strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("expected %q, got %q (%v)", want, got, err)
+	}
+	for _, bad := range []string{`{}`, `[1,`, `"x"`, ``, `[{"a":]`} {
+		if err := EachElement([]byte(bad), func(int, int) bool { return true }); err == nil {
+			t.Errorf("%q: expected an error", bad)
+		}
+	}
+}

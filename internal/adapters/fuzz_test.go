@@ -3,6 +3,7 @@ package adapters
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -98,7 +99,7 @@ func FuzzSSE(f *testing.F) {
 				t.Fatal("more events than bytes: the reader loops")
 			}
 			out, kind, _ := dec.Event(ev)
-			if (kind == provider.EventData || kind == provider.EventFinal) && !jsonValid(out) {
+			if (kind == provider.EventData || kind == provider.EventFinal) && !json.Valid(out) {
 				t.Fatalf("relayed invalid JSON %q", out)
 			}
 		}

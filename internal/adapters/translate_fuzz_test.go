@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -92,7 +93,7 @@ func FuzzTranslatingStreams(f *testing.F) {
 					if len(out) == 0 {
 						continue // progress with nothing to relay
 					}
-					if !jsonValid(out) {
+					if !json.Valid(out) {
 						t.Fatalf("%s relayed invalid JSON %q", a.Name(), out)
 					}
 					checkFrames(t, enc.Chunk(out))
@@ -119,7 +120,7 @@ func checkFrames(t *testing.T, out []byte) {
 			}
 			return
 		}
-		if ev.Name == "" || !jsonValid(ev.Data) {
+		if ev.Name == "" || !json.Valid(ev.Data) {
 			t.Fatalf("bad frame in %q", out)
 		}
 	}
@@ -131,10 +132,10 @@ func FuzzTranslatingAnswers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, a := range []named{{"anthropic", byName("anthropic", provider.Endpoint{})}, {"gemini", byName("gemini", provider.Endpoint{})}} {
 			if out, err := a.ChatResponse(body); err == nil {
-				if !jsonValid(out) {
+				if !json.Valid(out) {
 					t.Fatalf("%s: invalid JSON answer %q", a.Name(), out)
 				}
-				if m, err := messages.FromChatAnswer(out); err != nil || !jsonValid(m) {
+				if m, err := messages.FromChatAnswer(out); err != nil || !json.Valid(m) {
 					t.Fatalf("%s: its chat.completion does not translate back: %v", a.Name(), err)
 				}
 			}
@@ -153,7 +154,7 @@ func FuzzTranslatingRequests(f *testing.F) {
 	ep := &provider.Endpoint{BaseURL: "https://example.com/v1"}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, a := range []named{{"anthropic", byName("anthropic", provider.Endpoint{})}, {"gemini", byName("gemini", provider.Endpoint{})}, {"azure", byName("azure", provider.Endpoint{})}} {
-			if a.name == "azure" && !jsonValid(body) {
+			if a.name == "azure" && !json.Valid(body) {
 				continue // like openai, it takes the handler's validated body
 			}
 			req, err := chatRequest(byName(a.name, *ep), "gemini-3-x", body, true)
@@ -162,7 +163,7 @@ func FuzzTranslatingRequests(f *testing.F) {
 			}
 			var b bytes.Buffer
 			_, _ = b.ReadFrom(req.Body)
-			if !jsonValid(b.Bytes()) {
+			if !json.Valid(b.Bytes()) {
 				t.Fatalf("%s: invalid upstream body %q", a.Name(), b.Bytes())
 			}
 		}
@@ -173,7 +174,7 @@ func FuzzTranslatingRequests(f *testing.F) {
 			}
 			return
 		}
-		if !jsonValid(chat) {
+		if !json.Valid(chat) {
 			t.Fatalf("MessagesToChat gave invalid JSON %q", chat)
 		}
 	})

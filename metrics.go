@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -20,7 +19,7 @@ import (
 //
 //	llm_router_requests_total{model_group, deployment, status}  requests answered
 //	llm_router_attempts_total{deployment, class}                upstream attempts by error class
-//	llm_router_failovers_total{deployment, reason}              moves to another attempt after a failure on deployment
+//	llm_router_failovers_total{deployment, class}               moves to another attempt after a failure of that class on deployment
 //	llm_router_upstream_latency_seconds{deployment}             until an answer was read (a stream: its first content)
 //	llm_router_ttft_seconds{deployment}                         streams: until the first content event
 //	llm_router_remaining{deployment, kind}                      requests/tokens left as last stated (-1 unknown), read at scrape
@@ -55,7 +54,7 @@ func getMetrics() *metrics {
 				[]string{"deployment", "class"}),
 			failovers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 				Name: "failovers_total", Help: "Moves to another attempt after a failure, by the deployment that failed and the error class."},
-				[]string{"deployment", "reason"}),
+				[]string{"deployment", "class"}),
 			latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 				Name: "upstream_latency_seconds", Help: "Upstream attempt duration until the answer was read (streams: until the first content).",
 				Buckets: llmBuckets}, []string{"deployment"}),
@@ -99,8 +98,8 @@ func (m *metrics) FirstToken(d *router.Deployment, ttft time.Duration) {
 }
 
 // Failover implements router.Observer.
-func (m *metrics) Failover(from *router.Deployment, reason provider.Class) {
-	m.failovers.WithLabelValues(from.Name, reason.String()).Inc()
+func (m *metrics) Failover(from *router.Deployment, class provider.Class) {
+	m.failovers.WithLabelValues(from.Name, class.String()).Inc()
 }
 
 // stateCollector reports each live deployment's capacity state at scrape
@@ -135,14 +134,8 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 		snap := d.dep.State.Snapshot(now)
 		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(snap.RemainingRequests), d.dep.Name, "requests")
 		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(snap.RemainingTokens), d.dep.Name, "tokens")
-		circuit := 0.0
-		switch snap.Circuit {
-		case capacity.HalfOpen.String():
-			circuit = 1
-		case capacity.Open.String():
-			circuit = 2
-		}
-		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, circuit, d.dep.Name)
+		// The gauge's values are the Circuit's: closed 0, half-open 1, open 2.
+		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, float64(snap.Circuit), d.dep.Name)
 	}
 }
 

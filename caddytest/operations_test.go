@@ -111,7 +111,7 @@ func TestAdminDeploymentsAndMetrics(t *testing.T) {
 		re  string
 		min float64
 	}{
-		{`llm_router_failovers_total\{deployment="a/ops-a",reason="rate_limited"\} (\S+)`, 1},
+		{`llm_router_failovers_total\{class="rate_limited",deployment="a/ops-a"\} (\S+)`, 1},
 		{`llm_router_attempts_total\{class="rate_limited",deployment="a/ops-a"\} (\S+)`, 1},
 		{`llm_router_attempts_total\{class="ok",deployment="b/ops-b"\} (\S+)`, 3},
 		{`llm_router_requests_total\{deployment="b/ops-b",model_group="ops",status="200"\} (\S+)`, 3},

@@ -99,7 +99,7 @@ func TestStateCircuit(t *testing.T) {
 	if !at.Equal(t0.Add(time.Second)) || why != provider.Server {
 		t.Errorf("second consecutive failure: expected 1 s of backoff, got %v %s", at.Sub(t0), why)
 	}
-	if snap := s.Snapshot(t0); snap.ConsecutiveFailures != 2 || snap.LastClass != "server" {
+	if snap := s.Snapshot(t0); snap.ConsecutiveFailures != 2 || snap.LastClass == nil || *snap.LastClass != provider.Server {
 		t.Errorf("expected 2 failures recorded, got %+v", snap)
 	}
 	s.Observe(t0.Add(2*time.Second), provider.NewObservation(provider.OK), DefaultPolicy)

@@ -58,6 +58,7 @@ const (
 	Open
 )
 
+// String returns the circuit's name: "closed", "half_open" or "open".
 func (c Circuit) String() string {
 	switch c {
 	case HalfOpen:
@@ -67,6 +68,9 @@ func (c Circuit) String() string {
 	}
 	return "closed"
 }
+
+// MarshalText writes the circuit's name, so that JSON shows "open".
+func (c Circuit) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // Health decays with a half-life, so that a deployment that failed an hour
 // ago is not judged by it forever.
@@ -399,27 +403,27 @@ func (s *State) Release() {
 // Snapshot is a copy of a State for display (admin API, logs, tests).
 // Counts are provider.Unknown (-1) when the provider never stated them.
 type Snapshot struct {
-	Circuit             string    `json:"circuit"`
-	OpenUntil           time.Time `json:"open_until,omitzero"`
-	OpenReason          string    `json:"open_reason,omitempty"`
-	LimitRequests       int64     `json:"limit_requests"`
-	RemainingRequests   int64     `json:"remaining_requests"`
-	ResetRequests       time.Time `json:"reset_requests,omitzero"`
-	LimitTokens         int64     `json:"limit_tokens"`
-	RemainingTokens     int64     `json:"remaining_tokens"`
-	ResetTokens         time.Time `json:"reset_tokens,omitzero"`
-	DeclaredRPM         int64     `json:"declared_rpm,omitempty"`
-	DeclaredTPM         int64     `json:"declared_tpm,omitempty"`
-	RequestsLastMinute  int64     `json:"requests_last_minute"`
-	TokensLastMinute    int64     `json:"tokens_last_minute"`
-	LatencyMS           float64   `json:"latency_ewma_ms"`
-	TTFTMS              float64   `json:"ttft_ewma_ms"`
-	SuccessRate         float64   `json:"success_rate"`
-	InFlight            int       `json:"in_flight"`
-	ConsecutiveFailures int       `json:"consecutive_failures"`
-	LastClass           string    `json:"last_class,omitempty"`
-	LastAt              time.Time `json:"last_at,omitzero"`
-	LastMessage         string    `json:"last_message,omitempty"`
+	Circuit             Circuit         `json:"circuit"`
+	OpenUntil           time.Time       `json:"open_until,omitzero"`
+	OpenReason          provider.Class  `json:"open_reason,omitempty"` // not OK while open
+	LimitRequests       int64           `json:"limit_requests"`
+	RemainingRequests   int64           `json:"remaining_requests"`
+	ResetRequests       time.Time       `json:"reset_requests,omitzero"`
+	LimitTokens         int64           `json:"limit_tokens"`
+	RemainingTokens     int64           `json:"remaining_tokens"`
+	ResetTokens         time.Time       `json:"reset_tokens,omitzero"`
+	DeclaredRPM         int64           `json:"declared_rpm,omitempty"`
+	DeclaredTPM         int64           `json:"declared_tpm,omitempty"`
+	RequestsLastMinute  int64           `json:"requests_last_minute"`
+	TokensLastMinute    int64           `json:"tokens_last_minute"`
+	LatencyMS           float64         `json:"latency_ewma_ms"`
+	TTFTMS              float64         `json:"ttft_ewma_ms"`
+	SuccessRate         float64         `json:"success_rate"`
+	InFlight            int             `json:"in_flight"`
+	ConsecutiveFailures int             `json:"consecutive_failures"`
+	LastClass           *provider.Class `json:"last_class,omitempty"` // nil before the first attempt
+	LastAt              time.Time       `json:"last_at,omitzero"`
+	LastMessage         string          `json:"last_message,omitempty"`
 }
 
 // Snapshot returns a copy of the state as seen at now.
@@ -428,7 +432,7 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := Snapshot{
-		Circuit:             s.circuit(now).String(),
+		Circuit:             s.circuit(now),
 		LimitRequests:       s.requests.limit,
 		RemainingRequests:   s.requests.current(now), // -1 once the window refreshed
 		ResetRequests:       s.requests.reset,
@@ -448,10 +452,11 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 		LastMessage:         s.lastMessage,
 	}
 	if s.openUntil.After(now) {
-		snap.OpenUntil, snap.OpenReason = s.openUntil, s.openReason.String()
+		snap.OpenUntil, snap.OpenReason = s.openUntil, s.openReason
 	}
 	if !s.lastAt.IsZero() {
-		snap.LastClass = s.lastClass.String()
+		last := s.lastClass
+		snap.LastClass = &last
 	}
 	return snap
 }

@@ -185,7 +185,7 @@ func TestCircuitReachesTheFleetAtOnce(t *testing.T) {
 			at, why := b.state.AvailableAt(time.Now(), 0)
 			return at.Sub(now) > 25*time.Second && why == provider.RateLimited
 		})
-		if snap := b.state.Snapshot(time.Now()); snap.Circuit != "open" || snap.OpenReason != "rate_limited" {
+		if snap := b.state.Snapshot(time.Now()); snap.Circuit != capacity.Open || snap.OpenReason != provider.RateLimited {
 			t.Errorf("expected b's circuit open for rate_limited, got %s %s", snap.Circuit, snap.OpenReason)
 		}
 		// A success at b closes the circuit everywhere: the newest wins.
@@ -236,7 +236,7 @@ func TestHalfOpenProbeOncePerFleet(t *testing.T) {
 		})
 		time.Sleep(40 * time.Millisecond)
 		now := time.Now()
-		if c := b.state.Snapshot(now).Circuit; c != "half_open" {
+		if c := b.state.Snapshot(now).Circuit; c != capacity.HalfOpen {
 			t.Fatalf("expected b's circuit half-open after the backoff, got %s", c)
 		}
 		if !a.state.Acquire(now, 0) {
@@ -251,7 +251,7 @@ func TestHalfOpenProbeOncePerFleet(t *testing.T) {
 		a.state.Observe(time.Now(), provider.NewObservation(provider.OK), p)
 		a.state.Release()
 		eventually(t, 2*time.Second, "b to learn the probe's success", func() bool {
-			return b.state.Snapshot(time.Now()).Circuit == "closed"
+			return b.state.Snapshot(time.Now()).Circuit == capacity.Closed
 		})
 		if at, _ := b.state.AvailableAt(time.Now(), 0); at.After(time.Now()) {
 			t.Error("expected b free to use the deployment once the circuit closed")
@@ -297,7 +297,7 @@ func TestOutageFallsBackAndResynchronizes(t *testing.T) {
 	m.FlushAll() // as a restarted Redis without persistence
 	eventually(t, 5*time.Second, "both stores up again", func() bool { return a.store.Up() && b.store.Up() })
 	eventually(t, 5*time.Second, "b to learn what a learned during the outage", func() bool {
-		return b.state.Snapshot(time.Now()).Circuit == "open"
+		return b.state.Snapshot(time.Now()).Circuit == capacity.Open
 	})
 	for _, in := range []*instance{a, b} {
 		if n := in.logs.FilterMessageSnippet("unreachable").Len(); n != 1 {
@@ -395,7 +395,7 @@ func TestReloadSwapsTheStore(t *testing.T) {
 	waitSubscribed(t, url, 2)
 	st.Observe(time.Now(), rateLimited(30*time.Second), capacity.DefaultPolicy)
 	eventually(t, 2*time.Second, "the other instance to learn the 429 through the new store", func() bool {
-		return other.state.Snapshot(time.Now()).Circuit == "open"
+		return other.state.Snapshot(time.Now()).Circuit == capacity.Open
 	})
 	if err := next.Close(); err != nil {
 		t.Fatal(err)

@@ -21,12 +21,13 @@ type goBench struct {
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
 
-// goBenchmarks runs the package benchmarks of ./internal/router and ./internal/adapters (on
-// every CPU when pinned: they are single-threaded, but compiling is not).
+// goBenchmarks runs the package benchmarks of ./internal/router,
+// ./internal/adapters, ./internal/jsonbody and ./internal/api (on every CPU
+// when pinned: they are single-threaded, but compiling is not).
 func (b *bench) goBenchmarks() error {
 	b.waitQuiet()
-	b.logf("go test -bench ./internal/router ./internal/adapters (benchtime %s)", b.o.benchtime)
-	argv := []string{"go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", b.o.benchtime, "./internal/router", "./internal/adapters"}
+	b.logf("go test -bench ./internal/router ./internal/adapters ./internal/jsonbody ./internal/api (benchtime %s)", b.o.benchtime)
+	argv := []string{"go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", b.o.benchtime, "./internal/router", "./internal/adapters", "./internal/jsonbody", "./internal/api"}
 	if b.o.allCPUs != "" {
 		argv = append([]string{"taskset", "-c", b.o.allCPUs}, argv...)
 	}

@@ -92,7 +92,7 @@ func runBench(args []string) int {
 	fs.IntVar(&o.streamN, "streams", 60, "streams per streaming run (200 chunks 2 ms apart, 20 streams/s)")
 	fs.IntVar(&o.openStreams, "open-streams", 2000, "concurrent open streams of the memory run")
 	fs.BoolVar(&o.mock, "mock", true, "also measure against llm_mock upstreams")
-	fs.BoolVar(&o.gobench, "gobench", true, "run the Go benchmarks of ./internal/router and ./internal/adapters")
+	fs.BoolVar(&o.gobench, "gobench", true, "run the Go benchmarks of ./internal/router, ./internal/adapters, ./internal/jsonbody and ./internal/api")
 	fs.StringVar(&o.benchtime, "benchtime", "500ms", "go test -benchtime")
 	fs.BoolVar(&o.profile, "profile", true, "take CPU and allocation profiles of the router at the highest sustained rate")
 	fs.Float64Var(&o.noise, "noise", 25, "measure a run again when other processes used more than this % of a CPU meanwhile")

@@ -43,7 +43,7 @@ func (Chat) Parse(body []byte, _ http.Header) (*router.Request, string, *Error) 
 		return nil, "", Errorf(http.StatusBadRequest, InvalidJSON, "", "%s", err.Error())
 	}
 	c := chatScan{noRole: -1}
-	_ = jsonbody.EachMember(body, func(key string, start, end int) bool {
+	_ = jsonbody.EachMember(body, func(key []byte, start, end int) bool {
 		c.member(key, body[start:end])
 		return c.err == nil
 	})
@@ -86,11 +86,11 @@ type chatScan struct {
 	err                            *Error
 }
 
-func (c *chatScan) member(key string, v []byte) {
+func (c *chatScan) member(name []byte, v []byte) {
 	if string(v) == "null" {
 		return
 	}
-	switch key {
+	switch key := string(name); key {
 	case "model":
 		c.model = c.str(key, v)
 	case "stream":
@@ -107,8 +107,8 @@ func (c *chatScan) member(key string, v []byte) {
 			c.typeError(key, "an object")
 			return
 		}
-		_ = jsonbody.EachMember(v, func(k string, start, end int) bool {
-			if k == "include_usage" && string(v[start:end]) != "null" {
+		_ = jsonbody.EachMember(v, func(k []byte, start, end int) bool {
+			if string(k) == "include_usage" && string(v[start:end]) != "null" {
 				c.includeUsage = c.boolean("stream_options.include_usage", v[start:end])
 			}
 			return c.err == nil
@@ -130,8 +130,8 @@ func (c *chatScan) message(m []byte) {
 	role := ""
 	switch m[0] {
 	case '{':
-		_ = jsonbody.EachMember(m, func(k string, start, end int) bool {
-			if k == "role" && string(m[start:end]) != "null" {
+		_ = jsonbody.EachMember(m, func(k []byte, start, end int) bool {
+			if string(k) == "role" && string(m[start:end]) != "null" {
 				role = c.str("messages.role", m[start:end])
 			}
 			return c.err == nil

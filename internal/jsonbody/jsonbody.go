@@ -65,8 +65,8 @@ func GetString(body []byte, key string) (string, bool) {
 // or start -1 when the object has no such member.
 func FindMember(b []byte, key string) (start, end int, err error) {
 	start, end = -1, -1
-	err = EachMember(b, func(name string, vStart, vEnd int) bool {
-		if name == key {
+	err = EachMember(b, func(name []byte, vStart, vEnd int) bool {
+		if string(name) == key {
 			start, end = vStart, vEnd
 			return false
 		}
@@ -82,7 +82,8 @@ func FindMember(b []byte, key string) (start, end int, err error) {
 func CheckKeys(b []byte, names ...string) error {
 	var seen []string
 	var err error
-	walkErr := EachMember(b, func(name string, _, _ int) bool {
+	walkErr := EachMember(b, func(key []byte, _, _ int) bool {
+		name := string(key)
 		for _, s := range seen {
 			if s == name {
 				err = fmt.Errorf("duplicate key %q in the request body", name)
@@ -104,9 +105,9 @@ func CheckKeys(b []byte, names ...string) error {
 	return err
 }
 
-// EachMember calls fn with each top-level member's key (unescaped) and the
-// byte span of its value, until fn returns false.
-func EachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
+// EachMember calls fn with each top-level member's key (unescaped; valid
+// until fn returns) and the byte span of its value, until fn returns false.
+func EachMember(b []byte, fn func(key []byte, vStart, vEnd int) bool) error {
 	i := SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return ErrNotObject
@@ -131,11 +132,13 @@ func EachMember(b []byte, fn func(key string, vStart, vEnd int) bool) error {
 		if kEnd < 0 {
 			return ErrNotObject
 		}
-		name := string(b[i+1 : kEnd-1])
-		if strings.IndexByte(name, '\\') >= 0 {
-			if err := json.Unmarshal(b[i:kEnd], &name); err != nil {
+		name := b[i+1 : kEnd-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			s, ok := String(b[i:kEnd])
+			if !ok {
 				return ErrNotObject
 			}
+			name = []byte(s)
 		}
 		i = SkipSpace(b, kEnd)
 		if i >= len(b) || b[i] != ':' {
@@ -160,17 +163,26 @@ func SkipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index after the string starting at b[i] == '"', or -1.
+// skipString returns the index after the string starting at b[i] == '"',
+// or -1. It jumps from quote to quote (a vectorized search: prompts are
+// long strings); a quote after an odd run of backslashes is escaped.
 func skipString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
+	j := i + 1
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		n := 0
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
 			return j + 1
 		}
+		j++
 	}
-	return -1
 }
 
 // skipValue returns the index after the JSON value starting at b[i], or -1.

@@ -56,18 +56,146 @@ func (r *Request) MaxOutputTokens(def int64) int64 {
 // ParseRequest decodes a request for translation to provider, which
 // answers one choice only: n > 1 is refused rather than silently answered
 // with one.
+//
+// body must be valid JSON: the chat client API validated it (or
+// json.Marshal wrote it), so it is decoded by a scan of its members rather
+// than by json.Unmarshal, which would validate its 4 KB again and rescan
+// every message: a translation's largest cost. The small members go through
+// encoding/json; keys are matched as providers match them, exactly.
 func ParseRequest(body []byte, provider string) (*Request, error) {
-	if _, _, err := jsonbody.FindMember(body, "model"); err != nil {
-		return nil, err
-	}
 	var r Request
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("reading chat request: %w", err)
+	var err error
+	walkErr := jsonbody.EachMember(body, func(key []byte, start, end int) bool {
+		v := body[start:end]
+		if string(key) == "messages" {
+			r.Messages, err = parseMessages(v)
+		} else if dst := r.member(key); dst != nil {
+			err = json.Unmarshal(v, dst)
+		}
+		if err != nil {
+			err = fmt.Errorf("reading chat request: %s: %w", key, err)
+		}
+		return err == nil
+	})
+	if walkErr != nil {
+		return nil, walkErr
+	}
+	if err != nil {
+		return nil, err
 	}
 	if r.N != nil && *r.N > 1 {
 		return nil, fmt.Errorf("n > 1 is not supported by %s", provider)
 	}
 	return &r, nil
+}
+
+// member returns the field of the member key, nil for one not declared.
+func (r *Request) member(key []byte) any {
+	switch string(key) {
+	case "model":
+		return &r.Model
+	case "max_tokens":
+		return &r.MaxTokens
+	case "max_completion_tokens":
+		return &r.MaxCompletionTokens
+	case "temperature":
+		return &r.Temperature
+	case "top_p":
+		return &r.TopP
+	case "stop":
+		return &r.Stop
+	case "tools":
+		return &r.Tools
+	case "tool_choice":
+		return &r.ToolChoice
+	case "parallel_tool_calls":
+		return &r.ParallelToolCalls
+	case "user":
+		return &r.User
+	case "n":
+		return &r.N
+	case "seed":
+		return &r.Seed
+	case "presence_penalty":
+		return &r.PresencePenalty
+	case "frequency_penalty":
+		return &r.FrequencyPenalty
+	case "response_format":
+		return &r.ResponseFormat
+	case "stream":
+		return &r.Stream
+	case "stream_options":
+		return &r.StreamOptions
+	}
+	return nil
+}
+
+// parseMessages decodes messages member by member, content by
+// Content.UnmarshalJSON (a string without a second pass).
+func parseMessages(v []byte) ([]Message, error) {
+	if string(v) == "null" {
+		return nil, nil
+	}
+	var msgs []Message
+	var err error
+	walkErr := jsonbody.EachElement(v, func(start, end int) bool {
+		raw := v[start:end]
+		var m Message
+		switch raw[0] {
+		case 'n': // null: a zero message, as encoding/json reads it
+		case '{':
+			walk := jsonbody.EachMember(raw, func(key []byte, s, e int) bool {
+				err = m.member(key, raw[s:e])
+				return err == nil
+			})
+			if err == nil {
+				err = walk
+			}
+		default:
+			err = fmt.Errorf("messages[%d] is not an object", len(msgs))
+		}
+		msgs = append(msgs, m)
+		return err == nil
+	})
+	if err == nil {
+		err = walkErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if msgs == nil {
+		msgs = []Message{}
+	}
+	return msgs, nil
+}
+
+func (m *Message) member(key []byte, v []byte) error {
+	var dst *string
+	switch string(key) {
+	case "content":
+		return m.Content.UnmarshalJSON(v)
+	case "tool_calls":
+		return json.Unmarshal(v, &m.ToolCalls)
+	case "role":
+		dst = &m.Role
+	case "refusal":
+		dst = &m.Refusal
+	case "tool_call_id":
+		dst = &m.ToolCallID
+	case "name":
+		dst = &m.Name
+	default:
+		return nil
+	}
+	if string(v) == "null" {
+		return nil
+	}
+	s, ok := jsonbody.String(v)
+	if !ok {
+		return fmt.Errorf("%s must be a string", key)
+	}
+	*dst = s
+	return nil
 }
 
 // ResponseFormat is response_format: text, json_object or json_schema.

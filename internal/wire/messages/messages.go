@@ -15,6 +15,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // Version is the Messages API version the router sends unless the client
@@ -25,8 +28,12 @@ const Version = "2023-06-01"
 type Request struct {
 	Model     string `json:"model"`
 	MaxTokens *int64 `json:"max_tokens,omitempty"`
-	// System is a string, or text blocks (with cache_control).
-	System        json.RawMessage `json:"system,omitempty"`
+	// System is the system prompt: written as a string or []Block (text
+	// blocks with cache_control); read into a *SystemPrompt put there
+	// before decoding (encoding/json fills a pointer an interface holds).
+	// Not a json.Marshaler: encoding/json re-validates what those write,
+	// and a system prompt is most of a request's bytes.
+	System        any             `json:"system,omitempty"`
 	Messages      []Message       `json:"messages"`
 	Tools         []Tool          `json:"tools,omitempty"`
 	ToolChoice    *ToolChoice     `json:"tool_choice,omitempty"`
@@ -35,6 +42,48 @@ type Request struct {
 	TopP          *float64        `json:"top_p,omitempty"`
 	Stream        bool            `json:"stream,omitempty"`
 	Metadata      *Metadata       `json:"metadata,omitempty"`
+}
+
+// SystemPrompt is a system prompt as read: a string, or text blocks.
+type SystemPrompt struct {
+	Text   string
+	Blocks []Block
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (p *SystemPrompt) UnmarshalJSON(raw []byte) error {
+	*p = SystemPrompt{}
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case len(raw) == 0 || raw[0] == 'n':
+		return nil
+	case raw[0] == '"':
+		s, ok := jsonbody.String(raw)
+		if !ok {
+			return errors.New("system: not a string")
+		}
+		p.Text = s
+		return nil
+	}
+	if err := json.Unmarshal(raw, &p.Blocks); err != nil {
+		return errors.New("system: must be a string or text blocks")
+	}
+	return nil
+}
+
+// String returns the prompt's text: the string, or the blocks' texts
+// joined by a blank line.
+func (p *SystemPrompt) String() string {
+	if p.Blocks == nil {
+		return p.Text
+	}
+	texts := make([]string, 0, len(p.Blocks))
+	for _, b := range p.Blocks {
+		if t := b.TextOf(); t != "" {
+			texts = append(texts, t)
+		}
+	}
+	return strings.Join(texts, "\n\n")
 }
 
 // Message is one turn: user or assistant.
@@ -50,9 +99,9 @@ type Content []Block
 func (c *Content) UnmarshalJSON(raw []byte) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return err
+		s, ok := jsonbody.String(raw)
+		if !ok {
+			return errors.New("content: not a string")
 		}
 		*c = Content{{Type: "text", Text: &s}}
 		return nil

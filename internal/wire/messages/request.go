@@ -84,13 +84,9 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 	switch {
 	case len(system) == 0:
 	case cached:
-		out.System, _ = json.Marshal(system)
+		out.System = system
 	default:
-		texts := make([]string, len(system))
-		for i, b := range system {
-			texts[i] = b.TextOf()
-		}
-		out.System, _ = json.Marshal(strings.Join(texts, "\n\n"))
+		out.System = (&SystemPrompt{Blocks: system}).String()
 	}
 	trimPrefill(out.Messages)
 	if n := len(out.Messages); n > 0 && out.Messages[n-1].Role == "" {
@@ -267,7 +263,8 @@ func badRequest(format string, args ...any) error {
 // role or block, or a server tool (web search, bash...) the router cannot
 // run.
 func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
-	var r Request
+	var sys SystemPrompt
+	r := Request{System: &sys}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, "", false, badRequest("%v", err)
 	}
@@ -297,12 +294,8 @@ func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
 	if r.Metadata != nil {
 		c.User = r.Metadata.UserID
 	}
-	sys, err := systemText(r.System)
-	if err != nil {
-		return nil, "", false, err
-	}
-	if sys != "" {
-		c.Messages = append(c.Messages, chat.Message{Role: "system", Content: chat.Text(sys)})
+	if text := sys.String(); text != "" {
+		c.Messages = append(c.Messages, chat.Message{Role: "system", Content: chat.Text(text)})
 	}
 	for i, m := range r.Messages {
 		switch m.Role {
@@ -347,29 +340,6 @@ func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
 		return nil, "", false, badRequest("%v", err)
 	}
 	return out, r.Model, r.Stream, nil
-}
-
-// systemText reads system: a string or text blocks (joined by a blank line).
-func systemText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var blocks []Block
-	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", badRequest("system: must be a string or text blocks")
-	}
-	texts := make([]string, 0, len(blocks))
-	for _, b := range blocks {
-		if t := b.TextOf(); t != "" {
-			texts = append(texts, t)
-		}
-	}
-	return strings.Join(texts, "\n\n"), nil
 }
 
 // addUser adds a user turn: its tool results become tool messages first

@@ -33,15 +33,15 @@ type Request struct {
 	// before decoding (encoding/json fills a pointer an interface holds).
 	// Not a json.Marshaler: encoding/json re-validates what those write,
 	// and a system prompt is most of a request's bytes.
-	System        any             `json:"system,omitempty"`
-	Messages      []Message       `json:"messages"`
-	Tools         []Tool          `json:"tools,omitempty"`
-	ToolChoice    *ToolChoice     `json:"tool_choice,omitempty"`
-	StopSequences []string        `json:"stop_sequences,omitempty"`
-	Temperature   *float64        `json:"temperature,omitempty"`
-	TopP          *float64        `json:"top_p,omitempty"`
-	Stream        bool            `json:"stream,omitempty"`
-	Metadata      *Metadata       `json:"metadata,omitempty"`
+	System        any         `json:"system,omitempty"`
+	Messages      []Message   `json:"messages"`
+	Tools         []Tool      `json:"tools,omitempty"`
+	ToolChoice    *ToolChoice `json:"tool_choice,omitempty"`
+	StopSequences []string    `json:"stop_sequences,omitempty"`
+	Temperature   *float64    `json:"temperature,omitempty"`
+	TopP          *float64    `json:"top_p,omitempty"`
+	Stream        bool        `json:"stream,omitempty"`
+	Metadata      *Metadata   `json:"metadata,omitempty"`
 }
 
 // SystemPrompt is a system prompt as read: a string, or text blocks.

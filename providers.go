@@ -33,9 +33,16 @@ func init() {
 // into Caddy with xcaddy) that implements ProviderModule.
 const ProviderNamespace = "llm_router.providers"
 
-// defaultIdlePerHost is the default transport's idle connection pool per
-// provider host.
-const defaultIdlePerHost = 256
+// The default transport's idle connection pool per provider host, and its
+// read and write buffers per connection (bytes; Caddy's default is 4096).
+// A body goes past them, straight between the socket and the reader's or
+// writer's own buffer; status and header lines longer than a buffer are
+// read and written in pieces.
+const (
+	defaultIdlePerHost = 256
+	defaultWriteBuffer = 512
+	defaultReadBuffer  = 512
+)
 
 // ProviderModule is a provider type: a Caddy module in ProviderNamespace.
 // Its JSON object is the provider's whole configuration, "type" naming the
@@ -158,7 +165,15 @@ func (c *ProviderConfig) provisionTransport(ctx caddy.Context, https bool) error
 	// Caddy's default keeps 32 idle connections per host; an LLM provider
 	// is one host that carries all of a busy router's requests, so reusing
 	// more saves a handshake (TLS to real providers) per request under load.
-	t := &reverseproxy.HTTPTransport{KeepAlive: &reverseproxy.KeepAlive{MaxIdleConnsPerHost: defaultIdlePerHost}}
+	// Each open stream holds a connection; its buffers are most of the
+	// stream's memory. Small ones cost nothing worth counting: a request's
+	// body and a large answer's bytes go past a full buffer straight to and
+	// from the socket, and stream events are a few hundred bytes.
+	t := &reverseproxy.HTTPTransport{
+		KeepAlive:       &reverseproxy.KeepAlive{MaxIdleConnsPerHost: defaultIdlePerHost},
+		WriteBufferSize: defaultWriteBuffer,
+		ReadBufferSize:  defaultReadBuffer,
+	}
 	if https {
 		t.TLS = new(reverseproxy.TLSConfig)
 	}

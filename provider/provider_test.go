@@ -100,11 +100,17 @@ func (infinite) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// What AppendEvent writes, the SSE reader reads back as it was.
+// What AppendEvent writes, the SSE reader reads back as it was; WriteEvent
+// writes the same.
 func TestAppendEventRoundTrip(t *testing.T) {
 	var out []byte
 	out = AppendEvent(out, "message_start", []byte(`{"a":1}`))
 	out = AppendEvent(out, "", []byte("line1\nline2"))
+	var w bytes.Buffer
+	if WriteEvent(&w, "message_start", []byte(`{"a":1}`)) != nil || WriteEvent(&w, "", []byte("line1\nline2")) != nil ||
+		w.String() != string(out) {
+		t.Errorf("WriteEvent wrote %q, AppendEvent %q", w.String(), out)
+	}
 	if string(out) != "event: message_start\ndata: {\"a\":1}\n\ndata: line1\ndata: line2\n\n" {
 		t.Errorf("unexpected frames %q", out)
 	}

@@ -34,9 +34,15 @@ type SSEReader struct {
 	ev   Event
 }
 
+// sseBuffer is the SSE reader's buffer, in bytes. An event is a few
+// hundred bytes, and the HTTP transport below buffers the connection
+// already: a small buffer keeps an open stream's memory small (a longer
+// line is read in pieces).
+const sseBuffer = 512
+
 // NewSSEReader reads events from r.
 func NewSSEReader(r io.Reader) *SSEReader {
-	return &SSEReader{r: bufio.NewReaderSize(r, 4096)}
+	return &SSEReader{r: bufio.NewReaderSize(r, sseBuffer)}
 }
 
 // Next returns the next event or comment. At the end of the stream it
@@ -127,6 +133,38 @@ func (s *SSEReader) readLine() ([]byte, error) {
 func trimEOL(b []byte) []byte {
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	return bytes.TrimSuffix(b, []byte("\r"))
+}
+
+// WriteEvent writes one server-sent event to w, as AppendEvent does, in
+// pieces: w is buffered (an http.ResponseWriter), so a stream needs no
+// buffer of its own.
+func WriteEvent(w io.Writer, name string, data []byte) error {
+	if name != "" {
+		if _, err := io.WriteString(w, "event: "+name+"\n"); err != nil {
+			return err
+		}
+	}
+	for {
+		line := data
+		i := bytes.IndexByte(data, '\n')
+		if i >= 0 {
+			line, data = data[:i], data[i+1:]
+		}
+		if _, err := io.WriteString(w, "data: "); err != nil {
+			return err
+		}
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, "\n"); err != nil {
+			return err
+		}
+		if i < 0 {
+			break
+		}
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
 }
 
 // AppendEvent appends one server-sent event to dst: "event: <name>\n" when

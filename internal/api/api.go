@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -174,12 +175,12 @@ type format interface {
 	newStream(from provider.Format) streamWriter
 }
 
-// streamWriter writes one stream's events in the client's format,
-// appending to a buffer.
+// streamWriter writes one stream's events in the client's format to w
+// (the response, which buffers until relay flushes).
 type streamWriter interface {
-	event(dst []byte, ev provider.Event) []byte
-	done(dst []byte) []byte
-	failed(dst []byte, e *router.StreamError) []byte
+	event(w io.Writer, ev provider.Event) error
+	done(w io.Writer) error
+	failed(w io.Writer, e *router.StreamError) error
 }
 
 // writeError answers with e in f's format, and its Retry-After.
@@ -230,30 +231,23 @@ func relay(w http.ResponseWriter, sw streamWriter, s *router.Stream) error {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	var buf []byte
-	flush := func() error {
-		if len(buf) == 0 {
-			return nil
+	err := s.Relay(func(ev provider.Event, done bool) error {
+		var err error
+		if done {
+			err = sw.done(w)
+		} else {
+			err = sw.event(w, ev)
 		}
-		_, err := w.Write(buf)
-		buf = buf[:0]
 		if err != nil {
 			return err
 		}
 		return rc.Flush()
-	}
-	err := s.Relay(func(ev provider.Event, done bool) error {
-		if done {
-			buf = sw.done(buf)
-		} else {
-			buf = sw.event(buf, ev)
-		}
-		return flush()
 	})
 	var se *router.StreamError
 	if errors.As(err, &se) {
-		buf = sw.failed(buf, se)
-		_ = flush()
+		if sw.failed(w, se) == nil {
+			_ = rc.Flush()
+		}
 		return nil
 	}
 	return err

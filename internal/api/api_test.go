@@ -230,41 +230,54 @@ func TestWriteResults(t *testing.T) {
 func TestStreamWriters(t *testing.T) {
 	fail := &router.StreamError{Class: provider.Overloaded, Message: "stream failed: Overloaded"}
 	chunk := provider.Event{Data: []byte(`{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`)}
-
-	sw := Chat{}.newStream(provider.Chat)
-	out := sw.done(sw.event(nil, chunk))
-	if want := "data: " + string(chunk.Data) + "\n\ndata: [DONE]\n\n"; string(out) != want {
-		t.Errorf("chat: expected %q, got %q", want, out)
+	// write runs the writer's steps: an event, the end, or a failure.
+	write := func(sw streamWriter, steps ...any) string {
+		var b bytes.Buffer
+		for _, st := range steps {
+			var err error
+			switch st := st.(type) {
+			case provider.Event:
+				err = sw.event(&b, st)
+			case *router.StreamError:
+				err = sw.failed(&b, st)
+			default:
+				err = sw.done(&b)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.String()
 	}
-	out = sw.failed(nil, fail)
-	if want := `data: {"error":{"message":"the upstream stream failed after it began: stream failed: Overloaded","type":"server_error","param":null,"code":"stream_interrupted"}}` + "\n\n"; string(out) != want {
-		t.Errorf("chat failure: expected %q, got %q", want, out)
+
+	if got, want := write(Chat{}.newStream(provider.Chat), chunk, "done"), "data: "+string(chunk.Data)+"\n\ndata: [DONE]\n\n"; got != want {
+		t.Errorf("chat: expected %q, got %q", want, got)
+	}
+	if got, want := write(Chat{}.newStream(provider.Chat), chunk, fail), "data: "+string(chunk.Data)+"\n\n"+
+		`data: {"error":{"message":"the upstream stream failed after it began: stream failed: Overloaded","type":"server_error","param":null,"code":"stream_interrupted"}}`+"\n\n"; got != want {
+		t.Errorf("chat failure: expected %q, got %q", want, got)
 	}
 
 	// Native Messages events pass as they came; message_stop only when missing.
 	stop := provider.Event{Name: "message_stop", Data: []byte(`{"type":"message_stop"}`)}
-	sw = Messages{}.newStream(provider.Messages)
-	out = sw.done(sw.event(nil, stop))
-	if string(out) != "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n" {
-		t.Errorf("native with message_stop: got %q", out)
+	if got := write(Messages{}.newStream(provider.Messages), stop, "done"); got != "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n" {
+		t.Errorf("native with message_stop: got %q", got)
 	}
-	sw = Messages{}.newStream(provider.Messages)
-	delta := provider.Event{Name: "message_delta", Data: []byte(`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}`)}
-	out = sw.done(sw.event(nil, delta))
-	if !strings.HasSuffix(string(out), "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") {
-		t.Errorf("native without message_stop: expected one added, got %q", out)
+	delta := provider.Event{Name: "message_delta", Data: []byte("{\"type\":\"message_delta\",\n\"usage\":{\"output_tokens\":1}}")}
+	got := write(Messages{}.newStream(provider.Messages), delta, "done")
+	if want := "event: message_delta\ndata: {\"type\":\"message_delta\",\ndata: \"usage\":{\"output_tokens\":1}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"; got != want {
+		t.Errorf("native without message_stop: expected %q, got %q", want, got)
 	}
-	out = sw.failed(nil, fail)
-	if !strings.HasPrefix(string(out), "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"") {
-		t.Errorf("messages failure: expected an overloaded_error event, got %q", out)
+	if got := write(Messages{}.newStream(provider.Messages), fail); !strings.HasPrefix(got, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"") {
+		t.Errorf("messages failure: expected an overloaded_error event, got %q", got)
 	}
 
 	// A Chat stream for a Messages client is translated.
-	sw = Messages{}.newStream(provider.Chat)
-	out = sw.done(sw.event(nil, chunk))
+	got = write(Messages{}.newStream(provider.Chat), chunk, "done")
 	for _, ev := range []string{"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"} {
-		if !strings.Contains(string(out), "event: "+ev+"\n") {
-			t.Errorf("translated: expected %s in %q", ev, out)
+		if !strings.Contains(got, "event: "+ev+"\n") {
+			t.Errorf("translated: expected %s in %q", ev, got)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -251,14 +252,14 @@ func (Chat) newStream(provider.Format) streamWriter { return chatStream{} }
 // chatStream writes chunks as "data: <chunk>" events, then "data: [DONE]".
 type chatStream struct{}
 
-func (chatStream) event(dst []byte, ev provider.Event) []byte {
-	return provider.AppendEvent(dst, "", ev.Data)
+func (chatStream) event(w io.Writer, ev provider.Event) error {
+	return provider.WriteEvent(w, "", ev.Data)
 }
 
-func (chatStream) done(dst []byte) []byte { return append(dst, "data: [DONE]\n\n"...) }
+func (chatStream) done(w io.Writer) error { return provider.WriteEvent(w, "", []byte("[DONE]")) }
 
-func (chatStream) failed(dst []byte, e *router.StreamError) []byte {
-	return provider.AppendEvent(dst, "", chat.NewError(streamFailure(e), "server_error", "stream_interrupted", ""))
+func (chatStream) failed(w io.Writer, e *router.StreamError) error {
+	return provider.WriteEvent(w, "", chat.NewError(streamFailure(e), "server_error", "stream_interrupted", ""))
 }
 
 // decode unmarshals body into v and checks its routing keys: a 400

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 
 	"github.com/llmrouter/caddy-llm-router/internal/router"
@@ -92,33 +93,39 @@ func (Messages) newStream(from provider.Format) streamWriter {
 // stream that was complete without its message_stop gets one.
 type nativeMessages struct{ stopped bool }
 
-func (s *nativeMessages) event(dst []byte, ev provider.Event) []byte {
+func (s *nativeMessages) event(w io.Writer, ev provider.Event) error {
 	s.stopped = ev.Name == "message_stop"
-	return provider.AppendEvent(dst, ev.Name, ev.Data)
+	return provider.WriteEvent(w, ev.Name, ev.Data)
 }
 
-func (s *nativeMessages) done(dst []byte) []byte {
+func (s *nativeMessages) done(w io.Writer) error {
 	if s.stopped {
-		return dst
+		return nil
 	}
-	return provider.AppendEvent(dst, "message_stop", []byte(`{"type":"message_stop"}`))
+	return provider.WriteEvent(w, "message_stop", []byte(`{"type":"message_stop"}`))
 }
 
-func (*nativeMessages) failed(dst []byte, e *router.StreamError) []byte {
-	return append(dst, streamErrorEvent(e)...)
+func (*nativeMessages) failed(w io.Writer, e *router.StreamError) error {
+	_, err := w.Write(streamErrorEvent(e))
+	return err
 }
 
 // translatedMessages writes a Chat stream as Messages events.
 type translatedMessages struct{ enc *messages.ChatEncoder }
 
-func (s *translatedMessages) event(dst []byte, ev provider.Event) []byte {
-	return append(dst, s.enc.Chunk(ev.Data)...)
+func (s *translatedMessages) event(w io.Writer, ev provider.Event) error {
+	_, err := w.Write(s.enc.Chunk(ev.Data))
+	return err
 }
 
-func (s *translatedMessages) done(dst []byte) []byte { return append(dst, s.enc.Done()...) }
+func (s *translatedMessages) done(w io.Writer) error {
+	_, err := w.Write(s.enc.Done())
+	return err
+}
 
-func (*translatedMessages) failed(dst []byte, e *router.StreamError) []byte {
-	return append(dst, streamErrorEvent(e)...)
+func (*translatedMessages) failed(w io.Writer, e *router.StreamError) error {
+	_, err := w.Write(streamErrorEvent(e))
+	return err
 }
 
 // streamErrorEvent is the error event that ends a failed Messages stream,

@@ -190,7 +190,7 @@ func (a *attempt) answer(plan provider.Plan, resp *http.Response) *outcome {
 func (a *attempt) firstContent(plan provider.Plan, resp *http.Response) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
-	s := &Stream{r: a.r, d: a.d, body: resp.Body, in: plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel, timer: a.timer}
+	s := &Stream{r: a.r, d: a.d, body: resp.Body, in: plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
 	for {
 		ev, kind, obs, err := s.in.Next()
 		if err != nil {

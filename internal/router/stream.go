@@ -21,7 +21,6 @@ type Stream struct {
 	in     provider.Stream
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  Timer // the attempt's timeout, stopped at commit
 	idle   Timer // idle_timeout between events, made by the first Relay wait
 	// pending holds what came before the first content (a native stream's
 	// message_start), first the first content.
@@ -35,7 +34,6 @@ type Stream struct {
 func (s *Stream) Close() {
 	s.once.Do(func() {
 		s.d.State.Release()
-		s.timer.Stop()
 		if s.idle != nil {
 			s.idle.Stop()
 		}
@@ -77,6 +75,7 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 			return err
 		}
 	}
+	s.first = provider.Event{}
 	for {
 		ev, kind, obs, err := s.next()
 		if err != nil {

@@ -66,22 +66,9 @@ func (*Azure) Serves(provider.Format) bool { return true }
 // form) with the model set: harmless for deployment URLs, required by the
 // v1 API.
 func (p *Azure) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	if r.Format == provider.Embeddings {
-		req, err := azurePost(ctx, &p.Endpoint, model, "embeddings", r.Body, false)
-		if err != nil {
-			return nil, err
-		}
-		return &plan{req: req, format: provider.Embeddings, native: true, r: embeddingsReader{}}, nil
-	}
-	body, err := r.Chat()
-	if err != nil {
-		return nil, err
-	}
-	req, err := azurePost(ctx, &p.Endpoint, model, "chat/completions", body, r.Stream)
-	if err != nil {
-		return nil, err
-	}
-	return chatPlan(req, model, r, true, azureReader{}), nil
+	return planOpenAIFamily(model, r, azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+		return azurePost(ctx, &p.Endpoint, model, op, body, stream)
+	})
 }
 
 // azurePost builds a POST of body, with model set, to the deployment's

@@ -343,24 +343,16 @@ func geminiUserParts(m *chat.Message) ([]gemPart, error) {
 			if p.Text != "" { // a part must hold data
 				out = append(out, gemPart{Text: p.Text})
 			}
-		case "image_url":
-			u := p.URLOf()
-			if mt, data, ok := chat.ParseDataURL(u); ok {
-				out = append(out, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
-			} else if chat.IsHTTPURL(u) {
-				out = append(out, gemPart{FileData: &gemFileData{MimeType: mimeFromURL(u), FileURI: u}})
+		case "image_url", "file":
+			m, err := p.Media()
+			if err != nil {
+				return nil, err
+			}
+			if m.URL != "" {
+				out = append(out, gemPart{FileData: &gemFileData{MimeType: mimeFromURL(m.URL), FileURI: m.URL}})
 			} else {
-				return nil, errors.New("image_url must be a base64 data URL or an http(s) URL")
+				out = append(out, gemPart{InlineData: &gemBlob{MimeType: m.MediaType, Data: m.Data}})
 			}
-		case "file":
-			if p.File == nil {
-				return nil, errors.New("file part without file")
-			}
-			mt, data, ok := chat.ParseDataURL(p.File.FileData)
-			if !ok {
-				return nil, errors.New("file parts must carry file_data as a base64 data URL (file ids are OpenAI's)")
-			}
-			out = append(out, gemPart{InlineData: &gemBlob{MimeType: mt, Data: data}})
 		default:
 			return nil, fmt.Errorf("content part type %q is not supported by gemini", p.Type)
 		}

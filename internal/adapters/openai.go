@@ -41,8 +41,18 @@ func (*OpenAI) Serves(provider.Format) bool { return true }
 
 // Plan implements provider.Provider.
 func (p *OpenAI) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
+	return planOpenAIFamily(model, r, chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+		return openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/"+op, model, body, stream)
+	})
+}
+
+// planOpenAIFamily plans an attempt on a provider of the OpenAI format
+// (openai, azure): embeddings as they came, anything else through its Chat
+// form; post builds the request of an operation ("embeddings",
+// "chat/completions"), rd reads its Chat answers.
+func planOpenAIFamily(model string, r *provider.Request, rd reader, post func(op string, body []byte, stream bool) (*http.Request, error)) (provider.Plan, error) {
 	if r.Format == provider.Embeddings {
-		req, err := openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/embeddings", model, r.Body, false)
+		req, err := post("embeddings", r.Body, false)
 		if err != nil {
 			return nil, err
 		}
@@ -52,11 +62,11 @@ func (p *OpenAI) Plan(ctx context.Context, model string, r *provider.Request) (p
 	if err != nil {
 		return nil, err
 	}
-	req, err := openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/chat/completions", model, body, r.Stream)
+	req, err := post("chat/completions", body, r.Stream)
 	if err != nil {
 		return nil, err
 	}
-	return chatPlan(req, model, r, true, chatReader{}), nil
+	return chatPlan(req, model, r, true, rd), nil
 }
 
 // openAIPost builds a POST of body, with model set, to url with the

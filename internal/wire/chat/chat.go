@@ -341,6 +341,39 @@ func (p *Part) URLOf() string {
 	return p.ImageURL.URL
 }
 
+// Media is what an image_url or file part carries, as translations to
+// other formats need it: inline base64 Data of MediaType, or (images only)
+// a URL to fetch.
+type Media struct {
+	MediaType, Data, URL string
+	// File is true for a file part (a document), false for an image.
+	File bool
+}
+
+// Media reads an image_url or file part. Errors: an image that is neither
+// a base64 data URL nor an http(s) URL, a file part without file_data as a
+// base64 data URL (file ids are OpenAI's).
+func (p *Part) Media() (Media, error) {
+	if p.Type == "file" {
+		if p.File == nil {
+			return Media{}, errors.New("file part without file")
+		}
+		mt, data, ok := ParseDataURL(p.File.FileData)
+		if !ok {
+			return Media{}, errors.New("file parts must carry file_data as a base64 data URL (file ids are OpenAI's)")
+		}
+		return Media{MediaType: mt, Data: data, File: true}, nil
+	}
+	u := p.URLOf()
+	if mt, data, ok := ParseDataURL(u); ok {
+		return Media{MediaType: mt, Data: data}, nil
+	}
+	if IsHTTPURL(u) {
+		return Media{URL: u}, nil
+	}
+	return Media{}, errors.New("image_url must be a base64 data URL or an http(s) URL")
+}
+
 // File is a file part's file: its data as a data URL.
 type File struct {
 	FileData string `json:"file_data"`

@@ -177,24 +177,19 @@ func userBlocks(m *chat.Message) ([]Block, error) {
 				b.CacheControl = p.CacheControl
 				blocks = append(blocks, b)
 			}
-		case "image_url":
-			u := p.URLOf()
-			if mt, data, ok := chat.ParseDataURL(u); ok {
-				blocks = append(blocks, Block{Type: "image", Source: &Source{Type: "base64", MediaType: mt, Data: data}})
-			} else if chat.IsHTTPURL(u) {
-				blocks = append(blocks, Block{Type: "image", Source: &Source{Type: "url", URL: u}})
-			} else {
-				return nil, errors.New("image_url must be a base64 data URL or an http(s) URL")
+		case "image_url", "file":
+			m, err := p.Media()
+			if err != nil {
+				return nil, err
 			}
-		case "file":
-			if p.File == nil {
-				return nil, errors.New("file part without file")
+			switch {
+			case m.File:
+				blocks = append(blocks, Block{Type: "document", Source: &Source{Type: "base64", MediaType: m.MediaType, Data: m.Data}})
+			case m.URL != "":
+				blocks = append(blocks, Block{Type: "image", Source: &Source{Type: "url", URL: m.URL}})
+			default:
+				blocks = append(blocks, Block{Type: "image", Source: &Source{Type: "base64", MediaType: m.MediaType, Data: m.Data}})
 			}
-			mt, data, ok := chat.ParseDataURL(p.File.FileData)
-			if !ok {
-				return nil, errors.New("file parts must carry file_data as a base64 data URL (file ids are OpenAI's)")
-			}
-			blocks = append(blocks, Block{Type: "document", Source: &Source{Type: "base64", MediaType: mt, Data: data}})
 		default:
 			return nil, fmt.Errorf("content part type %q is not supported by anthropic", p.Type)
 		}

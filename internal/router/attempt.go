@@ -56,8 +56,8 @@ type outcome struct {
 	took   time.Duration // until the answer was read, or a stream's first content
 }
 
-// attempt is one exchange under way: its context, its time limit and when
-// it began.
+// attempt is one exchange under way: its context, its time limit, when it
+// began, and the provider's plan.
 type attempt struct {
 	r      *Router
 	d      *Deployment
@@ -66,27 +66,35 @@ type attempt struct {
 	cancel context.CancelCauseFunc
 	timer  Timer
 	began  time.Time
+	plan   provider.Plan
 	out    *outcome
 }
 
-// exchange makes one attempt on d. Its time limit is the smaller of the
-// deployment's own (timeout, or ttft_timeout for a stream until its first
-// content) and what is left until the request's deadline; which of the two
-// ended it decides between a failover (the provider's fault) and a 504.
-func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, deadline time.Time) *outcome {
+// plan prepares one attempt on d: its clock and time limit, and the
+// provider's plan. Its time limit is the smaller of the deployment's own
+// (timeout, or ttft_timeout for a stream until its first content) and what
+// is left until the request's deadline; which of the two ends it decides
+// between a failover (the provider's fault) and a 504. It reports false,
+// with the attempt's outcome, when the provider cannot express the request
+// (n > 1 for Anthropic, say): nothing is sent, another deployment may.
+func (r *Router) plan(parent context.Context, d *Deployment, req *Request, deadline time.Time) (*attempt, bool) {
 	a := r.begin(parent, d, req, deadline)
-	plan, err := d.Provider.Plan(a.ctx, d.Model, req.Request)
-	if err != nil {
-		// This provider cannot express the request (n > 1 for Anthropic,
-		// say); another deployment may.
+	var err error
+	if a.plan, err = d.Provider.Plan(a.ctx, d.Model, req.Request); err != nil {
 		a.finish()
 		a.out.end = unplanned
 		a.out.obs = provider.NewObservation(provider.ClientError)
 		a.out.obs.Message = err.Error()
-		return a.out
+		return a, false
 	}
-	a.out.format, a.out.native = plan.Format(), plan.Native()
-	resp, err := d.Transport.RoundTrip(plan.Request())
+	a.out.format, a.out.native = a.plan.Format(), a.plan.Native()
+	return a, true
+}
+
+// exchange sends the planned attempt and reads its answer: an error
+// status, a whole answer, or a stream's first content.
+func (a *attempt) exchange(req *Request) *outcome {
+	resp, err := a.d.Transport.RoundTrip(a.plan.Request())
 	if err != nil {
 		return a.fail(provider.Transport, err)
 	}
@@ -95,9 +103,9 @@ func (r *Router) exchange(parent context.Context, d *Deployment, req *Request, d
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		return a.errorAnswer(resp)
 	case !req.Stream:
-		return a.answer(plan, resp)
+		return a.answer(resp)
 	}
-	return a.firstContent(plan, resp)
+	return a.firstContent(resp)
 }
 
 // begin starts an attempt's clock and timer.
@@ -160,7 +168,7 @@ func (a *attempt) errorAnswer(resp *http.Response) *outcome {
 
 // answer reads a non-streamed success into the plan's format; a body that
 // is no answer is the deployment's failure.
-func (a *attempt) answer(plan provider.Plan, resp *http.Response) *outcome {
+func (a *attempt) answer(resp *http.Response) *outcome {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
 	resp.Body.Close()
 	if err != nil {
@@ -174,7 +182,7 @@ func (a *attempt) answer(plan provider.Plan, resp *http.Response) *outcome {
 		return out
 	}
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
-	if out.body, err = plan.Answer(body); err != nil {
+	if out.body, err = a.plan.Answer(body); err != nil {
 		out.obs = provider.NewObservation(provider.Server)
 		out.obs.Message = "untranslatable answer: " + err.Error()
 		return out
@@ -187,10 +195,10 @@ func (a *attempt) answer(plan provider.Plan, resp *http.Response) *outcome {
 // and pings do not count; an error event before any content is a failure
 // like an error status, and the router may still fail over. What a native
 // stream sends before (message_start) is held for the client until then.
-func (a *attempt) firstContent(plan provider.Plan, resp *http.Response) *outcome {
+func (a *attempt) firstContent(resp *http.Response) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
-	s := &Stream{r: a.r, d: a.d, body: resp.Body, in: plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
+	s := &Stream{r: a.r, d: a.d, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
 	for {
 		ev, kind, obs, err := s.in.Next()
 		if err != nil {

@@ -234,15 +234,18 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 			ce.Write(zap.Int("attempt", res.Attempts+1), zap.String("chose", d.Name),
 				zap.String("candidates", describe(group, cands, now)))
 		}
-		if !d.State.Acquire(now, req.Tokens) {
-			continue // a half-open circuit's probe was taken meanwhile
-		}
-		out := r.exchange(ctx, d, req, deadline)
-		if out.end == unplanned {
-			d.State.Release()
-			w.per[i].excluded, w.unplanned = true, out
+		a, ok := r.plan(ctx, d, req, deadline)
+		if !ok {
+			w.per[i].excluded, w.unplanned = true, a.out
 			continue
 		}
+		// Claimed only for an attempt that goes out: a request the
+		// provider cannot express spends none of its windows.
+		if !d.State.Acquire(now, req.Tokens) {
+			a.finish()
+			continue // a half-open circuit's probe was taken meanwhile
+		}
+		out := a.exchange(req)
 		if w.last != nil && r.Observer != nil {
 			r.Observer.Failover(w.last.d, w.last.obs.Class)
 		}

@@ -569,3 +569,36 @@ func TestNo429WhileADeploymentIsOnlyFailing(t *testing.T) {
 		t.Errorf("expected 502 (a failed, b rate-limited), got %v (%q)", res.Err, res.FailoverReason)
 	}
 }
+
+// refusing is a provider that can express no request (as Anthropic cannot
+// n > 1).
+type refusing struct{ provider.Provider }
+
+func (refusing) Plan(context.Context, string, *provider.Request) (provider.Plan, error) {
+	return nil, errors.New("n > 1 is not supported by refusing")
+}
+
+// A deployment that cannot express the request is skipped without an
+// attempt, and spends none of its windows; when no deployment can, the
+// router answers 400 with why.
+func TestUnplannableDeploymentSpendsNothing(t *testing.T) {
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	a := deployment("a", &script{})
+	a.Provider = refusing{a.Provider}
+	a.Quality = 1
+	a.State.Declare(1, 0)
+	group := []*Deployment{a, deployment("b", b)}
+	r := newRouter(newFakeClock())
+	res := r.Serve(context.Background(), group, chatReq)
+	if res.Err != nil || res.Deployment != group[1] || res.Attempts != 1 || res.FailoverReason != provider.OK {
+		t.Fatalf("expected b after no attempt on a, got %v %v after %d (%s)", res.Err, res.Deployment, res.Attempts, res.FailoverReason)
+	}
+	if snap := a.State.Snapshot(r.Clock.Now()); snap.RequestsLastMinute != 0 || snap.InFlight != 0 {
+		t.Errorf("expected a's declared window unspent, got %+v", snap)
+	}
+	res = r.Serve(context.Background(), group[:1], chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != 400 || e.Class != provider.ClientError || !strings.Contains(e.Message, "n > 1") || res.Attempts != 0 {
+		t.Errorf("expected a 400 saying why, without attempts, got %v after %d", res.Err, res.Attempts)
+	}
+}

@@ -36,7 +36,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    weights       [cost <w>] [latency <w>] [reliability <w>] [quality <w>] [capacity <w>]
 //
 //	    provider <name> {
-//	        type          openai
+//	        type          openai|anthropic|gemini|azure|<a module of llm_router.providers>
 //	        base_url      <url>
 //	        api_key       <key>
 //	        timeout       <duration>
@@ -44,6 +44,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        idle_timeout  <duration>
 //	        header        <name> <value>
 //	        transport     http { ... }
+//	        ...           the provider type's own options
 //	    }
 //
 //	    model <name> {
@@ -59,8 +60,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	}
 //
-// Unknown and duplicate subdirectives, negative values, a deployment naming
-// an unknown provider and a model group without deployments are errors.
+// Unknown and duplicate subdirectives, an unknown provider type, negative
+// values, a deployment naming an unknown provider and a model group without
+// deployments are errors, with the file and line.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {

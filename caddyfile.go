@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -192,7 +193,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	for _, r := range refs {
 		if _, ok := h.ProvidersRaw[r.provider]; !ok {
-			return fmt.Errorf("%s:%d - Error during parsing: deployment names unknown provider %s", r.file, r.line, r.provider)
+			return fmt.Errorf("deployment names unknown provider %s (configured: %s), at %s:%d",
+				r.provider, strings.Join(sortedKeys(h.ProvidersRaw), ", "), r.file, r.line)
 		}
 	}
 	return nil
@@ -231,6 +233,7 @@ func parseProvider(d *caddyfile.Dispenser) (json.RawMessage, error) {
 func providerType(d *caddyfile.Dispenser) (caddy.ModuleInfo, error) {
 	d.Next() // provider
 	d.Next() // its name
+	name, file, line := d.Val(), d.File(), d.Line()
 	var mod caddy.ModuleInfo
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		key := d.Val()
@@ -251,7 +254,7 @@ func providerType(d *caddyfile.Dispenser) (caddy.ModuleInfo, error) {
 		}
 	}
 	if mod.New == nil {
-		return mod, d.Err("provider needs a type")
+		return mod, fmt.Errorf("provider %s needs a type (%s), at %s:%d", name, strings.Join(providerTypes(), ", "), file, line)
 	}
 	return mod, nil
 }

@@ -257,8 +257,13 @@ func (h *Handler) provisionProviders(ctx caddy.Context) error {
 		if !ok {
 			return fmt.Errorf("provider %s: %T is not a provider type (ProviderModule)", name, mod)
 		}
-		if !pm.ProviderSettings().provisioned {
+		cfg := pm.ProviderSettings()
+		if !cfg.provisioned {
 			return fmt.Errorf("provider %s: type %s did not provision its ProviderConfig", name, h.types[name])
+		}
+		if cfg.APIKey != "" && cfg.endpoint.APIKey == "" {
+			h.logger.Warn("api_key is empty once its placeholders are replaced; is the environment variable set?",
+				zap.String("provider", name))
 		}
 		h.providers[name] = pm
 	}

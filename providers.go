@@ -131,9 +131,6 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", c.BaseURL)
 	}
 	c.endpoint = provider.Endpoint{BaseURL: base, APIKey: repl.ReplaceKnown(c.APIKey, ""), Header: http.Header{}}
-	if c.APIKey != "" && c.endpoint.APIKey == "" {
-		ctx.Logger().Warn("api_key is empty once its placeholders are replaced; is the environment variable set?")
-	}
 	for k, vs := range c.Headers {
 		for _, v := range vs {
 			c.endpoint.Header.Add(k, repl.ReplaceKnown(v, ""))

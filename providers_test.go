@@ -1,7 +1,6 @@
 package llmrouter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -46,13 +45,21 @@ func (e *echoType) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 func (*echoType) Serves(f provider.Format) bool { return f == provider.Chat }
 
+// Plan sends the request's Chat form, with the upstream model, to
+// <base_url>/echo/<model>, the key in X-Echo-Key.
 func (e *echoType) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	ep := e.ProviderEndpoint()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.BaseURL+"/echo/"+model, bytes.NewReader(r.Body))
+	body, err := r.Chat()
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("X-Echo-Key", ep.APIKey)
+	if body, err = provider.SetModel(body, model); err != nil {
+		return nil, err
+	}
+	ep := e.ProviderEndpoint()
+	req, err := ep.NewRequest(ctx, ep.BaseURL+"/echo/"+model, body, r.Stream, "X-Echo-Key", "")
+	if err != nil {
+		return nil, err
+	}
 	return echoPlan{req: req, greeting: e.Greeting}, nil
 }
 
@@ -70,10 +77,32 @@ type echoPlan struct {
 	greeting string
 }
 
-func (p echoPlan) Request() *http.Request         { return p.req }
-func (echoPlan) Format() provider.Format          { return provider.Chat }
-func (echoPlan) Native() bool                     { return false }
-func (echoPlan) Stream(io.Reader) provider.Stream { return nil }
+func (p echoPlan) Request() *http.Request { return p.req }
+func (echoPlan) Format() provider.Format  { return provider.Chat }
+func (echoPlan) Native() bool             { return false }
+
+// Stream reads the echo's stream: each event's data is a word, sent on as
+// a chat.completion.chunk; "END" finishes the answer.
+func (p echoPlan) Stream(body io.Reader) provider.Stream {
+	return provider.SSE(body, &echoStream{greeting: p.greeting})
+}
+
+type echoStream struct {
+	greeting string
+	done     bool
+}
+
+func (s *echoStream) Decode(ev *provider.Event) (provider.Event, provider.EventKind, provider.Observation) {
+	if string(ev.Data) == "END" {
+		s.done = true
+		return provider.Event{}, provider.EventDone, provider.Observation{}
+	}
+	chunk, _ := json.Marshal(map[string]any{"object": "chat.completion.chunk", "model": "echo",
+		"choices": []map[string]any{{"index": 0, "delta": map[string]string{"content": s.greeting + " " + string(ev.Data)}}}})
+	return provider.Event{Data: chunk}, provider.EventData, provider.Observation{}
+}
+
+func (s *echoStream) Complete() bool { return s.done }
 
 // Answer turns the echo into a chat.completion.
 func (p echoPlan) Answer(body []byte) ([]byte, error) {
@@ -86,8 +115,14 @@ func (p echoPlan) Answer(body []byte) ([]byte, error) {
 // the built-in ones (its own options too), adapted to JSON, and routed to.
 func TestThirdPartyProviderType(t *testing.T) {
 	var seen *http.Request
+	var sent []byte
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = r
+		sent, _ = io.ReadAll(r.Body)
+		if r.Header.Get("Accept") == "text/event-stream" {
+			_, _ = w.Write([]byte("data: one\n\ndata: two\n\ndata: END\n\n"))
+			return
+		}
 		_, _ = w.Write([]byte("pong"))
 	}))
 	defer upstream.Close()
@@ -125,8 +160,19 @@ func TestThirdPartyProviderType(t *testing.T) {
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"content":"hello, pong"`) || w.Header().Get(HeaderDeployment) != "e/up-model" {
 		t.Errorf("expected the echo type's answer, got %d %s", w.Code, w.Body)
 	}
-	if seen == nil || seen.URL.Path != "/echo/up-model" || seen.Header.Get("X-Echo-Key") != "echo-key" {
-		t.Errorf("expected the type's own request, got %+v", seen)
+	if seen == nil || seen.URL.Path != "/echo/up-model" || seen.Header.Get("X-Echo-Key") != "echo-key" ||
+		!strings.Contains(string(sent), `"model":"up-model"`) {
+		t.Errorf("expected the type's own request with the upstream model, got %+v %s", seen, sent)
+	}
+	// Streamed, through the type's decoder, to a Messages client (translated).
+	w = httptest.NewRecorder()
+	r = httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"ping"}]}`))
+	if err := h.ServeHTTP(w, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b := w.Body.String(); w.Code != 200 || !strings.Contains(b, `"content":"hello one"`) || !strings.Contains(b, `"content":"hello two"`) ||
+		!strings.HasSuffix(b, "data: [DONE]\n\n") {
+		t.Errorf("expected the echo's stream, got %d %s", w.Code, b)
 	}
 	// Not served: the type does not take Messages.
 	w = httptest.NewRecorder()
@@ -151,6 +197,13 @@ func TestThirdPartyProviderType(t *testing.T) {
 			type openai
 			base_url http://h
 		}`: "duplicate subdirective type in provider",
+		`provider e {
+			base_url http://h
+		}`: "provider e needs a type (anthropic, azure, echo_test, gemini, openai), at Testfile:2",
+		`provider f {
+			type openai
+			base_url http://h
+		}`: "deployment names unknown provider e (configured: f), at Testfile:",
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\n" + input + "\nmodel m {\ndeployment e x\n}\n}"))

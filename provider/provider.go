@@ -18,15 +18,18 @@
 // capacity it states) and to the Plan (the answer itself, in Plan.Format);
 // the client API writes that answer in the client's format.
 //
-// It imports neither Caddy nor the rest of this project.
+// It imports no Caddy, and of this project only an internal JSON scanner.
 package provider
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // Format is a wire format of requests and answers.
@@ -224,6 +227,14 @@ func (s *sseStream) Next() (Event, EventKind, Observation, error) {
 
 func (s *sseStream) Complete() bool { return s.dec.Complete() }
 
+// SetModel returns body, a JSON object (a client's request), with its
+// top-level "model" set to model, the deployment's upstream model in place
+// of the client's model group: one copy, nothing else of body re-encoded.
+// It fails when body is not a JSON object.
+func SetModel(body []byte, model string) ([]byte, error) {
+	return jsonbody.SetString(body, "model", model)
+}
+
 // Endpoint is what a provider type needs to reach one account over HTTP
 // with a key: the common part of its configuration, resolved (placeholders
 // replaced, the trailing slash of the base URL removed).
@@ -236,4 +247,29 @@ type Endpoint struct {
 	APIKey string
 	// Header holds extra upstream headers (the Caddyfile `header` lines).
 	Header http.Header
+}
+
+// NewRequest builds a POST of a JSON body to url, with the account's extra
+// headers and its key in keyHeader as keyPrefix+key ("Authorization",
+// "Bearer "; nothing when there is no key), and Accept for a stream or a
+// JSON answer. Nothing of the client's request is in it. The router sends
+// it with the deployment's transport, under its timeouts.
+func (e *Endpoint) NewRequest(ctx context.Context, url string, body []byte, stream bool, keyHeader, keyPrefix string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range e.Header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if e.APIKey != "" {
+		req.Header.Set(keyHeader, keyPrefix+e.APIKey)
+	}
+	return req, nil
 }

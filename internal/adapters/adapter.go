@@ -11,7 +11,6 @@ package adapters
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -64,29 +63,6 @@ func (p *plan) Stream(body io.Reader) provider.Stream { return provider.SSE(body
 func chatPlan(req *http.Request, model string, r *provider.Request, native bool, rd reader) *plan {
 	return &plan{req: req, format: provider.Chat, native: native, model: model,
 		choices: max(r.Choices, 1), includeUsage: r.IncludeUsage, r: rd}
-}
-
-// newPost builds a POST of a JSON body to url with the provider's extra
-// headers and its key in keyHeader (as keyPrefix + key; nothing when the
-// key is empty). Nothing of the client's request is copied.
-func newPost(ctx context.Context, ep *provider.Endpoint, url string, body []byte, stream bool, keyHeader, keyPrefix string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range ep.Header {
-		req.Header[k] = v
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if ep.APIKey != "" {
-		req.Header.Set(keyHeader, keyPrefix+ep.APIKey)
-	}
-	return req, nil
 }
 
 // errNoEmbeddings is a plan's error for an embeddings request to a

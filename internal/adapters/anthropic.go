@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -58,7 +57,7 @@ func (p *Anthropic) Plan(ctx context.Context, model string, r *provider.Request)
 	case provider.Embeddings:
 		return nil, errNoEmbeddings
 	case provider.Messages:
-		body, err := jsonbody.SetString(r.Body, "model", model)
+		body, err := provider.SetModel(r.Body, model)
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +90,7 @@ func (p *Anthropic) Plan(ctx context.Context, model string, r *provider.Request)
 // post builds a POST of a Messages body with the provider's key and API
 // version; nothing of the client's.
 func (p *Anthropic) post(ctx context.Context, body []byte, stream bool) (*http.Request, error) {
-	req, err := newPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/messages", body, stream, "X-Api-Key", "")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/messages", body, stream, "X-Api-Key", "")
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -74,7 +73,7 @@ func (p *Azure) Plan(ctx context.Context, model string, r *provider.Request) (pr
 // azurePost builds a POST of body, with model set, to the deployment's
 // operation, with the api-key header.
 func azurePost(ctx context.Context, ep *provider.Endpoint, model, op string, body []byte, stream bool) (*http.Request, error) {
-	out, err := jsonbody.SetString(body, "model", model)
+	out, err := provider.SetModel(body, model)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +81,7 @@ func azurePost(ctx context.Context, ep *provider.Endpoint, model, op string, bod
 	if err != nil {
 		return nil, err
 	}
-	return newPost(ctx, ep, target, out, stream, "Api-Key", "")
+	return ep.NewRequest(ctx, target, out, stream, "Api-Key", "")
 }
 
 // Observe implements provider.Provider: the openai dialect.

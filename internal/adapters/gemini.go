@@ -73,7 +73,7 @@ func (p *Gemini) Plan(ctx context.Context, model string, r *provider.Request) (p
 	} else {
 		target += ":generateContent"
 	}
-	req, err := newPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/"+target, out, r.Stream, "X-Goog-Api-Key", "")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/"+target, out, r.Stream, "X-Goog-Api-Key", "")
 	if err != nil {
 		return nil, err
 	}

@@ -72,11 +72,11 @@ func planOpenAIFamily(model string, r *provider.Request, rd reader, post func(op
 // openAIPost builds a POST of body, with model set, to url with the
 // provider's Bearer key and extra headers; nothing of the client's.
 func openAIPost(ctx context.Context, ep *provider.Endpoint, url, model string, body []byte, stream bool) (*http.Request, error) {
-	out, err := jsonbody.SetString(body, "model", model)
+	out, err := provider.SetModel(body, model)
 	if err != nil {
 		return nil, err
 	}
-	return newPost(ctx, ep, url, out, stream, "Authorization", "Bearer ")
+	return ep.NewRequest(ctx, url, out, stream, "Authorization", "Bearer ")
 }
 
 // chatReader reads Chat Completions answers and streams.

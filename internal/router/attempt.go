@@ -80,7 +80,11 @@ type attempt struct {
 func (r *Router) plan(parent context.Context, d *Deployment, req *Request, deadline time.Time) (*attempt, bool) {
 	a := r.begin(parent, d, req, deadline)
 	var err error
-	if a.plan, err = d.Provider.Plan(a.ctx, d.Model, req.Request); err != nil {
+	a.plan, err = d.Provider.Plan(a.ctx, d.Model, req.Request)
+	if err == nil && (a.plan == nil || a.plan.Request() == nil) {
+		err = errors.New("the provider type planned no request") // its bug: try another deployment
+	}
+	if err != nil {
 		a.finish()
 		a.out.end = unplanned
 		a.out.obs = provider.NewObservation(provider.ClientError)
@@ -199,6 +203,10 @@ func (a *attempt) firstContent(resp *http.Response) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
 	s := &Stream{r: a.r, d: a.d, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
+	if s.in == nil {
+		resp.Body.Close()
+		return a.fail(provider.Server, errors.New("the provider type reads no stream"))
+	}
 	for {
 		ev, kind, obs, err := s.in.Next()
 		if err != nil {

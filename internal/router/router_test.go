@@ -602,3 +602,40 @@ func TestUnplannableDeploymentSpendsNothing(t *testing.T) {
 		t.Errorf("expected a 400 saying why, without attempts, got %v after %d", res.Err, res.Attempts)
 	}
 }
+
+// brokenPlans is a provider type with bugs: a plan without a request, or
+// without a stream reader.
+type brokenPlans struct {
+	provider.Provider
+	noRequest bool
+}
+
+type streamless struct{ provider.Plan }
+
+func (streamless) Stream(io.Reader) provider.Stream { return nil }
+
+func (b brokenPlans) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
+	if b.noRequest {
+		return nil, nil
+	}
+	p, err := b.Provider.Plan(ctx, model, r)
+	return streamless{p}, err
+}
+
+// A provider type's bug fails its deployment over, never the router.
+func TestBrokenProviderTypeFailsOver(t *testing.T) {
+	for _, noRequest := range []bool{true, false} {
+		a := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, final, "data: [DONE]")}})
+		a.Provider = brokenPlans{a.Provider, noRequest}
+		a.Quality = 1
+		b := deployment("b", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, final, "data: [DONE]")}})
+		res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{a, b}, &Request{Request: wire(chatReq.Body, true)})
+		if res.Err != nil || res.Deployment != b || res.Stream == nil {
+			t.Errorf("noRequest=%v: expected b's stream, got %v %v", noRequest, res.Err, res.Deployment)
+			continue
+		}
+		if got, err := relay(t, res.Stream); err != nil || got[len(got)-1] != "[DONE]" {
+			t.Errorf("noRequest=%v: expected b's whole stream, got %q %v", noRequest, got, err)
+		}
+	}
+}

@@ -81,10 +81,14 @@ func TestStoreProvisionAndReload(t *testing.T) {
 	if err := second.Provision(newCaddyContext(t)); err != nil {
 		t.Fatal(err)
 	}
+	if first.store == nil || second.store != first.store {
+		t.Fatal("expected the reload to keep the store (one connection, from the pool)")
+	}
 	_ = first.Cleanup()
 	if second.groups["fast"][0].State != st {
 		t.Fatal("expected the state kept across the reload")
 	}
+
 	rl := provider.NewObservation(provider.RateLimited)
 	rl.RetryAfter = 30 * time.Second
 	st.Observe(time.Now(), rl, capacity.DefaultPolicy)

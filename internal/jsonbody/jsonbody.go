@@ -80,23 +80,22 @@ func FindMember(b []byte, key string) (start, end int, err error) {
 // on which copy wins (Go's is case-insensitive, most take the last), so the
 // router and the provider could read different models or stream modes.
 func CheckKeys(b []byte, names ...string) error {
-	var seen []string
+	// A set of the keys seen: a body of 700,000 keys is checked in linear
+	// time, not quadratic.
+	seen := map[string]struct{}{}
 	var err error
 	walkErr := EachMember(b, func(key []byte, _, _ int) bool {
-		name := string(key)
-		for _, s := range seen {
-			if s == name {
-				err = fmt.Errorf("duplicate key %q in the request body", name)
-				return false
-			}
+		if _, dup := seen[string(key)]; dup {
+			err = fmt.Errorf("duplicate key %q in the request body", key)
+			return false
 		}
 		for _, n := range names {
-			if name != n && strings.EqualFold(name, n) {
-				err = fmt.Errorf("key %q must be spelled %q", name, n)
+			if string(key) != n && strings.EqualFold(string(key), n) {
+				err = fmt.Errorf("key %q must be spelled %q", key, n)
 				return false
 			}
 		}
-		seen = append(seen, name)
+		seen[string(key)] = struct{}{}
 		return true
 	})
 	if walkErr != nil {

@@ -218,7 +218,7 @@ func (a *attempt) firstContent(resp *http.Response) *outcome {
 		}
 		switch kind {
 		case provider.EventSkip:
-			if len(s.pending)+len(ev.Data) > maxPending {
+			if s.pendingBytes += len(ev.Data); s.pendingBytes > maxPending {
 				resp.Body.Close()
 				return a.fail(provider.Server, errors.New("too much before the first content"))
 			}

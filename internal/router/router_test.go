@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -636,6 +637,125 @@ func TestBrokenProviderTypeFailsOver(t *testing.T) {
 		}
 		if got, err := relay(t, res.Stream); err != nil || got[len(got)-1] != "[DONE]" {
 			t.Errorf("noRequest=%v: expected b's whole stream, got %q %v", noRequest, got, err)
+		}
+	}
+}
+
+// keptAlive is an upstream stream body: one chunk, then keep-alive
+// comments every 10 ms until closed.
+func keptAlive(req *http.Request) (*http.Response, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		defer pw.Close()
+		if _, err := pw.Write([]byte(chunk + "\n\n")); err != nil {
+			return
+		}
+		for {
+			select {
+			case <-req.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+				if _, err := pw.Write([]byte(": keep-alive\n\n")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: pr, Request: req}, nil
+}
+
+// A provider that sends keep-alives but no content after its first chunk
+// is silent: idle_timeout ends the stream (the client is not held).
+func TestKeepAlivesDoNotHoldAStream(t *testing.T) {
+	d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){keptAlive}})
+	d.IdleTimeout = 50 * time.Millisecond
+	r := New()
+	res := r.Serve(context.Background(), []*Deployment{d}, &Request{Request: wire(chatReq.Body, true)})
+	if res.Stream == nil {
+		t.Fatalf("expected a committed stream, got %v", res.Err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := relay(t, res.Stream)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var se *StreamError
+		if !errors.As(err, &se) || !strings.Contains(se.Message, "went silent") {
+			t.Errorf("expected the stream to end silent, got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		res.Stream.Close()
+		t.Fatal("keep-alives held the stream past idle_timeout")
+	}
+}
+
+// fakeStream is a provider stream of scripted events.
+type fakeStream struct {
+	events []provider.Event
+	kinds  []provider.EventKind
+}
+
+func (f *fakeStream) Next() (provider.Event, provider.EventKind, provider.Observation, error) {
+	if len(f.events) == 0 {
+		return provider.Event{}, provider.EventSkip, provider.Observation{}, io.EOF
+	}
+	ev, kind := f.events[0], f.kinds[0]
+	f.events, f.kinds = f.events[1:], f.kinds[1:]
+	return ev, kind, provider.Observation{}, nil
+}
+
+func (f *fakeStream) Complete() bool { return true }
+
+// scriptedStream is a provider whose plans read a fakeStream.
+type scriptedStream struct {
+	provider.Provider
+	stream func() *fakeStream
+}
+
+type scriptedPlan struct {
+	provider.Plan
+	s *fakeStream
+}
+
+func (p scriptedPlan) Stream(io.Reader) provider.Stream { return p.s }
+
+func (s scriptedStream) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
+	p, err := s.Provider.Plan(ctx, model, r)
+	return scriptedPlan{p, s.stream()}, err
+}
+
+// What a stream sends before its first content is held for the client up
+// to a bound in bytes: past it, the attempt fails over.
+func TestPendingBeforeContentIsBounded(t *testing.T) {
+	kb := provider.Event{Name: "ping", Data: bytes.Repeat([]byte("x"), 1<<10)}
+	many := func(n int) func() *fakeStream {
+		return func() *fakeStream {
+			f := &fakeStream{}
+			for i := 0; i < n; i++ {
+				f.events, f.kinds = append(f.events, kb), append(f.kinds, provider.EventSkip)
+			}
+			f.events = append(f.events, provider.Event{Data: []byte(`{"choices":[]}`)})
+			f.kinds = append(f.kinds, provider.EventData)
+			return f
+		}
+	}
+	for _, tc := range []struct {
+		pings int
+		ok    bool
+	}{{100, true}, {2000, false}} {
+		a := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk)}})
+		a.Provider = scriptedStream{a.Provider, many(tc.pings)}
+		res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{a}, &Request{Request: wire(chatReq.Body, true)})
+		if (res.Stream != nil) != tc.ok {
+			t.Errorf("%d KiB before the first content: expected committed=%v, got %v", tc.pings, tc.ok, res.Err)
+		}
+		if res.Stream != nil {
+			got, _ := relay(t, res.Stream)
+			if len(got) != tc.pings+2 {
+				t.Errorf("expected the %d held events, the content and the end, got %d", tc.pings, len(got))
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -21,12 +22,15 @@ type Stream struct {
 	in     provider.Stream
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	idle   Timer // idle_timeout between events, made by the first Relay wait
+	idle   Timer // idle_timeout between content events, made by the first Relay wait
+	// idleLeft is what is left of idle_timeout since the last content.
+	idleLeft time.Duration
 	// pending holds what came before the first content (a native stream's
-	// message_start), first the first content.
-	pending []provider.Event
-	first   provider.Event
-	once    sync.Once
+	// message_start), at most maxPending bytes; first the first content.
+	pending      []provider.Event
+	pendingBytes int
+	first        provider.Event
+	once         sync.Once
 }
 
 // Close releases the upstream stream and the deployment's claim; Relay
@@ -111,19 +115,31 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 	}
 }
 
-// next reads the next event, bounded by idle_timeout.
+// next reads the next event, bounded by idle_timeout: the longest the
+// provider may take, waiting time only (not the client's), from one
+// content event to the next. Keep-alives and pings do not count, so that a
+// provider that only sends them cannot hold a client forever.
 func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observation, error) {
 	idle := s.d.IdleTimeout
 	if idle <= 0 {
 		return s.in.Next()
 	}
-	if s.idle == nil {
-		s.idle = s.r.Clock.AfterFunc(idle, func() { s.cancel(errIdleTimeout) })
-	} else {
-		s.idle.Reset(idle)
+	if s.idleLeft <= 0 {
+		s.idleLeft = idle
 	}
+	if s.idle == nil {
+		s.idle = s.r.Clock.AfterFunc(s.idleLeft, func() { s.cancel(errIdleTimeout) })
+	} else {
+		s.idle.Reset(s.idleLeft)
+	}
+	began := s.r.Clock.Now()
 	ev, kind, obs, err := s.in.Next()
 	s.idle.Stop()
+	if kind == provider.EventData || kind == provider.EventFinal {
+		s.idleLeft = idle
+	} else if s.idleLeft -= s.r.Clock.Now().Sub(began); s.idleLeft <= 0 {
+		s.idleLeft = time.Nanosecond // spent: the next wait ends at once
+	}
 	return ev, kind, obs, err
 }
 

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"slices"
 	"time"
 
@@ -313,8 +314,9 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		ContextWindow: dc.ContextWindow,
 		Weight:        max(dc.Weight, 1),
 		State:         st.(*capacity.State),
+		Secrets:       []string{cfg.endpoint.APIKey},
 	}
-	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: cfg.endpoint.BaseURL, identity: key}
+	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redactURL(cfg.endpoint.BaseURL), identity: key}
 	return d, nil
 }
 
@@ -413,6 +415,15 @@ func (h *Handler) Cleanup() error {
 	}
 	h.stateKeys = nil
 	return nil
+}
+
+// redactURL hides a URL's password, for the admin API.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	return u.Redacted()
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

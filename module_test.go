@@ -114,3 +114,21 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("expected a negative deadline rejected, got %v", err)
 	}
 }
+
+// The admin API shows no password of a base URL, and the router is told
+// the key to redact from providers' answers.
+func TestAdminHidesSecrets(t *testing.T) {
+	h := handlerFromJSON(t, `{"providers":{"a":{"type":"openai","base_url":"http://user:pass-word@127.0.0.1:1/v1","api_key":"sk-secret-admin"}},
+		"models":{"m":{"deployments":[{"provider":"a","model":"x"}]}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	d := h.groups["m"][0]
+	if got := h.meta[d].baseURL; strings.Contains(got, "pass-word") || got != "http://user:xxxxx@127.0.0.1:1/v1" {
+		t.Errorf("expected the password hidden, got %q", got)
+	}
+	if len(d.Secrets) != 1 || d.Secrets[0] != "sk-secret-admin" {
+		t.Errorf("expected the key among the secrets, got %d", len(d.Secrets))
+	}
+}

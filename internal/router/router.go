@@ -66,6 +66,11 @@ type Deployment struct {
 	// State is the deployment's capacity state, shared across requests and
 	// config reloads.
 	State *capacity.State
+	// Secrets are values that must never leave the router (the provider's
+	// key): where a provider's answer echoes one (an error naming the key it
+	// got), it is redacted from what the router logs, keeps and passes on.
+	// Values under 8 bytes are not looked for.
+	Secrets []string
 }
 
 // Request is what the router needs of one client request: the request as
@@ -291,6 +296,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		res.fail(deadlineError(), w)
 		return true
 	}
+	out.redact(d.Secrets)
 	class := out.obs.Class
 	if r.Observer != nil {
 		r.Observer.Attempt(d, class, out.took)

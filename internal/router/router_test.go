@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -15,6 +16,9 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/provider"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // fakeClock advances only when the router sleeps, and records each sleep.
@@ -757,5 +761,35 @@ func TestPendingBeforeContentIsBounded(t *testing.T) {
 				t.Errorf("expected the %d held events, the content and the end, got %d", tc.pings, len(got))
 			}
 		}
+	}
+}
+
+// A provider's answer that echoes its key has it redacted from what the
+// router keeps, logs and passes on.
+func TestEchoedKeyIsRedacted(t *testing.T) {
+	const key = "sk-proj-SECRET123456"
+	echo401 := reply(401, `{"error":{"message":"Incorrect API key provided: `+key+`","type":"invalid_request_error","code":"invalid_api_key"}}`)
+	echo400 := reply(400, `{"error":{"message":"bad request for key `+key+`","type":"invalid_request_error","code":null}}`)
+	a := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){echo401}})
+	b := deployment("b", &script{replies: []func(*http.Request) (*http.Response, error){echo400}})
+	a.Secrets, b.Secrets, a.Quality = []string{key}, []string{key}, 1
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := newRouter(newFakeClock())
+	r.Logger = zap.New(core)
+	res := r.Serve(context.Background(), []*Deployment{a, b}, chatReq)
+	if res.Status != 400 || res.Deployment != b || strings.Contains(string(res.Body), key) || !strings.Contains(string(res.Body), "[redacted]") ||
+		strings.Contains(res.Error.Message, key) {
+		t.Errorf("expected b's 400 with the key redacted, got %d %s %+v", res.Status, res.Body, res.Error)
+	}
+	if snap := a.State.Snapshot(time.Now()); strings.Contains(snap.LastMessage, key) || !strings.Contains(snap.LastMessage, "[redacted]") {
+		t.Errorf("expected a's last message redacted, got %q", snap.LastMessage)
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), key) {
+			t.Errorf("a log line holds the key: %s %v", e.Message, e.ContextMap())
+		}
+	}
+	if logs.Len() == 0 {
+		t.Error("expected the disabled deployment logged")
 	}
 }

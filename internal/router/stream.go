@@ -144,7 +144,8 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 }
 
 func (s *Stream) failed(obs provider.Observation, msg string) error {
-	obs.Message = msg
+	obs.Message = redact(msg, s.d.Secrets)
+	msg = obs.Message
 	s.d.State.Observe(s.r.Clock.Now(), obs, s.r.Policy)
 	s.r.Logger.Warn("stream failed after it began",
 		zap.String("deployment", s.d.Name), zap.Stringer("class", obs.Class), zap.String("message", msg))

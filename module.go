@@ -196,6 +196,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.groups = make(map[string][]*router.Deployment, len(h.Models))
 	h.meta = map[*router.Deployment]deploymentMeta{}
+	limits := map[*capacity.State]declaredLimits{}
 	for _, name := range sortedKeys(h.Models) {
 		for _, dc := range h.Models[name].Deployments {
 			d, err := h.newDeployment(dc)
@@ -203,8 +204,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 				return fmt.Errorf("model %s: %w", name, err)
 			}
 			h.groups[name] = append(h.groups[name], d)
+			limits[d.State] = limits[d.State].tightest(dc.RPM, dc.TPM)
 		}
 		h.names = append(h.names, name)
+	}
+	// A deployment listed in several groups is one account and model: its
+	// declared limits are the tightest any group states.
+	for st, l := range limits {
+		st.Declare(l.rpm, l.tpm)
 	}
 
 	h.router = router.New()
@@ -299,7 +306,6 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		return nil, err
 	}
 	h.stateKeys = append(h.stateKeys, key)
-	st.(*capacity.State).Declare(dc.RPM, dc.TPM)
 	d := &router.Deployment{
 		Name:          dc.Provider + "/" + dc.Model,
 		Model:         dc.Model,
@@ -318,6 +324,20 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 	}
 	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redactURL(cfg.endpoint.BaseURL), identity: key}
 	return d, nil
+}
+
+// declaredLimits are a deployment's declared rpm and tpm (0 = none).
+type declaredLimits struct{ rpm, tpm int64 }
+
+// tightest adds a group's declared limits: the smaller non-zero one wins.
+func (l declaredLimits) tightest(rpm, tpm int64) declaredLimits {
+	pick := func(a, b int64) int64 {
+		if a == 0 || (b != 0 && b < a) {
+			return b
+		}
+		return a
+	}
+	return declaredLimits{pick(l.rpm, rpm), pick(l.tpm, tpm)}
 }
 
 // Validate implements caddy.Validator (see validate).

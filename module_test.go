@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -130,5 +131,24 @@ func TestAdminHidesSecrets(t *testing.T) {
 	}
 	if len(d.Secrets) != 1 || d.Secrets[0] != "sk-secret-admin" {
 		t.Errorf("expected the key among the secrets, got %d", len(d.Secrets))
+	}
+}
+
+// One deployment in two groups is one account and model: the tightest
+// declared limits hold, whichever group a request names.
+func TestDeclaredLimitsOfASharedDeployment(t *testing.T) {
+	h := handlerFromJSON(t, `{"providers":{"a":{"type":"openai","base_url":"http://127.0.0.1:1/v1"}},
+		"models":{"limited":{"deployments":[{"provider":"a","model":"x","rpm":2,"tpm":5000}]},
+		"other":{"deployments":[{"provider":"a","model":"x","tpm":3000}]}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	st := h.groups["other"][0].State
+	if h.groups["limited"][0].State != st {
+		t.Fatal("expected one state for one deployment")
+	}
+	if snap := st.Snapshot(time.Now()); snap.DeclaredRPM != 2 || snap.DeclaredTPM != 3000 {
+		t.Errorf("expected rpm 2 and tpm 3000, got %d %d", snap.DeclaredRPM, snap.DeclaredTPM)
 	}
 }

@@ -191,6 +191,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if len(h.Models) == 0 {
 		return d.Err("llm_router needs at least one model block")
 	}
+	if err := h.validateSettings(); err != nil {
+		return d.Err(err.Error())
+	}
 	for _, r := range refs {
 		if _, ok := h.ProvidersRaw[r.provider]; !ok {
 			return fmt.Errorf("deployment names unknown provider %s (configured: %s), at %s:%d",

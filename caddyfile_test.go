@@ -59,6 +59,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"NaN cost", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n cost_input NaN\n }\n }\n}", "non-negative number"},
 		{"Inf weight", "llm_router {\n weights cost +Inf\n" + providers + "\n model m { deployment p x } }", "non-negative number"},
 		{"bad size", "llm_router {\n max_body lots\n" + providers + "\n model m { deployment p x } }", "invalid size"},
+		{"backoff", "llm_router {\n backoff_base 2s\n backoff_max 1s\n" + providers + "\n model m {\n deployment p x\n }\n}", "must not exceed backoff_max"},
+		{"bad header", "llm_router {\n provider p {\n type openai\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Handler

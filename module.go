@@ -349,29 +349,17 @@ func (h *Handler) Validate() error { return h.validate() }
 // deployments or with one twice, a deployment naming an unknown provider
 // or no model, out-of-range deployment values.
 func (h *Handler) validate() error {
-	for _, d := range []struct {
-		name string
-		d    caddy.Duration
-	}{{"deadline", h.Deadline}, {"backoff_base", h.BackoffBase}, {"backoff_max", h.BackoffMax}} {
-		if d.d < 0 {
-			return fmt.Errorf("%s must not be negative", d.name)
-		}
-	}
-	if h.MaxAttempts < 0 {
-		return errors.New("max_attempts must not be negative")
-	}
-	if h.MaxBody < 0 {
-		return errors.New("max_body must not be negative")
-	}
-	if w := h.Weights; w != nil {
-		for _, v := range []*float64{w.Cost, w.Latency, w.Reliability, w.Quality, w.Capacity} {
-			if v != nil && (*v < 0 || !finite(*v)) {
-				return errors.New("weights must be finite and not negative")
-			}
-		}
+	if err := h.validateSettings(); err != nil {
+		return err
 	}
 	if len(h.Models) == 0 {
 		return errors.New("no model group: add a `model` block")
+	}
+	if _, ok := h.Models[""]; ok {
+		return errors.New("a model group needs a name")
+	}
+	if _, ok := h.ProvidersRaw[""]; ok {
+		return errors.New("a provider needs a name")
 	}
 	for _, name := range sortedKeys(h.Models) {
 		if err := h.Models[name].validate(); err != nil {
@@ -383,6 +371,36 @@ func (h *Handler) validate() error {
 			_, loaded := h.providers[d.Provider]
 			if !configured && !loaded {
 				return fmt.Errorf("model %s: deployment names unknown provider %q", name, d.Provider)
+			}
+		}
+	}
+	return nil
+}
+
+// validateSettings checks the handler's own settings: durations, attempts,
+// body size and weights not negative, backoff_base not above backoff_max.
+func (h *Handler) validateSettings() error {
+	for _, d := range []struct {
+		name string
+		d    caddy.Duration
+	}{{"deadline", h.Deadline}, {"backoff_base", h.BackoffBase}, {"backoff_max", h.BackoffMax}} {
+		if d.d < 0 {
+			return fmt.Errorf("%s must not be negative", d.name)
+		}
+	}
+	if h.BackoffBase > 0 && h.BackoffMax > 0 && h.BackoffBase > h.BackoffMax {
+		return fmt.Errorf("backoff_base (%s) must not exceed backoff_max (%s)", time.Duration(h.BackoffBase), time.Duration(h.BackoffMax))
+	}
+	if h.MaxAttempts < 0 {
+		return errors.New("max_attempts must not be negative")
+	}
+	if h.MaxBody < 0 {
+		return errors.New("max_body must not be negative")
+	}
+	if w := h.Weights; w != nil {
+		for _, v := range []*float64{w.Cost, w.Latency, w.Reliability, w.Quality, w.Capacity} {
+			if v != nil && (*v < 0 || !finite(*v)) {
+				return errors.New("weights must be finite and not negative")
 			}
 		}
 	}

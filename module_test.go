@@ -100,6 +100,11 @@ func TestLoadErrors(t *testing.T) {
 		{"query in base_url", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1?key=abc"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "query or fragment"},
 		{"negative timeout", `{"providers":{"a":{"type":"openai","base_url":"http://h","timeout":-1}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not be negative"},
 		{"quality", `{"providers":{"a":{"type":"openai","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y","quality":3}]}}}`, "quality"},
+		{"header name", `{"providers":{"a":{"type":"openai","base_url":"http://h","headers":{"Bad Header\n":["x"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header name"},
+		{"header value", `{"providers":{"a":{"type":"openai","base_url":"http://h","headers":{"X-A":["a\nb"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header value"},
+		{"backoff", `{"backoff_base":2000000000,"backoff_max":1000000000,"providers":{"a":{"type":"openai","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not exceed backoff_max"},
+		{"unnamed group", `{"providers":{"a":{"type":"openai","base_url":"http://h"}},"models":{"":{"deployments":[{"provider":"a","model":"y"}]}}}`, "needs a name"},
+		{"unnamed provider", `{"providers":{"":{"type":"openai","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"","model":"y"}]}}}`, "needs a name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := handlerFromJSON(t, tc.config)

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -182,7 +183,9 @@ func (c *ProviderConfig) provisionTransport(ctx caddy.Context, https bool) error
 }
 
 // validate checks what can be checked before provisioning, for the JSON
-// and the Caddyfile paths alike: a base_url, timeouts not negative.
+// and the Caddyfile paths alike: a base_url, timeouts not negative, header
+// names and values HTTP allows (a header value's placeholders are replaced
+// later, and checked by the transport).
 func (c *ProviderConfig) validate() error {
 	if c.BaseURL == "" {
 		return errors.New("provider needs a base_url")
@@ -193,6 +196,16 @@ func (c *ProviderConfig) validate() error {
 	}{{"timeout", c.Timeout}, {"ttft_timeout", c.TTFTTimeout}, {"idle_timeout", c.IdleTimeout}} {
 		if t.d < 0 {
 			return fmt.Errorf("%s must not be negative", t.name)
+		}
+	}
+	for k, vs := range c.Headers {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("header %q: not a valid header name", k)
+		}
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("header %s: not a valid header value", k)
+			}
 		}
 	}
 	return nil

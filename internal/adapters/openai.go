@@ -94,8 +94,12 @@ func (chatReader) answer(p *plan, body []byte) ([]byte, error) {
 
 func checkCompletion(body []byte) error {
 	var c struct {
-		Choices []json.RawMessage `json:"choices"`
-		Error   json.RawMessage   `json:"error"`
+		Choices []*struct {
+			Message *struct {
+				Content json.RawMessage `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Error json.RawMessage `json:"error"`
 	}
 	if err := json.Unmarshal(body, &c); err != nil {
 		return errors.New("the answer is not a JSON chat completion")
@@ -105,6 +109,14 @@ func checkCompletion(body []byte) error {
 	}
 	if len(c.Choices) == 0 {
 		return errors.New("the answer has no choices")
+	}
+	for _, ch := range c.Choices {
+		if ch == nil || ch.Message == nil {
+			return errors.New("the answer has a choice without a message")
+		}
+		if ct := bytes.TrimSpace(ch.Message.Content); len(ct) > 0 && ct[0] != '"' && ct[0] != '[' && ct[0] != 'n' {
+			return errors.New("the answer's content is neither text nor parts")
+		}
 	}
 	return nil
 }
@@ -165,13 +177,26 @@ func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provid
 type chatStream struct {
 	choices      int
 	includeUsage bool
-	finals       int
+	finished     [2]uint64 // the choice indexes (0..127) that finished
+	finals       int       // how many distinct ones
 	usage        bool
 }
 
-// Complete implements provider.EventDecoder.
+// Complete implements provider.EventDecoder: every choice finished (each
+// index once, however many times it says so), and usage came when asked.
 func (s *chatStream) Complete() bool {
 	return s.finals >= max(s.choices, 1) && (s.usage || !s.includeUsage)
+}
+
+// finish notes that choice index finished.
+func (s *chatStream) finish(index int) {
+	if index < 0 || index >= 128 {
+		return // n is at most 128: no such choice
+	}
+	if bit := uint64(1) << (index % 64); s.finished[index/64]&bit == 0 {
+		s.finished[index/64] |= bit
+		s.finals++
+	}
 }
 
 // Decode implements provider.EventDecoder.
@@ -191,14 +216,11 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 	if len(data) == 0 {
 		return provider.Event{}, provider.EventSkip, provider.Observation{}
 	}
-	// An escaped quote inside content never reads as this key.
-	if !s.usage && bytes.Contains(data, []byte(`"usage":{`)) {
-		s.usage = true
-	}
-	// Most chunks carry neither an error nor a finish_reason: check cheaply
-	// before decoding.
+	// Most chunks carry neither an error, nor a finish_reason, nor usage
+	// (some servers send "usage":null in every chunk): check cheaply before
+	// decoding. An escaped quote inside content never reads as a key.
 	hasErr := bytes.Contains(data, []byte(`"error"`))
-	if !hasErr && !hasFinishReason(data) {
+	if !hasErr && valueStart(data, `"finish_reason"`) < 0 && valueStart(data, `"usage"`) != '{' {
 		if !json.Valid(data) {
 			return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
 		}
@@ -207,14 +229,19 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 	var chunk struct {
 		Error   json.RawMessage `json:"error"`
 		Choices []struct {
+			Index        int     `json:"index"`
 			FinishReason *string `json:"finish_reason"`
 		} `json:"choices"`
+		Usage json.RawMessage `json:"usage"`
 	}
 	if err := json.Unmarshal(data, &chunk); err != nil {
 		return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
 	}
 	if len(chunk.Error) > 0 && !bytes.Equal(chunk.Error, []byte("null")) {
 		return provider.Event{}, provider.EventError, classifyStreamError(parseErrorValue(chunk.Error))
+	}
+	if len(chunk.Usage) > 0 && chunk.Usage[0] == '{' {
+		s.usage = true
 	}
 	kind := provider.EventData
 	for _, c := range chunk.Choices {
@@ -223,25 +250,26 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 		}
 		if c.FinishReason != nil && *c.FinishReason != "" {
 			kind = provider.EventFinal
-			s.finals++
+			s.finish(c.Index)
 		}
 	}
 	return provider.Event{Data: data}, kind, provider.Observation{}
 }
 
-// hasFinishReason reports whether data has a non-null "finish_reason".
-func hasFinishReason(data []byte) bool {
+// valueStart returns the first byte of a non-null value of key (quoted)
+// anywhere in data, -1 when key has none. A cheap test before decoding.
+func valueStart(data []byte, key string) int {
 	for {
-		i := bytes.Index(data, []byte(`"finish_reason"`))
+		i := bytes.Index(data, []byte(key))
 		if i < 0 {
-			return false
+			return -1
 		}
-		data = data[i+len(`"finish_reason"`):]
+		data = data[i+len(key):]
 		j := jsonbody.SkipSpace(data, 0)
 		if j < len(data) && data[j] == ':' {
 			j = jsonbody.SkipSpace(data, j+1)
 			if j < len(data) && data[j] != 'n' {
-				return true
+				return int(data[j])
 			}
 		}
 	}

@@ -17,6 +17,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -207,7 +208,9 @@ func write(w http.ResponseWriter, f format, res *router.Result) error {
 	body := res.Body
 	switch {
 	case res.Status >= 300:
-		if body == nil || res.Format != f.Format() {
+		// Passed on as it came only when it is in the client's format (and
+		// is JSON at all: a proxy's HTML page is not).
+		if body == nil || res.Format != f.Format() || !json.Valid(body) {
 			body = f.restate(res.Status, res.Error)
 		}
 	case res.Format == f.Format():

@@ -499,6 +499,9 @@ func TestNotAnAnswerFailsOver(t *testing.T) {
 		"empty":          reply(200, ""),
 		"error in 200":   reply(200, `{"error":{"message":"internal","type":"server_error"}}`),
 		"no choices":     reply(200, `{"id":"x","object":"chat.completion","choices":[]}`),
+		"null choice":    reply(200, `{"id":"x","object":"chat.completion","choices":[null]}`),
+		"no message":     reply(200, `{"id":"x","object":"chat.completion","choices":[{}]}`),
+		"number content": reply(200, `{"id":"x","object":"chat.completion","choices":[{"message":{"content":5}}]}`),
 		"model gone 404": reply(404, `{"error":{"message":"The model does not exist","type":"invalid_request_error","code":"model_not_found"}}`),
 	} {
 		a := &script{replies: []func(*http.Request) (*http.Response, error){bad}}
@@ -546,6 +549,9 @@ func TestStreamCompletenessWithoutDone(t *testing.T) {
 		{"n=2, both finished", 2, false, []string{chunk, final, finalOne}, true},
 		{"usage asked, not sent", 1, true, []string{chunk, final}, false},
 		{"usage asked and sent", 1, true, []string{chunk, final, usage}, true},
+		{"n=2, one choice finished twice", 2, false, []string{chunk, final, final}, false},
+		{"usage asked and sent, spaced", 1, true, []string{chunk, final, strings.Replace(usage, `"usage":{`, `"usage": {`, 1)}, true},
+		{"usage null in every chunk", 1, true, []string{strings.Replace(chunk, `}]}`, `}],"usage":null}`, 1), final}, false},
 	} {
 		a := &script{replies: []func(*http.Request) (*http.Response, error){sse(tc.events...)}}
 		pr := wire(chatReq.Body, true)

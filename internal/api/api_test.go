@@ -55,6 +55,11 @@ func TestChatParse(t *testing.T) {
 	if chat, err := req.Chat(); err != nil || string(chat) != body {
 		t.Errorf("expected the body as its own Chat form, got %s %v", chat, err)
 	}
+	// A max_tokens no model answers does not overflow the token count.
+	req, _, e = Chat{}.Parse([]byte(`{"model":"m","max_tokens":9223372036854775800,"messages":[{"role":"user"}]}`), nil)
+	if e != nil || req.OutputTokens != maxTokenEstimate || req.Tokens <= 0 {
+		t.Errorf("expected the output tokens bounded, got %+v %v", req, e)
+	}
 }
 
 func TestMessagesParse(t *testing.T) {
@@ -387,6 +392,7 @@ func FuzzChatParse(f *testing.F) {
 		} else if ref.maxTokens != nil && *ref.maxTokens > 0 {
 			out = *ref.maxTokens
 		}
+		out = min(out, maxTokenEstimate)
 		if model != ref.model || req.Stream != ref.stream || req.Choices != n || req.OutputTokens != out || req.IncludeUsage != ref.usage {
 			t.Fatalf("%q: scanned %q %v %d %d %v, encoding/json read %+v", body, model, req.Stream, req.Choices, req.OutputTokens, req.IncludeUsage, ref)
 		}

@@ -65,14 +65,11 @@ func (Chat) Parse(body []byte, _ http.Header) (*router.Request, string, *Error) 
 	if c.n != nil {
 		pr.Choices = int(*c.n)
 	}
-	rr := &router.Request{Request: pr, PromptTokens: promptTokens(body)}
-	if c.maxCompletionTokens > 0 {
-		rr.OutputTokens = c.maxCompletionTokens
-	} else if c.maxTokens > 0 {
-		rr.OutputTokens = c.maxTokens
+	maxTokens := c.maxCompletionTokens
+	if maxTokens <= 0 {
+		maxTokens = max(c.maxTokens, 0)
 	}
-	rr.Tokens = rr.PromptTokens + rr.OutputTokens
-	return rr, c.model, nil
+	return sized(pr, maxTokens), c.model, nil
 }
 
 // chatScan is what routing reads of a Chat Completions body, member by
@@ -184,8 +181,20 @@ func (c *chatScan) typeError(key, kind string) {
 	}
 }
 
-// promptTokens estimates a body's prompt tokens: bytes / 4.
-func promptTokens(body []byte) int64 { return int64(len(body))/4 + 1 }
+// maxTokenEstimate bounds a request's output-token estimate (2^31 tokens,
+// more than any model answers), so that a max_tokens near the int64 limit
+// cannot overflow the sums capacity planning makes of it.
+const maxTokenEstimate = 1 << 31
+
+// sized wraps pr for routing with its token estimate: prompt tokens are the
+// body's bytes / 4, output tokens the client's max_tokens (0 when unset),
+// bounded by maxTokenEstimate.
+func sized(pr *provider.Request, maxTokens int64) *router.Request {
+	rr := &router.Request{Request: pr, PromptTokens: int64(len(pr.Body))/4 + 1,
+		OutputTokens: min(max(maxTokens, 0), maxTokenEstimate)}
+	rr.Tokens = rr.PromptTokens + rr.OutputTokens
+	return rr
+}
 
 func missingModel() *Error {
 	return Errorf(http.StatusBadRequest, MissingParameter, "model", "you must provide a model parameter")

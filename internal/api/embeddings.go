@@ -32,10 +32,7 @@ func (Embeddings) Parse(body []byte, _ http.Header) (*router.Request, string, *E
 	if len(req.Input) == 0 || string(req.Input) == "null" {
 		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "input", "you must provide an input parameter")
 	}
-	rr := &router.Request{Request: &provider.Request{Format: provider.Embeddings, Body: body, Choices: 1},
-		PromptTokens: promptTokens(body)}
-	rr.Tokens = rr.PromptTokens
-	return rr, req.Model, nil
+	return sized(&provider.Request{Format: provider.Embeddings, Body: body, Choices: 1}, 0), req.Model, nil
 }
 
 // WriteError implements API.

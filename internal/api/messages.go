@@ -56,9 +56,7 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 		// The Chat form asks OpenAI-format providers for usage, which a
 		// Messages stream reports at its end.
 		Choices: 1, IncludeUsage: req.Stream, ToChat: messagesToChat}
-	rr := &router.Request{Request: pr, PromptTokens: promptTokens(body), OutputTokens: req.MaxTokens}
-	rr.Tokens = rr.PromptTokens + rr.OutputTokens
-	return rr, req.Model, nil
+	return sized(pr, req.MaxTokens), req.Model, nil
 }
 
 func messagesToChat(body []byte) ([]byte, error) {

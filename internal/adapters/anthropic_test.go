@@ -195,6 +195,7 @@ func TestAnthropicRequestErrors(t *testing.T) {
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes"}`,
 		`{"messages":[{"role":"user","content":"x"}],"stop":5}`,
 		`{"messages":[{"role":"user","content":"x"}],"n":2}`,
+		`{"messages":[{"role":"system","content":"only a system prompt"}]}`,
 	} {
 		if _, err := chatRequest(byName("anthropic", provider.Endpoint{BaseURL: "http://x"}), "m", []byte(in), false); err == nil {
 			t.Errorf("%s: expected an error, got none", in)

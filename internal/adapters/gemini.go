@@ -218,6 +218,9 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 			return nil, fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
 		}
 	}
+	if len(out.Contents) == 0 {
+		return nil, errors.New("gemini needs at least one user or assistant message")
+	}
 	if len(system) > 0 {
 		out.SystemInstruction = &gemContent{Parts: system}
 	}

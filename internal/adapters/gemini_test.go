@@ -117,6 +117,7 @@ func TestGeminiRequestTranslation(t *testing.T) {
 		`{"messages":[{"role":"user","content":[{"type":"input_audio"}]}]}`,
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"code_interpreter"}]}`,
 		`{"messages":[{"role":"user","content":"x"}],"n":3}`,
+		`{"messages":[{"role":"system","content":"only a system prompt"}]}`,
 	} {
 		if _, err := chatToGemini([]byte(in), "gemini-2.5-flash"); err == nil {
 			t.Errorf("%s: expected an error", in)

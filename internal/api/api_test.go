@@ -93,6 +93,24 @@ func TestMessagesParse(t *testing.T) {
 			t.Errorf("%s: expected a 400, got %+v", bad, e)
 		}
 	}
+	// Each message is checked before any deployment is asked, and named.
+	for bad, want := range map[string]string{
+		`[{"role":"user","content":"x"},"hi"]`:                                "messages.1: Input should be a valid dictionary",
+		`[{"role":"system","content":"x"}]`:                                   "messages.0.role: Input should be 'user' or 'assistant'",
+		`[{"content":"x"}]`:                                                   "messages.0.role",
+		`[{"role":"user","content":"x"},{"role":"assistant","content":null}]`: "messages.1.content",
+		`[{"role":"user"}]`:                                                   "messages.0.content",
+		`[{"role":"user","content":{"type":"text"}}]`:                         "messages.0.content",
+	} {
+		body := `{"model":"m","max_tokens":5,"messages":` + bad + `}`
+		if _, _, e := (Messages{}).Parse([]byte(body), nil); e == nil || e.Status != 400 || !strings.Contains(e.Message, want) {
+			t.Errorf("%s: expected a 400 naming %q, got %+v", bad, want, e)
+		}
+	}
+	body = `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":"b"}]}`
+	if _, _, e := (Messages{}).Parse([]byte(body), nil); e != nil {
+		t.Errorf("expected block and string contents accepted, got %+v", e)
+	}
 }
 
 func TestEmbeddingsParse(t *testing.T) {

@@ -46,6 +46,11 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "",
 			"messages (a non-empty array) and max_tokens (> 0) are required")
 	}
+	for i, m := range req.Messages {
+		if e := checkMessage(i, m); e != nil {
+			return nil, "", e
+		}
+	}
 	h := http.Header{}
 	for _, k := range messagesHeaders {
 		if v := header.Values(k); len(v) > 0 {
@@ -57,6 +62,27 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 		// Messages stream reports at its end.
 		Choices: 1, IncludeUsage: req.Stream, ToChat: messagesToChat}
 	return sized(pr, req.MaxTokens), req.Model, nil
+}
+
+// checkMessage checks the shape of messages[i] as Anthropic states it: an
+// object whose role is "user" or "assistant" and whose content is a string
+// or an array of blocks. A bad message is the client's error, found before
+// any deployment is asked.
+func checkMessage(i int, raw json.RawMessage) *Error {
+	var m struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d: Input should be a valid dictionary", i)
+	}
+	if m.Role != "user" && m.Role != "assistant" {
+		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.role: Input should be 'user' or 'assistant'", i)
+	}
+	if len(m.Content) == 0 || m.Content[0] != '"' && m.Content[0] != '[' {
+		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.content: Input should be a valid string or a list of content blocks", i)
+	}
+	return nil
 }
 
 func messagesToChat(body []byte) ([]byte, error) {

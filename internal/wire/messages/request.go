@@ -19,7 +19,8 @@ var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 // FromChat translates a Chat Completions body to a Messages request for
 // model. It fails when body is not a JSON object or holds what the
 // Messages API cannot express (n > 1, an audio part, an image that is
-// neither a base64 data URL nor an http(s) URL, a non-function tool). A
+// neither a base64 data URL nor an http(s) URL, a non-function tool, no
+// user or assistant message). A
 // temperature above 1 (OpenAI allows up to 2) is sent as 1, Anthropic's
 // maximum, and a request without max_tokens asks for DefaultMaxTokens.
 func FromChat(body []byte, model string, stream bool) ([]byte, error) {
@@ -91,6 +92,9 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 	trimPrefill(out.Messages)
 	if n := len(out.Messages); n > 0 && out.Messages[n-1].Role == "" {
 		out.Messages = out.Messages[:n-1]
+	}
+	if len(out.Messages) == 0 {
+		return nil, errors.New("anthropic needs at least one user or assistant message")
 	}
 
 	for _, t := range r.Tools {

@@ -218,9 +218,11 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 	}
 	// Most chunks carry neither an error, nor a finish_reason, nor usage
 	// (some servers send "usage":null in every chunk): check cheaply before
-	// decoding. An escaped quote inside content never reads as a key.
+	// decoding, and look for usage only while it is awaited. An escaped
+	// quote inside content never reads as a key.
 	hasErr := bytes.Contains(data, []byte(`"error"`))
-	if !hasErr && valueStart(data, `"finish_reason"`) < 0 && valueStart(data, `"usage"`) != '{' {
+	if !hasErr && valueStart(data, `"finish_reason"`) < 0 &&
+		(!s.includeUsage || s.usage || valueStart(data, `"usage"`) != '{') {
 		if !json.Valid(data) {
 			return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
 		}

@@ -105,3 +105,69 @@ func FuzzSSE(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckCompletion(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`:      "",
+		`{"choices":[{"message":{"content":null,"tool_calls":[]}},{"message":{"content":[]}}]}`: "",
+		`{"error":null,"choices":[{"message":{}}]}`:                                             "",
+		`{"choices":[{"message":{"content":"a"}}]} x`:                                           "not a JSON chat completion",
+		`[{"choices":[]}]`:                        "not a JSON chat completion",
+		`{"choices":5}`:                           "not a JSON chat completion",
+		`{"choices":[5]}`:                         "not a JSON chat completion",
+		`{"choices":[{"message":"hi"}]}`:          "not a JSON chat completion",
+		`{"error":{"message":"overloaded"}}`:      "the answer is an error: overloaded",
+		`{"choices":[]}`:                          "no choices",
+		`{"choices":null}`:                        "no choices",
+		`{"id":"x"}`:                              "no choices",
+		`{"choices":[null]}`:                      "without a message",
+		`{"choices":[{"message":null}]}`:          "without a message",
+		`{"choices":[{"delta":{}}]}`:              "without a message",
+		`{"choices":[{"message":{"content":5}}]}`: "neither text nor parts",
+	} {
+		err := checkCompletion([]byte(body))
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: expected %q, got %v", body, want, err)
+		}
+	}
+}
+
+// FuzzCheckCompletion: what the scan accepts, decoding accepts too (the
+// scan reads keys exactly; encoding/json also matches them in any case, so
+// bodies with such keys are left out).
+func FuzzCheckCompletion(f *testing.F) {
+	for _, s := range []string{`{"choices":[{"message":{"content":"hi"}}]}`, `{"choices":[null]}`,
+		`{"error":null,"choices":[{"message":{"content":[{"type":"text"}]}}]}`, `{"choices":[{"message":{"content":5}}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if checkCompletion(body) != nil {
+			return
+		}
+		lower := bytes.ToLower(body)
+		for _, k := range []string{`"choices"`, `"error"`, `"message"`, `"content"`} {
+			if bytes.Count(lower, []byte(k)) != bytes.Count(body, []byte(k)) {
+				return
+			}
+		}
+		var c struct {
+			Choices []*struct {
+				Message *struct {
+					Content json.RawMessage `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+			Error json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal(body, &c); err != nil {
+			t.Fatalf("%s: accepted, but does not decode: %v", body, err)
+		}
+		if len(c.Error) > 0 && string(c.Error) != "null" || len(c.Choices) == 0 {
+			t.Fatalf("%s: accepted with an error or no choices", body)
+		}
+		for _, ch := range c.Choices {
+			if ch == nil || ch.Message == nil {
+				t.Fatalf("%s: accepted with a choice without a message", body)
+			}
+		}
+	})
+}

@@ -92,33 +92,83 @@ func (chatReader) answer(p *plan, body []byte) ([]byte, error) {
 	return withModel(body, p.model), nil
 }
 
+// checkCompletion checks body is a chat completion: valid JSON, an object
+// whose error member is absent or null and whose choices are a non-empty
+// array of objects, each with a message object whose content is absent,
+// null, a string or an array of parts. It scans rather than decodes: this
+// runs on every answer.
 func checkCompletion(body []byte) error {
-	var c struct {
-		Choices []*struct {
-			Message *struct {
-				Content json.RawMessage `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
-		Error json.RawMessage `json:"error"`
+	if !json.Valid(body) {
+		return errNotCompletion
 	}
-	if err := json.Unmarshal(body, &c); err != nil {
-		return errors.New("the answer is not a JSON chat completion")
-	}
-	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
-		return errors.New("the answer is an error: " + parseErrorValue(c.Error).message)
-	}
-	if len(c.Choices) == 0 {
+	var errValue []byte
+	choices, err := 0, error(nil)
+	walk := jsonbody.EachMember(body, func(key []byte, start, end int) bool {
+		v := body[start:end]
+		switch string(key) {
+		case "error":
+			if v[0] != 'n' {
+				errValue = v
+			}
+		case "choices":
+			choices, err = checkChoices(v)
+		}
+		return true
+	})
+	switch {
+	case walk != nil:
+		return errNotCompletion
+	case errValue != nil:
+		return errors.New("the answer is an error: " + parseErrorValue(errValue).message)
+	case err != nil:
+		return err
+	case choices == 0:
 		return errors.New("the answer has no choices")
 	}
-	for _, ch := range c.Choices {
-		if ch == nil || ch.Message == nil {
-			return errors.New("the answer has a choice without a message")
-		}
-		if ct := bytes.TrimSpace(ch.Message.Content); len(ct) > 0 && ct[0] != '"' && ct[0] != '[' && ct[0] != 'n' {
-			return errors.New("the answer's content is neither text nor parts")
-		}
-	}
 	return nil
+}
+
+var errNotCompletion = errors.New("the answer is not a JSON chat completion")
+
+// checkChoices checks a completion's choices value (valid JSON) and
+// returns how many it holds.
+func checkChoices(v []byte) (int, error) {
+	if v[0] == 'n' {
+		return 0, nil
+	}
+	if v[0] != '[' {
+		return 0, errNotCompletion
+	}
+	n, err := 0, error(nil)
+	jsonbody.EachElement(v, func(start, end int) bool {
+		n++
+		message := -1
+		if v[start] == '{' {
+			ms, me, _ := jsonbody.FindMember(v[start:end], "message")
+			if ms >= 0 {
+				m := v[start+ms : start+me]
+				switch m[0] {
+				case 'n':
+				case '{':
+					message = 1
+					if cs, _, _ := jsonbody.FindMember(m, "content"); cs >= 0 {
+						if c := m[cs]; c != '"' && c != '[' && c != 'n' {
+							err = errors.New("the answer's content is neither text nor parts")
+						}
+					}
+				default:
+					err = errNotCompletion
+				}
+			}
+		} else if v[start] != 'n' {
+			err = errNotCompletion
+		}
+		if err == nil && message < 0 {
+			err = errors.New("the answer has a choice without a message")
+		}
+		return err == nil
+	})
+	return n, err
 }
 
 func (chatReader) decoder(p *plan) provider.EventDecoder {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -103,8 +104,8 @@ func TestAnthropicChatRequest(t *testing.T) {
 		}
 	}
 	body, _ := io.ReadAll(req.Body)
-	if !sameJSON(t, body, anthropicWithTools) {
-		t.Errorf("expected %s\ngot %s", compact(anthropicWithTools), body)
+	if !jsontest.Same(t, body, anthropicWithTools) {
+		t.Errorf("expected %s\ngot %s", jsontest.Compact(anthropicWithTools), body)
 	}
 
 	// No key: no x-api-key; the operator's anthropic-version wins.
@@ -178,8 +179,8 @@ func TestAnthropicRequestTranslation(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if !sameJSON(t, got, tc.want) {
-			t.Errorf("%s:\nexpected %s\ngot      %s", tc.name, compact(tc.want), got)
+		if !jsontest.Same(t, got, tc.want) {
+			t.Errorf("%s:\nexpected %s\ngot      %s", tc.name, jsontest.Compact(tc.want), got)
 		}
 	}
 }
@@ -213,8 +214,8 @@ func TestAnthropicChatResponse(t *testing.T) {
 	want := `{"id":"msg_FAKE1","object":"chat.completion","model":"claude-x","choices":[{"index":0,
 	  "message":{"role":"assistant","content":"Hello."},"logprobs":null,"finish_reason":"stop"}],
 	  "usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`
-	if !sameJSON(t, got, want) {
-		t.Errorf("expected %s\ngot %s", compact(want), got)
+	if !jsontest.Same(t, got, want) {
+		t.Errorf("expected %s\ngot %s", jsontest.Compact(want), got)
 	}
 
 	// Text in several blocks, a thinking block, two tool calls, cache usage.
@@ -236,8 +237,8 @@ func TestAnthropicChatResponse(t *testing.T) {
 	   {"id":"toolu_01B","type":"function","function":{"name":"get_time","arguments":"{}"}}]},
 	  "logprobs":null,"finish_reason":"tool_calls"}],
 	  "usage":{"prompt_tokens":1120,"completion_tokens":50,"total_tokens":1170,"prompt_tokens_details":{"cached_tokens":1000}}}`
-	if !sameJSON(t, got, want) {
-		t.Errorf("expected %s\ngot %s", compact(want), got)
+	if !jsontest.Same(t, got, want) {
+		t.Errorf("expected %s\ngot %s", jsontest.Compact(want), got)
 	}
 
 	// Only tool calls: content is null, as OpenAI sends it.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -112,7 +113,7 @@ func TestAzureStream(t *testing.T) {
 	for _, data := range splitSSEData(azureSSE) {
 		out, kind, _ := dec.Event(&provider.Event{Data: []byte(data)})
 		kinds = append(kinds, kind)
-		if kind == provider.EventData && len(out) > 0 && jsonField(t, out, "usage") != nil {
+		if kind == provider.EventData && len(out) > 0 && jsontest.Field(t, out, "usage") != nil {
 			usage = string(out)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -65,8 +66,8 @@ func TestGeminiChatRequest(t *testing.T) {
 		}
 		body, _ := io.ReadAll(req.Body)
 		want := strings.Replace(geminiWithTools, "SIGNATURE", tc.signature, 1)
-		if !sameJSON(t, body, want) {
-			t.Errorf("%s:\nexpected %s\ngot      %s", tc.model, compact(want), body)
+		if !jsontest.Same(t, body, want) {
+			t.Errorf("%s:\nexpected %s\ngot      %s", tc.model, jsontest.Compact(want), body)
 		}
 	}
 }
@@ -106,8 +107,8 @@ func TestGeminiRequestTranslation(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if !sameJSON(t, got, tc.want) {
-			t.Errorf("%s:\nexpected %s\ngot      %s", tc.name, compact(tc.want), got)
+		if !jsontest.Same(t, got, tc.want) {
+			t.Errorf("%s:\nexpected %s\ngot      %s", tc.name, jsontest.Compact(tc.want), got)
 		}
 	}
 	for _, in := range []string{

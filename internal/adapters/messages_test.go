@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages/messagestest"
 
@@ -52,8 +53,8 @@ func TestMessagesToChat(t *testing.T) {
 	if model != "claude-sonnet-4-5" || !stream {
 		t.Errorf("expected model claude-sonnet-4-5 and a stream, got %q %v", model, stream)
 	}
-	if !sameJSON(t, chat, chatFromMessages) {
-		t.Errorf("expected %s\ngot      %s", compact(chatFromMessages), chat)
+	if !jsontest.Same(t, chat, chatFromMessages) {
+		t.Errorf("expected %s\ngot      %s", jsontest.Compact(chatFromMessages), chat)
 	}
 	// And back: the Messages request the anthropic adapter sends upstream
 	// is the client's own.
@@ -61,8 +62,8 @@ func TestMessagesToChat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameJSON(t, back, anthropicWithTools) {
-		t.Errorf("round trip: expected %s\ngot      %s", compact(anthropicWithTools), back)
+	if !jsontest.Same(t, back, anthropicWithTools) {
+		t.Errorf("round trip: expected %s\ngot      %s", jsontest.Compact(anthropicWithTools), back)
 	}
 
 	for _, tc := range []struct{ name, in, want string }{
@@ -100,8 +101,8 @@ func TestMessagesToChat(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if !sameJSON(t, got, tc.want) {
-			t.Errorf("%s:\nexpected %s\ngot      %s", tc.name, compact(tc.want), got)
+		if !jsontest.Same(t, got, tc.want) {
+			t.Errorf("%s:\nexpected %s\ngot      %s", tc.name, jsontest.Compact(tc.want), got)
 		}
 	}
 }

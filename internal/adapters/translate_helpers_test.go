@@ -1,13 +1,11 @@
 package adapters
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -143,38 +141,6 @@ func (res *streamResult) lastContentKind() provider.EventKind {
 		}
 	}
 	return provider.EventSkip
-}
-
-// sameJSON compares two JSON texts by value.
-func sameJSON(t *testing.T, got []byte, want string) bool {
-	t.Helper()
-	var g, w any
-	if err := json.Unmarshal(got, &g); err != nil {
-		t.Fatalf("got invalid JSON: %v: %s", err, got)
-	}
-	if err := json.Unmarshal([]byte(want), &w); err != nil {
-		t.Fatalf("bad expectation: %v: %s", err, want)
-	}
-	return reflect.DeepEqual(g, w)
-}
-
-// compact renders JSON on one line, for messages.
-func compact(s string) string {
-	var b bytes.Buffer
-	if json.Compact(&b, []byte(s)) != nil {
-		return s
-	}
-	return b.String()
-}
-
-// jsonField decodes the JSON at a top-level key of body.
-func jsonField(t *testing.T, body []byte, key string) any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(body, &m); err != nil {
-		t.Fatalf("invalid JSON: %v: %s", err, body)
-	}
-	return m[key]
 }
 
 // withoutCreated checks that a chat.completion has a Unix "created" time,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -158,7 +159,7 @@ func TestErrorBodies(t *testing.T) {
 			if a.Format() == provider.Messages {
 				want = tc.messages
 			}
-			if w.Code != tc.e.Status || !sameJSON(w.Body.String(), want) || w.Header().Get("Content-Type") != "application/json" {
+			if w.Code != tc.e.Status || !jsontest.Same(t, w.Body.Bytes(), want) || w.Header().Get("Content-Type") != "application/json" {
 				t.Errorf("%T %+v: expected %d %s, got %d %s", a, tc.e, tc.e.Status, want, w.Code, w.Body)
 			}
 			if ra := w.Header().Get("Retry-After"); (tc.e.RetryAfter > 0) != (ra == "20") {
@@ -191,7 +192,7 @@ func observe(t *testing.T, p provider.Provider, name string) (int, *provider.Obs
 func TestRestatedProviderErrors(t *testing.T) {
 	status, o := observe(t, &adapters.Anthropic{}, "anthropic-400-prompt-too-long.http")
 	if got, want := string(Chat{}.restate(status, o)),
-		`{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}}`; !sameJSON(got, want) {
+		`{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}}`; !jsontest.Same(t, []byte(got), want) {
 		t.Errorf("expected %s, got %s", want, got)
 	}
 	status, o = observe(t, &adapters.Gemini{}, "gemini-429-per-minute.http")
@@ -204,7 +205,7 @@ func TestRestatedProviderErrors(t *testing.T) {
 	}
 	g := (&adapters.Gemini{}).Observe(400, http.Header{}, []byte(`{"error":{"code":400,"message":"bad field","status":"INVALID_ARGUMENT"}}`), time.Now())
 	if got, want := string(Chat{}.restate(400, &g)),
-		`{"error":{"message":"bad field","type":"invalid_request_error","param":null,"code":"invalid_argument"}}`; !sameJSON(got, want) {
+		`{"error":{"message":"bad field","type":"invalid_request_error","param":null,"code":"invalid_argument"}}`; !jsontest.Same(t, []byte(got), want) {
 		t.Errorf("expected %s, got %s", want, got)
 	}
 	status, o = observe(t, &adapters.OpenAI{}, "openai-400-context-length.http")
@@ -348,16 +349,6 @@ func TestForPath(t *testing.T) {
 			t.Errorf("%s: expected %T, got %T", path, want, got)
 		}
 	}
-}
-
-// sameJSON compares two JSON texts by value: a client reads "\u003e" as
-// ">".
-func sameJSON(got, want string) bool {
-	var g, w any
-	if json.Unmarshal([]byte(got), &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
-		return false
-	}
-	return reflect.DeepEqual(g, w)
 }
 
 // FuzzChatParse: what the routing scan accepts, encoding/json reads alike

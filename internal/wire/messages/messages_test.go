@@ -1,12 +1,12 @@
 package messages_test
 
 import (
-	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages/messagestest"
 )
@@ -54,20 +54,20 @@ func TestChatToMessages(t *testing.T) {
 	   {"type":"tool_use","id":"call_3","name":"broken","input":"{\"a\":"}],
 	  "stop_reason":"tool_use","stop_sequence":null,
 	  "usage":{"input_tokens":20,"output_tokens":30,"cache_read_input_tokens":100}}`
-	if !sameJSON(t, got, want) {
-		t.Errorf("expected %s\ngot      %s", compact(want), got)
+	if !jsontest.Same(t, got, want) {
+		t.Errorf("expected %s\ngot      %s", jsontest.Compact(want), got)
 	}
 
 	for finish, stop := range map[string]string{"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
 		"function_call": "tool_use", "content_filter": "refusal", "": "end_turn"} {
 		got, err := messages.FromChatAnswer([]byte(`{"id":"x","model":"m","choices":[{"message":{"content":"a"},"finish_reason":"` + finish + `"}]}`))
-		if err != nil || jsonField(t, got, "stop_reason") != stop {
+		if err != nil || jsontest.Field(t, got, "stop_reason") != stop {
 			t.Errorf("finish_reason %q: expected stop_reason %s, got %s (%v)", finish, stop, got, err)
 		}
 	}
 	got, _ = messages.FromChatAnswer([]byte(`{"model":"m","choices":[{"message":{"content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}`))
-	if !strings.Contains(string(got), `"text":"I can't help with that."`) || jsonField(t, got, "stop_reason") != "refusal" ||
-		!strings.HasPrefix(jsonField(t, got, "id").(string), "msg_") {
+	if !strings.Contains(string(got), `"text":"I can't help with that."`) || jsontest.Field(t, got, "stop_reason") != "refusal" ||
+		!strings.HasPrefix(jsontest.Field(t, got, "id").(string), "msg_") {
 		t.Errorf("expected a refusal as text with stop_reason refusal and a fresh id, got %s", got)
 	}
 	got, _ = messages.FromChatAnswer([]byte(`{"model":"m","choices":[{"message":{"content":""},"finish_reason":"stop"}]}`))
@@ -95,8 +95,8 @@ func TestMessagesResponseRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameJSON(t, back, orig) {
-		t.Errorf("expected %s\ngot      %s", compact(orig), back)
+	if !jsontest.Same(t, back, orig) {
+		t.Errorf("expected %s\ngot      %s", jsontest.Compact(orig), back)
 	}
 }
 
@@ -202,36 +202,4 @@ func TestAnthropicErrorBodies(t *testing.T) {
 			t.Errorf("%d: expected %s, got %s", status, want, got)
 		}
 	}
-}
-
-// sameJSON compares two JSON texts by value.
-func sameJSON(t *testing.T, got []byte, want string) bool {
-	t.Helper()
-	var g, w any
-	if err := json.Unmarshal(got, &g); err != nil {
-		t.Fatalf("got invalid JSON: %v: %s", err, got)
-	}
-	if err := json.Unmarshal([]byte(want), &w); err != nil {
-		t.Fatalf("bad expectation: %v: %s", err, want)
-	}
-	return reflect.DeepEqual(g, w)
-}
-
-// jsonField decodes the JSON at a top-level key of body.
-func jsonField(t *testing.T, body []byte, key string) any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(body, &m); err != nil {
-		t.Fatalf("invalid JSON: %v: %s", err, body)
-	}
-	return m[key]
-}
-
-func compact(s string) string {
-	var v any
-	if json.Unmarshal([]byte(s), &v) != nil {
-		return s
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
 }

@@ -97,7 +97,8 @@ func TestMessagesParse(t *testing.T) {
 	// Each message is checked before any deployment is asked, and named.
 	for bad, want := range map[string]string{
 		`[{"role":"user","content":"x"},"hi"]`:                                "messages.1: Input should be a valid dictionary",
-		`[{"role":"system","content":"x"}]`:                                   "messages.0.role: Input should be 'user' or 'assistant'",
+		`[{"role":5,"content":"x"}]`:                                          "messages.0.role: Input should be a non-empty string",
+		`[{"role":"","content":"x"}]`:                                         "messages.0.role",
 		`[{"content":"x"}]`:                                                   "messages.0.role",
 		`[{"role":"user","content":"x"},{"role":"assistant","content":null}]`: "messages.1.content",
 		`[{"role":"user"}]`:                                                   "messages.0.content",
@@ -108,9 +109,14 @@ func TestMessagesParse(t *testing.T) {
 			t.Errorf("%s: expected a 400 naming %q, got %+v", bad, want, e)
 		}
 	}
-	body = `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":"b"}]}`
-	if _, _, e := (Messages{}).Parse([]byte(body), nil); e != nil {
-		t.Errorf("expected block and string contents accepted, got %+v", e)
+	// Roles are the provider's to judge: Claude Code sends "system" turns.
+	body = `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"system","content":"be brief"},{"role":"assistant","content":"b"}]}`
+	req, _, e = Messages{}.Parse([]byte(body), nil)
+	if e != nil {
+		t.Fatalf("expected block and string contents and a system turn accepted, got %+v", e)
+	}
+	if chat, err := req.Chat(); err != nil || !strings.Contains(string(chat), `{"role":"system","content":"be brief"}`) {
+		t.Errorf("expected the system turn in the Chat form, got %s %v", chat, err)
 	}
 }
 

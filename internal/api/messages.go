@@ -64,20 +64,21 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 	return sized(pr, req.MaxTokens), req.Model, nil
 }
 
-// checkMessage checks the shape of messages[i] as Anthropic states it: an
-// object whose role is "user" or "assistant" and whose content is a string
-// or an array of blocks. A bad message is the client's error, found before
-// any deployment is asked.
+// checkMessage checks the shape of messages[i]: an object with a role (a
+// string: which roles a deployment takes is its provider's to say; Claude
+// Code sends "system" turns, which the API takes) and a content that is a
+// string or an array of blocks. A bad message is the client's error, found
+// before any deployment is asked.
 func checkMessage(i int, raw json.RawMessage) *Error {
 	var m struct {
-		Role    string          `json:"role"`
+		Role    json.RawMessage `json:"role"`
 		Content json.RawMessage `json:"content"`
 	}
 	if json.Unmarshal(raw, &m) != nil {
 		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d: Input should be a valid dictionary", i)
 	}
-	if m.Role != "user" && m.Role != "assistant" {
-		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.role: Input should be 'user' or 'assistant'", i)
+	if len(m.Role) < 3 || m.Role[0] != '"' {
+		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.role: Input should be a non-empty string", i)
 	}
 	if len(m.Content) == 0 || m.Content[0] != '"' && m.Content[0] != '[' {
 		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.content: Input should be a valid string or a list of content blocks", i)

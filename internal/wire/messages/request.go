@@ -302,6 +302,8 @@ func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
 			c.Messages, err = addUser(c.Messages, m.Content)
 		case "assistant":
 			c.Messages, err = addAssistant(c.Messages, m.Content)
+		case "system":
+			c.Messages, err = addSystem(c.Messages, m.Content)
 		default:
 			err = fmt.Errorf("unsupported role %q", m.Role)
 		}
@@ -339,6 +341,25 @@ func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
 		return nil, "", false, badRequest("%v", err)
 	}
 	return out, r.Model, r.Stream, nil
+}
+
+// addSystem adds a system message from the middle of a conversation (Claude
+// Code sends them, as of version 2.1): its text blocks, joined as the
+// top-level system prompt's are. Other blocks have no Chat form.
+func addSystem(msgs []chat.Message, content Content) ([]chat.Message, error) {
+	texts := make([]string, 0, len(content))
+	for _, b := range content {
+		if b.Type != "text" {
+			return nil, fmt.Errorf("a system message holds text only, not %q", b.Type)
+		}
+		if t := b.TextOf(); t != "" {
+			texts = append(texts, t)
+		}
+	}
+	if len(texts) == 0 {
+		return msgs, nil
+	}
+	return append(msgs, chat.Message{Role: "system", Content: chat.Text(strings.Join(texts, "\n\n"))}), nil
 }
 
 // addUser adds a user turn: its tool results become tool messages first

@@ -114,7 +114,7 @@ type Handler struct {
 	names     []string // model group names, sorted
 	meta      map[*router.Deployment]deploymentMeta
 	router    *router.Router
-	stateKeys []string
+	states    []stateRef // the capacity states taken from the pool
 	metrics   *metrics
 	logger    *zap.Logger
 	store     *fleetStore // fleet mode (store.go); nil for store memory
@@ -305,7 +305,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.stateKeys = append(h.stateKeys, key)
+	h.states = append(h.states, stateRef{key, st.(*capacity.State)})
 	d := &router.Deployment{
 		Name:          dc.Provider + "/" + dc.Model,
 		Model:         dc.Model,
@@ -447,12 +447,22 @@ func (d *Deployment) validate() error {
 // provider modules (and their transports) are cleaned up by Caddy.
 func (h *Handler) Cleanup() error {
 	removeLive(h)
-	h.cleanupStore() // fleet mode (store.go)
-	for _, key := range h.stateKeys {
-		_, _ = states.Delete(key)
+	for _, ref := range h.states {
+		// A state no config uses any more leaves the fleet store too.
+		if deleted, _ := states.Delete(ref.key); deleted && h.store != nil {
+			h.store.Unbind(ref.key, ref.st)
+		}
 	}
-	h.stateKeys = nil
+	h.states = nil
+	h.cleanupStore() // fleet mode (store.go)
 	return nil
+}
+
+// stateRef is a capacity state taken from the pool, by its key (the
+// deployment's identity).
+type stateRef struct {
+	key string
+	st  *capacity.State
 }
 
 // redactURL hides a URL's password, for the admin API.

@@ -61,9 +61,9 @@ func TestProvisionAndReloadKeepState(t *testing.T) {
 		d.IdleTimeout != router.DefaultIdleTimeout || d.Weight != 1 {
 		t.Errorf("expected the provider's default timeouts and weight 1, got %v %v %v %d", d.Timeout, d.TTFTTimeout, d.IdleTimeout, d.Weight)
 	}
-	for _, k := range first.stateKeys {
-		if strings.Contains(k, "sk-") {
-			t.Errorf("a state key must not hold the API key: %s", k)
+	for _, ref := range first.states {
+		if strings.Contains(ref.key, "sk-") {
+			t.Errorf("a state key must not hold the API key: %s", ref.key)
 		}
 	}
 

@@ -117,6 +117,53 @@ func TestStoreProvisionAndReload(t *testing.T) {
 	_ = third.Cleanup()
 }
 
+// A deployment that leaves the config and comes back is shared through the
+// store again, with its new state: the store let the old one go.
+func TestStoreDeploymentLeavesAndReturns(t *testing.T) {
+	m := miniredis.RunT(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	t.Setenv("LLM_ROUTER_TEST_KEY", "sk-from-env")
+	t.Setenv("LLM_ROUTER_TEST_REDIS", "redis://"+m.Addr())
+	withStore := func(config string) string {
+		return strings.Replace(config, `"models"`,
+			`"store": {"type": "redis", "url": "{env.LLM_ROUTER_TEST_REDIS}", "poll_interval": 20000000}, "models"`, 1)
+	}
+	withoutM1 := strings.Replace(jsonConfig, `{"provider": "a", "model": "m1"}, `, "", 1)
+	provision := func(config string) *Handler {
+		h := handlerFromJSON(t, withStore(config))
+		if err := h.Provision(newCaddyContext(t)); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a := provision(jsonConfig)
+	gone := a.groups["fast"][0].State
+	b := provision(withoutM1)
+	_ = a.Cleanup()
+	c := provision(jsonConfig)
+	_ = b.Cleanup()
+	defer c.Cleanup()
+	back := c.groups["fast"][0].State
+	if back == gone {
+		t.Fatal("expected a new state for the deployment that came back")
+	}
+	rl := provider.NewObservation(provider.RateLimited)
+	rl.RetryAfter = 30 * time.Second
+	gone.Observe(time.Now(), rl, capacity.DefaultPolicy)
+	time.Sleep(100 * time.Millisecond)
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Fatalf("expected the state that left to share nothing, got keys %v", keys)
+	}
+	back.Observe(time.Now(), rl, capacity.DefaultPolicy)
+	deadline := time.Now().Add(2 * time.Second)
+	for len(m.Keys()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("expected the 429 of the deployment that came back shared through the store")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestStoreLoadErrors(t *testing.T) {
 	for _, tc := range []struct{ name, store, want string }{
 		{"unknown type", `{"type": "etcd"}`, `unknown type "etcd"`},

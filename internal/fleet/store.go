@@ -209,13 +209,15 @@ func DeploymentID(identity string) string {
 }
 
 // Bind shares st as the deployment of the given identity (see DeploymentID)
-// through the store, until Close. A state bound twice (one deployment in
-// two model groups, or in the next config that uses the same store) is
-// bound once.
+// through the store, until Unbind or Close. A state bound twice (one
+// deployment in two model groups, or in the next config that uses the same
+// store) is bound once; a new state for a bound identity (the deployment
+// left the config and came back) takes the old one's place.
 func (s *Store) Bind(identity string, st *capacity.State) {
 	id := DeploymentID(identity)
 	s.mu.Lock()
-	if s.closed || s.bindings[id] != nil {
+	old := s.bindings[id]
+	if s.closed || old != nil && old.st == st {
 		s.mu.Unlock()
 		return
 	}
@@ -225,7 +227,28 @@ func (s *Store) Bind(identity string, st *capacity.State) {
 		stateKey: base + "state", logKey: base + "declared", tokensKey: base + "declared_tokens", probeKey: base + "probe"}
 	s.bindings[id] = b
 	s.mu.Unlock()
+	if old != nil {
+		old.st.ClearFleet(old)
+		old.ReleaseProbe()
+	}
 	st.SetFleet(b)
+}
+
+// Unbind stops sharing st, the deployment of identity, whose last config
+// is gone: the store no longer polls or merges into it, and frees the probe
+// claim it holds. A newer state bound to the identity stays bound.
+func (s *Store) Unbind(identity string, st *capacity.State) {
+	id := DeploymentID(identity)
+	s.mu.Lock()
+	b := s.bindings[id]
+	if b == nil || b.st != st {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.bindings, id)
+	s.mu.Unlock()
+	st.ClearFleet(b)
+	b.ReleaseProbe()
 }
 
 // Up reports whether the store answered its last operation.

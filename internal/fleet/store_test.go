@@ -411,6 +411,35 @@ func TestReloadSwapsTheStore(t *testing.T) {
 	st.Release()
 }
 
+// A new state bound to an identity takes the old one's place; an unbound
+// state is let go. Only the bound state shares what it learns.
+func TestBindReplacesAndUnbindLetsGo(t *testing.T) {
+	m := miniredis.RunT(t)
+	s, err := New(Options{URL: "redis://" + m.Addr(), KeyPrefix: keyPrefix(t), PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old, st := capacity.NewState(), capacity.NewState()
+	s.Bind(testIdentity, old)
+	s.Bind(testIdentity, st)
+	s.Unbind(testIdentity, old) // no longer bound: leaves st alone
+	old.Observe(time.Now(), rateLimited(30*time.Second), capacity.DefaultPolicy)
+	time.Sleep(50 * time.Millisecond)
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Fatalf("expected the replaced state to share nothing, got %v", keys)
+	}
+	st.Observe(time.Now(), rateLimited(30*time.Second), capacity.DefaultPolicy)
+	eventually(t, 2*time.Second, "the bound state's 429 in Redis", func() bool { return len(m.Keys()) > 0 })
+	s.Unbind(testIdentity, st)
+	s.mu.Lock()
+	n := len(s.bindings)
+	s.mu.Unlock()
+	if n != 0 {
+		t.Errorf("expected no binding left, got %d", n)
+	}
+}
+
 // Keys and values name deployments by a hash: no base URL, no key
 // fingerprint, no model name.
 func TestKeysHoldNoSecrets(t *testing.T) {

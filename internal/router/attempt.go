@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -169,6 +170,12 @@ func (a *attempt) errorAnswer(resp *http.Response) *outcome {
 	a.finish()
 	a.out.body = body
 	a.out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, body, a.r.Clock.Now())
+	if a.out.obs.Class == provider.OK {
+		// A provider type's bug: an error status is no answer. Failing
+		// over beats passing the error body on as one.
+		a.out.obs.Class = provider.Server
+		a.out.obs.Message = fmt.Sprintf("provider type classified status %d as ok", resp.StatusCode)
+	}
 	return a.out
 }
 

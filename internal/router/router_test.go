@@ -651,6 +651,35 @@ func TestBrokenProviderTypeFailsOver(t *testing.T) {
 	}
 }
 
+// okErrors is a provider type with a bug: every status reads as OK.
+type okErrors struct{ provider.Provider }
+
+func (o okErrors) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
+	return provider.NewObservation(provider.OK)
+}
+
+// An error status the provider type calls OK is no answer: the deployment
+// fails over, and its body never reaches the client as one.
+func TestErrorStatusCalledOKFailsOver(t *testing.T) {
+	a := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){
+		reply(404, "<html>not found sk-a</html>", "Content-Type", "text/html")}})
+	a.Provider = okErrors{a.Provider}
+	a.Quality = 1
+	b := deployment("b", &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}})
+	res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{a, b}, chatReq)
+	if res.Err != nil || res.Deployment != b || res.Status != 200 || res.FailoverReason != provider.Server {
+		t.Fatalf("expected b after a's 404, got %v %v %d (%s)", res.Err, res.Deployment, res.Status, res.FailoverReason)
+	}
+	alone := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){
+		reply(404, "<html>not found</html>", "Content-Type", "text/html")}})
+	alone.Provider = okErrors{alone.Provider}
+	res = newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{alone}, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Class != provider.Server || strings.Contains(string(res.Body), "html") {
+		t.Errorf("expected a router error, not the 404 page as an answer, got %d %s %v", res.Status, res.Body, res.Err)
+	}
+}
+
 // keptAlive is an upstream stream body: one chunk, then keep-alive
 // comments every 10 ms until closed.
 func keptAlive(req *http.Request) (*http.Response, error) {

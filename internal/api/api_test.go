@@ -89,7 +89,12 @@ func TestMessagesParse(t *testing.T) {
 		t.Errorf("expected the server tool to have no Chat form, got %v", err)
 	}
 	for _, bad := range []string{`{"model":"m","messages":[]}`, `{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`,
-		`{"max_tokens":5,"messages":[{"role":"user","content":"x"}]}`, `{"model":"m","model":"n","max_tokens":5,"messages":[{}]}`} {
+		`{"max_tokens":5,"messages":[{"role":"user","content":"x"}]}`, `{"model":"m","model":"n","max_tokens":5,"messages":[{}]}`,
+		`{"model":"m","max_tokens":5,"system":7,"messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m","max_tokens":5,"stream":"yes","messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m","max_tokens":"5","messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m","max_tokens":5,"messages":{"role":"user","content":"x"}}`,
+		`{"model":"m","max_tokens":5,"Messages":[],"messages":[{"role":"user","content":"x"}]}`} {
 		if _, _, e := (Messages{}).Parse([]byte(bad), nil); e == nil || e.Status != 400 {
 			t.Errorf("%s: expected a 400, got %+v", bad, e)
 		}
@@ -426,6 +431,32 @@ func BenchmarkChatParse(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, _, e := (Chat{}).Parse(body, nil); e != nil {
+			b.Fatal(e)
+		}
+	}
+}
+
+// BenchmarkMessagesParse checks a 7.5 KB Messages body of 20 turns with
+// content blocks, as coding agents send them.
+func BenchmarkMessagesParse(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"claude","max_tokens":1024,"system":"be brief","messages":[`)
+	for i := range 20 {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		sb.WriteString(`{"role":"` + role + `","content":[{"type":"text","text":"` + strings.Repeat("lorem ipsum dolor sit amet ", 12) + `"}]}`)
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, e := (Messages{}).Parse(body, nil); e != nil {
 			b.Fatal(e)
 		}
 	}

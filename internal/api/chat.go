@@ -2,12 +2,9 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
-	"strconv"
 	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
@@ -34,23 +31,11 @@ func (Chat) Format() provider.Format { return provider.Chat }
 // keys are read, by a scan of the validated body (the body goes upstream
 // as it came, or is translated by a provider type, which decodes it then).
 func (Chat) Parse(body []byte, _ http.Header) (*router.Request, string, *Error) {
-	if !json.Valid(body) {
-		return nil, "", Errorf(http.StatusBadRequest, InvalidJSON, "", "the request body is not valid JSON")
-	}
-	if err := jsonbody.CheckKeys(body, chatKeys...); err != nil {
-		if errors.Is(err, jsonbody.ErrNotObject) {
-			return nil, "", Errorf(http.StatusBadRequest, InvalidJSON, "", "the request body must be a JSON object")
-		}
-		return nil, "", Errorf(http.StatusBadRequest, InvalidJSON, "", "%s", err.Error())
-	}
 	c := chatScan{noRole: -1}
-	_ = jsonbody.EachMember(body, func(key []byte, start, end int) bool {
-		c.member(key, body[start:end])
-		return c.err == nil
-	})
+	if e := scanBody(body, chatKeys, &c.scan, c.member); e != nil {
+		return nil, "", e
+	}
 	switch {
-	case c.err != nil:
-		return nil, "", c.err
 	case c.model == "":
 		return nil, "", missingModel()
 	case c.messages == 0:
@@ -81,13 +66,10 @@ type chatScan struct {
 	stream, includeUsage           bool
 	n                              *int64
 	maxTokens, maxCompletionTokens int64
-	err                            *Error
+	scan
 }
 
 func (c *chatScan) member(name []byte, v []byte) {
-	if string(v) == "null" {
-		return
-	}
 	switch key := string(name); key {
 	case "model":
 		c.model = c.str(key, v)
@@ -143,57 +125,6 @@ func (c *chatScan) message(m []byte) {
 		c.noRole = c.messages
 	}
 	c.messages++
-}
-
-func (c *chatScan) str(key string, v []byte) string {
-	s, ok := "", v[0] == '"'
-	if ok {
-		s, ok = jsonbody.String(v)
-	}
-	if !ok {
-		c.typeError(key, "a string")
-	}
-	return s
-}
-
-func (c *chatScan) boolean(key string, v []byte) bool {
-	switch string(v) {
-	case "true":
-		return true
-	case "false":
-		return false
-	}
-	c.typeError(key, "a boolean")
-	return false
-}
-
-func (c *chatScan) integer(key string, v []byte) int64 {
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
-		c.typeError(key, "an integer")
-	}
-	return n
-}
-
-func (c *chatScan) typeError(key, kind string) {
-	if c.err == nil {
-		c.err = Errorf(http.StatusBadRequest, InvalidJSON, key, "invalid type for '%s': expected %s", key, kind)
-	}
-}
-
-// maxTokenEstimate bounds a request's output-token estimate (2^31 tokens,
-// more than any model answers), so that a max_tokens near the int64 limit
-// cannot overflow the sums capacity planning makes of it.
-const maxTokenEstimate = 1 << 31
-
-// sized wraps pr for routing with its token estimate: prompt tokens are the
-// body's bytes / 4, output tokens the client's max_tokens (0 when unset),
-// bounded by maxTokenEstimate.
-func sized(pr *provider.Request, maxTokens int64) *router.Request {
-	rr := &router.Request{Request: pr, PromptTokens: int64(len(pr.Body))/4 + 1,
-		OutputTokens: min(max(maxTokens, 0), maxTokenEstimate)}
-	rr.Tokens = rr.PromptTokens + rr.OutputTokens
-	return rr
 }
 
 func missingModel() *Error {
@@ -269,43 +200,6 @@ func (chatStream) done(w io.Writer) error { return provider.WriteEvent(w, "", []
 
 func (chatStream) failed(w io.Writer, e *router.StreamError) error {
 	return provider.WriteEvent(w, "", chat.NewError(streamFailure(e), "server_error", "stream_interrupted", ""))
-}
-
-// decode unmarshals body into v and checks its routing keys: a 400
-// invalid_json when it does not fit.
-func decode(body []byte, v any, keys ...string) *Error {
-	if err := json.Unmarshal(body, v); err != nil {
-		param, msg := "", "the request body is not valid JSON"
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			param, msg = typeErr.Field, "the request body must be a JSON object"
-			if typeErr.Field != "" {
-				msg = fmt.Sprintf("invalid type for '%s': expected %s", typeErr.Field, jsonKind(typeErr))
-			}
-		}
-		return Errorf(http.StatusBadRequest, InvalidJSON, param, "%s", msg)
-	}
-	if err := jsonbody.CheckKeys(body, keys...); err != nil {
-		return Errorf(http.StatusBadRequest, InvalidJSON, "", "%s", err.Error())
-	}
-	return nil
-}
-
-// jsonKind names the JSON type a field needed, for error messages.
-func jsonKind(e *json.UnmarshalTypeError) string {
-	switch e.Type.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Int, reflect.Int64, reflect.Pointer:
-		return "an integer"
-	case reflect.Slice:
-		return "an array"
-	case reflect.Struct:
-		return "an object"
-	}
-	return "another type"
 }
 
 // WriteModels answers GET .../models: the model groups, as OpenAI lists

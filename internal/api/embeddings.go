@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 
 	"github.com/llmrouter/caddy-llm-router/internal/router"
@@ -17,22 +16,30 @@ type Embeddings struct{ Chat }
 // Format implements API.
 func (Embeddings) Format() provider.Format { return provider.Embeddings }
 
+// embeddingsKeys are the body keys the router reads (see chatKeys).
+var embeddingsKeys = []string{"model", "input"}
+
 // Parse implements API: a JSON object with a model and an input.
 func (Embeddings) Parse(body []byte, _ http.Header) (*router.Request, string, *Error) {
-	var req struct {
-		Model string          `json:"model"`
-		Input json.RawMessage `json:"input"`
-	}
-	if e := decode(body, &req, "model", "input"); e != nil {
+	var s scan
+	model, input := "", false
+	if e := scanBody(body, embeddingsKeys, &s, func(name, v []byte) {
+		switch string(name) {
+		case "model":
+			model = s.str("model", v)
+		case "input":
+			input = true
+		}
+	}); e != nil {
 		return nil, "", e
 	}
-	if req.Model == "" {
+	if model == "" {
 		return nil, "", missingModel()
 	}
-	if len(req.Input) == 0 || string(req.Input) == "null" {
+	if !input {
 		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "input", "you must provide an input parameter")
 	}
-	return sized(&provider.Request{Format: provider.Embeddings, Body: body, Choices: 1}, 0), req.Model, nil
+	return sized(&provider.Request{Format: provider.Embeddings, Body: body, Choices: 1}, 0), model, nil
 }
 
 // WriteError implements API.

@@ -1,10 +1,10 @@
 package api
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -25,31 +25,28 @@ var messagesHeaders = []string{"Anthropic-Version", "Anthropic-Beta"}
 // Format implements API.
 func (Messages) Format() provider.Format { return provider.Messages }
 
-// Parse implements API: a JSON object with a model, a non-empty messages
-// array and max_tokens > 0. What the Chat Completions form cannot express
-// (a server tool) is found when a deployment needs that form: only
-// Anthropic deployments can then serve it.
+// messagesKeys are the body keys the router reads (see chatKeys).
+var messagesKeys = []string{"model", "messages", "stream", "max_tokens", "system"}
+
+// Parse implements API: a JSON object with a model, max_tokens > 0, a
+// system prompt (if any) that is a string or an array, and a non-empty
+// messages array of objects, each with a role (a string: which roles a
+// deployment takes is its provider's to say; Claude Code sends "system"
+// turns, which the API takes) and a content that is a string or an array
+// of blocks. What the Chat Completions form cannot express (a server tool)
+// is found when a deployment needs that form: only Anthropic deployments
+// can then serve it.
 func (Messages) Parse(body []byte, header http.Header) (*router.Request, string, *Error) {
-	var req struct {
-		Model     string            `json:"model"`
-		Messages  []json.RawMessage `json:"messages"`
-		Stream    bool              `json:"stream"`
-		MaxTokens int64             `json:"max_tokens"`
-	}
-	if e := decode(body, &req, "model", "messages", "stream", "max_tokens", "system"); e != nil {
+	var m messagesScan
+	if e := scanBody(body, messagesKeys, &m.scan, m.member); e != nil {
 		return nil, "", e
 	}
-	if req.Model == "" {
+	if m.model == "" {
 		return nil, "", missingModel()
 	}
-	if len(req.Messages) == 0 || req.MaxTokens <= 0 {
+	if m.messages == 0 || m.maxTokens <= 0 {
 		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "",
 			"messages (a non-empty array) and max_tokens (> 0) are required")
-	}
-	for i, m := range req.Messages {
-		if e := checkMessage(i, m); e != nil {
-			return nil, "", e
-		}
 	}
 	h := http.Header{}
 	for _, k := range messagesHeaders {
@@ -57,33 +54,70 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 			h[k] = v
 		}
 	}
-	pr := &provider.Request{Format: provider.Messages, Body: body, Header: h, Stream: req.Stream,
+	pr := &provider.Request{Format: provider.Messages, Body: body, Header: h, Stream: m.stream,
 		// The Chat form asks OpenAI-format providers for usage, which a
 		// Messages stream reports at its end.
-		Choices: 1, IncludeUsage: req.Stream, ToChat: messagesToChat}
-	return sized(pr, req.MaxTokens), req.Model, nil
+		Choices: 1, IncludeUsage: m.stream, ToChat: messagesToChat}
+	return sized(pr, m.maxTokens), m.model, nil
 }
 
-// checkMessage checks the shape of messages[i]: an object with a role (a
-// string: which roles a deployment takes is its provider's to say; Claude
-// Code sends "system" turns, which the API takes) and a content that is a
-// string or an array of blocks. A bad message is the client's error, found
-// before any deployment is asked.
-func checkMessage(i int, raw json.RawMessage) *Error {
-	var m struct {
-		Role    json.RawMessage `json:"role"`
-		Content json.RawMessage `json:"content"`
+// messagesScan is what routing reads of a Messages body.
+type messagesScan struct {
+	model     string
+	stream    bool
+	maxTokens int64
+	messages  int // how many
+	scan
+}
+
+func (m *messagesScan) member(name, v []byte) {
+	switch key := string(name); key {
+	case "model":
+		m.model = m.str(key, v)
+	case "stream":
+		m.stream = m.boolean(key, v)
+	case "max_tokens":
+		m.maxTokens = m.integer(key, v)
+	case "system":
+		if v[0] != '"' && v[0] != '[' {
+			m.typeError(key, "a string or an array")
+		}
+	case "messages":
+		if v[0] != '[' {
+			m.typeError(key, "an array")
+			return
+		}
+		_ = jsonbody.EachElement(v, func(start, end int) bool {
+			m.message(v[start:end])
+			return m.err == nil
+		})
 	}
-	if json.Unmarshal(raw, &m) != nil {
-		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d: Input should be a valid dictionary", i)
+}
+
+// message checks the shape of messages[i], as Anthropic words its errors.
+func (m *messagesScan) message(v []byte) {
+	i := m.messages
+	m.messages++
+	if v[0] != '{' {
+		m.fail(Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d: Input should be a valid dictionary", i))
+		return
 	}
-	if len(m.Role) < 3 || m.Role[0] != '"' {
-		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.role: Input should be a non-empty string", i)
+	var role, content []byte
+	_ = jsonbody.EachMember(v, func(k []byte, start, end int) bool {
+		switch string(k) {
+		case "role":
+			role = v[start:end]
+		case "content":
+			content = v[start:end]
+		}
+		return true
+	})
+	switch {
+	case len(role) < 3 || role[0] != '"':
+		m.fail(Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.role: Input should be a non-empty string", i))
+	case len(content) == 0 || content[0] != '"' && content[0] != '[':
+		m.fail(Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.content: Input should be a valid string or a list of content blocks", i))
 	}
-	if len(m.Content) == 0 || m.Content[0] != '"' && m.Content[0] != '[' {
-		return Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.content: Input should be a valid string or a list of content blocks", i)
-	}
-	return nil
 }
 
 func messagesToChat(body []byte) ([]byte, error) {

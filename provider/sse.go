@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 )
 
 // MaxEventSize bounds one server-sent event (all its lines), in bytes: a
@@ -135,37 +136,25 @@ func trimEOL(b []byte) []byte {
 	return bytes.TrimSuffix(b, []byte("\r"))
 }
 
-// WriteEvent writes one server-sent event to w, as AppendEvent does, in
-// pieces: w is buffered (an http.ResponseWriter), so a stream needs no
-// buffer of its own.
+// WriteEvent writes one server-sent event to w, as AppendEvent frames it,
+// in one Write: the frame is built in a pooled buffer, so a stream holds no
+// buffer of its own between events (w, an http.ResponseWriter, is buffered).
 func WriteEvent(w io.Writer, name string, data []byte) error {
-	if name != "" {
-		if _, err := io.WriteString(w, "event: "+name+"\n"); err != nil {
-			return err
-		}
+	bp := eventBuffers.Get().(*[]byte)
+	b := AppendEvent((*bp)[:0], name, data)
+	_, err := w.Write(b)
+	if cap(b) <= maxPooledEvent {
+		*bp = b
+		eventBuffers.Put(bp)
 	}
-	for {
-		line := data
-		i := bytes.IndexByte(data, '\n')
-		if i >= 0 {
-			line, data = data[:i], data[i+1:]
-		}
-		if _, err := io.WriteString(w, "data: "); err != nil {
-			return err
-		}
-		if _, err := w.Write(line); err != nil {
-			return err
-		}
-		if _, err := io.WriteString(w, "\n"); err != nil {
-			return err
-		}
-		if i < 0 {
-			break
-		}
-	}
-	_, err := io.WriteString(w, "\n")
 	return err
 }
+
+// eventBuffers hold WriteEvent's frames; a buffer grown past
+// maxPooledEvent bytes (a rare huge event) is left to the GC.
+var eventBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledEvent = 64 << 10
 
 // AppendEvent appends one server-sent event to dst: "event: <name>\n" when
 // name is not empty, a "data: " line for each line of data, and the blank

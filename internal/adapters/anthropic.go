@@ -43,10 +43,6 @@ type Anthropic struct {
 	Endpoint provider.Endpoint
 }
 
-// nativeHeaders are the client headers a native pass keeps: Anthropic's API
-// version and beta features (1M context, ...) are the client's choice.
-var nativeHeaders = []string{"Anthropic-Version", "Anthropic-Beta"}
-
 // Serves implements provider.Provider: Chat and Messages, no embeddings.
 func (*Anthropic) Serves(f provider.Format) bool { return f != provider.Embeddings }
 
@@ -65,10 +61,10 @@ func (p *Anthropic) Plan(ctx context.Context, model string, r *provider.Request)
 		if err != nil {
 			return nil, err
 		}
-		for _, k := range nativeHeaders {
-			if v := r.Header.Values(k); len(v) > 0 {
-				req.Header[k] = v
-			}
+		// The client's headers of the format (its API version and beta
+		// features: 1M context, ...) are its choice.
+		for k, v := range r.Header {
+			req.Header[k] = v
 		}
 		return &plan{req: req, format: provider.Messages, native: true, model: model, r: anthropicReader{native: true}}, nil
 	}

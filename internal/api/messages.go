@@ -143,28 +143,25 @@ func (Messages) fromChat(body []byte) ([]byte, error) { return messages.FromChat
 
 func (Messages) newStream(from provider.Format) streamWriter {
 	if from == provider.Messages {
-		return &nativeMessages{}
+		return nativeMessages{}
 	}
 	return &translatedMessages{enc: messages.NewChatEncoder()}
 }
 
-// nativeMessages writes the provider's own Messages events as they come; a
-// stream that was complete without its message_stop gets one.
-type nativeMessages struct{ stopped bool }
+// nativeMessages writes the provider's own Messages events as they come,
+// and the message_stop that ends a complete stream (the decoder keeps the
+// provider's, which may have come unnamed, to itself).
+type nativeMessages struct{}
 
-func (s *nativeMessages) event(w io.Writer, ev provider.Event) error {
-	s.stopped = ev.Name == "message_stop"
+func (nativeMessages) event(w io.Writer, ev provider.Event) error {
 	return provider.WriteEvent(w, ev.Name, ev.Data)
 }
 
-func (s *nativeMessages) done(w io.Writer) error {
-	if s.stopped {
-		return nil
-	}
+func (nativeMessages) done(w io.Writer) error {
 	return provider.WriteEvent(w, "message_stop", []byte(`{"type":"message_stop"}`))
 }
 
-func (*nativeMessages) failed(w io.Writer, e *router.StreamError) error {
+func (nativeMessages) failed(w io.Writer, e *router.StreamError) error {
 	_, err := w.Write(streamErrorEvent(e))
 	return err
 }

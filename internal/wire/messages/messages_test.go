@@ -9,6 +9,7 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages/messagestest"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func TestMessagesToChatErrors(t *testing.T) {
@@ -201,6 +202,30 @@ func TestAnthropicErrorBodies(t *testing.T) {
 	} {
 		if got := messages.ErrorType(status); got != want {
 			t.Errorf("%d: expected %s, got %s", status, want, got)
+		}
+	}
+}
+
+// A native decoder relays the provider's events as they came, named or
+// not, but keeps message_stop to itself: the client's writer ends the
+// stream, with exactly one message_stop.
+func TestNativeDecoderKeepsMessageStop(t *testing.T) {
+	for _, name := range []string{"", "message_stop"} {
+		d := messages.NewChatDecoder(true, func(messages.ErrorDetail) provider.Observation { return provider.Observation{} })
+		start := provider.Event{Data: []byte(`{"type":"message_start","message":{"id":"msg_1","model":"m"}}`)}
+		if name != "" {
+			start.Name = "message_start"
+		}
+		if out, kind, _ := d.Decode(&start); kind != provider.EventSkip || string(out.Data) != string(start.Data) || out.Name != start.Name {
+			t.Errorf("name %q: expected message_start relayed as it came, got %v %q", name, kind, out.Data)
+		}
+		delta := provider.Event{Name: name, Data: []byte(`{"type":"message_delta","delta":{"stop_reason":"end_turn"}}`)}
+		if out, kind, _ := d.Decode(&delta); kind != provider.EventFinal || string(out.Data) != string(delta.Data) {
+			t.Errorf("name %q: expected message_delta relayed as final, got %v %q", name, kind, out.Data)
+		}
+		stop := provider.Event{Name: name, Data: []byte(`{"type":"message_stop"}`)}
+		if out, kind, _ := d.Decode(&stop); kind != provider.EventDone || len(out.Data) != 0 || out.Name != "" {
+			t.Errorf("name %q: expected message_stop kept back, got %v %+v", name, kind, out)
 		}
 	}
 }

@@ -97,7 +97,7 @@ func (d *ChatDecoder) Decode(ev *provider.Event) (provider.Event, provider.Event
 		return provider.Event{}, provider.EventError, d.onError(detail)
 	}
 	// ping, content_block_stop, and event types added later: skipped.
-	if d.native {
+	if d.native && kind != provider.EventDone {
 		return *ev, kind, none
 	}
 	return provider.Event{Data: chunk}, kind, none

@@ -340,12 +340,9 @@ func (l declaredLimits) tightest(rpm, tpm int64) declaredLimits {
 	return declaredLimits{pick(l.rpm, rpm), pick(l.tpm, tpm)}
 }
 
-// Validate implements caddy.Validator (see validate).
-func (h *Handler) Validate() error { return h.validate() }
-
 // validate rejects configurations that cannot work, at load rather than at
-// request time; the Caddyfile parser runs the same checks (with line
-// numbers): negative settings or weights, no model group, a group without
+// request time (Provision runs it first, before anything is acquired); the
+// Caddyfile parser runs the same checks (with line numbers): negative settings or weights, no model group, a group without
 // deployments or with one twice, a deployment naming an unknown provider
 // or no model, out-of-range deployment values.
 func (h *Handler) validate() error {
@@ -366,10 +363,7 @@ func (h *Handler) validate() error {
 			return fmt.Errorf("model %s: %w", name, err)
 		}
 		for _, d := range h.Models[name].Deployments {
-			// Once provisioned, Caddy has let go of the raw providers.
-			_, configured := h.ProvidersRaw[d.Provider]
-			_, loaded := h.providers[d.Provider]
-			if !configured && !loaded {
+			if _, ok := h.ProvidersRaw[d.Provider]; !ok {
 				return fmt.Errorf("model %s: deployment names unknown provider %q", name, d.Provider)
 			}
 		}
@@ -495,7 +489,6 @@ func sortedKeys[V any](m map[string]V) []string {
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
-	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

@@ -45,9 +45,6 @@ func TestProvisionAndReloadKeepState(t *testing.T) {
 	if err := first.Provision(newCaddyContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	group := first.groups["fast"]
 	ep := group[1].Provider.(ProviderModule).ProviderSettings().ProviderEndpoint()
 	if len(group) != 2 || ep.APIKey != "sk-from-env" || ep.BaseURL != "https://api.example.com/v1" {
@@ -116,7 +113,7 @@ func TestLoadErrors(t *testing.T) {
 		})
 	}
 	h := handlerFromJSON(t, `{"deadline":-5}`)
-	if err := h.Validate(); err == nil || !strings.Contains(err.Error(), "deadline must not be negative") {
+	if err := h.Provision(newCaddyContext(t)); err == nil || !strings.Contains(err.Error(), "deadline must not be negative") {
 		t.Errorf("expected a negative deadline rejected, got %v", err)
 	}
 }

@@ -37,8 +37,6 @@ const (
 	// timedOut: the provider's own timeout ended it, a silent deployment
 	// (class transport).
 	timedOut
-	// unplanned: the provider cannot express the request; nothing was sent.
-	unplanned
 	// pastDeadline: the request's deadline ended it.
 	pastDeadline
 	// clientGone: the client went away.
@@ -51,7 +49,6 @@ type outcome struct {
 	end    ending
 	obs    provider.Observation
 	status int
-	header http.Header
 	body   []byte
 	format provider.Format
 	native bool // the plan's format is the provider's own: error bodies are in it
@@ -89,7 +86,6 @@ func (r *Router) plan(parent context.Context, d *Deployment, req *Request, deadl
 	}
 	if err != nil {
 		a.finish()
-		a.out.end = unplanned
 		a.out.obs = provider.NewObservation(provider.ClientError)
 		a.out.obs.Message = err.Error()
 		return a, false
@@ -105,7 +101,7 @@ func (a *attempt) exchange(req *Request) *outcome {
 	if err != nil {
 		return a.fail(provider.Transport, err)
 	}
-	a.out.status, a.out.header = resp.StatusCode, resp.Header
+	a.out.status = resp.StatusCode
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		return a.errorAnswer(resp)

@@ -133,15 +133,14 @@ func New() *Router {
 }
 
 // Error is a failure the router answers itself (not a provider's answer
-// passed on). Client APIs write it in their format:
+// passed on). Client APIs write it in their format; its Status says which:
 //
-//   - 400 client_error: no deployment could express the request (Message says why);
-//   - 429 rate_limited: every deployment is rate-limited or out of quota;
-//   - 502 server: every deployment failed, or is cooling down after failures;
-//   - 504 transport: the deadline passed.
+//   - 400: no deployment could express the request (Message says why);
+//   - 429: every deployment is rate-limited or out of quota;
+//   - 502: every deployment failed, or is cooling down after failures;
+//   - 504: the deadline passed.
 type Error struct {
 	Status  int
-	Class   provider.Class
 	Message string
 	// RetryAfter, when positive, is sent as Retry-After (whole seconds).
 	RetryAfter time.Duration
@@ -162,11 +161,10 @@ type Result struct {
 	// attempt failed, whether another deployment then answered or not.
 	FailoverReason provider.Class
 
-	// Status, Header and Body are the answer for a non-streaming success,
-	// or a provider's client error passed on: Body as the provider sent it
-	// when that is in Format, else nil (restate it from Error).
+	// Status and Body are the answer for a non-streaming success, or a
+	// provider's client error passed on: Body as the provider sent it when
+	// that is in Format, else nil (restate it from Error).
 	Status int
-	Header http.Header
 	Body   []byte
 	// Format is the format of Body and Stream: the client's own (a native
 	// pass) or Chat.
@@ -305,7 +303,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	switch class {
 	case provider.OK:
 		res.Deployment, res.Format = d, out.format
-		res.Status, res.Header, res.Body, res.Stream = out.status, out.header, out.body, out.stream
+		res.Status, res.Body, res.Stream = out.status, out.body, out.stream
 		res.fail(nil, w)
 		return true
 	case provider.ClientError:
@@ -365,7 +363,7 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 		res.passOn(w.last) // the provider's 400, as it is
 		return res.fail(nil, w)
 	case w.last == nil && w.unplanned != nil:
-		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
+		return res.fail(&Error{Status: http.StatusBadRequest, Message: w.unplanned.obs.Message}, w)
 	}
 	return res.fail(r.finalError(w.last, group, now, req), w)
 }
@@ -373,7 +371,7 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 // passOn makes a provider's client error the answer, as it is.
 func (res *Result) passOn(o *outcome) {
 	res.Deployment, res.Format = o.d, o.format
-	res.Status, res.Header = o.status, o.header
+	res.Status = o.status
 	if o.native {
 		res.Body = o.body
 	}
@@ -445,7 +443,7 @@ func (r *Router) debug(msg string, fields ...zap.Field) {
 }
 
 func deadlineError() *Error {
-	return &Error{Status: http.StatusGatewayTimeout, Class: provider.Transport,
+	return &Error{Status: http.StatusGatewayTimeout,
 		Message: "no deployment answered before the request deadline"}
 }
 
@@ -458,7 +456,7 @@ func retryAfterSeconds(d time.Duration) time.Duration {
 // rateLimitedError is the 429 of a group whose deployments are all
 // rate-limited or out of quota, the earliest back after wait.
 func rateLimitedError(wait time.Duration) *Error {
-	return &Error{Status: http.StatusTooManyRequests, Class: provider.RateLimited,
+	return &Error{Status: http.StatusTooManyRequests,
 		Message:    "every deployment of this model is rate-limited; retry after the given time",
 		RetryAfter: retryAfterSeconds(wait)}
 }
@@ -470,7 +468,7 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 	wait := first.f.At.Sub(now)
 	for _, c := range cands {
 		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
-			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
+			return &Error{Status: http.StatusBadGateway,
 				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(wait)}
 		}
 	}
@@ -480,7 +478,7 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 // finalError answers when attempts or eligible deployments ran out.
 func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, req *Request) *Error {
 	if last == nil {
-		return &Error{Status: http.StatusBadGateway, Class: provider.Server,
+		return &Error{Status: http.StatusBadGateway,
 			Message: "no deployment could serve this request"}
 	}
 	if c := last.obs.Class; c == provider.RateLimited || c == provider.QuotaExhausted {
@@ -501,6 +499,6 @@ func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, r
 			return rateLimitedError(earliest.Sub(now))
 		}
 	}
-	return &Error{Status: http.StatusBadGateway, Class: provider.Server,
+	return &Error{Status: http.StatusBadGateway,
 		Message: "every deployment of this model failed; retry later"}
 }

@@ -46,19 +46,16 @@ const chatFromMessages = `{
 }`
 
 func TestMessagesToChat(t *testing.T) {
-	chat, model, stream, err := messages.ToChat([]byte(anthropicWithTools))
+	chat, err := messages.ToChat([]byte(anthropicWithTools))
 	if err != nil {
 		t.Fatal(err)
-	}
-	if model != "claude-sonnet-4-5" || !stream {
-		t.Errorf("expected model claude-sonnet-4-5 and a stream, got %q %v", model, stream)
 	}
 	if !jsontest.Same(t, chat, chatFromMessages) {
 		t.Errorf("expected %s\ngot      %s", jsontest.Compact(chatFromMessages), chat)
 	}
 	// And back: the Messages request the anthropic adapter sends upstream
 	// is the client's own.
-	back, err := messages.FromChat(chat, model, stream)
+	back, err := messages.FromChat(chat, "claude-sonnet-4-5", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +93,7 @@ func TestMessagesToChat(t *testing.T) {
 			`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"required"}`,
 		},
 	} {
-		got, _, _, err := messages.ToChat([]byte(tc.in))
+		got, err := messages.ToChat([]byte(tc.in))
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue

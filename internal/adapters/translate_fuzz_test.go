@@ -167,7 +167,7 @@ func FuzzTranslatingRequests(f *testing.F) {
 				t.Fatalf("%s: invalid upstream body %q", a.Name(), b.Bytes())
 			}
 		}
-		chat, _, _, err := messages.ToChat(body)
+		chat, err := messages.ToChat(body)
 		if err != nil {
 			if !errors.Is(err, messages.ErrRequest) {
 				t.Fatalf("MessagesToChat error without messages.ErrRequest: %v", err)

@@ -57,7 +57,7 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 	pr := &provider.Request{Format: provider.Messages, Body: body, Header: h, Stream: m.stream,
 		// The Chat form asks OpenAI-format providers for usage, which a
 		// Messages stream reports at its end.
-		Choices: 1, IncludeUsage: m.stream, ToChat: messagesToChat}
+		Choices: 1, IncludeUsage: m.stream, ToChat: messages.ToChat}
 	return sized(pr, m.maxTokens), m.model, nil
 }
 
@@ -118,11 +118,6 @@ func (m *messagesScan) message(v []byte) {
 	case len(content) == 0 || content[0] != '"' && content[0] != '[':
 		m.fail(Errorf(http.StatusBadRequest, InvalidValue, "", "messages.%d.content: Input should be a valid string or a list of content blocks", i))
 	}
-}
-
-func messagesToChat(body []byte) ([]byte, error) {
-	out, _, _, err := messages.ToChat(body)
-	return out, err
 }
 
 // WriteError implements API.

@@ -30,7 +30,7 @@ func TestMessagesToChatErrors(t *testing.T) {
 		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"web_search_20250305","name":"web_search"}]}`,
 		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"system":7}`,
 	} {
-		_, _, _, err := messages.ToChat([]byte(in))
+		_, err := messages.ToChat([]byte(in))
 		if !errors.Is(err, messages.ErrRequest) {
 			t.Errorf("%s: expected an messages.ErrRequest, got %v", in, err)
 		}

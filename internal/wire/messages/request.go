@@ -253,29 +253,28 @@ func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrRequest, fmt.Sprintf(format, args...))
 }
 
-// ToChat translates a Messages request into a Chat Completions body,
-// returning also its model (the client-facing model group) and stream
-// flag. A stream asks for usage (stream_options.include_usage), which the
-// Messages stream reports at its end. top_k and thinking have no Chat
-// Completions equivalent and are dropped. Errors wrap ErrRequest: invalid
-// JSON, no model, no messages, no or a non-positive max_tokens, an unknown
-// role or block, or a server tool (web search, bash...) the router cannot
-// run.
-func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
+// ToChat translates a Messages request into a Chat Completions body. A
+// stream asks for usage (stream_options.include_usage), which the Messages
+// stream reports at its end. top_k and thinking have no Chat Completions
+// equivalent and are dropped. Errors wrap ErrRequest: invalid JSON, no
+// model, no messages, no or a non-positive max_tokens (checked here too, so
+// that ToChat stands on its own), an unknown role or block, or a server
+// tool (web search, bash...) the router cannot run.
+func ToChat(body []byte) (out []byte, err error) {
 	var sys SystemPrompt
 	r := Request{System: &sys}
 	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, "", false, badRequest("%v", err)
+		return nil, badRequest("%v", err)
 	}
 	switch {
 	case r.Model == "":
-		return nil, "", false, badRequest("model: field required")
+		return nil, badRequest("model: field required")
 	case len(r.Messages) == 0:
-		return nil, "", false, badRequest("messages: at least one message is required")
+		return nil, badRequest("messages: at least one message is required")
 	case r.MaxTokens == nil:
-		return nil, "", false, badRequest("max_tokens: field required")
+		return nil, badRequest("max_tokens: field required")
 	case *r.MaxTokens < 1:
-		return nil, "", false, badRequest("max_tokens: must be at least 1")
+		return nil, badRequest("max_tokens: must be at least 1")
 	}
 	c := chat.Request{
 		Model:       r.Model,
@@ -308,12 +307,12 @@ func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
 			err = fmt.Errorf("unsupported role %q", m.Role)
 		}
 		if err != nil {
-			return nil, "", false, badRequest("messages[%d]: %v", i, err)
+			return nil, badRequest("messages[%d]: %v", i, err)
 		}
 	}
 	for i, t := range r.Tools {
 		if t.Type != "" && t.Type != "custom" {
-			return nil, "", false, badRequest("tools[%d]: tool type %q is not supported", i, t.Type)
+			return nil, badRequest("tools[%d]: tool type %q is not supported", i, t.Type)
 		}
 		c.Tools = append(c.Tools, chat.Tool{Type: "function",
 			Function: chat.Function{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}})
@@ -329,7 +328,7 @@ func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
 		case "tool":
 			c.ToolChoice = chat.FunctionChoice(tc.Name)
 		default:
-			return nil, "", false, badRequest("tool_choice: unsupported type %q", tc.Type)
+			return nil, badRequest("tool_choice: unsupported type %q", tc.Type)
 		}
 		if tc.DisableParallelToolUse {
 			f := false
@@ -338,9 +337,9 @@ func ToChat(body []byte) (out []byte, model string, stream bool, err error) {
 	}
 	out, err = json.Marshal(c)
 	if err != nil {
-		return nil, "", false, badRequest("%v", err)
+		return nil, badRequest("%v", err)
 	}
-	return out, r.Model, r.Stream, nil
+	return out, nil
 }
 
 // addSystem adds a system message from the middle of a conversation (Claude

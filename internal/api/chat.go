@@ -220,7 +220,7 @@ func WriteModels(w http.ResponseWriter, names []string) error {
 // models.retrieve asks; a 404 when there is no such group.
 func WriteModel(w http.ResponseWriter, id string, exists bool) error {
 	if !exists {
-		Chat{}.WriteError(w, Errorf(http.StatusNotFound, ModelNotFound, "model", "the model %q does not exist", truncate(id, 100)))
+		Chat{}.WriteError(w, ModelNotFoundError(id))
 		return nil
 	}
 	w.Header().Set("Content-Type", "application/json")

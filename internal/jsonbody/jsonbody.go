@@ -54,11 +54,7 @@ func GetString(body []byte, key string) (string, bool) {
 	if err != nil || start < 0 || body[start] != '"' {
 		return "", false
 	}
-	var v string
-	if json.Unmarshal(body[start:end], &v) != nil {
-		return "", false
-	}
-	return v, true
+	return String(body[start:end])
 }
 
 // FindMember returns the byte span of the value of the top-level member key,

@@ -456,13 +456,9 @@ func geminiDelta(parts []gemRespPart, next int) (text string, calls []chat.ToolC
 			if id == "" {
 				id = chat.NewID("call_")
 			}
-			args := string(bytes.TrimSpace(p.FunctionCall.Args))
-			if args == "" || args == "null" {
-				args = "{}"
-			}
 			i := next + len(calls)
 			calls = append(calls, chat.ToolCall{Index: &i, ID: id, Type: "function",
-				Function: chat.FunctionCall{Name: p.FunctionCall.Name, Arguments: chat.Arguments(args)}})
+				Function: chat.FunctionCall{Name: p.FunctionCall.Name, Arguments: chat.ArgumentsOf(p.FunctionCall.Args)}})
 		case !p.Thought:
 			b.WriteString(p.Text)
 		}

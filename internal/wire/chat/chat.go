@@ -399,6 +399,17 @@ type FunctionCall struct {
 // clients send the object itself, which is read as its text.
 type Arguments string
 
+// ArgumentsOf is the arguments of a call whose input is the JSON value raw
+// (a Messages tool_use input, a Gemini functionCall's args): its text, or
+// "{}" when it is absent or null.
+func ArgumentsOf(raw json.RawMessage) Arguments {
+	args := bytes.TrimSpace(raw)
+	if len(args) == 0 || string(args) == "null" {
+		return "{}"
+	}
+	return Arguments(args)
+}
+
 // UnmarshalJSON implements json.Unmarshaler.
 func (a *Arguments) UnmarshalJSON(raw []byte) error {
 	raw = bytes.TrimSpace(raw)

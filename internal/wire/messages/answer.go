@@ -78,11 +78,7 @@ func ToChatAnswer(body []byte) ([]byte, error) {
 		case "text":
 			text.WriteString(b.TextOf())
 		case "tool_use":
-			args := string(bytes.TrimSpace(b.Input))
-			if args == "" || args == "null" {
-				args = "{}"
-			}
-			calls = append(calls, chat.ToolCall{ID: b.ID, Type: "function", Function: chat.FunctionCall{Name: b.Name, Arguments: chat.Arguments(args)}})
+			calls = append(calls, chat.ToolCall{ID: b.ID, Type: "function", Function: chat.FunctionCall{Name: b.Name, Arguments: chat.ArgumentsOf(b.Input)}})
 		}
 	}
 	stop := ""

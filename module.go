@@ -320,7 +320,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		ContextWindow: dc.ContextWindow,
 		Weight:        max(dc.Weight, 1),
 		State:         st.(*capacity.State),
-		Secrets:       []string{cfg.endpoint.APIKey},
+		Secrets:       cfg.secrets(),
 	}
 	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redactURL(cfg.endpoint.BaseURL), identity: key}
 	return d, nil

@@ -3,6 +3,7 @@ package llmrouter
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,24 @@ func TestAdminHidesSecrets(t *testing.T) {
 	}
 	if len(d.Secrets) != 1 || d.Secrets[0] != "sk-secret-admin" {
 		t.Errorf("expected the key among the secrets, got %d", len(d.Secrets))
+	}
+
+	// A key given in a header line is a secret too; other headers are not.
+	h = handlerFromJSON(t, `{"providers":{"a":{"type":"openai","base_url":"http://127.0.0.1:1/v1",
+		"headers":{"Authorization":["Bearer gw-token-12345"],"X-Goog-Api-Key":["goog-key-6789"],"Anthropic-Version":["2023-06-01"]}}},
+		"models":{"m":{"deployments":[{"provider":"a","model":"x"}]}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	got := strings.Join(h.groups["m"][0].Secrets, " | ")
+	for _, want := range []string{"Bearer gw-token-12345", "gw-token-12345", "goog-key-6789"} {
+		if !slices.Contains(h.groups["m"][0].Secrets, want) {
+			t.Errorf("expected %q among the secrets, got %s", want, got)
+		}
+	}
+	if strings.Contains(got, "2023-06-01") {
+		t.Errorf("expected a version header not to be a secret, got %s", got)
 	}
 }
 

@@ -110,6 +110,28 @@ type ProviderConfig struct {
 // ProviderSettings implements ProviderModule.
 func (c *ProviderConfig) ProviderSettings() *ProviderConfig { return c }
 
+// secrets are the values of this account that must never leave the router
+// (see router.Deployment.Secrets): the key, and the values of `header`
+// lines that carry credentials (a name with auth, key, token or secret in
+// it: Authorization, Api-Key, X-Goog-Api-Key, ...), whole and without
+// their scheme ("Bearer ...").
+func (c *ProviderConfig) secrets() []string {
+	out := []string{c.endpoint.APIKey}
+	for name, vs := range c.endpoint.Header {
+		n := strings.ToLower(name)
+		if !strings.Contains(n, "auth") && !strings.Contains(n, "key") && !strings.Contains(n, "token") && !strings.Contains(n, "secret") {
+			continue
+		}
+		for _, v := range vs {
+			out = append(out, v)
+			if _, cred, ok := strings.Cut(v, " "); ok {
+				out = append(out, strings.TrimSpace(cred))
+			}
+		}
+	}
+	return out
+}
+
 // ProviderEndpoint is the provisioned account: base URL without its
 // trailing slash, the key and headers with their placeholders replaced.
 func (c *ProviderConfig) ProviderEndpoint() provider.Endpoint { return c.endpoint }

@@ -142,9 +142,11 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 		return nil, Errorf(http.StatusUnsupportedMediaType, UnsupportedEncoding, "",
 			"request bodies with Content-Encoding are not accepted; send plain JSON")
 	}
-	tooLarge := Errorf(http.StatusRequestEntityTooLarge, BodyTooLarge, "", "request body exceeds %d bytes", limit)
+	tooLarge := func() *Error {
+		return Errorf(http.StatusRequestEntityTooLarge, BodyTooLarge, "", "request body exceeds %d bytes", limit)
+	}
 	if r.ContentLength > limit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
@@ -155,7 +157,7 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge
+			return nil, tooLarge()
 		}
 		return nil, Errorf(http.StatusBadRequest, InvalidBody, "", "could not read the request body")
 	}

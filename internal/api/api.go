@@ -122,13 +122,13 @@ var MethodError = &Error{Status: http.StatusMethodNotAllowed, Code: MethodNotAll
 // fromRouter turns the router's own error into the client's.
 func fromRouter(e *router.Error) *Error {
 	out := &Error{Status: e.Status, Message: e.Message, RetryAfter: e.RetryAfter}
-	switch e.Status {
-	case http.StatusBadRequest:
+	switch e.Class {
+	case provider.ClientError:
 		out.Code = Unsupported
-	case http.StatusTooManyRequests:
+	case provider.RateLimited, provider.QuotaExhausted:
 		out.Code = RateLimited
-	case http.StatusGatewayTimeout:
-		out.Code = Deadline
+	case provider.Transport:
+		out.Code = Deadline // the router's only transport error
 	default:
 		out.Code = Unavailable
 	}

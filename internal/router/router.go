@@ -133,14 +133,15 @@ func New() *Router {
 }
 
 // Error is a failure the router answers itself (not a provider's answer
-// passed on). Client APIs write it in their format; its Status says which:
+// passed on). Client APIs write it in their format:
 //
-//   - 400: no deployment could express the request (Message says why);
-//   - 429: every deployment is rate-limited or out of quota;
-//   - 502: every deployment failed, or is cooling down after failures;
-//   - 504: the deadline passed.
+//   - 400 client_error: no deployment could express the request (Message says why);
+//   - 429 rate_limited: every deployment is rate-limited or out of quota;
+//   - 502 server: every deployment failed, or is cooling down after failures;
+//   - 504 transport: the deadline passed.
 type Error struct {
 	Status  int
+	Class   provider.Class
 	Message string
 	// RetryAfter, when positive, is sent as Retry-After (whole seconds).
 	RetryAfter time.Duration
@@ -363,7 +364,7 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 		res.passOn(w.last) // the provider's 400, as it is
 		return res.fail(nil, w)
 	case w.last == nil && w.unplanned != nil:
-		return res.fail(&Error{Status: http.StatusBadRequest, Message: w.unplanned.obs.Message}, w)
+		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
 	}
 	return res.fail(r.finalError(w.last, group, now, req), w)
 }
@@ -443,7 +444,7 @@ func (r *Router) debug(msg string, fields ...zap.Field) {
 }
 
 func deadlineError() *Error {
-	return &Error{Status: http.StatusGatewayTimeout,
+	return &Error{Status: http.StatusGatewayTimeout, Class: provider.Transport,
 		Message: "no deployment answered before the request deadline"}
 }
 
@@ -456,7 +457,7 @@ func retryAfterSeconds(d time.Duration) time.Duration {
 // rateLimitedError is the 429 of a group whose deployments are all
 // rate-limited or out of quota, the earliest back after wait.
 func rateLimitedError(wait time.Duration) *Error {
-	return &Error{Status: http.StatusTooManyRequests,
+	return &Error{Status: http.StatusTooManyRequests, Class: provider.RateLimited,
 		Message:    "every deployment of this model is rate-limited; retry after the given time",
 		RetryAfter: retryAfterSeconds(wait)}
 }
@@ -468,7 +469,7 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 	wait := first.f.At.Sub(now)
 	for _, c := range cands {
 		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
-			return &Error{Status: http.StatusBadGateway,
+			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
 				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(wait)}
 		}
 	}
@@ -478,7 +479,7 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 // finalError answers when attempts or eligible deployments ran out.
 func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, req *Request) *Error {
 	if last == nil {
-		return &Error{Status: http.StatusBadGateway,
+		return &Error{Status: http.StatusBadGateway, Class: provider.Server,
 			Message: "no deployment could serve this request"}
 	}
 	if c := last.obs.Class; c == provider.RateLimited || c == provider.QuotaExhausted {
@@ -499,6 +500,6 @@ func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, r
 			return rateLimitedError(earliest.Sub(now))
 		}
 	}
-	return &Error{Status: http.StatusBadGateway,
+	return &Error{Status: http.StatusBadGateway, Class: provider.Server,
 		Message: "every deployment of this model failed; retry later"}
 }

@@ -609,7 +609,7 @@ func TestUnplannableDeploymentSpendsNothing(t *testing.T) {
 	}
 	res = r.Serve(context.Background(), group[:1], chatReq)
 	var e *Error
-	if !errors.As(res.Err, &e) || e.Status != 400 || !strings.Contains(e.Message, "n > 1") || res.Attempts != 0 {
+	if !errors.As(res.Err, &e) || e.Status != 400 || e.Class != provider.ClientError || !strings.Contains(e.Message, "n > 1") || res.Attempts != 0 {
 		t.Errorf("expected a 400 saying why, without attempts, got %v after %d", res.Err, res.Attempts)
 	}
 }
@@ -675,7 +675,7 @@ func TestErrorStatusCalledOKFailsOver(t *testing.T) {
 	alone.Provider = okErrors{alone.Provider}
 	res = newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{alone}, chatReq)
 	var e *Error
-	if !errors.As(res.Err, &e) || e.Status != 502 || strings.Contains(string(res.Body), "html") {
+	if !errors.As(res.Err, &e) || e.Class != provider.Server || strings.Contains(string(res.Body), "html") {
 		t.Errorf("expected a router error, not the 404 page as an answer, got %d %s %v", res.Status, res.Body, res.Err)
 	}
 }

@@ -176,8 +176,11 @@ type EventKind uint8
 
 const (
 	// EventSkip is not content: an SSE comment (": keep-alive"), a ping, a
-	// message_start. It is not a first token; out, when not empty, is
-	// relayed once the stream is committed (a native pass's message_start).
+	// message_start, a chunk whose delta is only a role or empty strings,
+	// usage alone. It is not a first token; out, when not empty, is relayed
+	// once the stream is committed (a native pass's message_start, an
+	// opening role-only chunk). A decoder says EventData only for content
+	// that is not empty: text, a tool call, reasoning, a refusal.
 	EventSkip EventKind = iota
 	// EventData is content, or progress with nothing to relay (out empty:
 	// a thinking delta for a Chat Completions client); either way a first

@@ -314,7 +314,7 @@ data: {"type":"message_stop"}
 func TestAnthropicStream(t *testing.T) {
 	res := runStream(t, chatDecoder(byName("anthropic", provider.Endpoint{})), anthropicToolStream)
 	S, D, F := provider.EventSkip, provider.EventData, provider.EventFinal
-	wantKinds := []provider.EventKind{S, S, S, D, D, S, D, D, D, D, S, D, D, S, F, provider.EventDone} // an empty input_json_delta is progress (D)
+	wantKinds := []provider.EventKind{S, S, S, D, D, S, D, S, D, D, S, D, D, S, F, provider.EventDone} // an empty input_json_delta is no token (S)
 	if !equalKinds(res.kinds, wantKinds) {
 		t.Errorf("kinds: expected %v, got %v", wantKinds, res.kinds)
 	}

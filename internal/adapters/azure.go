@@ -106,10 +106,13 @@ type azureStream struct{ chatStream }
 func (s *azureStream) Decode(ev *provider.Event) (provider.Event, provider.EventKind, provider.Observation) {
 	out, kind, obs := s.chatStream.Decode(ev)
 	data := out.Data
-	if (kind == provider.EventData || kind == provider.EventFinal) && (data[0] != '{' || !bytes.Contains(data, []byte(`"choices"`))) {
+	if len(data) == 0 {
+		return out, kind, obs
+	}
+	if data[0] != '{' || !bytes.Contains(data, []byte(`"choices"`)) {
 		return provider.Event{}, provider.EventError, streamBroken("stream event is not a chat completion chunk")
 	}
-	if kind == provider.EventData && bytes.Contains(data, []byte(`"prompt_filter_results"`)) {
+	if kind != provider.EventFinal && bytes.Contains(data, []byte(`"prompt_filter_results"`)) {
 		var c struct {
 			Choices []json.RawMessage `json:"choices"`
 			Usage   json.RawMessage   `json:"usage"`

@@ -110,16 +110,20 @@ func TestAzureStream(t *testing.T) {
 	dec := chatDecoder(byName("azure", provider.Endpoint{}))
 	var kinds []provider.EventKind
 	var usage string
-	for _, data := range splitSSEData(azureSSE) {
+	for i, data := range splitSSEData(azureSSE) {
 		out, kind, _ := dec.Event(&provider.Event{Data: []byte(data)})
 		kinds = append(kinds, kind)
+		if i == 0 && len(out) != 0 {
+			t.Errorf("expected the filter-results chunk dropped, got %s", out)
+		}
 		if kind == provider.EventData && len(out) > 0 && jsontest.Field(t, out, "usage") != nil {
 			usage = string(out)
 		}
 	}
-	want := []provider.EventKind{provider.EventSkip, provider.EventData, provider.EventData, provider.EventFinal, provider.EventData, provider.EventDone}
+	// The filter results and the role-only chunk are no first token.
+	want := []provider.EventKind{provider.EventSkip, provider.EventSkip, provider.EventData, provider.EventFinal, provider.EventData, provider.EventDone}
 	if !equalKinds(kinds, want) {
-		t.Errorf("expected the filter-results chunk skipped, %v, got %v", want, kinds)
+		t.Errorf("expected the filter-results and role-only chunks skipped, %v, got %v", want, kinds)
 	}
 	if usage == "" {
 		t.Error("expected the usage chunk (no choices, but usage) relayed")

@@ -696,6 +696,13 @@ func (s *geminiStream) Decode(ev *provider.Event) (provider.Event, provider.Even
 		return provider.Event{Data: s.w.Chunk(d, geminiFinish(c.FinishReason, s.nCalls > 0), s.usage.chatUsage())}, provider.EventFinal, none
 	}
 	if d.Content == nil && len(calls) == 0 {
+		for _, p := range c.Content.Parts {
+			if p.Thought && p.Text != "" {
+				// Thinking: the model producing (a first token), with
+				// nothing for a Chat Completions client.
+				return provider.Event{}, provider.EventData, none
+			}
+		}
 		return provider.Event{}, provider.EventSkip, none
 	}
 	return provider.Event{Data: s.w.Chunk(d, "", nil)}, provider.EventData, none

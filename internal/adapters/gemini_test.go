@@ -257,6 +257,8 @@ func TestGeminiStreamEvents(t *testing.T) {
 		{"a blocked prompt", `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":4}}`, provider.EventFinal, provider.OK, 0},
 		{"usage alone", `{"usageMetadata":{"promptTokenCount":4}}`, provider.EventSkip, provider.OK, 0},
 		{"an empty text", `{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"}}]}`, provider.EventSkip, provider.OK, 0},
+		{"an empty thought", `{"candidates":[{"content":{"parts":[{"text":"","thought":true}],"role":"model"}}]}`, provider.EventSkip, provider.OK, 0},
+		{"a thought", `{"candidates":[{"content":{"parts":[{"text":"Considering the question","thought":true}],"role":"model"}}]}`, provider.EventData, provider.OK, 0},
 		{"cut JSON", `{"candidates":[{"content":`, provider.EventError, provider.Server, provider.Unknown},
 	} {
 		out, kind, obs := chatDecoder(byName("gemini", provider.Endpoint{})).Event(&provider.Event{Data: []byte(tc.data)})

@@ -230,6 +230,7 @@ type chatStream struct {
 	finished     [2]uint64 // the choice indexes (0..127) that finished
 	finals       int       // how many distinct ones
 	usage        bool
+	content      bool // a chunk carried content (see hasContent)
 }
 
 // Complete implements provider.EventDecoder: every choice finished (each
@@ -276,7 +277,7 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 		if !json.Valid(data) {
 			return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
 		}
-		return provider.Event{Data: data}, provider.EventData, provider.Observation{}
+		return provider.Event{Data: data}, s.contentKind(data), provider.Observation{}
 	}
 	var chunk struct {
 		Error   json.RawMessage `json:"error"`
@@ -295,17 +296,64 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 	if len(chunk.Usage) > 0 && chunk.Usage[0] == '{' {
 		s.usage = true
 	}
-	kind := provider.EventData
+	kind := s.contentKind(data)
 	for _, c := range chunk.Choices {
 		if c.FinishReason != nil && *c.FinishReason == "error" {
 			return provider.Event{}, provider.EventError, streamBroken("finish_reason error")
 		}
 		if c.FinishReason != nil && *c.FinishReason != "" {
 			kind = provider.EventFinal
+			s.content = true
 			s.finish(c.Index)
 		}
 	}
 	return provider.Event{Data: data}, kind, provider.Observation{}
+}
+
+// contentKind is the kind of a valid chunk that is not final: EventData
+// once the stream has carried content, else EventData only when this chunk
+// does (see hasContent) and EventSkip for what opens streams without
+// content (a role-only delta, an empty string, usage alone): relayed once
+// the stream is committed, but no first token, so that an error right
+// after it still fails over.
+func (s *chatStream) contentKind(data []byte) provider.EventKind {
+	if !s.content {
+		if !hasContent(data) {
+			return provider.EventSkip
+		}
+		s.content = true
+	}
+	return provider.EventData
+}
+
+// hasContent reports whether a chunk's choices carry content: a delta
+// member other than role whose value is not null, "", [] or {} (content,
+// refusal, tool_calls, function_call, reasoning_content, reasoning, audio,
+// and members added later).
+func hasContent(chunk []byte) bool {
+	start, end, _ := jsonbody.FindMember(chunk, "choices")
+	if start < 0 || chunk[start] != '[' {
+		return false
+	}
+	choices, found := chunk[start:end], false
+	_ = jsonbody.EachElement(choices, func(cs, ce int) bool {
+		ds, de, _ := jsonbody.FindMember(choices[cs:ce], "delta")
+		if ds < 0 {
+			return true
+		}
+		delta := choices[cs+ds : cs+de]
+		_ = jsonbody.EachMember(delta, func(k []byte, vs, ve int) bool {
+			switch v := string(delta[vs:ve]); {
+			case string(k) == "role", v == "null", v == `""`:
+			case len(v) >= 2 && (v[0] == '[' || v[0] == '{') && len(bytes.TrimSpace([]byte(v[1:len(v)-1]))) == 0:
+			default:
+				found = true
+			}
+			return !found
+		})
+		return !found
+	})
+	return found
 }
 
 // valueStart returns the first byte of a non-null value of key (quoted)

@@ -87,8 +87,9 @@ func TestOpenAIStreamFixtures(t *testing.T) {
 		t.Errorf("deepseek keep-alive: expected %v, got %v (%v)", want, kinds, err)
 	}
 	// An error object after content began: an in-band error, no terminator.
+	// The role-only chunk that opens the stream is no first token.
 	kinds, class, err := streamKinds(t, "openai-midstream-error.sse")
-	want = []provider.EventKind{provider.EventData, provider.EventData, provider.EventError}
+	want = []provider.EventKind{provider.EventSkip, provider.EventData, provider.EventError}
 	if err != nil || !equalKinds(kinds, want) || class != provider.Server {
 		t.Errorf("openai mid-stream error: expected %v with class server, got %v %s (%v)", want, kinds, class, err)
 	}

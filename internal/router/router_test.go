@@ -433,6 +433,52 @@ func TestStreamFailsOverBeforeFirstContent(t *testing.T) {
 	}
 }
 
+// A stream that opens without content (a role-only delta, an empty
+// string, usage alone) is not committed by it: an error, a cut or a spent
+// quota right after fails over, and the client receives b's stream and
+// nothing of a's.
+func TestEmptyOpeningChunksDoNotCommit(t *testing.T) {
+	roleOnly := `data: {"id":"a","object":"chat.completion.chunk","model":"up","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`
+	empty := `data: {"id":"a","object":"chat.completion.chunk","model":"up","choices":[{"index":0,"delta":{"content":"","tool_calls":[],"refusal":null},"finish_reason":null}]}`
+	usageOnly := `data: {"id":"a","object":"chat.completion.chunk","model":"up","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0,"total_tokens":3}}`
+	quota := `data: {"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
+	for name, tc := range map[string]struct {
+		a     func(*http.Request) (*http.Response, error)
+		class provider.Class
+	}{
+		"role-only then error": {sse(roleOnly, `data: {"error":{"message":"boom","type":"server_error","code":null}}`), provider.Server},
+		"role-only then quota": {sse(roleOnly, quota), provider.QuotaExhausted},
+		"empty then cut":       {reply(200, roleOnly+"\n\n"+empty+"\n\n"+`data: {"id":"a","obj`, "Content-Type", "text/event-stream"), provider.Transport},
+		"usage then end":       {sse(": keep-alive", roleOnly, usageOnly), provider.Transport},
+	} {
+		a := &script{replies: []func(*http.Request) (*http.Response, error){tc.a}}
+		b := &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, final, "data: [DONE]")}}
+		group := []*Deployment{deployment("a", a), deployment("b", b)}
+		group[0].Quality = 1
+		res := newRouter(newFakeClock()).Serve(context.Background(), group, &Request{Request: wire(chatReq.Body, true), Tokens: 10})
+		if res.Err != nil || res.Stream == nil || res.Deployment != group[1] || res.Attempts != 2 {
+			t.Errorf("%s: expected b's stream after 2 attempts, got %v %v after %d", name, res.Err, res.Deployment, res.Attempts)
+			continue
+		}
+		if res.FailoverReason != tc.class {
+			t.Errorf("%s: expected failover for %s, got %s", name, tc.class, res.FailoverReason)
+		}
+		got, err := relay(t, res.Stream)
+		if err != nil || len(got) != 3 || !strings.Contains(got[0], `"Hi"`) || strings.Contains(strings.Join(got, ""), `"id":"a"`) {
+			t.Errorf("%s: expected b's chunk, final, [DONE] and nothing of a's, got %q %v", name, got, err)
+		}
+	}
+	// Once content comes, the opening chunks are relayed before it.
+	a := &script{replies: []func(*http.Request) (*http.Response, error){sse(roleOnly, empty, chunk, final, "data: [DONE]")}}
+	res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{deployment("a", a)}, &Request{Request: wire(chatReq.Body, true)})
+	if res.Stream == nil {
+		t.Fatalf("expected a's stream, got %v", res.Err)
+	}
+	if got, err := relay(t, res.Stream); err != nil || len(got) != 5 || !strings.Contains(got[0], `"role":"assistant"`) || !strings.Contains(got[2], `"Hi"`) {
+		t.Errorf("expected role-only, empty, content, final, [DONE], got %q %v", got, err)
+	}
+}
+
 func TestStreamMidwayErrorIsInBand(t *testing.T) {
 	for name, body := range map[string]func(*http.Request) (*http.Response, error){
 		"error event":   sse(chunk, `data: {"error":{"message":"boom","type":"server_error","param":null,"code":null}}`),

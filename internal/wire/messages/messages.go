@@ -215,6 +215,7 @@ type Delta struct {
 	Type        string `json:"type,omitempty"`
 	Text        string `json:"text,omitempty"`
 	PartialJSON string `json:"partial_json,omitempty"`
+	Thinking    string `json:"thinking,omitempty"`
 	StopReason  string `json:"stop_reason,omitempty"`
 }
 

@@ -229,3 +229,33 @@ func TestNativeDecoderKeepsMessageStop(t *testing.T) {
 		}
 	}
 }
+
+// A stream that opens without content (message_start, an empty text block,
+// empty text, arguments or thinking pieces, pings) gives no first token in
+// either mode; the first non-empty piece does.
+func TestEmptyOpeningIsNoToken(t *testing.T) {
+	opening := []string{
+		`{"type":"message_start","message":{"id":"msg_1","model":"m","usage":{"input_tokens":3,"output_tokens":1}}}`,
+		`{"type":"ping"}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":""}}`,
+	}
+	for _, native := range []bool{true, false} {
+		d := messages.NewChatDecoder(native, func(messages.ErrorDetail) provider.Observation { return provider.Observation{} })
+		for _, data := range opening {
+			if _, kind, _ := d.Decode(&provider.Event{Data: []byte(data)}); kind != provider.EventSkip {
+				t.Errorf("native=%v: %s: expected no first token, got kind %d", native, data, kind)
+			}
+		}
+		for _, data := range []string{
+			`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me see"}}`,
+			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`,
+		} {
+			if _, kind, _ := d.Decode(&provider.Event{Data: []byte(data)}); kind != provider.EventData {
+				t.Errorf("native=%v: %s: expected a first token, got kind %d", native, data, kind)
+			}
+		}
+	}
+}

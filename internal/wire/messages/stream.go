@@ -128,17 +128,22 @@ func (d *ChatDecoder) blockStart(e *Event) (provider.EventKind, []byte) {
 	return provider.EventSkip, nil
 }
 
-// blockDelta reads a content_block_delta. Thinking, signature and
-// citations deltas are the model producing (a first token for
-// ttft_timeout, and for a native relay) with nothing for a Chat
-// Completions client.
+// blockDelta reads a content_block_delta. An empty text, arguments or
+// thinking piece is no first token. Thinking, signature and citations
+// deltas are the model producing (a first token for ttft_timeout, and for
+// a native relay) with nothing for a Chat Completions client.
 func (d *ChatDecoder) blockDelta(e *Event) (provider.EventKind, []byte) {
 	dl := e.Delta
 	switch {
-	case dl == nil || d.native:
-	case dl.Type == "text_delta" && dl.Text != "":
+	case dl == nil,
+		dl.Type == "text_delta" && dl.Text == "",
+		dl.Type == "input_json_delta" && dl.PartialJSON == "",
+		dl.Type == "thinking_delta" && dl.Thinking == "":
+		return provider.EventSkip, nil
+	case d.native:
+	case dl.Type == "text_delta":
 		return provider.EventData, d.w.Chunk(chat.Delta{Content: &dl.Text}, "", nil)
-	case dl.Type == "input_json_delta" && dl.PartialJSON != "":
+	case dl.Type == "input_json_delta":
 		i, ok := d.tools[index(e)]
 		if !ok {
 			return provider.EventData, nil // a server tool's input: progress, nothing to relay

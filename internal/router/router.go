@@ -13,6 +13,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -184,6 +185,7 @@ type Result struct {
 type attemptState struct {
 	excluded bool // never again in this request (context_length, auth, quota, cannot express)
 	silent   bool // timed out: only if nothing else is left
+	tried    bool // an attempt went out to it
 }
 
 // walk is one request's way through its group: what it learned of each
@@ -193,7 +195,9 @@ type walk struct {
 	last       *outcome // the last failed attempt
 	unplanned  *outcome // the last deployment that could not express the request
 	failures   int
-	minContext int64 // after a context_length failure: only larger windows; -1 none
+	limited    int      // failures that were rate limits or spent quotas
+	minContext int64    // after a context_length failure: only larger windows; -1 none
+	pending    *outcome // a failed attempt not yet logged (logPending)
 }
 
 // Serve answers req from group, trying the best-ranked usable deployment
@@ -201,33 +205,40 @@ type walk struct {
 // never waits past the deadline: when every deployment is cooling past it,
 // it answers at once, with Retry-After set to the earliest reset.
 func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *Result {
-	deadline := r.Clock.Now().Add(r.Deadline)
 	res := &Result{}
 	var perBuf [16]attemptState
 	w := walk{per: perBuf[:min(len(group), len(perBuf))], minContext: -1}
 	if len(group) > len(perBuf) {
 		w.per = make([]attemptState, len(group))
 	}
+	r.serve(ctx, group, req, res, &w)
+	r.logPending(&w, nil) // a failed attempt no other followed
+	return res
+}
+
+// serve is Serve's loop: it returns res once answered or failed.
+func (r *Router) serve(ctx context.Context, group []*Deployment, req *Request, res *Result, w *walk) *Result {
+	deadline := r.Clock.Now().Add(r.Deadline)
 	var candBuf [16]scored
 	for {
 		if ctx.Err() != nil {
-			return res.fail(ErrClientGone, &w)
+			return res.fail(ErrClientGone, w)
 		}
 		now := r.Clock.Now()
 		if !now.Before(deadline) {
-			return res.fail(deadlineError(), &w)
+			return res.fail(deadlineError(), w)
 		}
 		if res.Attempts >= r.MaxAttempts {
-			return r.giveUp(res, &w, group, now, req)
+			return r.giveUp(res, w, group, now, req)
 		}
 		cands := candidates(candBuf[:0], group, w.per, now, req, w.minContext)
 		if len(cands) == 0 {
-			return r.giveUp(res, &w, group, now, req)
+			return r.giveUp(res, w, group, now, req)
 		}
 		ready := readyFirst(cands, now)
 		if ready == 0 {
-			if err := r.waitForCooling(ctx, group, cands, &w, now, deadline); err != nil {
-				return res.fail(err, &w)
+			if err := r.waitForCooling(ctx, group, cands, w, now, deadline); err != nil {
+				return res.fail(err, w)
 			}
 			continue
 		}
@@ -249,12 +260,14 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 			a.finish()
 			continue // a half-open circuit's probe was taken meanwhile
 		}
+		r.logPending(w, d)
 		out := a.exchange(req)
+		w.per[i].tried = true
 		if w.last != nil && r.Observer != nil {
 			r.Observer.Failover(w.last.d, w.last.obs.Class)
 		}
 		res.Attempts++
-		if done := r.settle(res, &w, i, out); done {
+		if done := r.settle(res, w, i, out); done {
 			return res
 		}
 	}
@@ -312,7 +325,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		res.fail(nil, w)
 		return true
 	}
-	r.logFailure(d, out, observed)
+	r.logFailure(w, out, observed)
 	w.last = out
 	switch class {
 	case provider.ContextLength:
@@ -321,6 +334,12 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	case provider.Auth, provider.QuotaExhausted:
 		w.per[i].excluded = true
 		w.failures++
+		if class == provider.QuotaExhausted {
+			w.limited++
+		}
+	case provider.RateLimited:
+		w.failures++
+		w.limited++
 	default:
 		if out.end == timedOut {
 			w.per[i].silent = true
@@ -340,20 +359,55 @@ func (res *Result) fail(err error, w *walk) *Result {
 	return res
 }
 
-// logFailure logs a failed attempt. A bad key or a spent quota is an
-// operator's problem: logged at error level, once, when its circuit opens.
-func (r *Router) logFailure(d *Deployment, out *outcome, observed capacity.Observed) {
-	class := out.obs.Class
-	fields := []zap.Field{zap.String("deployment", d.Name), zap.Stringer("class", class),
-		zap.Int("status", out.status), zap.String("message", out.obs.Message)}
-	switch class {
+// logFailure notes a failed attempt for the log. A bad key or a spent
+// quota is an operator's problem: logged at error level, once, when its
+// circuit opens (logDisabled). Any other failure is logged when what
+// follows it is known (logPending): another attempt, or none.
+func (r *Router) logFailure(w *walk, out *outcome, observed capacity.Observed) {
+	if r.logDisabled(out.d, out.obs, observed) {
+		return
+	}
+	switch out.obs.Class {
 	case provider.Auth, provider.QuotaExhausted:
-		if observed.Opened {
-			r.Logger.Error("deployment disabled: the provider rejects our key or the quota is spent",
-				append(fields, zap.Duration("for", observed.Cooldown))...)
-		}
+		return // logged when its circuit opened
+	}
+	w.pending = out
+}
+
+// logDisabled logs, at error level, a deployment whose circuit a bad key or
+// a spent quota just opened, and reports whether obs is of that kind.
+func (r *Router) logDisabled(d *Deployment, obs provider.Observation, observed capacity.Observed) bool {
+	if obs.Class != provider.Auth && obs.Class != provider.QuotaExhausted {
+		return false
+	}
+	if observed.Opened {
+		r.Logger.Error("deployment disabled: the provider rejects our key or the quota is spent",
+			zap.String("deployment", d.Name), zap.Stringer("class", obs.Class), zap.String("message", obs.Message),
+			zap.Duration("for", observed.Cooldown))
+	}
+	return true
+}
+
+// logPending logs the failed attempt noted last, now that what follows is
+// known: next is the deployment of the next attempt, nil when none follows.
+func (r *Router) logPending(w *walk, next *Deployment) {
+	out := w.pending
+	if out == nil {
+		return
+	}
+	w.pending = nil
+	if !r.Logger.Core().Enabled(zapcore.InfoLevel) {
+		return
+	}
+	fields := []zap.Field{zap.String("deployment", out.d.Name), zap.Stringer("class", out.obs.Class),
+		zap.Int("status", out.status), zap.String("message", out.obs.Message)}
+	switch {
+	case next == nil:
+		r.Logger.Info("attempt failed, no other attempt follows", fields...)
+	case next == out.d:
+		r.Logger.Info("attempt failed, trying the same deployment again", fields...)
 	default:
-		r.Logger.Info("attempt failed, failing over", fields...)
+		r.Logger.Info("attempt failed, failing over", append(fields, zap.String("to", next.Name))...)
 	}
 }
 
@@ -366,7 +420,7 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 	case w.last == nil && w.unplanned != nil:
 		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
 	}
-	return res.fail(r.finalError(w.last, group, now, req), w)
+	return res.fail(r.finalError(w, group, now, req), w)
 }
 
 // passOn makes a provider's client error the answer, as it is.
@@ -476,30 +530,46 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 	return rateLimitedError(wait)
 }
 
-// finalError answers when attempts or eligible deployments ran out.
-func (r *Router) finalError(last *outcome, group []*Deployment, now time.Time, req *Request) *Error {
-	if last == nil {
+// finalError answers when attempts or eligible deployments ran out, with
+// what the request learned: a 429, with Retry-After until the earliest
+// known reset, when every attempt met a rate limit or a spent quota, or
+// every deployment is known to be limited now; else a 502. The message says
+// how many deployments were tried when not all were (max_attempts, or
+// those that could not take the request).
+func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Request) *Error {
+	if w.last == nil {
 		return &Error{Status: http.StatusBadGateway, Class: provider.Server,
 			Message: "no deployment could serve this request"}
 	}
-	if c := last.obs.Class; c == provider.RateLimited || c == provider.QuotaExhausted {
-		// A 429 tells the client that the capacity is spent: only when every
-		// deployment is rate-limited or out of quota. One that failed
-		// otherwise (or is free) makes this a 502.
-		earliest, limited := time.Time{}, true
-		for _, d := range group {
-			at, why := d.State.AvailableAt(now, req.Tokens)
-			if !at.After(now) || (why != provider.RateLimited && why != provider.QuotaExhausted) {
-				limited = false
-			}
-			if earliest.IsZero() || at.Before(earliest) {
-				earliest = at
-			}
-		}
-		if limited {
-			return rateLimitedError(earliest.Sub(now))
+	tried := 0
+	for _, p := range w.per {
+		if p.tried {
+			tried++
 		}
 	}
-	return &Error{Status: http.StatusBadGateway, Class: provider.Server,
-		Message: "every deployment of this model failed; retry later"}
+	earliest, allLimited := time.Time{}, true
+	for _, d := range group {
+		at, why := d.State.AvailableAt(now, req.Tokens)
+		if why != provider.RateLimited && why != provider.QuotaExhausted || !at.After(now) {
+			allLimited = false
+			continue
+		}
+		if earliest.IsZero() || at.Before(earliest) {
+			earliest = at
+		}
+	}
+	if w.limited == w.failures || allLimited {
+		if allLimited || tried == len(group) {
+			return rateLimitedError(earliest.Sub(now))
+		}
+		e := rateLimitedError(earliest.Sub(now))
+		e.Message = fmt.Sprintf("the deployments tried (%d of %d) are rate-limited or out of quota; retry after the given time",
+			tried, len(group))
+		return e
+	}
+	msg := "every deployment of this model failed; retry later"
+	if tried < len(group) {
+		msg = fmt.Sprintf("the deployments tried (%d of %d) failed; retry later", tried, len(group))
+	}
+	return &Error{Status: http.StatusBadGateway, Class: provider.Server, Message: msg}
 }

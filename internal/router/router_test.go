@@ -564,6 +564,65 @@ func TestNotAnAnswerFailsOver(t *testing.T) {
 	}
 }
 
+// Four deployments of four types, all rate-limited with resets of 12-20 s;
+// max_attempts 2. The answer follows what was learned: a 429 with
+// Retry-After until the earliest reset known, and a message that says two
+// of four were tried.
+func TestRateLimitedEverywhereIsA429(t *testing.T) {
+	replies := map[string]func(*http.Request) (*http.Response, error){
+		"openai": reply(429, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`,
+			"Retry-After", "12", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "12s"),
+		"anthropic": reply(429, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`,
+			"retry-after", "15"),
+		"gemini": reply(429, `{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"18s"}]}}`),
+		"azure": reply(429, `{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation have exceeded call rate limit. Please retry after 20 seconds."}}`,
+			"retry-after", "20"),
+	}
+	ep := func(name string) provider.Endpoint {
+		return provider.Endpoint{BaseURL: "http://" + name + ".invalid/v1", APIKey: "k-" + name}
+	}
+	providers := map[string]provider.Provider{
+		"openai": &adapters.OpenAI{Endpoint: ep("openai")}, "anthropic": &adapters.Anthropic{Endpoint: ep("anthropic")},
+		"gemini": &adapters.Gemini{Endpoint: ep("gemini")}, "azure": &adapters.Azure{Endpoint: provider.Endpoint{BaseURL: "http://azure.invalid/openai", APIKey: "k"}},
+	}
+	var group []*Deployment
+	scripts := map[string]*script{}
+	for i, name := range []string{"openai", "anthropic", "gemini", "azure"} {
+		scripts[name] = &script{replies: []func(*http.Request) (*http.Response, error){replies[name]}}
+		d := deployment(name, scripts[name])
+		d.Provider, d.Quality = providers[name], 1-float64(i)/10
+		group = append(group, d)
+	}
+	clock := newFakeClock()
+	r := newRouter(clock)
+	r.MaxAttempts, r.Deadline = 2, 5*time.Second
+	res := r.Serve(context.Background(), group, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != http.StatusTooManyRequests || e.Class != provider.RateLimited {
+		t.Fatalf("expected a 429, got %v after %d attempts", res.Err, res.Attempts)
+	}
+	if e.RetryAfter != 12*time.Second || res.Attempts != 2 {
+		t.Errorf("expected Retry-After 12 s (the earliest reset known) after 2 attempts, got %v after %d", e.RetryAfter, res.Attempts)
+	}
+	if !strings.Contains(e.Message, "2 of 4") || !strings.Contains(e.Message, "rate-limited") {
+		t.Errorf("expected a true message (2 of 4 tried, rate-limited), got %q", e.Message)
+	}
+	if n := scripts["gemini"].calls.Load() + scripts["azure"].calls.Load(); n != 0 {
+		t.Errorf("expected the lower-ranked deployments untried, got %d calls", n)
+	}
+
+	// The same with a failure that is no rate limit among the attempts: a
+	// 502 that says so.
+	for _, sc := range scripts {
+		sc.replies = []func(*http.Request) (*http.Response, error){reply(500, `{"error":{"message":"boom","type":"server_error"}}`)}
+	}
+	clock.Advance(time.Minute)
+	res = r.Serve(context.Background(), group, chatReq)
+	if !errors.As(res.Err, &e) || e.Status != http.StatusBadGateway || !strings.Contains(e.Message, "of 4") {
+		t.Errorf("expected a 502 saying how many were tried, got %v", res.Err)
+	}
+}
+
 func TestContextLengthTriesUnknownWindows(t *testing.T) {
 	tooLong := reply(400, `{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}`)
 	a := &script{replies: []func(*http.Request) (*http.Response, error){tooLong}}
@@ -872,5 +931,56 @@ func TestEchoedKeyIsRedacted(t *testing.T) {
 	}
 	if logs.Len() == 0 {
 		t.Error("expected the disabled deployment logged")
+	}
+}
+
+// Log lines say what happened: "failing over" only when another attempt
+// follows (naming it), and a quota spent mid-stream is the once-only error
+// line of a disabled deployment, not a warning.
+func TestFailureLogLinesAreTrue(t *testing.T) {
+	lines := func(logs *observer.ObservedLogs) []string {
+		var out []string
+		for _, e := range logs.All() {
+			if e.Level >= zapcore.InfoLevel {
+				out = append(out, e.Level.String()+": "+e.Message+" "+fmt.Sprint(e.ContextMap()["to"]))
+			}
+		}
+		return out
+	}
+	boom := reply(500, `{"error":{"message":"boom","type":"server_error"}}`)
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := newRouter(newFakeClock())
+	r.Logger = zap.New(core)
+	a := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){boom}})
+	b := deployment("b", &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}})
+	a.Quality = 1
+	r.Serve(context.Background(), []*Deployment{a, b}, chatReq)
+	if got := lines(logs); len(got) != 1 || got[0] != "info: attempt failed, failing over b" {
+		t.Errorf("expected one line failing over to b, got %q", got)
+	}
+
+	core, logs = observer.New(zapcore.DebugLevel)
+	r.Logger = zap.New(core)
+	alone := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){boom}})
+	r.MaxAttempts = 1
+	r.Serve(context.Background(), []*Deployment{alone, deployment("b", &script{replies: []func(*http.Request) (*http.Response, error){boom}})}, chatReq)
+	if got := lines(logs); len(got) != 1 || !strings.HasPrefix(got[0], "info: attempt failed, no other attempt follows") {
+		t.Errorf("expected one line saying no attempt follows, got %q", got)
+	}
+
+	core, logs = observer.New(zapcore.DebugLevel)
+	r.Logger = zap.New(core)
+	r.MaxAttempts = DefaultMaxAttempts
+	quota := `data: {"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
+	q := deployment("q", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, quota)}})
+	res := r.Serve(context.Background(), []*Deployment{q}, &Request{Request: wire(chatReq.Body, true)})
+	if res.Stream == nil {
+		t.Fatalf("expected a committed stream, got %v", res.Err)
+	}
+	if _, err := relay(t, res.Stream); err == nil {
+		t.Fatal("expected the stream to fail")
+	}
+	if got := lines(logs); len(got) != 1 || !strings.HasPrefix(got[0], "error: deployment disabled") {
+		t.Errorf("expected the once-only error line of a spent quota, got %q", got)
 	}
 }

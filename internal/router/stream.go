@@ -146,8 +146,10 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 func (s *Stream) failed(obs provider.Observation, msg string) error {
 	obs.Message = redact(msg, s.d.Secrets)
 	msg = obs.Message
-	s.d.State.Observe(s.r.Clock.Now(), obs, s.r.Policy)
-	s.r.Logger.Warn("stream failed after it began",
-		zap.String("deployment", s.d.Name), zap.Stringer("class", obs.Class), zap.String("message", msg))
+	observed := s.d.State.Observe(s.r.Clock.Now(), obs, s.r.Policy)
+	if !s.r.logDisabled(s.d, obs, observed) {
+		s.r.Logger.Warn("stream failed after it began",
+			zap.String("deployment", s.d.Name), zap.Stringer("class", obs.Class), zap.String("message", msg))
+	}
 	return &StreamError{Class: obs.Class, Message: msg}
 }

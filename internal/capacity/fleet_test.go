@@ -194,3 +194,49 @@ func TestFleetRebinding(t *testing.T) {
 		t.Errorf("expected the old store used again, got old %d next %d", old.reserves, next.reserves)
 	}
 }
+
+// A success speaks for when its attempt was sent: one sent before a 429 was
+// learned (here, or from another instance) neither closes the circuit nor
+// refills the window; it publishes its closing of a circuit dated by when
+// it was sent, so that another instance's newer 429 stands.
+func TestLateSuccessSpeaksForItsSending(t *testing.T) {
+	rl := provider.NewObservation(provider.RateLimited)
+	rl.RetryAfter = 60 * time.Second
+	rl.Requests = provider.Window{Limit: 100, Remaining: 0, Reset: 60 * time.Second}
+	ok := provider.NewObservation(provider.OK)
+	ok.Requests = provider.Window{Limit: 100, Remaining: 7, Reset: 50 * time.Second}
+
+	s := NewState()
+	s.Observe(t0.Add(50*time.Millisecond), rl, DefaultPolicy)
+	s.ObserveSent(t0.Add(10*time.Millisecond), t0.Add(510*time.Millisecond), ok, DefaultPolicy)
+	if at, why := s.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(60050*time.Millisecond)) || why != provider.RateLimited {
+		t.Errorf("expected the 429 to stand until 60.05 s, got %v %s", at.Sub(t0), why)
+	}
+	if snap := s.Snapshot(t0.Add(time.Second)); snap.RemainingRequests != 0 || snap.Circuit != Open {
+		t.Errorf("expected the window still empty and the circuit open, got %+v", snap)
+	}
+	// A success sent after the 429 was learned proves it is over.
+	s.ObserveSent(t0.Add(100*time.Millisecond), t0.Add(200*time.Millisecond), ok, DefaultPolicy)
+	if at, _ := s.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(time.Second)) {
+		t.Errorf("expected a success sent after the 429 to close the circuit, got %v", at.Sub(t0))
+	}
+
+	// Fleet: b had a failure, then a success sent at 10 ms closes its
+	// circuit; what it publishes is dated 10 ms, older than a's 429.
+	b, f := NewState(), &fakeFleet{}
+	b.SetFleet(f)
+	b.Observe(t0.Add(-time.Second), provider.NewObservation(provider.Server), DefaultPolicy)
+	b.ObserveSent(t0.Add(10*time.Millisecond), t0.Add(510*time.Millisecond), ok, DefaultPolicy)
+	last := f.published[len(f.published)-1]
+	if !last.Circuit.At.Equal(t0.Add(10*time.Millisecond)) || !last.Circuit.OpenUntil.IsZero() {
+		t.Fatalf("expected the closing dated by the sending, got %+v", last.Circuit)
+	}
+	a := NewState()
+	a.Observe(t0.Add(50*time.Millisecond), rl, DefaultPolicy)
+	if a.Merge(last) {
+		t.Error("expected another instance's late success not to clear a newer 429")
+	}
+	if at, _ := a.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(60050 * time.Millisecond)) {
+		t.Errorf("expected a's 429 to stand, got %v", at.Sub(t0))
+	}
+}

@@ -149,12 +149,30 @@ type Observed struct {
 
 // Observe folds one attempt's outcome, seen at now, into the state.
 func (s *State) Observe(now time.Time, o provider.Observation, p Policy) Observed {
+	return s.ObserveSent(now, now, o, p)
+}
+
+// ObserveSent is Observe for the answer to an attempt sent at sent. A
+// success speaks only for that moment: one sent before the circuit opened
+// or a window ran out, as this instance or the fleet learned it (a request
+// admitted just before a 429, answered after it), closes no circuit and
+// refills no window; it still counts toward health. A failure speaks for
+// when it was observed.
+func (s *State) ObserveSent(sent, now time.Time, o provider.Observation, p Policy) Observed {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	learned := now
+	if o.Class == provider.OK && sent.Before(now) {
+		learned = sent
+	}
 	// Fleet mode: publish what this observation changes (fleet.go).
-	defer s.shareObserved(now, s.sharedPartsLocked())
-	s.requests.update(now, o.Requests)
-	s.tokens.update(now, o.Tokens)
+	defer s.shareObserved(learned, s.sharedPartsLocked())
+	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, learned, now) {
+		s.requests.update(now, o.Requests)
+	}
+	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, learned, now) {
+		s.tokens.update(now, o.Tokens)
+	}
 	s.lastClass, s.lastAt = o.Class, now
 	s.probing = false
 	if o.Class == provider.OK || o.Class.Failure() {
@@ -165,9 +183,10 @@ func (s *State) Observe(now time.Time, o provider.Observation, p Policy) Observe
 		}
 	}
 	if !o.Class.Failure() {
-		if o.Class == provider.OK {
+		if o.Class == provider.OK && !learned.Before(s.fleet.circuitAt) {
 			s.consecutiveFailures = 0
-			// A success proves the circuit closed, whatever opened it.
+			// A success proves the circuit closed, whatever opened it
+			// before the success was sent.
 			s.openUntil = time.Time{}
 		}
 		// Exhausted windows are read by AvailableAt; no circuit to open.
@@ -182,6 +201,12 @@ func (s *State) Observe(now time.Time, o provider.Observation, p Policy) Observe
 		s.openUntil, s.openReason = until, o.Class
 	}
 	return res
+}
+
+// staleForWindow reports whether a success learned at learned is older
+// than what ran w out (learnedAt): it must not refill it.
+func (s *State) staleForWindow(w *window, learnedAt, learned, now time.Time) bool {
+	return w.current(now) == 0 && learned.Before(learnedAt)
 }
 
 // RecordLatency folds a successful attempt's latencies into the EWMAs:

@@ -53,6 +53,7 @@ type outcome struct {
 	format provider.Format
 	native bool // the plan's format is the provider's own: error bodies are in it
 	stream *Stream
+	sent   time.Time     // when the attempt began: what a success speaks for
 	took   time.Duration // until the answer was read, or a stream's first content
 }
 
@@ -121,7 +122,7 @@ func (r *Router) begin(parent context.Context, d *Deployment, req *Request, dead
 	if left := deadline.Sub(now); limit <= 0 || left <= limit {
 		limit, cause = left, errRequestTimeout
 	}
-	a := &attempt{r: r, d: d, parent: parent, began: now, out: &outcome{d: d}}
+	a := &attempt{r: r, d: d, parent: parent, began: now, out: &outcome{d: d, sent: now}}
 	a.ctx, a.cancel = context.WithCancelCause(parent)
 	a.timer = r.Clock.AfterFunc(limit, func() { a.cancel(cause) })
 	return a

@@ -313,7 +313,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	if r.Observer != nil {
 		r.Observer.Attempt(d, class, out.took)
 	}
-	observed := d.State.Observe(r.Clock.Now(), out.obs, r.Policy)
+	observed := d.State.ObserveSent(out.sent, r.Clock.Now(), out.obs, r.Policy)
 	switch class {
 	case provider.OK:
 		res.Deployment, res.Format = d, out.format

@@ -984,3 +984,63 @@ func TestFailureLogLinesAreTrue(t *testing.T) {
 		t.Errorf("expected the once-only error line of a spent quota, got %q", got)
 	}
 }
+
+// A success speaks only for the moment its attempt was sent. Request #0
+// meets A's 429 (Retry-After 60) after 50 ms; #1, sent 10 ms after #0 and
+// admitted before the limit hit, answers 200 after 500 ms. No request
+// reaches A before the 60 s are over.
+func TestLateSuccessDoesNotReopenADeployment(t *testing.T) {
+	clock := newFakeClock()
+	sent0, sent1, release0, release1 := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	a := &script{replies: []func(*http.Request) (*http.Response, error){
+		func(req *http.Request) (*http.Response, error) {
+			close(sent0)
+			<-release0
+			return reply(429, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, "Retry-After", "60")(req)
+		},
+		func(req *http.Request) (*http.Response, error) {
+			close(sent1)
+			<-release1
+			return reply(200, okBody)(req)
+		},
+		reply(200, okBody),
+	}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	group[0].Quality = 1
+	r := newRouter(clock)
+	done0, done1 := make(chan *Result, 1), make(chan *Result, 1)
+	go func() { done0 <- r.Serve(context.Background(), group, chatReq) }()
+	<-sent0
+	clock.Advance(10 * time.Millisecond)
+	go func() { done1 <- r.Serve(context.Background(), group, chatReq) }()
+	<-sent1
+	clock.Advance(40 * time.Millisecond)
+	close(release0)
+	if res := <-done0; res.Deployment != group[1] {
+		t.Fatalf("expected #0 to fail over to b, got %v %v", res.Deployment, res.Err)
+	}
+	clock.Advance(460 * time.Millisecond)
+	close(release1)
+	if res := <-done1; res.Deployment != group[0] || res.Status != 200 {
+		t.Fatalf("expected #1 answered by a, got %v %v", res.Deployment, res.Err)
+	}
+	// The late 200 predates the 429: a stays closed until its reset.
+	for i := 0; i < 3; i++ {
+		if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[1] {
+			t.Fatalf("request %d at +%v: expected b while a cools, got %v", i, clock.Now().Sub(newFakeClock().Now()), res.Deployment)
+		}
+		clock.Advance(19 * time.Second)
+	}
+	if n := a.calls.Load(); n != 2 {
+		t.Errorf("expected no request at a before 60 s, got %d calls", n)
+	}
+	// Now 57.51 s; the 429 came at 0.05 s with Retry-After 60.
+	if at, why := group[0].State.AvailableAt(clock.Now(), 0); why != provider.RateLimited || at.Sub(clock.Now()) != 2540*time.Millisecond {
+		t.Errorf("expected a rate-limited until 60.05 s, 2.54 s from now, got %v (%s)", at.Sub(clock.Now()), why)
+	}
+	clock.Advance(2540 * time.Millisecond)
+	if at, _ := group[0].State.AvailableAt(clock.Now(), 0); at.After(clock.Now()) {
+		t.Errorf("expected a available after its reset, got %v", at.Sub(clock.Now()))
+	}
+}

@@ -174,6 +174,7 @@ func (s *State) ObserveSent(sent, now time.Time, o provider.Observation, p Polic
 		s.tokens.update(now, o.Tokens)
 	}
 	s.lastClass, s.lastAt = o.Class, now
+	probe := s.probing // this is the half-open circuit's probe
 	s.probing = false
 	if o.Class == provider.OK || o.Class.Failure() {
 		s.decayHealth(now)
@@ -184,6 +185,12 @@ func (s *State) ObserveSent(sent, now time.Time, o provider.Observation, p Polic
 	}
 	if !o.Class.Failure() {
 		if o.Class == provider.OK && !learned.Before(s.fleet.circuitAt) {
+			if probe && s.consecutiveFailures > 0 {
+				// A probe proved the deployment back: the failures that
+				// opened the circuit were paid for by its cooldown, and
+				// no longer hold its reliability down.
+				s.attempts = max(s.attempts-float64(s.consecutiveFailures), s.successes)
+			}
 			s.consecutiveFailures = 0
 			// A success proves the circuit closed, whatever opened it
 			// before the success was sent.
@@ -313,6 +320,10 @@ type Features struct {
 	// Reliability is the time-decayed success rate with one virtual success
 	// as prior, 0..1: a deployment never tried counts as reliable.
 	Reliability float64
+	// Probe: the circuit is half-open and its single probe is free; the
+	// router sends the next request to it whatever the ranking says, so
+	// that a deployment that recovered is found (see State.circuit).
+	Probe bool
 	// InFlight is the number of attempts under way.
 	InFlight int
 	// Load is InFlight plus the recent attempts, decayed with a 5-minute
@@ -334,6 +345,7 @@ func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bo
 	defer s.mu.Unlock()
 	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight}
 	f.At, f.Why = s.availableAt(now, tokens)
+	f.Probe = !f.At.After(now) && s.circuit(now) == HalfOpen
 	if stream && s.ttft > 0 {
 		f.Latency = s.ttft
 	} else {

@@ -242,8 +242,11 @@ func (r *Router) serve(ctx context.Context, group []*Deployment, req *Request, r
 			}
 			continue
 		}
-		r.score(group, cands[:ready])
-		k := r.pick(group, cands[:ready])
+		k := probe(cands[:ready])
+		if k < 0 {
+			r.score(group, cands[:ready])
+			k = r.pick(group, cands[:ready])
+		}
 		i, d := cands[k].i, group[cands[k].i]
 		if ce := r.Logger.Check(zapcore.DebugLevel, "routing decision"); ce != nil {
 			ce.Write(zap.Int("attempt", res.Attempts+1), zap.String("chose", d.Name),
@@ -273,6 +276,19 @@ func (r *Router) serve(ctx context.Context, group []*Deployment, req *Request, r
 	}
 }
 
+// probe returns the first candidate whose half-open circuit waits for its
+// probe, -1 when none does: a deployment that failed ranks low on
+// reliability, and would never be found back if its probe had to win the
+// ranking.
+func probe(cands []scored) int {
+	for k := range cands {
+		if cands[k].f.Probe {
+			return k
+		}
+	}
+	return -1
+}
+
 // waitForCooling waits, when every candidate is cooling, for the first to
 // come back, and no less than the backoff after a failure, if that ends
 // before the deadline; else it returns the error to answer at once.
@@ -297,15 +313,16 @@ func (r *Router) waitForCooling(ctx context.Context, group []*Deployment, cands 
 // state: it reports whether the request is answered (res is set).
 func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	d := out.d
-	if out.stream == nil {
-		d.State.Release() // a stream releases when it ends
-	}
 	switch out.end {
-	case clientGone:
-		res.fail(ErrClientGone, w)
-		return true
-	case pastDeadline:
-		res.fail(deadlineError(), w)
+	case clientGone, pastDeadline:
+		if out.stream == nil {
+			d.State.Release() // the attempt ended unobserved
+		}
+		if out.end == clientGone {
+			res.fail(ErrClientGone, w)
+		} else {
+			res.fail(deadlineError(), w)
+		}
 		return true
 	}
 	out.redact(d.Secrets)
@@ -314,6 +331,9 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		r.Observer.Attempt(d, class, out.took)
 	}
 	observed := d.State.ObserveSent(out.sent, r.Clock.Now(), out.obs, r.Policy)
+	if out.stream == nil {
+		d.State.Release() // after Observe, which reads the probe; a stream releases when it ends
+	}
 	switch class {
 	case provider.OK:
 		res.Deployment, res.Format = d, out.format

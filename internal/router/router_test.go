@@ -1044,3 +1044,42 @@ func TestLateSuccessDoesNotReopenADeployment(t *testing.T) {
 		t.Errorf("expected a available after its reset, got %v", at.Sub(clock.Now()))
 	}
 }
+
+// A deployment whose circuit turns half-open is probed by the next
+// request, whatever the ranking says (its failures hold its reliability
+// below the others'), and a successful probe restores its place.
+func TestHalfOpenDeploymentIsProbedAndRestored(t *testing.T) {
+	clock := newFakeClock()
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	group[0].Weight = 200
+	r := newRouter(clock)
+	// A burst of 8 failures in 0.3 s (requests in flight together).
+	for i := 0; i < 8; i++ {
+		group[0].State.Observe(clock.Now(), provider.NewObservation(provider.Server), r.Policy)
+		clock.Advance(40 * time.Millisecond)
+	}
+	open := clock.Now() // the circuit is open for backoff_max (30 s)
+	probed := time.Duration(0)
+	for i := 0; i < 40 && probed == 0; i++ {
+		res := r.Serve(context.Background(), group, chatReq)
+		if res.Deployment == group[0] {
+			probed = clock.Now().Sub(open)
+		}
+		clock.Advance(1500 * time.Millisecond)
+	}
+	if probed == 0 || probed > r.Policy.BackoffMax+1500*time.Millisecond {
+		t.Fatalf("expected a probed within backoff_max plus one request gap, got %v", probed)
+	}
+	if n := a.calls.Load(); n != 1 {
+		t.Errorf("expected exactly one probe, got %d calls at a", n)
+	}
+	// The probe succeeded: a is back in its place.
+	for i := 0; i < 5; i++ {
+		if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[0] {
+			t.Errorf("request %d after the probe: expected a (weight 200), got %s", i, res.Deployment.Name)
+		}
+		clock.Advance(1500 * time.Millisecond)
+	}
+}

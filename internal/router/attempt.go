@@ -1,13 +1,11 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -254,31 +252,4 @@ func (a *attempt) firstContent(resp *http.Response) *outcome {
 		out.stream = s
 		return out
 	}
-}
-
-// redactedSecret replaces a secret found in a provider's answer.
-const redactedSecret = "[redacted]"
-
-// redact removes secrets from what the attempt keeps of a failed answer:
-// the provider's message (logged, kept for the admin API) and the body a
-// client error is passed on with.
-func (o *outcome) redact(secrets []string) {
-	if o.obs.Class == provider.OK {
-		return
-	}
-	o.obs.Message = redact(o.obs.Message, secrets)
-	for _, s := range secrets {
-		if len(s) >= 8 && bytes.Contains(o.body, []byte(s)) {
-			o.body = bytes.ReplaceAll(o.body, []byte(s), []byte(redactedSecret))
-		}
-	}
-}
-
-func redact(msg string, secrets []string) string {
-	for _, s := range secrets {
-		if len(s) >= 8 {
-			msg = strings.ReplaceAll(msg, s, redactedSecret)
-		}
-	}
-	return msg
 }

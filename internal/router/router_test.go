@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1081,5 +1082,52 @@ func TestHalfOpenDeploymentIsProbedAndRestored(t *testing.T) {
 			t.Errorf("request %d after the probe: expected a (weight 200), got %s", i, res.Deployment.Name)
 		}
 		clock.Advance(1500 * time.Millisecond)
+	}
+}
+
+// No key or key fragment a provider shows in a message (OpenAI's masked
+// "sk-ab*****wxyz", Anthropic, Google, AWS and Azure keys, bearer tokens)
+// reaches a log line, the admin state, or the client.
+func TestKeyFragmentsNeverLeave(t *testing.T) {
+	fragments := []string{
+		"sk-ab*****wxyz", "sk-proj-Abc123DEF456ghi789", "sk-ant-api03-xyz987-AAAA", "AIzaSyA1b2C3d4E5f6G7h8I9j0",
+		"AKIAIOSFODNN7EXAMPLE", "Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "0123456789abcdef0123456789abcdef", "gsk_12****7890",
+	}
+	for _, frag := range fragments {
+		msg := "Incorrect API key provided: " + frag + ". You can find your API key at https://platform.openai.com/account/api-keys."
+		body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error", "code": nil}})
+		core, logs := observer.New(zapcore.DebugLevel)
+		r := newRouter(newFakeClock())
+		r.Logger = zap.New(core)
+		a := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){reply(401, string(body))}})
+		b := deployment("b", &script{replies: []func(*http.Request) (*http.Response, error){reply(400, string(body))}})
+		c := deployment("c", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, "data: "+string(body))}})
+		a.Quality = 1
+		res := r.Serve(context.Background(), []*Deployment{a, b}, chatReq)
+		seen := []string{string(res.Body), a.State.Snapshot(time.Now()).LastMessage}
+		if res.Error != nil {
+			seen = append(seen, res.Error.Message)
+		}
+		sres := r.Serve(context.Background(), []*Deployment{c}, &Request{Request: wire(chatReq.Body, true)})
+		if sres.Stream == nil {
+			t.Fatalf("%s: expected c's stream, got %v", frag, sres.Err)
+		}
+		_, err := relay(t, sres.Stream)
+		seen = append(seen, fmt.Sprint(err), c.State.Snapshot(time.Now()).LastMessage)
+		for _, e := range logs.All() {
+			seen = append(seen, fmt.Sprint(e.Message, e.ContextMap()))
+		}
+		key := strings.TrimPrefix(frag, "Bearer ")
+		for _, s := range seen {
+			if strings.Contains(s, key) || strings.Contains(s, key[:min(len(key), 6)]+"*") {
+				t.Errorf("%s: found in %q", frag, s)
+			}
+		}
+		if !strings.Contains(string(res.Body), "[redacted]") {
+			t.Errorf("%s: expected the passed-on body redacted, got %s", frag, res.Body)
+		}
+		if !strings.Contains(string(res.Body), "platform.openai.com/account/api-keys") {
+			t.Errorf("%s: expected the rest of the message kept, got %s", frag, res.Body)
+		}
 	}
 }

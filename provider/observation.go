@@ -8,8 +8,9 @@ import "time"
 const Unknown = -1
 
 // MaxCooldown bounds any wait decoded from a provider (a Retry-After of a
-// billion seconds is garbage, not advice). 24 hours covers daily quotas.
-const MaxCooldown = 24 * time.Hour
+// billion seconds is garbage, not advice). 8 days covers daily quotas and
+// weekly windows (Anthropic's 7-day unified limit).
+const MaxCooldown = 8 * 24 * time.Hour
 
 // Class is the error class of one attempt, decided by the provider type
 // (Provider.Observe) and acted on by the router.

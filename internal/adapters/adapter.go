@@ -15,6 +15,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"regexp"
+	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -113,6 +115,28 @@ func decodeJSON(data []byte, v any) error {
 	}
 	return err
 }
+
+// bodyText is what an error body that is no JSON says, for a message: its
+// text, or an HTML page's title (a proxy's "502 Bad Gateway") or else its
+// text without tags; whitespace collapsed, at most 200 bytes.
+func bodyText(body []byte) string {
+	text := string(bytes.TrimSpace(body))
+	if strings.HasPrefix(text, "<") {
+		lower := strings.ToLower(text)
+		if i := strings.Index(lower, "<title>"); i >= 0 {
+			if j := strings.Index(lower[i:], "</title>"); j > len("<title>") {
+				text = text[i+len("<title>") : i+j]
+			}
+		} else {
+			text = htmlTags.ReplaceAllString(text, " ")
+		}
+		text = strings.TrimSpace("an HTML page: " + strings.TrimSpace(text))
+		text = strings.TrimSuffix(text, ":")
+	}
+	return truncate(strings.Join(strings.Fields(text), " "), 200)
+}
+
+var htmlTags = regexp.MustCompile(`<[^>]*>`)
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -137,6 +137,9 @@ func (*Anthropic) Observe(status int, h http.Header, body []byte, now time.Time)
 		anthropicWindow(h, "output-tokens", ref),
 	)
 	o.RetryAfter = provider.RetryAfter(h, ref)
+	if wait := unifiedRejected(h, ref); wait > o.RetryAfter {
+		o.RetryAfter = wait
+	}
 	if status >= 200 && status < 300 {
 		return o
 	}
@@ -147,6 +150,28 @@ func (*Anthropic) Observe(status int, h http.Header, body []byte, now time.Time)
 		o.RetryAfter = provider.MessageHint(e.Message)
 	}
 	return o
+}
+
+// unifiedRejected reads the unified rate limits of a subscription account
+// (anthropic-ratelimit-unified-{status,reset} and, per window,
+// anthropic-ratelimit-unified-{5h,7d,...}-{status,reset}; resets as Unix
+// seconds or RFC 3339): the wait until the latest reset of a window whose
+// status is "rejected" (the windows are all enforced: the account is
+// refused until the last of them reopens), provider.Unknown when none is.
+// Sources: fixtures anthropic-429-unified-*.http.
+func unifiedRejected(h http.Header, ref time.Time) time.Duration {
+	wait := time.Duration(provider.Unknown)
+	for k, vs := range h {
+		if len(vs) == 0 || !hasPrefixFold(k, "anthropic-ratelimit-unified-") ||
+			!strings.HasSuffix(strings.ToLower(k), "status") || !strings.EqualFold(strings.TrimSpace(vs[0]), "rejected") {
+			continue
+		}
+		reset := h.Get(k[:len(k)-len("status")] + "reset")
+		if d := provider.ParseReset(reset, ref); d > wait {
+			wait = d
+		}
+	}
+	return wait
 }
 
 // anthropicWindow reads anthropic-ratelimit-<kind>-{limit,remaining,reset}.
@@ -198,7 +223,7 @@ func parseAnthropicError(body []byte) messages.ErrorDetail {
 		Error json.RawMessage `json:"error"`
 	}
 	if decodeJSON(body, &top) != nil || len(top.Error) == 0 {
-		return messages.ErrorDetail{Message: truncate(string(body), 200)}
+		return messages.ErrorDetail{Message: bodyText(body)}
 	}
 	var e messages.ErrorDetail
 	if decodeJSON(top.Error, &e) != nil || e.Type == "" && e.Message == "" {

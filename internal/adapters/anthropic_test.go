@@ -462,8 +462,15 @@ func TestAnthropicErrorObservation(t *testing.T) {
 		t.Errorf("expected context_length with the message, got %+v", o)
 	}
 	o = (&Anthropic{}).Observe(502, http.Header{}, []byte("<html>"), time.Now())
-	if o.Class != provider.Server || o.Message != "<html>" {
-		t.Errorf("expected a server error with the body's start, got %+v", o)
+	if o.Class != provider.Server || o.Message != "an HTML page" {
+		t.Errorf("expected a server error saying it was an HTML page, got %+v", o)
+	}
+	nginx := "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>"
+	if o = (&Anthropic{}).Observe(502, http.Header{}, []byte(nginx), time.Now()); o.Message != "an HTML page: 502 Bad Gateway" {
+		t.Errorf("expected the page's title, got %q", o.Message)
+	}
+	if o = (&Anthropic{}).Observe(502, http.Header{}, []byte("<div>upstream\n  connect error</div>"), time.Now()); o.Message != "an HTML page: upstream connect error" {
+		t.Errorf("expected the page's text, got %q", o.Message)
 	}
 	o = (&Anthropic{}).Observe(429, http.Header{}, []byte(`{"type":"error","error":{"type":"rate_limit_error","message":"spent","details":{"error_code":"enforced_spend_limit_reached"}}}`), time.Now())
 	if o.Class != provider.QuotaExhausted || o.Code != "enforced_spend_limit_reached" {

@@ -31,21 +31,33 @@ type fixtureCase struct {
 	ResetTokensIn     *float64 `json:"reset_tokens_in_s"`
 	WaitMin           *float64 `json:"wait_min_s"`
 	WaitMax           *float64 `json:"wait_max_s"`
+	Message           string   `json:"message"` // a substring of the decoded message (dialects.json)
 }
 
-func loadCases(t testing.TB) []fixtureCase {
+// loadCases reads testdata/cases.json (the shared fixtures) and, with
+// dialects too, testdata/dialects.json (variants collected since, each
+// with its source).
+func loadCases(t testing.TB, dialects bool) []fixtureCase {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("testdata", "cases.json"))
-	if err != nil {
-		t.Fatal(err)
+	files := []string{"cases.json"}
+	if dialects {
+		files = append(files, "dialects.json")
 	}
-	var doc struct {
-		Cases []fixtureCase `json:"cases"`
+	var all []fixtureCase
+	for _, f := range files {
+		raw, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Cases []fixtureCase `json:"cases"`
+		}
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		all = append(all, doc.Cases...)
 	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	return doc.Cases
+	return all
 }
 
 // readFixture parses a whole HTTP response from testdata.
@@ -76,7 +88,7 @@ func adapterFor(name string) (provider.Provider, bool) {
 }
 
 func TestFixtures(t *testing.T) {
-	cases := loadCases(t)
+	cases := loadCases(t, true)
 	decoded := 0
 	for _, c := range cases {
 		a, ok := adapterFor(c.Provider)
@@ -100,6 +112,9 @@ func TestFixtures(t *testing.T) {
 			o := a.Observe(resp.StatusCode, resp.Header, errBody, now.Add(3*time.Second))
 			if o.Class.String() != c.Class {
 				t.Errorf("class: expected %s, got %s (message %q)", c.Class, o.Class, o.Message)
+			}
+			if !strings.Contains(o.Message, c.Message) {
+				t.Errorf("message: expected it to hold %q, got %q", c.Message, o.Message)
 			}
 			checkCount(t, "limit_requests", c.LimitRequests, o.Requests.Limit)
 			checkCount(t, "remaining_requests", c.RemainingRequests, o.Requests.Remaining)

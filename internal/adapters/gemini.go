@@ -543,7 +543,7 @@ func parseGeminiError(body []byte) gemErrorBody {
 		err = decodeJSON(b, &top)
 	}
 	if err != nil || top.Error == nil {
-		return gemErrorBody{Message: truncate(string(body), 200)}
+		return gemErrorBody{Message: bodyText(body)}
 	}
 	top.Error.Message = truncate(top.Error.Message, 500)
 	return *top.Error

@@ -408,16 +408,21 @@ type apiError struct {
 
 func parseOpenAIError(body []byte) apiError {
 	var top struct {
-		Error   json.RawMessage `json:"error"`
-		Message string          `json:"message"`
-		Type    string          `json:"type"`
-		Code    json.RawMessage `json:"code"`
+		Error     json.RawMessage `json:"error"`
+		Message   string          `json:"message"`
+		Type      string          `json:"type"`
+		Code      json.RawMessage `json:"code"`
+		ErrorType string          `json:"error_type"`
 	}
 	if json.Unmarshal(body, &top) != nil {
-		return apiError{message: truncate(string(body), 200)}
+		return apiError{message: bodyText(body)}
 	}
 	if len(top.Error) > 0 && !bytes.Equal(top.Error, []byte("null")) {
-		return parseErrorValue(top.Error)
+		e := parseErrorValue(top.Error)
+		if e.typ == "" {
+			e.typ = top.ErrorType // TGI: {"error":"...","error_type":"validation"}
+		}
+		return e
 	}
 	return apiError{message: truncate(top.Message, 500), typ: top.Type, code: rawString(top.Code)}
 }
@@ -463,6 +468,13 @@ func classifyOpenAI(status int, e apiError) provider.Class {
 	case code == "insufficient_quota" || typ == "insufficient_quota" ||
 		code == "billing_hard_limit_reached" || status == http.StatusPaymentRequired:
 		return provider.QuotaExhausted
+	case (status == http.StatusTooManyRequests || status == http.StatusForbidden || status == http.StatusBadRequest) &&
+		quotaMessage(msg):
+		// A monthly, trial or billing quota stated only in the message.
+		return provider.QuotaExhausted
+	case typ == "overloaded":
+		// TGI's queue is full: {"error":"Model is overloaded","error_type":"overloaded"}, 429.
+		return provider.Overloaded
 	case status == http.StatusTooManyRequests:
 		return provider.RateLimited
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
@@ -484,6 +496,34 @@ func classifyOpenAI(status int, e apiError) provider.Class {
 	}
 	// 1xx/3xx where a JSON answer was expected: the provider misbehaves.
 	return provider.Server
+}
+
+// quotaMessage reports whether an error's message (lower case) speaks of
+// a quota over a long period or of money rather than of a rate: "monthly
+// free tier exhausted", "trial key limited to 1000 API calls / month",
+// "billing hard limit reached", "insufficient credits", "daily limit". A
+// message that also names a short period or a wait ("per minute", "try
+// again in 20s") is a rate limit. Sources: the fixtures *-quota-*.http.
+func quotaMessage(msg string) bool {
+	long := false
+	for _, w := range []string{"per month", "/month", "/ month", "a month", "monthly", "per day", "daily",
+		"per week", "weekly", "trial", "free tier", "free-tier", "billing", "credit", "balance", "payment",
+		"spend limit", "spending limit", "hard limit", "subscription", "upgrade your plan", "exceeded your current quota",
+		"quota exhausted", "out of quota"} {
+		if strings.Contains(msg, w) {
+			long = true
+			break
+		}
+	}
+	if !long {
+		return false
+	}
+	for _, w := range []string{"per minute", "per second", "/min", "per min", "(rpm)", "(tpm)", "try again in", "retry after"} {
+		if strings.Contains(msg, w) {
+			return false
+		}
+	}
+	return true
 }
 
 func isContextLength(code, msg string) bool {

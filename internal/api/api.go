@@ -172,6 +172,9 @@ type format interface {
 	// restate is a provider's client error (status, and what the provider
 	// said) in the API's error format, for an answer in another format.
 	restate(status int, said *provider.Observation) []byte
+	// isError reports whether body (valid JSON) is an error in the API's
+	// format, which a client's SDK can read.
+	isError(body []byte) bool
 	// fromChat translates a Chat answer into the API's format.
 	fromChat(body []byte) ([]byte, error)
 	// newStream returns the writer of one stream of the given format.
@@ -210,9 +213,12 @@ func write(w http.ResponseWriter, f format, res *router.Result) error {
 	body := res.Body
 	switch {
 	case res.Status >= 300:
-		// Passed on as it came only when it is in the client's format (and
-		// is JSON at all: a proxy's HTML page is not).
-		if body == nil || res.Format != f.Format() || !json.Valid(body) {
+		// Passed on as it came only when it is an error in the client's
+		// format: a proxy's HTML page, plain text, or an OpenAI-compatible
+		// server's own error object (TGI's {"error":"...","error_type":...},
+		// Ollama's {"error":"..."}) is restated, its status and message
+		// kept, so that the client's SDK reads it.
+		if body == nil || res.Format != f.Format() || !json.Valid(body) || !f.isError(body) {
 			body = f.restate(res.Status, res.Error)
 		}
 	case res.Format == f.Format():

@@ -184,6 +184,13 @@ func TestErrorBodies(t *testing.T) {
 // type that speaks its dialect.
 func observe(t *testing.T, p provider.Provider, name string) (int, *provider.Observation) {
 	t.Helper()
+	status, o, _ := observeBody(t, p, name)
+	return status, o
+}
+
+// observeBody is observe, with the fixture's body.
+func observeBody(t *testing.T, p provider.Provider, name string) (int, *provider.Observation, []byte) {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "adapters", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +202,51 @@ func observe(t *testing.T, p provider.Provider, name string) (int, *provider.Obs
 	var body bytes.Buffer
 	_, _ = body.ReadFrom(resp.Body)
 	o := p.Observe(resp.StatusCode, resp.Header, body.Bytes(), time.Now())
-	return resp.StatusCode, &o
+	return resp.StatusCode, &o, body.Bytes()
+}
+
+// A client error from an OpenAI-compatible server that is not in OpenAI's
+// error format (TGI, Ollama, a proxy's text or HTML page) reaches the
+// client as an error its SDK reads, in its API's format: the status kept,
+// the provider's message inside. One in OpenAI's format passes as it came.
+func TestForeignErrorBodiesAreRestated(t *testing.T) {
+	for file, msg := range map[string]string{
+		"tgi-422-validation.http":        "Input validation error",
+		"ollama-400-error-string.http":   "invalid character",
+		"proxy-400-plain-text.http":      "Bad Request: request header too long",
+		"proxy-413-html.http":            "an HTML page: 413 Request Entity Too Large",
+		"openai-400-content-filter.http": "",
+		"vllm-400-old-format.http":       "max_tokens must be at least 1",
+	} {
+		status, o, body := observeBody(t, &adapters.OpenAI{}, file)
+		res := &router.Result{Status: status, Format: provider.Chat, Body: body, Error: o}
+		for _, a := range []API{Chat{}, Messages{}} {
+			w := httptest.NewRecorder()
+			if err := a.Write(w, res); err != nil {
+				t.Fatal(err)
+			}
+			got := w.Body.Bytes()
+			var chatErr struct {
+				Error *struct {
+					Message string `json:"message"`
+				} `json:"error"`
+				Type string `json:"type"`
+			}
+			if err := json.Unmarshal(got, &chatErr); err != nil || chatErr.Error == nil || w.Code != status {
+				t.Errorf("%s to %T: expected a %d error object, got %d %s", file, a, status, w.Code, got)
+				continue
+			}
+			if _, isMessages := a.(Messages); isMessages && chatErr.Type != "error" {
+				t.Errorf("%s to Messages: expected an Anthropic error, got %s", file, got)
+			}
+			if msg != "" && !strings.Contains(chatErr.Error.Message, msg) {
+				t.Errorf("%s to %T: expected the provider's message %q inside, got %s", file, a, msg, got)
+			}
+			if _, isChat := a.(Chat); isChat && msg == "" && !bytes.Equal(got, body) {
+				t.Errorf("%s: expected an OpenAI error object passed on as it came, got %s", file, got)
+			}
+		}
+	}
 }
 
 // A provider's client error, passed on to a client of another format, is

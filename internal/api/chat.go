@@ -160,6 +160,16 @@ func (Chat) errorBody(e *Error) []byte {
 	return chat.NewError(e.Message, t[0], t[1], e.Param)
 }
 
+// isError implements format: {"error":{"message":"...",...}}.
+func (Chat) isError(body []byte) bool {
+	start, end, _ := jsonbody.FindMember(body, "error")
+	if start < 0 || body[start] != '{' {
+		return false
+	}
+	_, ok := jsonbody.GetString(body[start:end], "message")
+	return ok
+}
+
 // restate writes a provider's client error in OpenAI's format: the type by
 // class, the code that says the same as the class ("context_length_exceeded")
 // or else the provider's own.

@@ -130,6 +130,19 @@ func (Messages) errorBody(e *Error) []byte {
 	return messages.NewError(messages.ErrorType(e.Status), e.Message)
 }
 
+// isError implements format: {"type":"error","error":{"type":"...","message":"..."}}.
+func (Messages) isError(body []byte) bool {
+	if typ, _ := jsonbody.GetString(body, "type"); typ != "error" {
+		return false
+	}
+	start, end, _ := jsonbody.FindMember(body, "error")
+	if start < 0 || body[start] != '{' {
+		return false
+	}
+	_, ok := jsonbody.GetString(body[start:end], "message")
+	return ok
+}
+
 func (Messages) restate(status int, said *provider.Observation) []byte {
 	return messages.NewError(messages.ErrorType(status), said.Message)
 }

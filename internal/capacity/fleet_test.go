@@ -208,7 +208,7 @@ func TestLateSuccessSpeaksForItsSending(t *testing.T) {
 
 	s := NewState()
 	s.Observe(t0.Add(50*time.Millisecond), rl, DefaultPolicy)
-	s.ObserveSent(t0.Add(10*time.Millisecond), t0.Add(510*time.Millisecond), ok, DefaultPolicy)
+	s.ObserveAttempt(Attempt{Sent: t0.Add(10 * time.Millisecond)}, t0.Add(510*time.Millisecond), ok, DefaultPolicy)
 	if at, why := s.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(60050*time.Millisecond)) || why != provider.RateLimited {
 		t.Errorf("expected the 429 to stand until 60.05 s, got %v %s", at.Sub(t0), why)
 	}
@@ -216,7 +216,7 @@ func TestLateSuccessSpeaksForItsSending(t *testing.T) {
 		t.Errorf("expected the window still empty and the circuit open, got %+v", snap)
 	}
 	// A success sent after the 429 was learned proves it is over.
-	s.ObserveSent(t0.Add(100*time.Millisecond), t0.Add(200*time.Millisecond), ok, DefaultPolicy)
+	s.ObserveAttempt(Attempt{Sent: t0.Add(100 * time.Millisecond)}, t0.Add(200*time.Millisecond), ok, DefaultPolicy)
 	if at, _ := s.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(time.Second)) {
 		t.Errorf("expected a success sent after the 429 to close the circuit, got %v", at.Sub(t0))
 	}
@@ -226,7 +226,7 @@ func TestLateSuccessSpeaksForItsSending(t *testing.T) {
 	b, f := NewState(), &fakeFleet{}
 	b.SetFleet(f)
 	b.Observe(t0.Add(-time.Second), provider.NewObservation(provider.Server), DefaultPolicy)
-	b.ObserveSent(t0.Add(10*time.Millisecond), t0.Add(510*time.Millisecond), ok, DefaultPolicy)
+	b.ObserveAttempt(Attempt{Sent: t0.Add(10 * time.Millisecond)}, t0.Add(510*time.Millisecond), ok, DefaultPolicy)
 	last := f.published[len(f.published)-1]
 	if !last.Circuit.At.Equal(t0.Add(10*time.Millisecond)) || !last.Circuit.OpenUntil.IsZero() {
 		t.Fatalf("expected the closing dated by the sending, got %+v", last.Circuit)
@@ -238,5 +238,31 @@ func TestLateSuccessSpeaksForItsSending(t *testing.T) {
 	}
 	if at, _ := a.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(60050 * time.Millisecond)) {
 		t.Errorf("expected a's 429 to stand, got %v", at.Sub(t0))
+	}
+}
+
+// A success that says more is left than a newer success said is older
+// news: it does not refill the window.
+func TestStaleSuccessDoesNotRefillALowWindow(t *testing.T) {
+	okWith := func(rem int64, reset time.Duration) provider.Observation {
+		o := provider.NewObservation(provider.OK)
+		o.Requests = provider.Window{Limit: 100, Remaining: rem, Reset: reset}
+		return o
+	}
+	s := NewState()
+	s.ObserveAttempt(Attempt{Sent: t0.Add(time.Second)}, t0.Add(1100*time.Millisecond), okWith(2, 60*time.Second), DefaultPolicy)
+	s.ObserveAttempt(Attempt{Sent: t0}, t0.Add(3*time.Second), okWith(50, 57*time.Second), DefaultPolicy)
+	now := t0.Add(3 * time.Second)
+	if snap := s.Snapshot(now); snap.RemainingRequests != 2 {
+		t.Errorf("expected the 2 stated by the newer success, got %d", snap.RemainingRequests)
+	}
+	n := 0
+	for i := 0; i < 5; i++ {
+		if s.Acquire(now, 1) {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("expected 2 acquisitions with 2 left, got %d", n)
 	}
 }

@@ -149,21 +149,28 @@ type Observed struct {
 
 // Observe folds one attempt's outcome, seen at now, into the state.
 func (s *State) Observe(now time.Time, o provider.Observation, p Policy) Observed {
-	return s.ObserveSent(now, now, o, p)
+	return s.observe(Attempt{Sent: now}, true, now, o, p)
 }
 
-// ObserveSent is Observe for the answer to an attempt sent at sent. A
-// success speaks only for that moment: one sent before the circuit opened
-// or a window ran out, as this instance or the fleet learned it (a request
-// admitted just before a 429, answered after it), closes no circuit and
-// refills no window; it still counts toward health. A failure speaks for
-// when it was observed.
-func (s *State) ObserveSent(sent, now time.Time, o provider.Observation, p Policy) Observed {
+// ObserveAttempt is Observe for the answer to attempt a (AcquireAttempt).
+// A success speaks only for when a was sent: one sent before the circuit
+// opened or a window was last stated, as this instance or the fleet
+// learned it (a request admitted just before a 429, answered after it),
+// closes no circuit and changes no window; it still counts toward health.
+// A failure speaks for when it was observed. Only the probe's own answer
+// ends a half-open circuit's probe.
+func (s *State) ObserveAttempt(a Attempt, now time.Time, o provider.Observation, p Policy) Observed {
+	return s.observe(a, false, now, o, p)
+}
+
+// observe is Observe (anyAttempt: the answer's attempt is not known, so it
+// ends any probe) and ObserveAttempt.
+func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Observation, p Policy) Observed {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	learned := now
-	if o.Class == provider.OK && sent.Before(now) {
-		learned = sent
+	if o.Class == provider.OK && a.Sent.Before(now) {
+		learned = a.Sent
 	}
 	// Fleet mode: publish what this observation changes (fleet.go).
 	defer s.shareObserved(learned, s.sharedPartsLocked())
@@ -174,8 +181,10 @@ func (s *State) ObserveSent(sent, now time.Time, o provider.Observation, p Polic
 		s.tokens.update(now, o.Tokens)
 	}
 	s.lastClass, s.lastAt = o.Class, now
-	probe := s.probing // this is the half-open circuit's probe
-	s.probing = false
+	probe := s.probing && (a.Probe || anyAttempt) // this answers the half-open circuit's probe
+	if probe {
+		s.probing = false
+	}
 	if o.Class == provider.OK || o.Class.Failure() {
 		s.decayHealth(now)
 		s.attempts++
@@ -211,9 +220,10 @@ func (s *State) ObserveSent(sent, now time.Time, o provider.Observation, p Polic
 }
 
 // staleForWindow reports whether a success learned at learned is older
-// than what ran w out (learnedAt): it must not refill it.
+// than what was last stated of w (learnedAt, while it still holds): it
+// must not change it (a stale "50 left" would refill a window now at 2).
 func (s *State) staleForWindow(w *window, learnedAt, learned, now time.Time) bool {
-	return w.current(now) == 0 && learned.Before(learnedAt)
+	return w.current(now) >= 0 && learned.Before(learnedAt)
 }
 
 // RecordLatency folds a successful attempt's latencies into the EWMAs:
@@ -389,18 +399,27 @@ func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bo
 // took the last slot of a window): pick again. Every successful Acquire is
 // paired with one Release.
 func (s *State) Acquire(now time.Time, tokens int64) bool {
+	_, ok := s.AcquireAttempt(now, tokens)
+	return ok
+}
+
+// AcquireAttempt is Acquire for an attempt sent at now: the Attempt it
+// returns says whether it is the half-open circuit's probe, and is handed
+// back to ObserveAttempt and ReleaseAttempt, so that only the probe's own
+// answer ends the probe.
+func (s *State) AcquireAttempt(now time.Time, tokens int64) (Attempt, bool) {
 	s.mu.Lock()
 	// Check again under the lock: requests that saw the deployment free at
 	// the same instant must not all take the last slot of a window.
 	if at, _ := s.availableAt(now, tokens); at.After(now) {
 		s.mu.Unlock()
-		return false
+		return Attempt{}, false
 	}
 	probe := s.circuit(now) == HalfOpen
 	if probe {
 		if s.probing {
 			s.mu.Unlock()
-			return false
+			return Attempt{}, false
 		}
 		s.probing = true
 	}
@@ -411,7 +430,7 @@ func (s *State) Acquire(now time.Time, tokens int64) bool {
 		rpm, tpm := s.declared.rpm, s.declared.tpm
 		s.mu.Unlock()
 		if !s.acquireFleet(f, now, tokens, probe, rpm, tpm) {
-			return false // it freed the probe and noted when to ask again
+			return Attempt{}, false // it freed the probe and noted when to ask again
 		}
 		s.mu.Lock()
 	}
@@ -422,18 +441,33 @@ func (s *State) Acquire(now time.Time, tokens int64) bool {
 	s.requests.spend(now, 1)
 	s.tokens.spend(now, tokens)
 	s.declared.record(now, tokens)
-	return true
+	return Attempt{Sent: now, Probe: probe}, true
+}
+
+// Attempt is one request Acquire let through to the deployment: when it
+// was sent, and whether it is the half-open circuit's probe.
+type Attempt struct {
+	Sent  time.Time
+	Probe bool
 }
 
 // Release ends an attempt claimed by Acquire (and frees a probe that ended
 // without an Observe, such as a client that went away).
-func (s *State) Release() {
+func (s *State) Release() { s.release(true) }
+
+// ReleaseAttempt is Release for attempt a: it frees the probe only if a
+// is the probe.
+func (s *State) ReleaseAttempt(a Attempt) { s.release(a.Probe) }
+
+func (s *State) release(probe bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inFlight > 0 {
 		s.inFlight--
 	}
-	s.probing = false
+	if probe {
+		s.probing = false
+	}
 	s.releaseFleetProbeLocked() // fleet mode (fleet.go)
 }
 

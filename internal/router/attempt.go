@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -51,8 +52,8 @@ type outcome struct {
 	format provider.Format
 	native bool // the plan's format is the provider's own: error bodies are in it
 	stream *Stream
-	sent   time.Time     // when the attempt began: what a success speaks for
-	took   time.Duration // until the answer was read, or a stream's first content
+	claim  capacity.Attempt // when it was sent (what a success speaks for), whether it is the probe
+	took   time.Duration    // until the answer was read, or a stream's first content
 }
 
 // attempt is one exchange under way: its context, its time limit, when it
@@ -120,7 +121,7 @@ func (r *Router) begin(parent context.Context, d *Deployment, req *Request, dead
 	if left := deadline.Sub(now); limit <= 0 || left <= limit {
 		limit, cause = left, errRequestTimeout
 	}
-	a := &attempt{r: r, d: d, parent: parent, began: now, out: &outcome{d: d, sent: now}}
+	a := &attempt{r: r, d: d, parent: parent, began: now, out: &outcome{d: d}}
 	a.ctx, a.cancel = context.WithCancelCause(parent)
 	a.timer = r.Clock.AfterFunc(limit, func() { a.cancel(cause) })
 	return a
@@ -206,7 +207,7 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 func (a *attempt) firstContent(resp *http.Response) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
-	s := &Stream{r: a.r, d: a.d, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
+	s := &Stream{r: a.r, d: a.d, claim: a.out.claim, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
 	if s.in == nil {
 		resp.Body.Close()
 		return a.fail(provider.Server, errors.New("the provider type reads no stream"))

@@ -259,10 +259,12 @@ func (r *Router) serve(ctx context.Context, group []*Deployment, req *Request, r
 		}
 		// Claimed only for an attempt that goes out: a request the
 		// provider cannot express spends none of its windows.
-		if !d.State.Acquire(now, req.Tokens) {
+		claim, ok := d.State.AcquireAttempt(now, req.Tokens)
+		if !ok {
 			a.finish()
 			continue // a half-open circuit's probe was taken meanwhile
 		}
+		a.out.claim = claim
 		r.logPending(w, d)
 		out := a.exchange(req)
 		w.per[i].tried = true
@@ -316,7 +318,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	switch out.end {
 	case clientGone, pastDeadline:
 		if out.stream == nil {
-			d.State.Release() // the attempt ended unobserved
+			d.State.ReleaseAttempt(out.claim) // the attempt ended unobserved
 		}
 		if out.end == clientGone {
 			res.fail(ErrClientGone, w)
@@ -330,9 +332,9 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	if r.Observer != nil {
 		r.Observer.Attempt(d, class, out.took)
 	}
-	observed := d.State.ObserveSent(out.sent, r.Clock.Now(), out.obs, r.Policy)
+	observed := d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 	if out.stream == nil {
-		d.State.Release() // after Observe, which reads the probe; a stream releases when it ends
+		d.State.ReleaseAttempt(out.claim) // a stream releases when it ends
 	}
 	switch class {
 	case provider.OK:

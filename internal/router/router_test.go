@@ -1131,3 +1131,89 @@ func TestKeyFragmentsNeverLeave(t *testing.T) {
 		}
 	}
 }
+
+// Only the probe's own answer ends the probe: a success of a request sent
+// before the failures (answered while the probe is out) neither frees the
+// probe nor takes the probe's place, so the probe's success restores a.
+func TestOnlyTheProbeEndsTheProbe(t *testing.T) {
+	clock := newFakeClock()
+	sentL, relL, sentP, relP := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	a := scriptOf(
+		func(req *http.Request) (*http.Response, error) { close(sentL); <-relL; return reply(200, okBody)(req) },
+		func(req *http.Request) (*http.Response, error) { close(sentP); <-relP; return reply(200, okBody)(req) },
+		reply(200, okBody),
+	)
+	b := scriptOf(reply(200, okBody))
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	group[0].Weight = 200
+	r := newRouter(clock)
+	doneL, doneP := make(chan *Result, 1), make(chan *Result, 1)
+	go func() { doneL <- r.Serve(context.Background(), group, chatReq) }()
+	<-sentL
+	for i := 0; i < 8; i++ {
+		group[0].State.Observe(clock.Now(), provider.NewObservation(provider.Server), r.Policy)
+		clock.Advance(40 * time.Millisecond)
+	}
+	clock.Advance(31 * time.Second) // half-open
+	go func() { doneP <- r.Serve(context.Background(), group, chatReq) }()
+	<-sentP
+	close(relL) // the long request sent before the failures answers 200
+	if res := <-doneL; res.Deployment != group[0] {
+		t.Fatalf("L: %v", res.Err)
+	}
+	close(relP)
+	if res := <-doneP; res.Deployment != group[0] {
+		t.Fatalf("P: expected the probe on a, got %v %v", res.Deployment, res.Err)
+	}
+	// The probe succeeded: a should be back in its place.
+	var got []string
+	for i := 0; i < 5; i++ {
+		res := r.Serve(context.Background(), group, chatReq)
+		got = append(got, res.Deployment.Name)
+		clock.Advance(1500 * time.Millisecond)
+	}
+	snap := group[0].State.Snapshot(clock.Now())
+	if strings.Count(strings.Join(got, ","), "a") < 4 || snap.SuccessRate < 0.99 {
+		t.Errorf("after a successful probe, expected a (weight 200) back in its place, got %v (a success rate %.2f)", got, snap.SuccessRate)
+	}
+}
+
+// While the probe is out, another attempt's answer does not free it: no
+// second request reaches the half-open deployment.
+func TestOneProbeAtATime(t *testing.T) {
+	clock := newFakeClock()
+	sentL, relL, sentP, relP := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	a := scriptOf(
+		func(req *http.Request) (*http.Response, error) { close(sentL); <-relL; return reply(200, okBody)(req) },
+		func(req *http.Request) (*http.Response, error) {
+			close(sentP)
+			<-relP
+			return reply(500, `{"error":{"message":"boom"}}`)(req)
+		},
+		reply(500, `{"error":{"message":"boom"}}`),
+	)
+	b := scriptOf(reply(200, okBody))
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	r := newRouter(clock)
+	doneL, doneP := make(chan *Result, 1), make(chan *Result, 1)
+	go func() { doneL <- r.Serve(context.Background(), group, chatReq) }()
+	<-sentL
+	for i := 0; i < 3; i++ {
+		group[0].State.Observe(clock.Now(), provider.NewObservation(provider.Server), r.Policy)
+		clock.Advance(40 * time.Millisecond)
+	}
+	clock.Advance(31 * time.Second)
+	go func() { doneP <- r.Serve(context.Background(), group, chatReq) }()
+	<-sentP
+	close(relL)
+	<-doneL
+	// The probe P is still out: a third request must not reach a.
+	r.Serve(context.Background(), group, chatReq)
+	if n := a.calls.Load(); n != 2 {
+		t.Errorf("expected one probe out at a time (2 calls at a), got %d calls", n)
+	}
+	close(relP)
+	<-doneP
+}
+
+func scriptOf(r ...func(*http.Request) (*http.Response, error)) *script { return &script{replies: r} }

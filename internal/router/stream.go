@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -18,6 +19,7 @@ import (
 type Stream struct {
 	r      *Router
 	d      *Deployment
+	claim  capacity.Attempt
 	body   io.ReadCloser
 	in     provider.Stream
 	ctx    context.Context
@@ -37,7 +39,7 @@ type Stream struct {
 // calls it.
 func (s *Stream) Close() {
 	s.once.Do(func() {
-		s.d.State.Release()
+		s.d.State.ReleaseAttempt(s.claim)
 		if s.idle != nil {
 			s.idle.Stop()
 		}
@@ -146,7 +148,7 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 func (s *Stream) failed(obs provider.Observation, msg string) error {
 	obs.Message = redact(msg, s.d.Secrets)
 	msg = obs.Message
-	observed := s.d.State.Observe(s.r.Clock.Now(), obs, s.r.Policy)
+	observed := s.d.State.ObserveAttempt(s.claim, s.r.Clock.Now(), obs, s.r.Policy)
 	if !s.r.logDisabled(s.d, obs, observed) {
 		s.r.Logger.Warn("stream failed after it began",
 			zap.String("deployment", s.d.Name), zap.Stringer("class", obs.Class), zap.String("message", msg))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -214,11 +215,23 @@ func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provid
 	e := parseOpenAIError(body)
 	o.Message, o.Code = e.message, e.code
 	o.Class = classifyOpenAI(status, e)
+	hint := provider.MessageHint(e.message)
+	if (status == http.StatusTooManyRequests || status == http.StatusForbidden) &&
+		o.RetryAfter < 0 && hint < 0 && !exhausted(o.Requests) && !exhausted(o.Tokens) && quotaMessage(e.message) {
+		// A monthly, daily, trial or billing quota stated only in the
+		// message, with no wait stated anywhere: not a rate limit that
+		// clears in seconds. (Not for a 400, whose message may echo the
+		// client's own words.)
+		o.Class = provider.QuotaExhausted
+	}
 	if o.RetryAfter < 0 && (o.Class == provider.RateLimited || o.Class == provider.Overloaded) {
-		o.RetryAfter = provider.MessageHint(e.message)
+		o.RetryAfter = hint
 	}
 	return o
 }
+
+// exhausted reports whether a stated window is spent, with a reset.
+func exhausted(w provider.Window) bool { return w.Remaining == 0 && w.Reset >= 0 }
 
 // chatStream decodes a Chat Completions stream: chunks are relayed as they
 // are. It counts what completeness needs: the choices that finished, and
@@ -327,9 +340,9 @@ func (s *chatStream) contentKind(data []byte) provider.EventKind {
 }
 
 // hasContent reports whether a chunk's choices carry content: a delta
-// member other than role whose value is not null, "", [] or {} (content,
-// refusal, tool_calls, function_call, reasoning_content, reasoning, audio,
-// and members added later).
+// member other than role whose value is not empty (see emptyValue):
+// content, refusal, a tool call with a name or arguments, reasoning,
+// audio, and members added later.
 func hasContent(chunk []byte) bool {
 	start, end, _ := jsonbody.FindMember(chunk, "choices")
 	if start < 0 || chunk[start] != '[' {
@@ -338,22 +351,48 @@ func hasContent(chunk []byte) bool {
 	choices, found := chunk[start:end], false
 	_ = jsonbody.EachElement(choices, func(cs, ce int) bool {
 		ds, de, _ := jsonbody.FindMember(choices[cs:ce], "delta")
-		if ds < 0 {
-			return true
-		}
-		delta := choices[cs+ds : cs+de]
-		_ = jsonbody.EachMember(delta, func(k []byte, vs, ve int) bool {
-			switch v := string(delta[vs:ve]); {
-			case string(k) == "role", v == "null", v == `""`:
-			case len(v) >= 2 && (v[0] == '[' || v[0] == '{') && len(bytes.TrimSpace([]byte(v[1:len(v)-1]))) == 0:
-			default:
-				found = true
-			}
-			return !found
-		})
+		found = ds >= 0 && !emptyValue(choices[cs+ds:cs+de], 0)
 		return !found
 	})
 	return found
+}
+
+// emptyValue reports whether a delta's value carries nothing: null, false,
+// a number, "", or an array or object whose values are all empty, an
+// object's index, id, type and role aside ({"index":0},
+// {"function":{"arguments":""}}). Past a few levels of nesting, a value
+// counts as content.
+func emptyValue(v []byte, depth int) bool {
+	if depth > 6 {
+		return false
+	}
+	switch v[0] {
+	case 'n', 'f':
+		return true
+	case 't':
+		return false
+	case '"':
+		return len(v) == 2
+	case '[':
+		empty := true
+		_ = jsonbody.EachElement(v, func(s, e int) bool {
+			empty = emptyValue(v[s:e], depth+1)
+			return empty
+		})
+		return empty
+	case '{':
+		empty := true
+		_ = jsonbody.EachMember(v, func(k []byte, s, e int) bool {
+			switch string(k) {
+			case "index", "id", "type", "role":
+			default:
+				empty = emptyValue(v[s:e], depth+1)
+			}
+			return empty
+		})
+		return empty
+	}
+	return true // a number: an index, a logprob
 }
 
 // valueStart returns the first byte of a non-null value of key (quoted)
@@ -407,6 +446,13 @@ type apiError struct {
 }
 
 func parseOpenAIError(body []byte) apiError {
+	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '[' {
+		// Gemini's OpenAI-compatible endpoint: [{"error":{...}}].
+		var list []json.RawMessage
+		if json.Unmarshal(b, &list) == nil && len(list) > 0 {
+			return parseOpenAIError(list[0])
+		}
+	}
 	var top struct {
 		Error     json.RawMessage `json:"error"`
 		Message   string          `json:"message"`
@@ -468,10 +514,6 @@ func classifyOpenAI(status int, e apiError) provider.Class {
 	case code == "insufficient_quota" || typ == "insufficient_quota" ||
 		code == "billing_hard_limit_reached" || status == http.StatusPaymentRequired:
 		return provider.QuotaExhausted
-	case (status == http.StatusTooManyRequests || status == http.StatusForbidden || status == http.StatusBadRequest) &&
-		quotaMessage(msg):
-		// A monthly, trial or billing quota stated only in the message.
-		return provider.QuotaExhausted
 	case typ == "overloaded":
 		// TGI's queue is full: {"error":"Model is overloaded","error_type":"overloaded"}, 429.
 		return provider.Overloaded
@@ -498,33 +540,24 @@ func classifyOpenAI(status int, e apiError) provider.Class {
 	return provider.Server
 }
 
-// quotaMessage reports whether an error's message (lower case) speaks of
-// a quota over a long period or of money rather than of a rate: "monthly
-// free tier exhausted", "trial key limited to 1000 API calls / month",
-// "billing hard limit reached", "insufficient credits", "daily limit". A
-// message that also names a short period or a wait ("per minute", "try
-// again in 20s") is a rate limit. Sources: the fixtures *-quota-*.http.
+// quotaMessage reports whether an error's message speaks of a quota over a
+// long period or of money rather than of a rate: "monthly free tier
+// exhausted", "trial key limited to 1000 API calls / month", "billing hard
+// limit reached", "insufficient credits", "50 free model requests per
+// day". A message that also names a short period or a wait ("per minute",
+// "40 rpm", "retry in 26s") is a rate limit. Sources: testdata/dialects.json.
 func quotaMessage(msg string) bool {
-	long := false
-	for _, w := range []string{"per month", "/month", "/ month", "a month", "monthly", "per day", "daily",
-		"per week", "weekly", "trial", "free tier", "free-tier", "billing", "credit", "balance", "payment",
-		"spend limit", "spending limit", "hard limit", "subscription", "upgrade your plan", "exceeded your current quota",
-		"quota exhausted", "out of quota"} {
-		if strings.Contains(msg, w) {
-			long = true
-			break
-		}
-	}
-	if !long {
-		return false
-	}
-	for _, w := range []string{"per minute", "per second", "/min", "per min", "(rpm)", "(tpm)", "try again in", "retry after"} {
-		if strings.Contains(msg, w) {
-			return false
-		}
-	}
-	return true
+	m := strings.ToLower(msg)
+	return quotaWords.MatchString(m) && !rateWords.MatchString(m)
 }
+
+var (
+	quotaWords = regexp.MustCompile(`per (month|day|week)|/ ?(month|day|week)\b|\ba (month|day|week)\b|\b(monthly|daily|weekly)\b|` +
+		`\bbilling\b|\bcredits\b|credit balance|out of credit|insufficient (balance|funds|credit)|account balance|` +
+		`payment required|spend(ing)? limit|hard limit|free[ -]tier|trial (key|account)|exceeded your current quota|quota (exhausted|exceeded for (the|this) (month|day))|out of quota`)
+	rateWords = regexp.MustCompile(`per (minute|second|min|sec|hour)\b|/ ?(minute|second|min|sec|hour)\b|\b(rpm|tpm|rps|tps|itpm|otpm)\b|` +
+		`try again in|retry in|retry after|retry-after`)
+)
 
 func isContextLength(code, msg string) bool {
 	return code == "context_length_exceeded" ||

@@ -140,3 +140,78 @@ func TestNamedErrorEvent(t *testing.T) {
 		t.Errorf("expected an error event, got %d %s", kind, obs.Class)
 	}
 }
+
+// What opens a stream without content is no first token; any content is.
+func TestOpeningChunkShapes(t *testing.T) {
+	chunk := func(delta string) string {
+		return `{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":` + delta + `,"logprobs":null,"finish_reason":null}]}`
+	}
+	for data, content := range map[string]bool{
+		chunk(`{}`):   false,
+		chunk(`null`): false,
+		chunk(`{"role":"assistant","content":""}`): false,
+		chunk(`{"content":null,"refusal":null}`):   false,
+		chunk(`{"reasoning_content":""}`):          false,
+		chunk(`{"tool_calls":[{"index":0}]}`):      false,
+		chunk(`{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"arguments":""}}]}`): false,
+		chunk(`{"tool_calls":[{}]}`):                          false,
+		chunk(`{"audio":{"transcript":""}}`):                  false,
+		chunk(`{"content":false}`):                            false,
+		`{"id":"c","choices":[],"usage":{"prompt_tokens":3}}`: false,
+		`{"id":"c","choices":null}`:                           false,
+		chunk(`{"content":" "}`):                              true,
+		chunk(`{"content":"Hi"}`):                             true,
+		chunk(`{"refusal":"I can't"}`):                        true,
+		chunk(`{"reasoning_content":"Let me think"}`):         true,
+		chunk(`{"reasoning":"Let me think"}`):                 true,
+		chunk(`{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}`): true,
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\""}}]}`):                                             true,
+	} {
+		for _, name := range []string{"openai", "azure"} {
+			_, kind, _ := chatDecoder(byName(name, provider.Endpoint{})).Event(&provider.Event{Data: []byte(data)})
+			if got := kind == provider.EventData; got != content {
+				t.Errorf("%s: %s: expected content %v, got kind %d", name, data, content, kind)
+			}
+		}
+	}
+}
+
+// A quota is read from a message only when no wait is stated anywhere and
+// the message names no short period: rate limits that mention billing or
+// credits, a load balancer, or a 400 echoing the client's own words are not
+// quotas (found by adversarial testing).
+func TestQuotaMessagesAreNotRateLimits(t *testing.T) {
+	geminiObj := `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "You exceeded your current quota, please check your plan and billing details.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 15, model: gemini-x\nPlease retry in 26.211922938s."}}`
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		hdr    []string
+		want   provider.Class
+	}{
+		{"gemini openai-compat per-minute free tier (object)", 429, geminiObj, nil, provider.RateLimited},
+		{"gemini openai-compat per-minute free tier (array)", 429, "[" + geminiObj + "]", nil, provider.RateLimited},
+		{"cohere trial per-minute", 429, `{"id":"x","message":"You are using a Trial key, which is limited to 10 API calls / minute. You can continue to use the Trial key for free or upgrade to a Production key with higher rate limits"}`, nil, provider.RateLimited},
+		{"per-minute with header Retry-After and billing link", 429, `{"error":{"message":"Too many requests. Add a payment method at https://example.com/billing to raise your limits.","type":"requests"}}`, []string{"Retry-After", "20"}, provider.RateLimited},
+		{"per-minute with remaining 0 reset 20s and credit words", 429, `{"error":{"message":"Request limit exceeded for free-tier keys; buy credits for higher limits."}}`, []string{"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20s"}, provider.RateLimited},
+		{"40 rpm trial", 429, `{"error":{"message":"Rate limit exceeded: trial accounts are limited to 40 rpm"}}`, nil, provider.RateLimited},
+		{"load balancer", 429, `{"error":{"message":"Too many requests to the load balancer, slow down"}}`, nil, provider.RateLimited},
+		{"400 unrecognized argument echoed (credit)", 400, `{"error":{"message":"Unrecognized request argument supplied: credit_score","type":"invalid_request_error","param":null,"code":null}}`, nil, provider.ClientError},
+		{"400 unrecognized argument echoed (billing)", 400, `{"error":{"message":"Unrecognized request argument supplied: billing_id","type":"invalid_request_error","param":null,"code":null}}`, nil, provider.ClientError},
+		{"400 groq tool name echoed", 400, `{"error":{"message":"tool call validation failed: attempted to call tool 'get_daily_balance' which was not in request.tools","type":"invalid_request_error","code":"tool_use_failed"}}`, nil, provider.ClientError},
+		{"daily limit with stated wait", 429, `{"error":{"message":"Daily request limit reached. Please try again in 2h13m."}}`, nil, provider.RateLimited},
+	} {
+		o := (&OpenAI{}).Observe(tc.status, headerOf(tc.hdr...), []byte(tc.body), time.Now())
+		if o.Class != tc.want {
+			t.Errorf("%s: class %s, want %s (retry_after %v, msg %q)", tc.name, o.Class, tc.want, o.RetryAfter, o.Message)
+		}
+	}
+}
+
+func headerOf(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}

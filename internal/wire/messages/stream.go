@@ -138,7 +138,8 @@ func (d *ChatDecoder) blockDelta(e *Event) (provider.EventKind, []byte) {
 	case dl == nil,
 		dl.Type == "text_delta" && dl.Text == "",
 		dl.Type == "input_json_delta" && dl.PartialJSON == "",
-		dl.Type == "thinking_delta" && dl.Thinking == "":
+		dl.Type == "thinking_delta" && dl.Thinking == "",
+		dl.Type == "signature_delta" && dl.Signature == "":
 		return provider.EventSkip, nil
 	case d.native:
 	case dl.Type == "text_delta":

@@ -137,7 +137,8 @@ func (*Anthropic) Observe(status int, h http.Header, body []byte, now time.Time)
 		anthropicWindow(h, "output-tokens", ref),
 	)
 	o.RetryAfter = provider.RetryAfter(h, ref)
-	if wait := unifiedRejected(h, ref); wait > o.RetryAfter {
+	wait, rejected := unifiedRejected(h, ref)
+	if wait > o.RetryAfter {
 		o.RetryAfter = wait
 	}
 	if status >= 200 && status < 300 {
@@ -146,32 +147,42 @@ func (*Anthropic) Observe(status int, h http.Header, body []byte, now time.Time)
 	e := parseAnthropicError(body)
 	o.Message, o.Code = e.Message, e.Code()
 	o.Class = classifyAnthropic(status, e)
+	if rejected && o.RetryAfter < 0 && o.Class == provider.RateLimited {
+		// The account is refused with no wait stated: a quota, not a
+		// rate limit to retry within seconds.
+		o.Class = provider.QuotaExhausted
+	}
 	if o.RetryAfter < 0 && o.Class.Transient() {
 		o.RetryAfter = provider.MessageHint(e.Message)
 	}
 	return o
 }
 
-// unifiedRejected reads the unified rate limits of a subscription account
-// (anthropic-ratelimit-unified-{status,reset} and, per window,
-// anthropic-ratelimit-unified-{5h,7d,...}-{status,reset}; resets as Unix
-// seconds or RFC 3339): the wait until the latest reset of a window whose
-// status is "rejected" (the windows are all enforced: the account is
-// refused until the last of them reopens), provider.Unknown when none is.
-// Sources: fixtures anthropic-429-unified-*.http.
-func unifiedRejected(h http.Header, ref time.Time) time.Duration {
-	wait := time.Duration(provider.Unknown)
+// unifiedRejected reads the unified rate limits of a subscription account:
+// when anthropic-ratelimit-unified-status is "rejected", the account is
+// refused until the latest reset among the overall one
+// (anthropic-ratelimit-unified-reset) and those of its rejected windows
+// (anthropic-ratelimit-unified-{5h,7d,...}-{status,reset}; the windows are
+// all enforced), as Unix seconds or milliseconds or RFC 3339; wait is
+// provider.Unknown when none is stated. The overage window's own status
+// does not refuse ordinary use, nor does "allowed_warning". Sources:
+// fixtures anthropic-429-unified-*.http.
+func unifiedRejected(h http.Header, ref time.Time) (wait time.Duration, rejected bool) {
+	if !strings.EqualFold(strings.TrimSpace(h.Get("Anthropic-Ratelimit-Unified-Status")), "rejected") {
+		return provider.Unknown, false
+	}
+	wait = provider.ParseReset(h.Get("Anthropic-Ratelimit-Unified-Reset"), ref)
 	for k, vs := range h {
-		if len(vs) == 0 || !hasPrefixFold(k, "anthropic-ratelimit-unified-") ||
-			!strings.HasSuffix(strings.ToLower(k), "status") || !strings.EqualFold(strings.TrimSpace(vs[0]), "rejected") {
+		lower := strings.ToLower(k)
+		if len(vs) == 0 || !strings.HasPrefix(lower, "anthropic-ratelimit-unified-") || !strings.HasSuffix(lower, "-status") ||
+			strings.Contains(lower, "overage") || !strings.EqualFold(strings.TrimSpace(vs[0]), "rejected") {
 			continue
 		}
-		reset := h.Get(k[:len(k)-len("status")] + "reset")
-		if d := provider.ParseReset(reset, ref); d > wait {
+		if d := provider.ParseReset(h.Get(k[:len(k)-len("status")]+"reset"), ref); d > wait {
 			wait = d
 		}
 	}
-	return wait
+	return wait, true
 }
 
 // anthropicWindow reads anthropic-ratelimit-<kind>-{limit,remaining,reset}.

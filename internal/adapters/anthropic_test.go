@@ -492,3 +492,40 @@ func TestAnthropicThinkingIsProgress(t *testing.T) {
 		}
 	}
 }
+
+// The unified limits refuse the account only when the overall status is
+// rejected: then until the latest reset stated (any unit), or as a quota
+// when none is; an overage window or a warning refuses nothing.
+func TestAnthropicUnifiedLimits(t *testing.T) {
+	now := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC) // 1755780000
+	body := []byte(`{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`)
+	for _, tc := range []struct {
+		name  string
+		hdr   []string
+		class provider.Class
+		retry time.Duration
+	}{
+		{"overage rejected only", []string{"retry-after", "20", "anthropic-ratelimit-unified-status", "allowed",
+			"anthropic-ratelimit-unified-overage-status", "rejected", "anthropic-ratelimit-unified-overage-reset", "1756339200"},
+			provider.RateLimited, 20 * time.Second},
+		{"allowed_warning", []string{"retry-after", "20", "anthropic-ratelimit-unified-status", "allowed_warning",
+			"anthropic-ratelimit-unified-reset", "1755787999"}, provider.RateLimited, 20 * time.Second},
+		{"rejected, reset in milliseconds", []string{"anthropic-ratelimit-unified-status", "rejected",
+			"anthropic-ratelimit-unified-reset", "1755787999000"}, provider.RateLimited, 7999 * time.Second},
+		{"rejected, spaced and capitalized", []string{"anthropic-ratelimit-unified-status", " Rejected ",
+			"anthropic-ratelimit-unified-reset", "1755787999"}, provider.RateLimited, 7999 * time.Second},
+		{"rejected, garbage reset", []string{"retry-after", "20", "anthropic-ratelimit-unified-status", "rejected",
+			"anthropic-ratelimit-unified-reset", "soon"}, provider.RateLimited, 20 * time.Second},
+		{"5h rejected, overage rejected later", []string{"anthropic-ratelimit-unified-status", "rejected",
+			"anthropic-ratelimit-unified-5h-status", "rejected", "anthropic-ratelimit-unified-5h-reset", "1755787999",
+			"anthropic-ratelimit-unified-overage-status", "rejected", "anthropic-ratelimit-unified-overage-reset", "1756339200"},
+			provider.RateLimited, 7999 * time.Second},
+		{"rejected, no reset", []string{"anthropic-ratelimit-unified-status", "rejected",
+			"anthropic-ratelimit-unified-5h-status", "rejected"}, provider.QuotaExhausted, provider.Unknown},
+	} {
+		o := (&Anthropic{}).Observe(429, headerOf(tc.hdr...), body, now)
+		if o.Class != tc.class || o.RetryAfter != tc.retry {
+			t.Errorf("%s: expected %s after %v, got %s after %v", tc.name, tc.class, tc.retry, o.Class, o.RetryAfter)
+		}
+	}
+}

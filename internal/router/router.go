@@ -436,13 +436,26 @@ func (r *Router) logPending(w *walk, next *Deployment) {
 // giveUp ends a request whose attempts or eligible deployments ran out.
 func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time, req *Request) *Result {
 	switch {
-	case w.last != nil && w.last.obs.Class == provider.ContextLength:
-		res.passOn(w.last) // the provider's 400, as it is
+	case w.last != nil && w.last.obs.Class == provider.ContextLength && !r.largerWindowLeft(w, group, req):
+		res.passOn(w.last) // the provider's 400, as it is: no deployment could take the prompt
 		return res.fail(nil, w)
 	case w.last == nil && w.unplanned != nil:
 		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
 	}
 	return res.fail(r.finalError(w, group, now, req), w)
+}
+
+// largerWindowLeft reports whether a deployment that may take a prompt too
+// long for the last one (a larger or unknown context window) is still in
+// the running, only busy or limited for now: then the request failed for
+// capacity, not for its length.
+func (r *Router) largerWindowLeft(w *walk, group []*Deployment, req *Request) bool {
+	for i, d := range group {
+		if !w.per[i].excluded && d.Provider.Serves(req.Format) && (d.ContextWindow == 0 || d.ContextWindow > w.minContext) {
+			return true
+		}
+	}
+	return false
 }
 
 // passOn makes a provider's client error the answer, as it is.

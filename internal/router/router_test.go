@@ -1217,3 +1217,21 @@ func TestOneProbeAtATime(t *testing.T) {
 }
 
 func scriptOf(r ...func(*http.Request) (*http.Response, error)) *script { return &script{replies: r} }
+
+// A context-length error is the answer only when no deployment could take
+// the prompt: when a larger one is only rate-limited, the client is told to
+// come back (429 with its reset), not that its prompt is too long.
+func TestContextLengthAfterARateLimitIsA429(t *testing.T) {
+	rateLimited := `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`
+	big := scriptOf(reply(429, rateLimited, "Retry-After", "30"))
+	small := scriptOf(reply(400, `{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}`))
+	group := []*Deployment{deployment("big", big), deployment("small", small)}
+	group[0].Quality, group[0].ContextWindow, group[1].ContextWindow = 1, 128000, 8192
+	r := newRouter(newFakeClock())
+	r.MaxAttempts = 2
+	res := r.Serve(context.Background(), group, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != http.StatusTooManyRequests || e.RetryAfter != 30*time.Second {
+		t.Errorf("expected a 429 with Retry-After 30 s (the prompt fits big), got %v, %d from %v", res.Err, res.Status, res.Deployment)
+	}
+}

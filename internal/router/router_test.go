@@ -1235,3 +1235,66 @@ func TestContextLengthAfterARateLimitIsA429(t *testing.T) {
 		t.Errorf("expected a 429 with Retry-After 30 s (the prompt fits big), got %v, %d from %v", res.Err, res.Status, res.Deployment)
 	}
 }
+
+// Keys that providers show in other shapes (JSON escapes, Unicode masks, a
+// code field, a URL parameter, a long token named a key) are redacted too
+// (found by adversarial testing).
+func TestEscapedAndMaskedKeysNeverLeave(t *testing.T) {
+	const key = "sk-proj-Abc123DEF456ghi789"
+	leaks := []struct{ name, raw, secret string }{
+		{"json-escaped dash", `{"error":{"message":"Incorrect API key provided: sk\u002dproj\u002dAbc123DEF456ghi789.","type":"invalid_request_error","code":"invalid_api_key"}}`, "sk-proj-Abc123DEF456ghi789"},
+		{"json-escaped slash in header secret", `{"error":{"message":"bad token abc\/def+ghi\/jkl012345","type":"invalid_request_error"}}`, "abc/def+ghi/jkl012345"},
+		{"unicode ellipsis mask", `{"error":{"message":"Incorrect API key provided: sk-ab…wxyz.","type":"invalid_request_error"}}`, "sk-ab…wxyz"},
+		{"bullets mask", `{"error":{"message":"Incorrect API key provided: sk-ab••••wxyz.","type":"invalid_request_error"}}`, "sk-ab••"},
+		{"key in code field", `{"error":{"message":"Invalid key","type":"invalid_request_error","code":"invalid_key:AIzaSyA1b2C3d4E5f6G7h8I9j0"}}`, "AIzaSyA1b2C3d4E5f6G7h8I9j0"},
+		{"url key", `{"error":{"message":"Forbidden: https://x.invalid/v1/models?key=AIzaSyA1b2C3d4E5f6G7h8I9j0","type":"invalid_request_error"}}`, "AIzaSyA1b2C3d4E5f6G7h8I9j0"},
+		{"azure 84-char fragment", `{"error":{"message":"Key 3fJk9QwErTyUiOpAsDfGhJkLzXcVbNm1 is not valid for this resource","type":"invalid_request_error"}}`, "3fJk9QwErTyUiOpAsDfGhJkLzXcVbNm1"},
+	}
+	for _, tc := range leaks {
+		core, logs := observer.New(zapcore.DebugLevel)
+		r := newRouter(newFakeClock())
+		r.Logger = zap.New(core)
+		a := deployment("a", scriptOf(reply(401, tc.raw)))
+		b := deployment("b", scriptOf(reply(400, tc.raw)))
+		a.Quality = 1
+		a.Secrets = []string{key, "abc/def+ghi/jkl012345"}
+		b.Secrets = a.Secrets
+		res := r.Serve(context.Background(), []*Deployment{a, b}, chatReq)
+		var decoded any
+		_ = json.Unmarshal(res.Body, &decoded)
+		seen := map[string]string{"passed-on body (decoded)": fmt.Sprint(decoded), "a last message": a.State.Snapshot(time.Now()).LastMessage}
+		if res.Error != nil {
+			seen["restated message"] = res.Error.Message
+			seen["restated code"] = res.Error.Code
+		}
+		for _, e := range logs.All() {
+			seen["log "+e.Message] = fmt.Sprint(e.ContextMap())
+		}
+		for where, s := range seen {
+			if strings.Contains(s, tc.secret) {
+				t.Errorf("%s: leaks in %s: %q", tc.name, where, s)
+			}
+		}
+	}
+}
+
+// Redaction keeps what is not a key: model names, organizations, words,
+// trace and request IDs, markdown, regions, locales.
+func TestRedactionKeepsUsefulText(t *testing.T) {
+	for _, msg := range []string{
+		"The model pplx-70b-online has been deprecated",
+		"The model hf-internal-testing/tiny-random-gpt2 does not exist",
+		"Model xai-org/grok-1 is not served here",
+		"Missing bearer token in the Authorization header",
+		"trace 4bf92f3577b34da6a3ce929d0e0e4736: upstream failed",
+		"Unsupported value: ***bold*** markdown in name",
+		"request req_0123456789abcdef0123456789abcdef failed",
+		"model gpt-4o-mini, desk-top, task-force, sk-learn",
+		"Invalid region ASIAPACIFIC2 for deployment",
+		"Unknown locale sk-SK. Supported: en-US",
+	} {
+		if got := redact(msg, nil); got != msg {
+			t.Errorf("%q became %q", msg, got)
+		}
+	}
+}

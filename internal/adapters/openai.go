@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -213,6 +214,9 @@ func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provid
 		return o
 	}
 	e := parseOpenAIError(body)
+	if e.message == "" {
+		e.message = fmt.Sprintf("the provider answered %d %s without a message", status, http.StatusText(status))
+	}
 	o.Message, o.Code = e.message, e.code
 	o.Class = classifyOpenAI(status, e)
 	hint := provider.MessageHint(e.message)
@@ -459,9 +463,13 @@ func parseOpenAIError(body []byte) apiError {
 		Type      string          `json:"type"`
 		Code      json.RawMessage `json:"code"`
 		ErrorType string          `json:"error_type"`
+		Detail    json.RawMessage `json:"detail"` // FastAPI servers
 	}
 	if json.Unmarshal(body, &top) != nil {
 		return apiError{message: bodyText(body)}
+	}
+	if top.Message == "" && len(top.Detail) > 0 {
+		top.Message = detailText(top.Detail)
 	}
 	if len(top.Error) > 0 && !bytes.Equal(top.Error, []byte("null")) {
 		e := parseErrorValue(top.Error)
@@ -471,6 +479,28 @@ func parseOpenAIError(body []byte) apiError {
 		return e
 	}
 	return apiError{message: truncate(top.Message, 500), typ: top.Type, code: rawString(top.Code)}
+}
+
+// detailText reads a FastAPI error's detail: a string, or a list of
+// validation errors ({"loc":[...],"msg":"..."}), their messages joined.
+func detailText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return truncate(s, 500)
+	}
+	var list []struct {
+		Msg string `json:"msg"`
+	}
+	if json.Unmarshal(raw, &list) != nil {
+		return ""
+	}
+	msgs := make([]string, 0, len(list))
+	for _, d := range list {
+		if d.Msg != "" {
+			msgs = append(msgs, d.Msg)
+		}
+	}
+	return truncate(strings.Join(msgs, "; "), 500)
 }
 
 func parseErrorValue(raw json.RawMessage) apiError {

@@ -216,6 +216,8 @@ func TestForeignErrorBodiesAreRestated(t *testing.T) {
 		"proxy-400-plain-text.http":      "Bad Request: request header too long",
 		"proxy-413-html.http":            "an HTML page: 413 Request Entity Too Large",
 		"openai-400-content-filter.http": "",
+		"fastapi-422-detail.http":        "field required",
+		"proxy-400-empty.http":           "answered 400 Bad Request without a message",
 		"vllm-400-old-format.http":       "max_tokens must be at least 1",
 	} {
 		status, o, body := observeBody(t, &adapters.OpenAI{}, file)

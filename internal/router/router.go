@@ -547,7 +547,7 @@ func retryAfterSeconds(d time.Duration) time.Duration {
 // rate-limited or out of quota, the earliest back after wait.
 func rateLimitedError(wait time.Duration) *Error {
 	return &Error{Status: http.StatusTooManyRequests, Class: provider.RateLimited,
-		Message:    "every deployment of this model is rate-limited; retry after the given time",
+		Message:    "every deployment of this model is rate-limited or out of quota; retry after the given time",
 		RetryAfter: retryAfterSeconds(wait)}
 }
 

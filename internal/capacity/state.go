@@ -320,6 +320,10 @@ type Features struct {
 	// it waits.
 	At  time.Time
 	Why provider.Class
+	// Probe: the circuit is half-open and its single probe is free; the
+	// router sends the next request to it whatever the ranking says, so
+	// that a deployment that recovered is found (see State.circuit).
+	Probe bool
 	// Headroom is the smallest of remaining/limit over the known windows
 	// (provider-stated and declared), after this request's tokens; provider.Unknown
 	// (-1) when no window is known.
@@ -330,10 +334,6 @@ type Features struct {
 	// Reliability is the time-decayed success rate with one virtual success
 	// as prior, 0..1: a deployment never tried counts as reliable.
 	Reliability float64
-	// Probe: the circuit is half-open and its single probe is free; the
-	// router sends the next request to it whatever the ranking says, so
-	// that a deployment that recovered is found (see State.circuit).
-	Probe bool
 	// InFlight is the number of attempts under way.
 	InFlight int
 	// Load is InFlight plus the recent attempts, decayed with a 5-minute
@@ -355,7 +355,7 @@ func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bo
 	defer s.mu.Unlock()
 	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight}
 	f.At, f.Why = s.availableAt(now, tokens)
-	f.Probe = !f.At.After(now) && s.circuit(now) == HalfOpen
+	f.Probe = s.consecutiveFailures > 0 && !f.At.After(now) && s.circuit(now) == HalfOpen
 	if stream && s.ttft > 0 {
 		f.Latency = s.ttft
 	} else {

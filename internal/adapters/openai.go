@@ -430,8 +430,10 @@ func classifyStreamError(e apiError) provider.Observation {
 		o.Class = classifyOpenAI(status, e)
 	case strings.Contains(e.code+e.typ, "rate_limit"):
 		o.Class = provider.RateLimited
-	case strings.Contains(e.code+e.typ, "insufficient_quota"):
+	case strings.Contains(e.code+e.typ, "insufficient_quota") || strings.Contains(e.code, "billing"):
 		o.Class = provider.QuotaExhausted
+	case e.code == "invalid_api_key" || strings.Contains(e.typ, "authentication") || strings.Contains(e.typ, "permission"):
+		o.Class = provider.Auth
 	case strings.Contains(e.code+e.typ, "overloaded"):
 		o.Class = provider.Overloaded
 	}

@@ -92,13 +92,7 @@ func TestStoreProvisionAndReload(t *testing.T) {
 	rl := provider.NewObservation(provider.RateLimited)
 	rl.RetryAfter = 30 * time.Second
 	st.Observe(time.Now(), rl, capacity.DefaultPolicy)
-	deadline := time.Now().Add(2 * time.Second)
-	for len(m.Keys()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("expected the 429 shared through the new config's store")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitForKeys(t, m, "the 429 shared through the new config's store")
 	for _, k := range m.Keys() {
 		if strings.Contains(k, "sk-") || strings.Contains(k, "127.0.0.1") || strings.Contains(k, "m1") {
 			t.Errorf("key %q shows the deployment's identity", k)
@@ -155,10 +149,17 @@ func TestStoreDeploymentLeavesAndReturns(t *testing.T) {
 		t.Fatalf("expected the state that left to share nothing, got keys %v", keys)
 	}
 	back.Observe(time.Now(), rl, capacity.DefaultPolicy)
+	waitForKeys(t, m, "the 429 of the deployment that came back shared through the store")
+}
+
+// waitForKeys waits up to 2 s for m to hold a key, failing t with what was
+// expected.
+func waitForKeys(t *testing.T, m *miniredis.Miniredis, what string) {
+	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for len(m.Keys()) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("expected the 429 of the deployment that came back shared through the store")
+			t.Fatal("expected " + what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -280,15 +280,20 @@ func TestAcquireRechecksTheWindow(t *testing.T) {
 	}
 }
 
-func TestSnapshotForgetsRefreshedWindows(t *testing.T) {
+func TestSnapshotShowsRefreshedWindowsFull(t *testing.T) {
 	s := NewState()
 	o := provider.NewObservation(provider.OK)
 	o.Requests = provider.Window{Limit: 3, Remaining: 0, Reset: 10 * time.Second}
+	o.Tokens = provider.Window{Limit: provider.Unknown, Remaining: 0, Reset: 10 * time.Second}
 	s.Observe(t0, o, DefaultPolicy)
 	if r := s.Snapshot(t0).RemainingRequests; r != 0 {
 		t.Errorf("expected 0 left before the reset, got %d", r)
 	}
-	if r := s.Snapshot(t0.Add(11 * time.Second)).RemainingRequests; r != provider.Unknown {
-		t.Errorf("expected unknown after the reset, got %d", r)
+	snap := s.Snapshot(t0.Add(11 * time.Second))
+	if snap.RemainingRequests != 3 {
+		t.Errorf("expected the known limit (3) left after the reset, got %d", snap.RemainingRequests)
+	}
+	if snap.RemainingTokens != provider.Unknown {
+		t.Errorf("a window of unknown limit is unknown after its reset, got %d", snap.RemainingTokens)
 	}
 }

@@ -1,6 +1,11 @@
 package capacity
 
-import "time"
+import (
+	"math"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
 
 // declaredWindow is the span of the operator's declared limits.
 const declaredWindow = time.Minute
@@ -46,24 +51,43 @@ func (d *declared) tokensIn(now time.Time) int64 {
 	return d.tokens
 }
 
+// limits returns the declared limits less the reserve an attempt must
+// leave unspent (at least 1 request, if any).
+func (d *declared) limits(reserve float64) (rpm, tpm int64) {
+	rpm, tpm = d.rpm, d.tpm
+	if reserve > 0 {
+		rpm -= int64(math.Ceil(reserve * float64(rpm)))
+		tpm -= int64(math.Ceil(reserve * float64(tpm)))
+		if d.rpm > 0 {
+			rpm = max(rpm, 1)
+		}
+		if d.tpm > 0 {
+			tpm = max(tpm, 1)
+		}
+	}
+	return rpm, tpm
+}
+
 // availableAt returns when an attempt of tokens tokens fits the declared
-// limits: at once, or when enough of the last minute's attempts expire. A
-// request larger than the whole tpm goes alone, once the window is empty.
-func (d *declared) availableAt(now time.Time, tokens int64) time.Time {
+// limits (less the reserve it must leave): at once, or when enough of the
+// last minute's attempts expire. A request larger than the whole tpm goes
+// alone, once the window is empty.
+func (d *declared) availableAt(now time.Time, tokens int64, reserve float64) time.Time {
 	if !d.active() {
 		return now
 	}
+	rpm, tpm := d.limits(reserve)
 	d.prune(now)
 	at := now
 	live := d.log[d.head:]
-	if d.rpm > 0 && int64(len(live)) >= d.rpm {
-		at = live[int64(len(live))-d.rpm].at.Add(declaredWindow)
+	if rpm > 0 && int64(len(live)) >= rpm {
+		at = live[int64(len(live))-rpm].at.Add(declaredWindow)
 	}
-	if d.tpm > 0 && len(live) > 0 && d.tokens+tokens > d.tpm {
+	if tpm > 0 && len(live) > 0 && d.tokens+tokens > tpm {
 		freed := int64(0)
 		for i, st := range live {
 			freed += st.tokens
-			if d.tokens-freed+tokens <= d.tpm || i == len(live)-1 {
+			if d.tokens-freed+tokens <= tpm || i == len(live)-1 {
 				if t := st.at.Add(declaredWindow); t.After(at) {
 					at = t
 				}
@@ -72,6 +96,35 @@ func (d *declared) availableAt(now time.Time, tokens int64) time.Time {
 		}
 	}
 	return at
+}
+
+// forecast returns how many attempts, and of how many tokens, the declared
+// limits (less the reserve) let start from now until until: what is left
+// now, what expires from the last minute before until, and a whole limit
+// per further minute; provider.Unknown for a limit not declared.
+func (d *declared) forecast(now, until time.Time, reserve float64) (requests, tokens int64) {
+	requests, tokens = provider.Unknown, provider.Unknown
+	if !d.active() {
+		return requests, tokens
+	}
+	rpm, tpm := d.limits(reserve)
+	d.prune(now)
+	var expiring, expiringTokens int64
+	for _, st := range d.log[d.head:] {
+		if st.at.Add(declaredWindow).After(until) {
+			break
+		}
+		expiring++
+		expiringTokens += st.tokens
+	}
+	minutes := int64(max(until.Sub(now), 0) / declaredWindow)
+	if rpm > 0 {
+		requests = max(rpm-int64(len(d.log)-d.head), 0) + expiring + minutes*rpm
+	}
+	if tpm > 0 {
+		tokens = max(tpm-d.tokens, 0) + expiringTokens + minutes*tpm
+	}
+	return requests, tokens
 }
 
 // record counts an attempt started at now.

@@ -277,6 +277,10 @@ func (s *State) Merge(sh Shared) bool {
 		if w.At.After(*at) {
 			*at = w.At
 			dst.limit, dst.remaining, dst.reset = w.Limit, w.Remaining, w.Reset
+			dst.stated, dst.at = w.Remaining, w.At
+			if w.Reset.After(w.At) {
+				dst.span = max(dst.span, min(w.Reset.Sub(w.At), provider.MaxCooldown))
+			}
 			changed = true
 		}
 	}

@@ -8,44 +8,6 @@ import (
 	"time"
 )
 
-// window is a Window anchored to the clock: Reset is an instant.
-type window struct {
-	limit, remaining int64
-	reset            time.Time
-}
-
-func (w *window) update(now time.Time, o provider.Window) {
-	if o.Limit >= 0 {
-		w.limit = o.Limit
-	}
-	if o.Remaining >= 0 {
-		w.remaining = o.Remaining
-	}
-	if o.Reset >= 0 {
-		w.reset = now.Add(min(o.Reset, provider.MaxCooldown))
-	} else if o.Remaining >= 0 {
-		// A remaining count without a reset is only good for this instant.
-		w.reset = time.Time{}
-	}
-}
-
-// current returns the remaining count that still holds at now, or provider.Unknown
-// once the window has refreshed (or was never stated).
-func (w *window) current(now time.Time) int64 {
-	if w.remaining < 0 || !w.reset.After(now) {
-		return provider.Unknown
-	}
-	return w.remaining
-}
-
-// spend takes n from a window that still holds, so that concurrent requests
-// do not all count on the same last unit before the next response says more.
-func (w *window) spend(now time.Time, n int64) {
-	if w.current(now) > 0 {
-		w.remaining = max(w.remaining-n, 0)
-	}
-}
-
 // Circuit is a deployment's availability as a breaker sees it.
 type Circuit uint8
 
@@ -97,6 +59,17 @@ type State struct {
 	probing             bool
 	inFlight            int
 
+	// seq numbers the attempts in the order they were sent; flights are
+	// those in flight, oldest first: what an answer cannot have counted.
+	seq     uint64
+	flights []flight
+	// failSeq is the last attempt sent when the last failure was seen: a
+	// failure of an attempt sent before that belongs to the same event
+	// (one outage, one spent window) and counts once.
+	failSeq uint64
+	// answered: an answer came, so that slow start is over.
+	answered bool
+
 	lastClass   provider.Class
 	lastAt      time.Time
 	lastMessage string
@@ -121,8 +94,8 @@ type State struct {
 // NewState returns a State with nothing known.
 func NewState() *State {
 	return &State{
-		requests: window{limit: provider.Unknown, remaining: provider.Unknown},
-		tokens:   window{limit: provider.Unknown, remaining: provider.Unknown},
+		requests: window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown},
+		tokens:   window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown},
 	}
 }
 
@@ -149,7 +122,10 @@ type Observed struct {
 
 // Observe folds one attempt's outcome, seen at now, into the state.
 func (s *State) Observe(now time.Time, o provider.Observation, p Policy) Observed {
-	return s.observe(Attempt{Sent: now}, true, now, o, p)
+	s.mu.Lock()
+	a := Attempt{Sent: now, seq: s.seq} // after every attempt sent so far
+	s.mu.Unlock()
+	return s.observe(a, true, now, o, p)
 }
 
 // ObserveAttempt is Observe for the answer to attempt a (AcquireAttempt).
@@ -174,11 +150,17 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	}
 	// Fleet mode: publish what this observation changes (fleet.go).
 	defer s.shareObserved(learned, s.sharedPartsLocked())
-	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, learned, now) {
-		s.requests.update(now, o.Requests)
+	afterRequests, afterTokens := s.inFlightAfter(a.seq)
+	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
+		s.requests.update(now, o.Requests, afterRequests)
+		s.requests.seq = max(s.requests.seq, a.seq)
 	}
-	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, learned, now) {
-		s.tokens.update(now, o.Tokens)
+	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, a.seq, learned, now) {
+		s.tokens.update(now, o.Tokens, afterTokens)
+		s.tokens.seq = max(s.tokens.seq, a.seq)
+	}
+	if o.Class == provider.OK || o.Requests.Limit >= 0 || o.Tokens.Limit >= 0 {
+		s.answered = true
 	}
 	s.lastClass, s.lastAt = o.Class, now
 	probe := s.probing && (a.Probe || anyAttempt) // this answers the half-open circuit's probe
@@ -208,7 +190,12 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 		// Exhausted windows are read by AvailableAt; no circuit to open.
 		return Observed{Cooldown: p.Cooldown(o, 0)}
 	}
-	s.consecutiveFailures++
+	// Failures of attempts that were in flight when the last failure was
+	// seen are the same event: they extend its wait, not its count.
+	if anyAttempt || s.consecutiveFailures == 0 || a.seq > s.failSeq {
+		s.consecutiveFailures++
+	}
+	s.failSeq = s.seq
 	s.lastMessage = o.Message
 	cool := p.Cooldown(o, s.consecutiveFailures)
 	res := Observed{Cooldown: cool}
@@ -219,11 +206,28 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	return res
 }
 
-// staleForWindow reports whether a success learned at learned is older
-// than what was last stated of w (learnedAt, while it still holds): it
-// must not change it (a stale "50 left" would refill a window now at 2).
-func (s *State) staleForWindow(w *window, learnedAt, learned, now time.Time) bool {
-	return w.current(now) >= 0 && learned.Before(learnedAt)
+// staleForWindow reports whether a success to attempt seq, learned at
+// learned, is older than what was last stated of w (by a later attempt's
+// answer, or learnedAt in the fleet), while it still holds: it must not
+// change it (a stale "50 left" would refill a window now at 2).
+func (s *State) staleForWindow(w *window, learnedAt time.Time, seq uint64, learned, now time.Time) bool {
+	return w.current(now) >= 0 && (learned.Before(learnedAt) || seq < w.seq)
+}
+
+// flight is an attempt in flight: its sequence number and token estimate.
+type flight struct {
+	seq    uint64
+	tokens int64
+}
+
+// inFlightAfter returns how many attempts, and of how many tokens, were
+// sent after attempt seq and are still in flight.
+func (s *State) inFlightAfter(seq uint64) (requests, tokens int64) {
+	for i := len(s.flights) - 1; i >= 0 && s.flights[i].seq > seq; i-- {
+		requests++
+		tokens += s.flights[i].tokens
+	}
+	return requests, tokens
 }
 
 // RecordLatency folds a successful attempt's latencies into the EWMAs:
@@ -276,18 +280,45 @@ func (s *State) circuit(now time.Time) Circuit {
 	return Closed
 }
 
+// SlowStart is how many attempts a deployment that never answered may
+// have in flight: while its limits are unknown, a burst does not flood it.
+// Its first answer ends slow start: the windows it states (or the declared
+// rpm/tpm) apply from then on, and a deployment that states none (a local
+// vLLM or Ollama) takes any concurrency.
+const SlowStart = 4
+
+// slowStartWait is how long a request waits for a slow-starting
+// deployment's first answer before it looks again (the router also looks
+// again as soon as an attempt ends).
+const slowStartWait = 100 * time.Millisecond
+
+// Need is what one attempt asks of a deployment.
+type Need struct {
+	// Tokens is the attempt's size in tokens: prompt plus max_tokens.
+	Tokens int64
+	// Reserve is the share of each known window (0..1) the attempt must
+	// leave unspent: capacity kept for requests of higher priority.
+	Reserve float64
+}
+
 // AvailableAt returns when the deployment may next be tried by a request of
 // about tokens tokens (prompt plus max_tokens), and why it waits: a time not
 // after now means "at once". It waits for an open circuit, a half-open one
-// whose probe is out, an exhausted request window, a token window holding
-// fewer tokens than the request, and the declared rpm/tpm.
+// whose probe is out, a stated window without a unit (or tokens) left until
+// it is full again or has refilled enough, the declared rpm/tpm, and slow
+// start.
 func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, provider.Class) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.availableAt(now, tokens)
+	return s.AvailableFor(now, Need{Tokens: tokens})
 }
 
-func (s *State) availableAt(now time.Time, tokens int64) (time.Time, provider.Class) {
+// AvailableFor is AvailableAt for an attempt that must leave a reserve.
+func (s *State) AvailableFor(now time.Time, n Need) (time.Time, provider.Class) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.availableAt(now, n)
+}
+
+func (s *State) availableAt(now time.Time, n Need) (time.Time, provider.Class) {
 	at, why := now, provider.OK
 	switch s.circuit(now) {
 	case Open:
@@ -298,20 +329,56 @@ func (s *State) availableAt(now time.Time, tokens int64) (time.Time, provider.Cl
 			at, why = now.Add(probeWait), s.openReason
 		}
 	}
-	if r := s.requests.current(now); r == 0 && s.requests.reset.After(at) {
-		at, why = s.requests.reset, provider.RateLimited
+	if t := s.requests.availableAt(now, 1, n.Reserve); t.After(at) {
+		at, why = t, provider.RateLimited
 	}
-	if r := s.tokens.current(now); r >= 0 && r < max(tokens, 1) && s.tokens.reset.After(at) {
-		at, why = s.tokens.reset, provider.RateLimited
+	if t := s.tokens.availableAt(now, n.Tokens, n.Reserve); t.After(at) {
+		at, why = t, provider.RateLimited
 	}
-	if t := s.declared.availableAt(now, tokens); t.After(at) {
+	if t := s.declared.availableAt(now, n.Tokens, n.Reserve); t.After(at) {
 		at, why = t, provider.RateLimited
 	}
 	// Fleet mode: the fleet-wide declared window was spent (fleet.go).
 	if t := s.fleet.reservedUntil; t.After(at) {
 		at, why = t, provider.RateLimited
 	}
+	if s.slowStarting() && s.inFlight >= SlowStart {
+		if t := now.Add(slowStartWait); t.After(at) {
+			at, why = t, provider.RateLimited
+		}
+	}
 	return at, why
+}
+
+// slowStarting reports whether the deployment never answered and nothing
+// bounds it yet.
+func (s *State) slowStarting() bool {
+	return !s.answered && s.requests.limit < 0 && s.tokens.limit < 0 && !s.declared.active()
+}
+
+// Forecast returns how many attempts, and of how many tokens, the
+// deployment's known windows (stated and declared) let start from now until
+// until, leaving need's reserve unspent: provider.Unknown for a count that
+// nothing known bounds. A circuit open past until lets none start.
+func (s *State) Forecast(now, until time.Time, reserve float64) (requests, tokens int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.circuit(now) == Open && !s.openUntil.Before(until) {
+		return 0, 0
+	}
+	least := func(a, b int64) int64 {
+		switch {
+		case a < 0:
+			return b
+		case b < 0:
+			return a
+		}
+		return min(a, b)
+	}
+	rpm, tpm := s.declared.forecast(now, until, reserve)
+	requests = least(s.requests.forecast(now, until, reserve), rpm)
+	tokens = least(s.tokens.forecast(now, until, reserve), tpm)
+	return requests, tokens
 }
 
 // Features is what ranking needs of a deployment, read under one lock.
@@ -353,8 +420,20 @@ func (s *State) Features(now time.Time, tokens int64, stream bool) Features {
 func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.readFeatures(f, now, Need{Tokens: tokens}, stream)
+}
+
+// ReadFeaturesFor is ReadFeatures for an attempt that must leave a reserve.
+func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readFeatures(f, now, n, stream)
+}
+
+func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
+	tokens := n.Tokens
 	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight}
-	f.At, f.Why = s.availableAt(now, tokens)
+	f.At, f.Why = s.availableAt(now, n)
 	f.Probe = s.consecutiveFailures > 0 && !f.At.After(now) && s.circuit(now) == HalfOpen
 	if stream && s.ttft > 0 {
 		f.Latency = s.ttft
@@ -408,10 +487,16 @@ func (s *State) Acquire(now time.Time, tokens int64) bool {
 // back to ObserveAttempt and ReleaseAttempt, so that only the probe's own
 // answer ends the probe.
 func (s *State) AcquireAttempt(now time.Time, tokens int64) (Attempt, bool) {
+	return s.AcquireFor(now, Need{Tokens: tokens})
+}
+
+// AcquireFor is AcquireAttempt for an attempt that must leave a reserve.
+func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
+	tokens := n.Tokens
 	s.mu.Lock()
 	// Check again under the lock: requests that saw the deployment free at
 	// the same instant must not all take the last slot of a window.
-	if at, _ := s.availableAt(now, tokens); at.After(now) {
+	if at, _ := s.availableAt(now, n); at.After(now) {
 		s.mu.Unlock()
 		return Attempt{}, false
 	}
@@ -438,35 +523,52 @@ func (s *State) AcquireAttempt(now time.Time, tokens int64) (Attempt, bool) {
 	s.inFlight++
 	s.picks = s.recentPicks(now) + 1
 	s.picksAt = now
+	a := Attempt{Sent: now, Probe: probe, Requests: s.requests.current(now), Tokens: s.tokens.current(now)}
 	s.requests.spend(now, 1)
 	s.tokens.spend(now, tokens)
 	s.declared.record(now, tokens)
-	return Attempt{Sent: now, Probe: probe}, true
+	s.seq++
+	a.seq = s.seq
+	s.flights = append(s.flights, flight{seq: s.seq, tokens: max(tokens, 0)})
+	return a, true
 }
 
 // Attempt is one request Acquire let through to the deployment: when it
-// was sent, and whether it is the half-open circuit's probe.
+// was sent, whether it is the half-open circuit's probe, and the budget the
+// router believed was left when it sent it.
 type Attempt struct {
 	Sent  time.Time
 	Probe bool
+	// Requests and Tokens are what the stated windows held before the
+	// attempt spent its share (provider.Unknown when not known): what the
+	// router believed when an unpredicted 429 answers it.
+	Requests, Tokens int64
+	seq              uint64
 }
 
 // Release ends an attempt claimed by Acquire (and frees a probe that ended
 // without an Observe, such as a client that went away).
-func (s *State) Release() { s.release(true) }
+func (s *State) Release() { s.release(Attempt{Probe: true}) }
 
 // ReleaseAttempt is Release for attempt a: it frees the probe only if a
 // is the probe.
-func (s *State) ReleaseAttempt(a Attempt) { s.release(a.Probe) }
+func (s *State) ReleaseAttempt(a Attempt) { s.release(a) }
 
-func (s *State) release(probe bool) {
+func (s *State) release(a Attempt) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inFlight > 0 {
 		s.inFlight--
 	}
-	if probe {
+	if a.Probe {
 		s.probing = false
+	}
+	// The attempt is no longer in flight (an unknown one: the oldest).
+	for i, f := range s.flights {
+		if f.seq == a.seq || a.seq == 0 {
+			s.flights = append(s.flights[:i], s.flights[i+1:]...)
+			break
+		}
 	}
 	s.releaseFleetProbeLocked() // fleet mode (fleet.go)
 }

@@ -1,0 +1,198 @@
+package capacity
+
+import (
+	"math"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// A provider-stated window (requests or tokens) is a budget the router
+// spends locally: each attempt spends its share when it is sent, before its
+// answer arrives, and each answer sets the count again from what the
+// provider stated, less what was sent after the answered attempt and is
+// still in flight (the provider had not counted it yet).
+//
+// Two kinds of window are told apart by what the provider states:
+//
+//   - a fixed window: the count only falls until the reset, then the window
+//     is full again (limit, not unknown). The next reset is the last one
+//     plus the window's span, the longest reset ever stated (a window's
+//     first answer states nearly all of it); an answer in the new window
+//     states the true one.
+//   - a refilling window (a token bucket, as OpenAI's and Anthropic's): an
+//     answer states a larger count than the last one before the stated
+//     reset passed. Its count then grows continuously, at the rate the
+//     statement implies ((limit - remaining) / reset), so that the router
+//     spreads attempts over the window instead of sending a burst at its
+//     reset.
+type window struct {
+	limit, remaining int64     // provider.Unknown until stated
+	reset            time.Time // a fixed window: when it is full again; zero = not stated
+	span             time.Duration
+	// refills: the window proved to refill continuously, at rate units per
+	// second (0 until a statement implies it); remaining is then the count
+	// at at.
+	refills bool
+	rate    float64
+	at     time.Time
+	stated int64  // the provider's last stated remaining (not less in-flight), for refill detection
+	seq    uint64 // the attempt whose answer set the count last (0: none)
+}
+
+// update folds what an answer (to the attempt seq; 0 for an observation
+// of no attempt) stated of the window at now. after is the share of the
+// attempts sent after it and still in flight, which the provider had not
+// counted when it answered.
+func (w *window) update(now time.Time, o provider.Window, after int64) {
+	if o.Limit >= 0 {
+		w.limit = o.Limit
+	}
+	if o.Reset >= 0 {
+		w.span = max(w.span, min(o.Reset, provider.MaxCooldown))
+	}
+	if o.Remaining < 0 {
+		if o.Reset >= 0 {
+			w.reset = now.Add(min(o.Reset, provider.MaxCooldown))
+		}
+		return
+	}
+	// A count larger than the last stated one before the stated reset,
+	// with a reset that did not move a whole window later (a fixed window
+	// that rolled over early would): the provider refills continuously.
+	if w.stated >= 0 && w.reset.After(now) && o.Remaining > w.stated && o.Reset > 0 &&
+		now.Add(o.Reset).Before(w.reset.Add(now.Sub(w.at))) {
+		w.refills = true
+	}
+	if w.refills && w.limit > 0 && o.Reset > 0 && o.Remaining < w.limit {
+		w.rate = float64(w.limit-o.Remaining) / o.Reset.Seconds()
+	}
+	w.stated = o.Remaining
+	w.remaining = max(o.Remaining-after, 0)
+	w.at = now
+	if o.Reset >= 0 {
+		w.reset = now.Add(min(o.Reset, provider.MaxCooldown))
+	} else {
+		// A count without a reset is only good for this instant.
+		w.reset = time.Time{}
+	}
+}
+
+// refilling reports whether the window refills continuously.
+func (w *window) refilling() bool { return w.refills && w.rate > 0 && w.limit > 0 }
+
+// current returns the count that holds at now, or provider.Unknown when none
+// does (never stated, or stated without a reset, or a window of unknown
+// limit that was reset).
+func (w *window) current(now time.Time) int64 {
+	switch {
+	case w.remaining < 0:
+		return provider.Unknown
+	case w.refilling():
+		if !now.After(w.at) {
+			return w.remaining
+		}
+		return min(w.limit, w.remaining+int64(w.rate*now.Sub(w.at).Seconds()))
+	case w.reset.IsZero():
+		return provider.Unknown
+	case w.reset.After(now):
+		return w.remaining
+	case w.limit >= 0:
+		return w.limit // a new window, full
+	}
+	return provider.Unknown
+}
+
+// nextReset returns when a fixed window is next full again after now: its
+// stated reset, or, once that passed, the next one a span later (zero when
+// the span is not known).
+func (w *window) nextReset(now time.Time) time.Time {
+	if w.reset.IsZero() || w.reset.After(now) {
+		return w.reset
+	}
+	if w.span <= 0 {
+		return time.Time{}
+	}
+	n := now.Sub(w.reset)/w.span + 1
+	return w.reset.Add(n * w.span)
+}
+
+// keep is the share of the limit an attempt must leave unspent (reserve).
+func (w *window) keep(reserve float64) int64 {
+	if reserve <= 0 || w.limit <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(reserve * float64(w.limit)))
+}
+
+// availableAt returns when n units (leaving the reserve unspent) are there:
+// now, the next reset, or, for a refilling window, when enough has
+// refilled. An attempt larger than what the window may ever give goes when
+// the window is full (alone). A window with nothing known holds nothing
+// back.
+func (w *window) availableAt(now time.Time, n int64, reserve float64) time.Time {
+	cur := w.current(now)
+	if cur < 0 {
+		return now
+	}
+	need := n + w.keep(reserve)
+	if w.limit >= 0 {
+		need = min(need, w.limit) // more than the window holds: it goes on a full window
+	}
+	if cur >= max(need, 1) {
+		return now
+	}
+	if w.refilling() {
+		missing := float64(max(need, 1) - cur)
+		return now.Add(time.Duration(math.Ceil(missing / w.rate * float64(time.Second))))
+	}
+	if r := w.nextReset(now); r.After(now) {
+		return r
+	}
+	return now
+}
+
+// spend takes n from the window at now (the count never goes below 0), so
+// that concurrent attempts do not all count on the same last unit. A fixed
+// window whose reset passed starts its next span.
+func (w *window) spend(now time.Time, n int64) {
+	cur := w.current(now)
+	if cur < 0 {
+		return
+	}
+	if !w.refilling() && !w.reset.After(now) {
+		w.reset = w.nextReset(now)
+		w.stated = provider.Unknown
+	}
+	w.remaining, w.at = max(cur-n, 0), now
+}
+
+// forecast returns how many units the window lets start from now until
+// until, leaving the reserve unspent: what is left now, plus each refill
+// before until. provider.Unknown when the window holds nothing back, or when
+// it cannot tell (the span of a fixed window is unknown).
+func (w *window) forecast(now, until time.Time, reserve float64) int64 {
+	cur := w.current(now)
+	if cur < 0 {
+		return provider.Unknown
+	}
+	keep := w.keep(reserve)
+	total := max(cur-keep, 0)
+	if !until.After(now) {
+		return total
+	}
+	if w.refilling() {
+		return total + int64(w.rate*until.Sub(now).Seconds())
+	}
+	r := w.nextReset(now)
+	switch {
+	case r.IsZero():
+		return provider.Unknown
+	case r.After(until):
+		return total
+	case w.span <= 0:
+		return provider.Unknown
+	}
+	resets := int64(until.Sub(r)/w.span) + 1
+	return total + resets*max(w.limit-keep, 0)
+}

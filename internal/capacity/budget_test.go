@@ -1,0 +1,262 @@
+package capacity
+
+import (
+	"testing"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// stated is a success stating a requests window.
+func stated(limit, remaining int64, reset time.Duration) provider.Observation {
+	o := provider.NewObservation(provider.OK)
+	o.Requests = provider.Window{Limit: limit, Remaining: remaining, Reset: reset}
+	return o
+}
+
+func TestAKnownWindowIsFullAgainAfterItsReset(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(10, 0, 10*time.Second), DefaultPolicy)
+	if at, why := s.AvailableAt(t0, 1); !at.Equal(t0.Add(10*time.Second)) || why != provider.RateLimited {
+		t.Fatalf("spent window: expected to wait for the reset, got %v %s", at.Sub(t0), why)
+	}
+	// After the reset the window holds its limit: ten go at once, the
+	// eleventh waits for the next reset, one span (10 s) later.
+	t1 := t0.Add(10 * time.Second)
+	for i := range 10 {
+		if _, ok := s.AcquireAttempt(t1, 1); !ok {
+			t.Fatalf("attempt %d refused in a full window", i+1)
+		}
+	}
+	if _, ok := s.AcquireAttempt(t1, 1); ok {
+		t.Fatal("an eleventh attempt was let through a window of 10")
+	}
+	if at, _ := s.AvailableAt(t1, 1); !at.Equal(t0.Add(20 * time.Second)) {
+		t.Errorf("expected the next window at +20 s, got %v", at.Sub(t0))
+	}
+}
+
+func TestAnswersCorrectTheBudgetLessWhatIsInFlight(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(10, 10, 10*time.Second), DefaultPolicy)
+	var as []Attempt
+	for range 5 {
+		a, ok := s.AcquireAttempt(t0, 1)
+		if !ok {
+			t.Fatal("refused")
+		}
+		as = append(as, a)
+	}
+	if r := s.Snapshot(t0).RemainingRequests; r != 5 {
+		t.Fatalf("five sent of ten: expected 5 left before any answer, got %d", r)
+	}
+	// The second attempt's answer says 7 left: the three sent after it are
+	// still in flight and not counted by the provider yet.
+	s.ObserveAttempt(as[1], t0, stated(10, 7, 9*time.Second), DefaultPolicy)
+	s.ReleaseAttempt(as[1])
+	if r := s.Snapshot(t0).RemainingRequests; r != 4 {
+		t.Errorf("expected 7 - 3 in flight = 4, got %d", r)
+	}
+	// The first attempt's answer is older: it changes nothing.
+	s.ObserveAttempt(as[0], t0, stated(10, 8, 9*time.Second), DefaultPolicy)
+	s.ReleaseAttempt(as[0])
+	if r := s.Snapshot(t0).RemainingRequests; r != 4 {
+		t.Errorf("a stale answer changed the budget to %d", r)
+	}
+	// Someone else spends the account: the provider's count is the truth.
+	s.ObserveAttempt(as[4], t0, stated(10, 1, 9*time.Second), DefaultPolicy)
+	s.ReleaseAttempt(as[4])
+	if r := s.Snapshot(t0).RemainingRequests; r != 1 {
+		t.Errorf("expected the provider's 1, got %d", r)
+	}
+}
+
+func TestARefillingWindowIsPaced(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(60, 50, 10*time.Second), DefaultPolicy)
+	// One second later the provider states more than before, and an
+	// earlier time to full: a token bucket refilling at (60-52)/8 = 1/s.
+	t1 := t0.Add(time.Second)
+	s.Observe(t1, stated(60, 52, 8*time.Second), DefaultPolicy)
+	for range 52 {
+		if _, ok := s.AcquireAttempt(t1, 1); !ok {
+			t.Fatal("refused within the bucket")
+		}
+	}
+	at, _ := s.AvailableAt(t1, 1)
+	if !at.Equal(t1.Add(time.Second)) {
+		t.Errorf("an empty bucket refilling 1/s: expected the next unit in 1 s, got %v", at.Sub(t1))
+	}
+	// Paced: two seconds later two units are back, not the whole bucket.
+	if r := s.Snapshot(t1.Add(2 * time.Second)).RemainingRequests; r != 2 {
+		t.Errorf("expected 2 refilled, got %d", r)
+	}
+}
+
+func TestAFixedWindowIsNotTakenForABucket(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(10, 5, 5*time.Second), DefaultPolicy)
+	// The provider's window rolled over a little before ours: more left,
+	// but the reset moved a whole window later.
+	t1 := t0.Add(4 * time.Second)
+	s.Observe(t1, stated(10, 9, 10*time.Second), DefaultPolicy)
+	for range 9 {
+		s.AcquireAttempt(t1, 1)
+	}
+	if at, _ := s.AvailableAt(t1.Add(5*time.Second), 1); !at.Equal(t1.Add(10 * time.Second)) {
+		t.Errorf("a fixed window refills at its reset, got %v", at.Sub(t1))
+	}
+}
+
+func TestConcurrentFailuresCountOnce(t *testing.T) {
+	s := NewState()
+	var as []Attempt
+	for range 3 {
+		s.Observe(t0, provider.NewObservation(provider.OK), DefaultPolicy) // slow start is over
+		a, _ := s.AcquireAttempt(t0, 1)
+		as = append(as, a)
+	}
+	for range 3 {
+		a, _ := s.AcquireAttempt(t0, 1)
+		as = append(as, a)
+	}
+	// Six streams in flight when the server restarts: one event.
+	fail := provider.NewObservation(provider.Transport)
+	for _, a := range as {
+		s.ObserveAttempt(a, t0.Add(100*time.Millisecond), fail, DefaultPolicy)
+		s.ReleaseAttempt(a)
+	}
+	snap := s.Snapshot(t0.Add(100 * time.Millisecond))
+	if snap.ConsecutiveFailures != 1 {
+		t.Errorf("expected one failure for one outage, got %d", snap.ConsecutiveFailures)
+	}
+	if at, _ := s.AvailableAt(t0.Add(100*time.Millisecond), 1); at.Sub(t0) > time.Second {
+		t.Errorf("expected the first backoff (0.5 s), got %v", at.Sub(t0))
+	}
+	// An attempt sent after the failure was seen, failing again, is a
+	// second event.
+	t1 := t0.Add(time.Second)
+	a, ok := s.AcquireAttempt(t1, 1)
+	if !ok {
+		t.Fatal("the probe was refused")
+	}
+	s.ObserveAttempt(a, t1, fail, DefaultPolicy)
+	if n := s.Snapshot(t1).ConsecutiveFailures; n != 2 {
+		t.Errorf("expected 2 after a later failure, got %d", n)
+	}
+}
+
+func TestSlowStart(t *testing.T) {
+	s := NewState()
+	var as []Attempt
+	for i := range SlowStart {
+		a, ok := s.AcquireAttempt(t0, 1)
+		if !ok {
+			t.Fatalf("attempt %d refused during slow start", i+1)
+		}
+		as = append(as, a)
+	}
+	if _, ok := s.AcquireAttempt(t0, 1); ok {
+		t.Fatalf("a deployment that never answered took more than %d attempts", SlowStart)
+	}
+	if at, why := s.AvailableAt(t0, 1); !at.After(t0) || why != provider.RateLimited {
+		t.Errorf("expected a short wait while slow-starting, got %v %s", at.Sub(t0), why)
+	}
+	// The first answer states no limits (a local vLLM): full concurrency.
+	s.ObserveAttempt(as[0], t0, provider.NewObservation(provider.OK), DefaultPolicy)
+	for i := range 50 {
+		if _, ok := s.AcquireAttempt(t0, 1); !ok {
+			t.Fatalf("attempt %d refused after the first answer", i+1)
+		}
+	}
+	// A deployment whose first answer states a window spends it.
+	s = NewState()
+	a, _ := s.AcquireAttempt(t0, 1)
+	s.ObserveAttempt(a, t0, stated(3, 2, time.Minute), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	n := 0
+	for ; n < 10; n++ {
+		if _, ok := s.AcquireAttempt(t0, 1); !ok {
+			break
+		}
+	}
+	if n != 2 {
+		t.Errorf("expected the stated 2 left to go, got %d", n)
+	}
+}
+
+func TestReserveKeepsCapacityForHigherPriorities(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(10, 4, 10*time.Second), DefaultPolicy)
+	low := Need{Tokens: 1, Reserve: 0.2} // must leave 2 of 10
+	n := 0
+	for ; n < 10; n++ {
+		if _, ok := s.AcquireFor(t0, low); !ok {
+			break
+		}
+	}
+	if n != 2 {
+		t.Fatalf("4 left, 2 reserved: expected 2 low-priority attempts, got %d", n)
+	}
+	if at, _ := s.AvailableFor(t0, low); !at.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("expected low priority to wait for the reset, got %v", at.Sub(t0))
+	}
+	for i := range 2 {
+		if _, ok := s.AcquireFor(t0, Need{Tokens: 1}); !ok {
+			t.Fatalf("high-priority attempt %d refused the reserve", i+1)
+		}
+	}
+	// Declared limits keep the same share.
+	s = NewState()
+	s.Declare(10, 0)
+	n = 0
+	for ; n < 10; n++ {
+		if _, ok := s.AcquireFor(t0, low); !ok {
+			break
+		}
+	}
+	if n != 8 {
+		t.Errorf("rpm 10 with 20%% reserved: expected 8 low-priority attempts, got %d", n)
+	}
+}
+
+func TestForecast(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(10, 3, 10*time.Second), DefaultPolicy)
+	for _, c := range []struct {
+		until   time.Duration
+		reserve float64
+		want    int64
+	}{
+		{5 * time.Second, 0, 3},
+		{10 * time.Second, 0, 13},
+		{29 * time.Second, 0, 23},
+		{30 * time.Second, 0, 33},
+		{30 * time.Second, 0.5, 15},
+	} {
+		if got, _ := s.Forecast(t0, t0.Add(c.until), c.reserve); got != c.want {
+			t.Errorf("until +%v reserve %v: expected %d, got %d", c.until, c.reserve, c.want, got)
+		}
+	}
+	// Nothing known bounds nothing.
+	if r, tk := NewState().Forecast(t0, t0.Add(time.Minute), 0); r != provider.Unknown || tk != provider.Unknown {
+		t.Errorf("expected unknown, got %d %d", r, tk)
+	}
+	// Declared rpm: what is left, then a limit per minute.
+	d := NewState()
+	d.Declare(6, 0)
+	for range 4 {
+		d.AcquireAttempt(t0, 1)
+	}
+	if r, _ := d.Forecast(t0, t0.Add(30*time.Second), 0); r != 2 {
+		t.Errorf("rpm 6, 4 spent: expected 2 in 30 s, got %d", r)
+	}
+	if r, _ := d.Forecast(t0, t0.Add(61*time.Second), 0); r != 12 {
+		t.Errorf("rpm 6, 4 spent: expected 2 + 4 expired + 6 in 61 s, got %d", r)
+	}
+	// A circuit open past the horizon lets nothing start.
+	s.Observe(t0, provider.Observation{Class: provider.Server, RetryAfter: time.Minute, Requests: provider.UnknownWindow, Tokens: provider.UnknownWindow}, DefaultPolicy)
+	if r, _ := s.Forecast(t0, t0.Add(30*time.Second), 0); r != 0 {
+		t.Errorf("expected none while the circuit is open, got %d", r)
+	}
+}

@@ -35,9 +35,9 @@ type window struct {
 	// at at.
 	refills bool
 	rate    float64
-	at     time.Time
-	stated int64  // the provider's last stated remaining (not less in-flight), for refill detection
-	seq    uint64 // the attempt whose answer set the count last (0: none)
+	at      time.Time
+	stated  int64  // the provider's last stated remaining (not less in-flight), for refill detection
+	seq     uint64 // the attempt whose answer set the count last (0: none)
 }
 
 // update folds what an answer (to the attempt seq; 0 for an observation

@@ -54,7 +54,7 @@ func liveDeployments() []*liveDeployment {
 	var out []*liveDeployment
 	for h := range live.handlers {
 		for _, group := range h.names {
-			for _, d := range h.groups[group] {
+			for _, d := range h.groups[group].Deployments {
 				key := fmt.Sprintf("%s|%p", d.Name, d.State)
 				ld, ok := byKey[key]
 				if !ok {

@@ -59,11 +59,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	case !ok:
 		a.WriteError(w, api.ModelNotFoundError(model))
 		return nil
-	case !router.Serves(group, req.Format):
+	case !router.Serves(group.Deployments, req.Format):
 		a.WriteError(w, api.NotSupportedError(model, req.Format))
 		return nil
 	}
-	res := h.router.Serve(r.Context(), group, req)
+	res := h.router.ServeGroup(r.Context(), group, req)
 	h.annotate(r, model, res)
 	if res.Err != router.ErrClientGone {
 		setRouterHeaders(w, res)

@@ -22,7 +22,10 @@ import (
 //	llm_router_failovers_total{deployment, class}               moves to another attempt after a failure of that class on deployment
 //	llm_router_upstream_latency_seconds{deployment}             until an answer was read (a stream: its first content)
 //	llm_router_ttft_seconds{deployment}                         streams: until the first content event
-//	llm_router_remaining{deployment, kind}                      requests/tokens left as last stated (-1 unknown), read at scrape
+//	llm_router_remaining{deployment, kind}                      requests/tokens left in the budget (-1 unknown), read at scrape
+//	llm_router_queue_length{model_group}                        requests waiting for capacity
+//	llm_router_queue_wait_seconds{model_group}                  how long requests waited in the queue (only those that waited)
+//	llm_router_unpredicted_429_total{deployment}                upstream 429s the budget did not predict
 //	llm_router_circuit_state{deployment}                        0 closed, 1 half-open, 2 open, read at scrape
 type metrics struct {
 	requests  *prometheus.CounterVec
@@ -30,6 +33,9 @@ type metrics struct {
 	failovers *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	ttft      *prometheus.HistogramVec
+	queue     *prometheus.GaugeVec
+	queueWait *prometheus.HistogramVec
+	surprises *prometheus.CounterVec
 	states    stateCollector
 }
 
@@ -37,6 +43,9 @@ var (
 	metricsOnce sync.Once
 	theMetrics  *metrics
 )
+
+// queueBuckets span queue waits: 10 ms to 2 minutes.
+var queueBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120}
 
 // llmBuckets span LLM latencies: 50 ms to 2 minutes.
 var llmBuckets = []float64{.05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120}
@@ -61,6 +70,14 @@ func getMetrics() *metrics {
 			ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 				Name: "ttft_seconds", Help: "Time to first content event of streamed answers.", Buckets: llmBuckets},
 				[]string{"deployment"}),
+			queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+				Name: "queue_length", Help: "Requests waiting for capacity, by model group."}, []string{"model_group"}),
+			queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+				Name: "queue_wait_seconds", Help: "How long requests waited for capacity, by model group (only those that waited).",
+				Buckets: queueBuckets}, []string{"model_group"}),
+			surprises: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "unpredicted_429_total", Help: "Upstream 429s that the router's budget did not predict, by deployment."},
+				[]string{"deployment"}),
 		}
 	})
 	return theMetrics
@@ -69,7 +86,8 @@ func getMetrics() *metrics {
 // register adds the collectors to a config's registry; a registry that has
 // them already (a reload) is fine.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.latency, m.ttft, &m.states} {
+	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.latency, m.ttft,
+		m.queue, m.queueWait, m.surprises, &m.states} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -102,13 +120,28 @@ func (m *metrics) Failover(from *router.Deployment, class provider.Class) {
 	m.failovers.WithLabelValues(from.Name, class.String()).Inc()
 }
 
+// Queue implements router.Observer.
+func (m *metrics) Queue(g *router.Group, waiting int) {
+	m.queue.WithLabelValues(g.Name).Set(float64(waiting))
+}
+
+// QueueWait implements router.Observer.
+func (m *metrics) QueueWait(g *router.Group, waited time.Duration) {
+	m.queueWait.WithLabelValues(g.Name).Observe(waited.Seconds())
+}
+
+// Unpredicted implements router.Observer.
+func (m *metrics) Unpredicted(d *router.Deployment) {
+	m.surprises.WithLabelValues(d.Name).Inc()
+}
+
 // stateCollector reports each live deployment's capacity state at scrape
 // time, so the request path pays nothing for these gauges.
 type stateCollector struct{}
 
 var (
 	remainingDesc = prometheus.NewDesc("llm_router_remaining",
-		"Requests or tokens left in the deployment's window as its provider last stated (-1: unknown).",
+		"Requests or tokens left in the deployment's budget: what its provider last stated, less what was sent since, full again after a reset (-1: unknown).",
 		[]string{"deployment", "kind"}, nil)
 	circuitDesc = prometheus.NewDesc("llm_router_circuit_state",
 		"Circuit of the deployment: 0 closed, 1 half-open, 2 open.", []string{"deployment"}, nil)

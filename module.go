@@ -110,7 +110,7 @@ type Handler struct {
 
 	providers map[string]ProviderModule
 	types     map[string]string // provider name -> type
-	groups    map[string][]*router.Deployment
+	groups    map[string]*router.Group
 	names     []string // model group names, sorted
 	meta      map[*router.Deployment]deploymentMeta
 	router    *router.Router
@@ -194,16 +194,18 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionProviders(ctx); err != nil {
 		return err
 	}
-	h.groups = make(map[string][]*router.Deployment, len(h.Models))
+	h.groups = make(map[string]*router.Group, len(h.Models))
 	h.meta = map[*router.Deployment]deploymentMeta{}
 	limits := map[*capacity.State]declaredLimits{}
 	for _, name := range sortedKeys(h.Models) {
+		g := router.NewGroup(name, nil)
+		h.groups[name] = g
 		for _, dc := range h.Models[name].Deployments {
 			d, err := h.newDeployment(dc)
 			if err != nil {
 				return fmt.Errorf("model %s: %w", name, err)
 			}
-			h.groups[name] = append(h.groups[name], d)
+			g.Deployments = append(g.Deployments, d)
 			limits[d.State] = limits[d.State].tightest(dc.RPM, dc.TPM)
 		}
 		h.names = append(h.names, name)

@@ -46,7 +46,7 @@ func TestProvisionAndReloadKeepState(t *testing.T) {
 	if err := first.Provision(newCaddyContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	group := first.groups["fast"]
+	group := first.groups["fast"].Deployments
 	ep := group[1].Provider.(ProviderModule).ProviderSettings().ProviderEndpoint()
 	if len(group) != 2 || ep.APIKey != "sk-from-env" || ep.BaseURL != "https://api.example.com/v1" {
 		t.Fatalf("expected the env key and a trimmed base URL, got %+v", ep)
@@ -72,7 +72,7 @@ func TestProvisionAndReloadKeepState(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = first.Cleanup()
-	if second.groups["fast"][0].State != group[0].State || second.groups["fast"][1].State != group[1].State {
+	if second.groups["fast"].Deployments[0].State != group[0].State || second.groups["fast"].Deployments[1].State != group[1].State {
 		t.Error("expected the capacity states to survive the reload")
 	}
 
@@ -81,7 +81,7 @@ func TestProvisionAndReloadKeepState(t *testing.T) {
 	if err := third.Provision(newCaddyContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	if third.groups["fast"][0].State == group[0].State {
+	if third.groups["fast"].Deployments[0].State == group[0].State {
 		t.Error("expected a new key to start with a fresh state")
 	}
 	_ = second.Cleanup()
@@ -128,7 +128,7 @@ func TestAdminHidesSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Cleanup()
-	d := h.groups["m"][0]
+	d := h.groups["m"].Deployments[0]
 	if got := h.meta[d].baseURL; strings.Contains(got, "pass-word") || got != "http://user:xxxxx@127.0.0.1:1/v1" {
 		t.Errorf("expected the password hidden, got %q", got)
 	}
@@ -144,9 +144,9 @@ func TestAdminHidesSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Cleanup()
-	got := strings.Join(h.groups["m"][0].Secrets, " | ")
+	got := strings.Join(h.groups["m"].Deployments[0].Secrets, " | ")
 	for _, want := range []string{"Bearer gw-token-12345", "gw-token-12345", "goog-key-6789"} {
-		if !slices.Contains(h.groups["m"][0].Secrets, want) {
+		if !slices.Contains(h.groups["m"].Deployments[0].Secrets, want) {
 			t.Errorf("expected %q among the secrets, got %s", want, got)
 		}
 	}
@@ -165,8 +165,8 @@ func TestDeclaredLimitsOfASharedDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Cleanup()
-	st := h.groups["other"][0].State
-	if h.groups["limited"][0].State != st {
+	st := h.groups["other"].Deployments[0].State
+	if h.groups["limited"].Deployments[0].State != st {
 		t.Fatal("expected one state for one deployment")
 	}
 	if snap := st.Snapshot(time.Now()); snap.DeclaredRPM != 2 || snap.DeclaredTPM != 3000 {

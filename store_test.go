@@ -76,7 +76,7 @@ func TestStoreProvisionAndReload(t *testing.T) {
 	if err := first.Provision(newCaddyContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	st := first.groups["fast"][0].State
+	st := first.groups["fast"].Deployments[0].State
 	second := handlerFromJSON(t, withStore(redisStore))
 	if err := second.Provision(newCaddyContext(t)); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestStoreProvisionAndReload(t *testing.T) {
 		t.Fatal("expected the reload to keep the store (one connection, from the pool)")
 	}
 	_ = first.Cleanup()
-	if second.groups["fast"][0].State != st {
+	if second.groups["fast"].Deployments[0].State != st {
 		t.Fatal("expected the state kept across the reload")
 	}
 
@@ -131,13 +131,13 @@ func TestStoreDeploymentLeavesAndReturns(t *testing.T) {
 		return h
 	}
 	a := provision(jsonConfig)
-	gone := a.groups["fast"][0].State
+	gone := a.groups["fast"].Deployments[0].State
 	b := provision(withoutM1)
 	_ = a.Cleanup()
 	c := provision(jsonConfig)
 	_ = b.Cleanup()
 	defer c.Cleanup()
-	back := c.groups["fast"][0].State
+	back := c.groups["fast"].Deployments[0].State
 	if back == gone {
 		t.Fatal("expected a new state for the deployment that came back")
 	}

@@ -53,7 +53,17 @@ type outcome struct {
 	native bool // the plan's format is the provider's own: error bodies are in it
 	stream *Stream
 	claim  capacity.Attempt // when it was sent (what a success speaks for), whether it is the probe
+	queue  *queue           // the group's queue, woken when the attempt ends
 	took   time.Duration    // until the answer was read, or a stream's first content
+}
+
+// release ends the attempt's claim on its deployment and wakes the head
+// of its group's queue: capacity may be back.
+func (o *outcome) release() {
+	o.d.State.ReleaseAttempt(o.claim)
+	if o.queue != nil {
+		o.queue.kickHead()
+	}
 }
 
 // attempt is one exchange under way: its context, its time limit, when it
@@ -207,7 +217,7 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 func (a *attempt) firstContent(resp *http.Response) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
-	s := &Stream{r: a.r, d: a.d, claim: a.out.claim, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
+	s := &Stream{r: a.r, d: a.d, claim: a.out.claim, queue: a.out.queue, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
 	if s.in == nil {
 		resp.Body.Close()
 		return a.fail(provider.Server, errors.New("the provider type reads no stream"))

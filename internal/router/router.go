@@ -17,6 +17,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -83,6 +84,9 @@ type Request struct {
 	// PromptTokens and OutputTokens (max_tokens; 0 when unset) price the
 	// request for the cost feature.
 	PromptTokens, OutputTokens int64
+	// Priority orders the request among those waiting for capacity, from
+	// MinPriority to MaxPriority (higher first); see Router.Reserve.
+	Priority int
 }
 
 // Router walks a model group's deployments for one request. The zero value
@@ -97,6 +101,8 @@ type Router struct {
 	Policy capacity.Policy
 	// Weights weigh the ranking's features (see Weights).
 	Weights Weights
+	// Reserve keeps a share of each window for high priorities.
+	Reserve Reserve
 	// Rand returns a number in [0, 1) to share near-ties; safe for
 	// concurrent use unless the router serves one request at a time.
 	Rand     func() float64
@@ -116,6 +122,15 @@ type Observer interface {
 	// Failover reports a move to another attempt after a failure on from,
 	// of the given class.
 	Failover(from *Deployment, class provider.Class)
+	// Queue reports the number of requests waiting for capacity in g, each
+	// time it changes.
+	Queue(g *Group, waiting int)
+	// QueueWait reports how long a request waited in g's queue, when it
+	// leaves it (to an attempt, or answered without one).
+	QueueWait(g *Group, waited time.Duration)
+	// Unpredicted reports a 429 from d that the router's budget did not
+	// predict (it let the attempt go).
+	Unpredicted(d *Deployment)
 }
 
 // New returns a Router with the defaults: DefaultDeadline,
@@ -200,44 +215,73 @@ type walk struct {
 	pending    *outcome // a failed attempt not yet logged (logPending)
 }
 
-// Serve answers req from group, trying the best-ranked usable deployment
-// first, with failover. It never makes more than MaxAttempts attempts and
-// never waits past the deadline: when every deployment is cooling past it,
-// it answers at once, with Retry-After set to the earliest reset.
+// Serve answers req from a group of deployments served once (its queue
+// holds only this request): see ServeGroup.
 func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *Result {
+	return r.ServeGroup(ctx, &Group{Deployments: group}, req)
+}
+
+// ServeGroup answers req from g, trying the best-ranked usable deployment
+// first, with failover. When no deployment has capacity it waits in g's
+// queue for its turn (see queue). It never makes more than MaxAttempts
+// attempts and never waits past the deadline: when every deployment is
+// cooling past it, or its place in the queue cannot be served before it,
+// it answers at once, with Retry-After set to when it could be.
+func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result {
 	res := &Result{}
+	group := g.Deployments
 	var perBuf [16]attemptState
 	w := walk{per: perBuf[:min(len(group), len(perBuf))], minContext: -1}
 	if len(group) > len(perBuf) {
 		w.per = make([]attemptState, len(group))
 	}
-	r.serve(ctx, group, req, res, &w)
+	r.serve(ctx, g, req, res, &w)
 	r.logPending(&w, nil) // a failed attempt no other followed
 	return res
 }
 
-// serve is Serve's loop: it returns res once answered or failed.
-func (r *Router) serve(ctx context.Context, group []*Deployment, req *Request, res *Result, w *walk) *Result {
-	deadline := r.Clock.Now().Add(r.Deadline)
+// arrivals numbers requests in the order they came, for their queues.
+var arrivals atomic.Uint64
+
+// serve is ServeGroup's loop: it returns res once answered or failed.
+func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk) *Result {
+	group := g.Deployments
+	start := r.Clock.Now()
+	deadline := start.Add(r.Deadline)
+	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
+	var me *waiter // while the request waits in g's queue
+	defer func() {
+		if me != nil {
+			r.leaveQueue(g, me)
+		}
+	}()
 	var candBuf [16]scored
 	for {
 		if ctx.Err() != nil {
 			return res.fail(ErrClientGone, w)
 		}
 		now := r.Clock.Now()
-		if !now.Before(deadline) {
-			return res.fail(deadlineError(), w)
-		}
 		if res.Attempts >= r.MaxAttempts {
 			return r.giveUp(res, w, group, now, req)
 		}
-		cands := candidates(candBuf[:0], group, w.per, now, req, w.minContext)
+		cands := candidates(candBuf[:0], group, w.per, now, req, need, w.minContext)
+		if !now.Before(deadline) {
+			if me != nil {
+				return res.fail(queueError(cands, now), w) // waited its turn until the deadline
+			}
+			return res.fail(deadlineError(), w)
+		}
 		if len(cands) == 0 {
 			return r.giveUp(res, w, group, now, req)
 		}
 		ready := readyFirst(cands, now)
-		if ready == 0 {
-			if err := r.waitForCooling(ctx, group, cands, w, now, deadline); err != nil {
+		if ready == 0 || !g.queue.first(me, req.Priority) {
+			if me == nil {
+				me = &waiter{priority: req.Priority, arrival: arrivals.Add(1), tokens: req.Tokens, since: now}
+				g.queue.join(me)
+				r.observeQueue(g)
+			}
+			if err := r.wait(ctx, g, me, cands, ready, w, need, now, deadline); err != nil {
 				return res.fail(err, w)
 			}
 			continue
@@ -259,12 +303,16 @@ func (r *Router) serve(ctx context.Context, group []*Deployment, req *Request, r
 		}
 		// Claimed only for an attempt that goes out: a request the
 		// provider cannot express spends none of its windows.
-		claim, ok := d.State.AcquireAttempt(now, req.Tokens)
+		claim, ok := d.State.AcquireFor(now, need)
 		if !ok {
 			a.finish()
 			continue // a half-open circuit's probe was taken meanwhile
 		}
-		a.out.claim = claim
+		if me != nil {
+			r.leaveQueue(g, me) // its turn came: the next one may look
+			me = nil
+		}
+		a.out.claim, a.out.queue = claim, &g.queue
 		r.logPending(w, d)
 		out := a.exchange(req)
 		w.per[i].tried = true
@@ -291,24 +339,19 @@ func probe(cands []scored) int {
 	return -1
 }
 
-// waitForCooling waits, when every candidate is cooling, for the first to
-// come back, and no less than the backoff after a failure, if that ends
-// before the deadline; else it returns the error to answer at once.
-func (r *Router) waitForCooling(ctx context.Context, group []*Deployment, cands []scored, w *walk, now, deadline time.Time) error {
-	c := earliest(cands)
-	wait := c.f.At.Sub(now)
-	if w.failures > 0 {
-		wait = max(wait, r.Policy.Backoff(w.failures))
+// leaveQueue takes me out of g's queue and reports its wait.
+func (r *Router) leaveQueue(g *Group, me *waiter) {
+	g.queue.leave(me)
+	if r.Observer != nil {
+		r.Observer.QueueWait(g, r.Clock.Now().Sub(me.since))
+		r.Observer.Queue(g, g.Queued())
 	}
-	if !now.Add(wait).Before(deadline) {
-		return coolingError(cands, c, now)
+}
+
+func (r *Router) observeQueue(g *Group) {
+	if r.Observer != nil {
+		r.Observer.Queue(g, g.Queued())
 	}
-	r.debug("waiting for a cooling deployment",
-		zap.String("deployment", group[c.i].Name), zap.Duration("wait", wait))
-	if err := r.Clock.Sleep(ctx, wait); err != nil {
-		return ErrClientGone
-	}
-	return nil
 }
 
 // settle folds an attempt's outcome into the request and the deployment's
@@ -318,7 +361,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	switch out.end {
 	case clientGone, pastDeadline:
 		if out.stream == nil {
-			d.State.ReleaseAttempt(out.claim) // the attempt ended unobserved
+			out.release() // the attempt ended unobserved
 		}
 		if out.end == clientGone {
 			res.fail(ErrClientGone, w)
@@ -334,7 +377,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	}
 	observed := d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 	if out.stream == nil {
-		d.State.ReleaseAttempt(out.claim) // a stream releases when it ends
+		out.release() // a stream releases when it ends
 	}
 	switch class {
 	case provider.OK:
@@ -346,6 +389,9 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		res.passOn(out)
 		res.fail(nil, w)
 		return true
+	}
+	if class == provider.RateLimited {
+		r.unpredicted(out)
 	}
 	r.logFailure(w, out, observed)
 	w.last = out
@@ -369,6 +415,17 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		w.failures++
 	}
 	return false
+}
+
+// unpredicted notes a 429 the budget let through: the provider's count was
+// the truth (Observe corrected the budget), the router's was not.
+func (r *Router) unpredicted(out *outcome) {
+	if r.Observer != nil {
+		r.Observer.Unpredicted(out.d)
+	}
+	r.debug("rate-limited although the budget had room",
+		zap.String("deployment", out.d.Name), zap.Int64("believed_requests", out.claim.Requests),
+		zap.Int64("believed_tokens", out.claim.Tokens), zap.String("message", out.obs.Message))
 }
 
 // fail ends the request with err (nil: an answer), noting why the last
@@ -472,7 +529,7 @@ func (res *Result) passOn(o *outcome) {
 // candidates collects into buf the deployments still eligible for this
 // request, with their features. Timed-out (silent) deployments are left out
 // while any other remains.
-func candidates(buf []scored, group []*Deployment, per []attemptState, now time.Time, req *Request, minContext int64) []scored {
+func candidates(buf []scored, group []*Deployment, per []attemptState, now time.Time, req *Request, need capacity.Need, minContext int64) []scored {
 	cands := buf
 	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
 		for i, d := range group {
@@ -485,7 +542,7 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 				continue
 			}
 			cands = append(cands, scored{i: i, cost: estimateCost(d, req)})
-			d.State.ReadFeatures(&cands[len(cands)-1].f, now, req.Tokens, req.Stream)
+			d.State.ReadFeaturesFor(&cands[len(cands)-1].f, now, need, req.Stream)
 		}
 	}
 	return cands

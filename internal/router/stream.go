@@ -20,6 +20,7 @@ type Stream struct {
 	r      *Router
 	d      *Deployment
 	claim  capacity.Attempt
+	queue  *queue
 	body   io.ReadCloser
 	in     provider.Stream
 	ctx    context.Context
@@ -40,6 +41,9 @@ type Stream struct {
 func (s *Stream) Close() {
 	s.once.Do(func() {
 		s.d.State.ReleaseAttempt(s.claim)
+		if s.queue != nil {
+			s.queue.kickHead() // capacity may be back
+		}
 		if s.idle != nil {
 			s.idle.Stop()
 		}

@@ -1,0 +1,325 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// Group is a model group: its deployments, and the queue of its requests
+// that wait for capacity. A Group is used by one Router (one config); its
+// zero queue is empty.
+type Group struct {
+	// Name is the model group's name, for metrics and logs.
+	Name        string
+	Deployments []*Deployment
+	queue       queue
+}
+
+// NewGroup returns the group name of deployments ds.
+func NewGroup(name string, ds []*Deployment) *Group {
+	return &Group{Name: name, Deployments: ds}
+}
+
+// Queued returns how many requests wait for capacity in the group now.
+func (g *Group) Queued() int { return int(g.queue.n.Load()) }
+
+// Priorities: a request's priority is a number from MinPriority to
+// MaxPriority, DefaultPriority when the client or the config says none.
+// Under contention a higher priority is served first.
+const (
+	MinPriority     = 0
+	MaxPriority     = 9
+	DefaultPriority = 5
+)
+
+// Reserve keeps a share of every known window (stated or declared) for
+// requests of priority MinPriority or more: others wait for the next
+// window, or are answered 429 at once when it would come too late.
+type Reserve struct {
+	// Share is the part of each window kept, 0..1 (0: none).
+	Share float64
+	// MinPriority is the lowest priority that may spend the reserve.
+	MinPriority int
+}
+
+// share returns the reserve a request of priority p must leave.
+func (rs Reserve) share(p int) float64 {
+	if rs.Share <= 0 || p >= rs.MinPriority {
+		return 0
+	}
+	return rs.Share
+}
+
+// queue orders the requests of a group that found no capacity: by priority
+// (higher first), then by arrival. Only its head may take capacity, so that
+// no two waiting requests race for the same unit; a request that arrives
+// while others wait goes behind them unless its priority is higher. An
+// empty queue costs an atomic load.
+type queue struct {
+	mu      sync.Mutex
+	waiting []*waiter // the head first
+	n       atomic.Int32
+}
+
+// waiter is one request in a queue.
+type waiter struct {
+	priority int
+	arrival  uint64
+	tokens   int64
+	since    time.Time
+
+	mu     sync.Mutex
+	kicked bool
+	cancel context.CancelFunc // ends the current sleep
+}
+
+// before reports whether a is served before b.
+func (a *waiter) before(b *waiter) bool {
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	return a.arrival < b.arrival
+}
+
+// first reports whether no waiting request comes before the request: w
+// when it waits, else one of priority p arriving now.
+func (q *queue) first(w *waiter, p int) bool {
+	if q.n.Load() == 0 {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiting) == 0 {
+		return true
+	}
+	if w != nil {
+		return q.waiting[0] == w
+	}
+	return q.waiting[0].priority < p
+}
+
+// join puts w in its place.
+func (q *queue) join(w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(q.waiting, w, func(x, t *waiter) int {
+		if x.before(t) {
+			return -1
+		}
+		return 1
+	})
+	q.waiting = slices.Insert(q.waiting, i, w)
+	q.n.Store(int32(len(q.waiting)))
+}
+
+// leave takes w out of the queue; the next head, if w was the head, is
+// woken to look for capacity.
+func (q *queue) leave(w *waiter) {
+	q.mu.Lock()
+	i := slices.Index(q.waiting, w)
+	if i < 0 {
+		q.mu.Unlock()
+		return
+	}
+	q.waiting = slices.Delete(q.waiting, i, i+1)
+	q.n.Store(int32(len(q.waiting)))
+	var next *waiter
+	if i == 0 && len(q.waiting) > 0 {
+		next = q.waiting[0]
+	}
+	q.mu.Unlock()
+	if next != nil {
+		next.kick()
+	}
+}
+
+// kickHead wakes the head: capacity may have come back (an attempt ended).
+func (q *queue) kickHead() {
+	if q.n.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	var head *waiter
+	if len(q.waiting) > 0 {
+		head = q.waiting[0]
+	}
+	q.mu.Unlock()
+	if head != nil {
+		head.kick()
+	}
+}
+
+// place returns how many requests wait before w, and their tokens.
+func (q *queue) place(w *waiter) (ahead int64, tokens int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, x := range q.waiting {
+		if x == w {
+			break
+		}
+		ahead++
+		tokens += x.tokens
+	}
+	return ahead, tokens
+}
+
+// kick ends w's sleep, or the next one if it is not asleep.
+func (w *waiter) kick() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.kicked = true
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// sleep waits d on clock c, or until kicked; it returns ErrClientGone when
+// ctx ended.
+func (w *waiter) sleep(ctx context.Context, c Clock, d time.Duration) error {
+	w.mu.Lock()
+	if w.kicked {
+		w.kicked = false
+		w.mu.Unlock()
+		return nil
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
+	w.mu.Unlock()
+	_ = c.Sleep(sctx, d)
+	w.mu.Lock()
+	w.cancel, w.kicked = nil, false
+	w.mu.Unlock()
+	cancel()
+	if ctx.Err() != nil {
+		return ErrClientGone
+	}
+	return nil
+}
+
+// wait holds a request that may not take capacity now (none is free, or
+// others wait before it) until it may look again: the head sleeps until the
+// first deployment comes back (no less than the backoff after a failure),
+// the others until they are woken or the deadline passes. A request that
+// cannot be served before its deadline, by what the known windows forecast
+// for its place in the queue, is answered at once (unservable).
+func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored, ready int, w *walk, need capacity.Need, now, deadline time.Time) error {
+	c := earliest(cands)
+	if ready == 0 && !c.f.At.Before(deadline) {
+		return coolingError(cands, c, now) // nothing is back in time
+	}
+	ahead, tokensAhead := g.queue.place(me)
+	if r.forecastLate(g.Deployments, cands, ahead+1, tokensAhead+me.tokens, need.Reserve, now, deadline) {
+		return r.unservable(g.Deployments, cands, ahead+1, tokensAhead+me.tokens, need.Reserve, now, deadline)
+	}
+	if ahead > 0 || ready > 0 {
+		return me.sleep(ctx, r.Clock, deadline.Sub(now))
+	}
+	wait := c.f.At.Sub(now)
+	if w.failures > 0 {
+		wait = max(wait, r.Policy.Backoff(w.failures))
+	}
+	if !now.Add(wait).Before(deadline) {
+		return coolingError(cands, c, now)
+	}
+	r.debug("waiting for a cooling deployment",
+		zap.String("deployment", g.Deployments[c.i].Name), zap.Duration("wait", wait))
+	return me.sleep(ctx, r.Clock, wait)
+}
+
+// forecast sums what the candidates' known windows let start from now until
+// until (less each one's latency, so that an attempt started then still
+// answers in time): enough reports whether n requests of tokens tokens in
+// all fit, known whether the windows bound it at all (a deployment with
+// nothing known may take any number).
+func forecast(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, until time.Time) (enough, known bool) {
+	var reqs, toks int64
+	reqsBound, toksBound := true, true
+	for _, c := range cands {
+		end := until.Add(-time.Duration(c.f.Latency * float64(time.Second)))
+		fr, ft := group[c.i].State.Forecast(now, end, reserve)
+		if fr < 0 {
+			reqsBound = false
+		}
+		if ft < 0 {
+			toksBound = false
+		}
+		reqs += max(fr, 0)
+		toks += max(ft, 0)
+	}
+	if !reqsBound && !toksBound {
+		return true, false
+	}
+	return (!reqsBound || reqs >= n) && (!toksBound || toks >= tokens), true
+}
+
+// forecastLate reports whether the known windows cannot serve n requests
+// of tokens tokens before the deadline.
+func (r *Router) forecastLate(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, deadline time.Time) bool {
+	enough, known := forecast(group, cands, n, tokens, reserve, now, deadline)
+	return known && !enough
+}
+
+// unservable is the answer to a request whose place in the queue cannot be
+// served before its deadline: 429, with Retry-After until the forecast
+// says it could be (502 when deployments are out for failures, as
+// coolingError).
+func (r *Router) unservable(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, deadline time.Time) error {
+	// The earliest instant the forecast serves the place, no earlier than
+	// the first deployment is back: doubling, then halving the step to
+	// within 10 ms.
+	lo := deadline
+	if at := earliest(cands).f.At; at.After(lo) {
+		lo = at
+	}
+	hi := lo
+	for step := max(lo.Sub(now), time.Second); ; step *= 2 {
+		if enough, _ := forecast(group, cands, n, tokens, reserve, now, hi); enough || step >= provider.MaxCooldown {
+			break
+		}
+		lo, hi = hi, now.Add(step)
+	}
+	for hi.Sub(lo) > 10*time.Millisecond {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if enough, _ := forecast(group, cands, n, tokens, reserve, now, mid); enough {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	for _, c := range cands {
+		if c.f.At.After(now) && c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
+			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
+				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(hi.Sub(now))}
+		}
+	}
+	e := rateLimitedError(hi.Sub(now))
+	e.Message = fmt.Sprintf("the deployments of this model cannot serve this request before its deadline (%d waiting before it); retry after the given time", n-1)
+	if n == 1 {
+		e.Message = "the deployments of this model cannot serve this request before its deadline; retry after the given time"
+	}
+	return e
+}
+
+// queueError answers a request that waited in the queue until its
+// deadline: 429 (502 when deployments are out for failures), Retry-After
+// until the first deployment comes back.
+func queueError(cands []scored, now time.Time) error {
+	if len(cands) == 0 {
+		return deadlineError()
+	}
+	c := earliest(cands)
+	if !c.f.At.After(now) {
+		return rateLimitedError(time.Second)
+	}
+	return coolingError(cands, c, now)
+}

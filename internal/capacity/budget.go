@@ -26,6 +26,11 @@ import (
 //     statement implies ((limit - remaining) / reset), so that the router
 //     spreads attempts over the window instead of sending a burst at its
 //     reset.
+// ResetMargin is added to every stated reset: a reset stated to the
+// millisecond (rounded), or as an instant by a clock a little ahead of
+// ours, must not let the router refill a window the provider has not.
+const ResetMargin = 50 * time.Millisecond
+
 type window struct {
 	limit, remaining int64     // provider.Unknown until stated
 	reset            time.Time // a fixed window: when it is full again; zero = not stated
@@ -36,46 +41,65 @@ type window struct {
 	refills bool
 	rate    float64
 	at      time.Time
-	stated  int64  // the provider's last stated remaining (not less in-flight), for refill detection
+	stated  int64  // the provider's last stated remaining, for refill detection
 	seq     uint64 // the attempt whose answer set the count last (0: none)
 }
 
-// update folds what an answer (to the attempt seq; 0 for an observation
-// of no attempt) stated of the window at now. after is the share of the
-// attempts sent after it and still in flight, which the provider had not
-// counted when it answered.
-func (w *window) update(now time.Time, o provider.Window, after int64) {
+// update folds what an answer stated of the window at now. since is the
+// share of the attempts that the provider may have counted after it
+// answered: those in flight when the answered attempt was sent, and those
+// sent since. The provider's count is the truth, but it is as old as the
+// answer: the window holds no more than it stated (less what refilled
+// since, for a refilling window), and no less than it stated less since;
+// within those bounds the router's own count, which spends each attempt
+// when it is sent, stands. A statement of an earlier window (an answer
+// that comes after the router started the next one) changes no count.
+func (w *window) update(now time.Time, o provider.Window, since int64) {
 	if o.Limit >= 0 {
 		w.limit = o.Limit
 	}
 	if o.Reset >= 0 {
 		w.span = max(w.span, min(o.Reset, provider.MaxCooldown))
 	}
+	reset := time.Time{} // a count without a reset is only good for this instant
+	if o.Reset >= 0 {
+		reset = now.Add(min(o.Reset, provider.MaxCooldown) + ResetMargin)
+	}
 	if o.Remaining < 0 {
 		if o.Reset >= 0 {
-			w.reset = now.Add(min(o.Reset, provider.MaxCooldown))
+			w.reset = reset
 		}
 		return
 	}
-	// A count larger than the last stated one before the stated reset,
-	// with a reset that did not move a whole window later (a fixed window
-	// that rolled over early would): the provider refills continuously.
-	if w.stated >= 0 && w.reset.After(now) && o.Remaining > w.stated && o.Reset > 0 &&
+	local := w.current(now)
+	fixed := !w.refilling() && !w.reset.IsZero() && !reset.IsZero() && w.span > 0
+	if local >= 0 && fixed && reset.Before(w.reset.Add(-w.span/2)) {
+		return // it speaks of the window before this one
+	}
+	// A count larger than the last stated one (by more than answers out of
+	// order explain) before the stated reset, with a reset that did not
+	// move a whole window later (a fixed window that rolled over early
+	// would): the provider refills continuously.
+	if w.stated >= 0 && w.reset.After(now) && o.Remaining > w.stated+since && o.Reset > 0 &&
 		now.Add(o.Reset).Before(w.reset.Add(now.Sub(w.at))) {
 		w.refills = true
 	}
 	if w.refills && w.limit > 0 && o.Reset > 0 && o.Remaining < w.limit {
 		w.rate = float64(w.limit-o.Remaining) / o.Reset.Seconds()
 	}
-	w.stated = o.Remaining
-	w.remaining = max(o.Remaining-after, 0)
-	w.at = now
-	if o.Reset >= 0 {
-		w.reset = now.Add(min(o.Reset, provider.MaxCooldown))
-	} else {
-		// A count without a reset is only good for this instant.
-		w.reset = time.Time{}
+	lower, upper := max(o.Remaining-since, 0), o.Remaining
+	if w.refilling() {
+		upper = w.limit
 	}
+	switch {
+	case local < 0 || reset.IsZero() || (fixed && reset.After(w.reset.Add(w.span/2))):
+		w.remaining = lower // a first statement, or a new window: the safe side
+	default:
+		w.remaining = min(max(local, lower), upper)
+	}
+	w.stated = o.Remaining
+	w.at = now
+	w.reset = reset
 }
 
 // refilling reports whether the window refills continuously.

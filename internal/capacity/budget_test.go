@@ -17,12 +17,12 @@ func stated(limit, remaining int64, reset time.Duration) provider.Observation {
 func TestAKnownWindowIsFullAgainAfterItsReset(t *testing.T) {
 	s := NewState()
 	s.Observe(t0, stated(10, 0, 10*time.Second), DefaultPolicy)
-	if at, why := s.AvailableAt(t0, 1); !at.Equal(t0.Add(10*time.Second)) || why != provider.RateLimited {
+	if at, why := s.AvailableAt(t0, 1); !at.Equal(t0.Add(10*time.Second+ResetMargin)) || why != provider.RateLimited {
 		t.Fatalf("spent window: expected to wait for the reset, got %v %s", at.Sub(t0), why)
 	}
 	// After the reset the window holds its limit: ten go at once, the
 	// eleventh waits for the next reset, one span (10 s) later.
-	t1 := t0.Add(10 * time.Second)
+	t1 := t0.Add(10*time.Second + ResetMargin)
 	for i := range 10 {
 		if _, ok := s.AcquireAttempt(t1, 1); !ok {
 			t.Fatalf("attempt %d refused in a full window", i+1)
@@ -31,43 +31,72 @@ func TestAKnownWindowIsFullAgainAfterItsReset(t *testing.T) {
 	if _, ok := s.AcquireAttempt(t1, 1); ok {
 		t.Fatal("an eleventh attempt was let through a window of 10")
 	}
-	if at, _ := s.AvailableAt(t1, 1); !at.Equal(t0.Add(20 * time.Second)) {
+	if at, _ := s.AvailableAt(t1, 1); !at.Equal(t0.Add(20*time.Second + ResetMargin)) {
 		t.Errorf("expected the next window at +20 s, got %v", at.Sub(t0))
 	}
 }
 
-func TestAnswersCorrectTheBudgetLessWhatIsInFlight(t *testing.T) {
+func TestAnswersCorrectTheBudgetWithinWhatTheyCanKnow(t *testing.T) {
 	s := NewState()
 	s.Observe(t0, stated(10, 10, 10*time.Second), DefaultPolicy)
-	var as []Attempt
-	for range 5 {
-		a, ok := s.AcquireAttempt(t0, 1)
-		if !ok {
-			t.Fatal("refused")
+	send := func(n int) []Attempt {
+		var as []Attempt
+		for range n {
+			a, ok := s.AcquireAttempt(t0, 1)
+			if !ok {
+				t.Fatal("refused")
+			}
+			as = append(as, a)
 		}
-		as = append(as, a)
+		return as
 	}
-	if r := s.Snapshot(t0).RemainingRequests; r != 5 {
-		t.Fatalf("five sent of ten: expected 5 left before any answer, got %d", r)
+	answer := func(a Attempt, remaining int64) int64 {
+		s.ObserveAttempt(a, t0, stated(10, remaining, 9*time.Second), DefaultPolicy)
+		s.ReleaseAttempt(a)
+		return s.Snapshot(t0).RemainingRequests
 	}
-	// The second attempt's answer says 7 left: the three sent after it are
-	// still in flight and not counted by the provider yet.
-	s.ObserveAttempt(as[1], t0, stated(10, 7, 9*time.Second), DefaultPolicy)
-	s.ReleaseAttempt(as[1])
-	if r := s.Snapshot(t0).RemainingRequests; r != 4 {
-		t.Errorf("expected 7 - 3 in flight = 4, got %d", r)
+	as := send(10)
+	if r := s.Snapshot(t0).RemainingRequests; r != 0 {
+		t.Fatalf("ten sent of ten: expected none left before any answer, got %d", r)
 	}
-	// The first attempt's answer is older: it changes nothing.
-	s.ObserveAttempt(as[0], t0, stated(10, 8, 9*time.Second), DefaultPolicy)
-	s.ReleaseAttempt(as[0])
-	if r := s.Snapshot(t0).RemainingRequests; r != 4 {
-		t.Errorf("a stale answer changed the budget to %d", r)
+	// The last one sent is counted first by the provider and answers
+	// first: 9 left as it saw it, but nine others were in flight.
+	if r := answer(as[9], 9); r != 0 {
+		t.Errorf("an answer that cannot have counted the nine in flight refilled the budget to %d", r)
+	}
+	for _, a := range as[:9] {
+		answer(a, 0)
 	}
 	// Someone else spends the account: the provider's count is the truth.
-	s.ObserveAttempt(as[4], t0, stated(10, 1, 9*time.Second), DefaultPolicy)
-	s.ReleaseAttempt(as[4])
-	if r := s.Snapshot(t0).RemainingRequests; r != 1 {
-		t.Errorf("expected the provider's 1, got %d", r)
+	s = NewState()
+	s.Observe(t0, stated(10, 10, 10*time.Second), DefaultPolicy)
+	as = send(2)
+	if r := answer(as[0], 3); r != 3 {
+		t.Errorf("expected the provider's 3 (at most what it stated), got %d", r)
+	}
+	// The router spent more than the provider counted (a token estimate,
+	// prompt plus max_tokens, above what the answer used): the provider's
+	// count less what it may not have counted yet stands.
+	s = NewState()
+	tok := provider.NewObservation(provider.OK)
+	tok.Tokens = provider.Window{Limit: 10000, Remaining: 10000, Reset: 10 * time.Second}
+	s.Observe(t0, tok, DefaultPolicy)
+	big, _ := s.AcquireAttempt(t0, 4000)
+	if r := s.Snapshot(t0).RemainingTokens; r != 6000 {
+		t.Fatalf("expected the estimate spent at once (6000 left), got %d", r)
+	}
+	tok.Tokens.Remaining = 9900
+	s.ObserveAttempt(big, t0, tok, DefaultPolicy)
+	if r := s.Snapshot(t0).RemainingTokens; r != 9900 {
+		t.Errorf("the answer used 100 tokens: expected 9900 left, got %d", r)
+	}
+	// An answer older than the last one applied changes nothing.
+	s = NewState()
+	s.Observe(t0, stated(10, 10, 10*time.Second), DefaultPolicy)
+	as = send(2)
+	answer(as[1], 8)
+	if r := answer(as[0], 9); r != 8 {
+		t.Errorf("a stale answer changed the budget to %d", r)
 	}
 }
 
@@ -103,7 +132,7 @@ func TestAFixedWindowIsNotTakenForABucket(t *testing.T) {
 	for range 9 {
 		s.AcquireAttempt(t1, 1)
 	}
-	if at, _ := s.AvailableAt(t1.Add(5*time.Second), 1); !at.Equal(t1.Add(10 * time.Second)) {
+	if at, _ := s.AvailableAt(t1.Add(5*time.Second), 1); !at.Equal(t1.Add(10*time.Second + ResetMargin)) {
 		t.Errorf("a fixed window refills at its reset, got %v", at.Sub(t1))
 	}
 }
@@ -198,7 +227,7 @@ func TestReserveKeepsCapacityForHigherPriorities(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("4 left, 2 reserved: expected 2 low-priority attempts, got %d", n)
 	}
-	if at, _ := s.AvailableFor(t0, low); !at.Equal(t0.Add(10 * time.Second)) {
+	if at, _ := s.AvailableFor(t0, low); !at.Equal(t0.Add(10*time.Second + ResetMargin)) {
 		t.Errorf("expected low priority to wait for the reset, got %v", at.Sub(t0))
 	}
 	for i := range 2 {
@@ -229,10 +258,11 @@ func TestForecast(t *testing.T) {
 		want    int64
 	}{
 		{5 * time.Second, 0, 3},
-		{10 * time.Second, 0, 13},
+		{10 * time.Second, 0, 3}, // the reset is a margin later
+		{10*time.Second + ResetMargin, 0, 13},
 		{29 * time.Second, 0, 23},
-		{30 * time.Second, 0, 33},
-		{30 * time.Second, 0.5, 15},
+		{30*time.Second + ResetMargin, 0, 33},
+		{30*time.Second + ResetMargin, 0.5, 15},
 	} {
 		if got, _ := s.Forecast(t0, t0.Add(c.until), c.reserve); got != c.want {
 			t.Errorf("until +%v reserve %v: expected %d, got %d", c.until, c.reserve, c.want, got)

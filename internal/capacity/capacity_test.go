@@ -67,7 +67,7 @@ func TestStateAvailability(t *testing.T) {
 	ok.Tokens = provider.Window{Limit: 40000, Remaining: 5000, Reset: 2 * time.Second}
 	s.Observe(t0, ok, DefaultPolicy)
 	at, why := s.AvailableAt(t0.Add(time.Second), 100)
-	if !at.Equal(t0.Add(20*time.Second)) || why != provider.RateLimited {
+	if !at.Equal(t0.Add(20*time.Second+ResetMargin)) || why != provider.RateLimited {
 		t.Errorf("expected skipped until the reset as rate_limited, got %v %s", at, why)
 	}
 	if at, _ := s.AvailableAt(t0.Add(21*time.Second), 100); !at.Equal(t0.Add(21 * time.Second)) {
@@ -79,7 +79,7 @@ func TestStateAvailability(t *testing.T) {
 	ok = provider.NewObservation(provider.OK)
 	ok.Tokens = provider.Window{Limit: 40000, Remaining: 10000, Reset: 30 * time.Second}
 	s.Observe(t0, ok, DefaultPolicy)
-	if at, _ := s.AvailableAt(t0, 30000); !at.Equal(t0.Add(30 * time.Second)) {
+	if at, _ := s.AvailableAt(t0, 30000); !at.Equal(t0.Add(30*time.Second + ResetMargin)) {
 		t.Errorf("30k tokens on 10k left: expected to wait for the reset, got %v", at)
 	}
 	if at, _ := s.AvailableAt(t0, 5000); !at.Equal(t0) {
@@ -262,7 +262,7 @@ func TestAcquireSpendsStatedWindows(t *testing.T) {
 	ok.Requests = provider.Window{Limit: 10, Remaining: 1, Reset: time.Minute}
 	s.Observe(t0, ok, DefaultPolicy)
 	s.Acquire(t0, 1)
-	if at, _ := s.AvailableAt(t0, 1); !at.Equal(t0.Add(time.Minute)) {
+	if at, _ := s.AvailableAt(t0, 1); !at.Equal(t0.Add(time.Minute + ResetMargin)) {
 		t.Errorf("the last request is out: expected the next to wait for the reset, got %v", at.Sub(t0))
 	}
 }

@@ -209,7 +209,7 @@ func TestLateSuccessSpeaksForItsSending(t *testing.T) {
 	s := NewState()
 	s.Observe(t0.Add(50*time.Millisecond), rl, DefaultPolicy)
 	s.ObserveAttempt(Attempt{Sent: t0.Add(10 * time.Millisecond)}, t0.Add(510*time.Millisecond), ok, DefaultPolicy)
-	if at, why := s.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(60050*time.Millisecond)) || why != provider.RateLimited {
+	if at, why := s.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(60050*time.Millisecond+ResetMargin)) || why != provider.RateLimited {
 		t.Errorf("expected the 429 to stand until 60.05 s, got %v %s", at.Sub(t0), why)
 	}
 	if snap := s.Snapshot(t0.Add(time.Second)); snap.RemainingRequests != 0 || snap.Circuit != Open {
@@ -236,7 +236,7 @@ func TestLateSuccessSpeaksForItsSending(t *testing.T) {
 	if a.Merge(last) {
 		t.Error("expected another instance's late success not to clear a newer 429")
 	}
-	if at, _ := a.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(60050 * time.Millisecond)) {
+	if at, _ := a.AvailableAt(t0.Add(time.Second), 0); !at.Equal(t0.Add(60050*time.Millisecond + ResetMargin)) {
 		t.Errorf("expected a's 429 to stand, got %v", at.Sub(t0))
 	}
 }

@@ -63,6 +63,8 @@ type State struct {
 	// those in flight, oldest first: what an answer cannot have counted.
 	seq     uint64
 	flights []flight
+	// sentTokens sums the token estimates of every attempt sent.
+	sentTokens int64
 	// failSeq is the last attempt sent when the last failure was seen: a
 	// failure of an attempt sent before that belongs to the same event
 	// (one outage, one spent window) and counts once.
@@ -150,13 +152,13 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	}
 	// Fleet mode: publish what this observation changes (fleet.go).
 	defer s.shareObserved(learned, s.sharedPartsLocked())
-	afterRequests, afterTokens := s.inFlightAfter(a.seq)
+	sinceRequests, sinceTokens := s.countedSince(a)
 	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
-		s.requests.update(now, o.Requests, afterRequests)
+		s.requests.update(now, o.Requests, sinceRequests)
 		s.requests.seq = max(s.requests.seq, a.seq)
 	}
 	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, a.seq, learned, now) {
-		s.tokens.update(now, o.Tokens, afterTokens)
+		s.tokens.update(now, o.Tokens, sinceTokens)
 		s.tokens.seq = max(s.tokens.seq, a.seq)
 	}
 	if o.Class == provider.OK || o.Requests.Limit >= 0 || o.Tokens.Limit >= 0 {
@@ -218,16 +220,20 @@ func (s *State) staleForWindow(w *window, learnedAt time.Time, seq uint64, learn
 type flight struct {
 	seq    uint64
 	tokens int64
+	// sentTokens is State.sentTokens before the attempt was sent.
+	sentTokens int64
 }
 
-// inFlightAfter returns how many attempts, and of how many tokens, were
-// sent after attempt seq and are still in flight.
-func (s *State) inFlightAfter(seq uint64) (requests, tokens int64) {
-	for i := len(s.flights) - 1; i >= 0 && s.flights[i].seq > seq; i-- {
-		requests++
-		tokens += s.flights[i].tokens
+// countedSince returns how many attempts other than a, and of how many
+// tokens, the provider may have counted after it answered a: those in
+// flight when a was sent and those sent since.
+func (s *State) countedSince(a Attempt) (requests, tokens int64) {
+	if a.seq == 0 || a.oldest == 0 {
+		return 0, 0
 	}
-	return requests, tokens
+	requests = int64(s.seq - a.oldest) // [oldest, s.seq] less a
+	tokens = s.sentTokens - a.oldestSentTokens - a.tokens
+	return max(requests, 0), max(tokens, 0)
 }
 
 // RecordLatency folds a successful attempt's latencies into the EWMAs:
@@ -528,8 +534,10 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	s.tokens.spend(now, tokens)
 	s.declared.record(now, tokens)
 	s.seq++
-	a.seq = s.seq
-	s.flights = append(s.flights, flight{seq: s.seq, tokens: max(tokens, 0)})
+	a.seq, a.tokens = s.seq, max(tokens, 0)
+	s.flights = append(s.flights, flight{seq: s.seq, tokens: a.tokens, sentTokens: s.sentTokens})
+	a.oldest, a.oldestSentTokens = s.flights[0].seq, s.flights[0].sentTokens
+	s.sentTokens += a.tokens
 	return a, true
 }
 
@@ -543,7 +551,10 @@ type Attempt struct {
 	// attempt spent its share (provider.Unknown when not known): what the
 	// router believed when an unpredicted 429 answers it.
 	Requests, Tokens int64
-	seq              uint64
+
+	seq, oldest      uint64 // this attempt's number, and the oldest in flight when it was sent
+	tokens           int64  // its token estimate
+	oldestSentTokens int64  // State.sentTokens when the oldest was sent
 }
 
 // Release ends an attempt claimed by Acquire (and frees a probe that ended

@@ -594,9 +594,12 @@ func deadlineError() *Error {
 		Message: "no deployment answered before the request deadline"}
 }
 
-// retryAfterSeconds rounds a wait up to whole seconds, at least 1.
+// retryAfterSeconds rounds a wait up to whole seconds, at least 1. The
+// margin the budget adds to a stated reset (capacity.ResetMargin) is the
+// router's own caution: a client told the provider's second is queued for
+// those milliseconds, not sent a second later.
 func retryAfterSeconds(d time.Duration) time.Duration {
-	s := max(1, int64(math.Ceil(d.Seconds())))
+	s := max(1, int64(math.Ceil((d - capacity.ResetMargin).Seconds())))
 	return time.Duration(s) * time.Second
 }
 

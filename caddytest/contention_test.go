@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBurstOnALimitedDeploymentSpendsItsWindows: the issue's scenario,
+// shortened. One deployment whose provider allows 10 requests per 2 s
+// fixed window and states it (x-ratelimit-*, 429 once spent); deadline 5 s.
+// A warm-up request teaches the router the limit; once the next window
+// opens, 60 clients post at once. An ideal scheduler serves 30 (this
+// window and the two that open within the deadline) and draws no 429
+// from the provider; the others get their 429 at once.
+func TestBurstOnALimitedDeploymentSpendsItsWindows(t *testing.T) {
+	const window = 2 * time.Second
+	load(t, fmt.Sprintf(`
+http://localhost:9080 {
+	llm_router /v1/* {
+		deadline 5s
+		max_attempts 8
+		provider a {
+			type openai
+			base_url http://localhost:9081/v1
+			api_key sk-provider-a
+		}
+		model limited {
+			deployment a gpt-4o-mini
+		}
+	}
+}
+http://localhost:9081 {
+	llm_mock {
+		rate_limit {
+			requests 10
+			window %s
+		}
+	}
+}
+`, window))
+	if resp := chat(t, "limited", false); resp.StatusCode != 200 {
+		t.Fatalf("warm-up: expected 200, got %d: %s", resp.StatusCode, readBody(t, resp))
+	} else {
+		resp.Body.Close()
+	}
+	before := mockStatsRateLimited(t)
+	time.Sleep(window + 100*time.Millisecond) // the warm-up's window ends
+
+	type result struct {
+		status int
+		took   time.Duration
+	}
+	results := make([]result, 60)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range results {
+		wg.Go(func() {
+			resp := chat(t, "limited", false)
+			readBody(t, resp)
+			results[i] = result{resp.StatusCode, time.Since(start)}
+		})
+	}
+	wg.Wait()
+
+	served, limited := 0, 0
+	var limitedTook []time.Duration
+	for _, r := range results {
+		switch r.status {
+		case http.StatusOK:
+			served++
+		case http.StatusTooManyRequests:
+			limited++
+			limitedTook = append(limitedTook, r.took)
+		default:
+			t.Errorf("unexpected status %d", r.status)
+		}
+		if r.took > 5*time.Second+500*time.Millisecond {
+			t.Errorf("a client waited %v, past the 5 s deadline", r.took)
+		}
+	}
+	upstream429 := mockStatsRateLimited(t) - before
+	t.Logf("served %d (ideal 30), client 429s %d, upstream 429s %d", served, limited, upstream429)
+	if served < 29 {
+		t.Errorf("served %d, expected at least 95%% of the ideal 30", served)
+	}
+	if float64(upstream429) > 0.05*float64(served) {
+		t.Errorf("the provider answered %d 429s for %d served (at most 0.05 per served)", upstream429, served)
+	}
+	// The requests that could never be served within the deadline are told
+	// at once, not after waiting (generous bound for a loaded CI machine;
+	// the contention benchmark measures it).
+	sort.Slice(limitedTook, func(i, j int) bool { return limitedTook[i] < limitedTook[j] })
+	if n := len(limitedTook); n > 0 && limitedTook[n*9/10] > time.Second {
+		t.Errorf("90%% of the 429s should come at once; the 90th percentile took %v", limitedTook[n*9/10])
+	}
+}
+
+func mockStatsRateLimited(t *testing.T) int64 {
+	t.Helper()
+	resp, err := http.Get("http://localhost:9081/llm_mock/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s struct {
+		RateLimited int64 `json:"rate_limited"`
+	}
+	if err := jsonDecode(resp, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.RateLimited
+}
+
+func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }

@@ -26,6 +26,7 @@ import (
 //     statement implies ((limit - remaining) / reset), so that the router
 //     spreads attempts over the window instead of sending a burst at its
 //     reset.
+//
 // ResetMargin is added to every stated reset: a reset stated to the
 // millisecond (rounded), or as an instant by a clock a little ahead of
 // ours, must not let the router refill a window the provider has not.

@@ -42,7 +42,11 @@ type window struct {
 	refills bool
 	rate    float64
 	at      time.Time
-	stated  int64  // the provider's last stated remaining, for refill detection
+	// carry is what was spent within ResetMargin before a fixed window's
+	// reset: the provider's window may have ended already, so it counts
+	// against the next one too.
+	carry  int64
+	stated int64 // the provider's last stated remaining, for refill detection
 	seq     uint64 // the attempt whose answer set the count last (0: none)
 }
 
@@ -95,6 +99,7 @@ func (w *window) update(now time.Time, o provider.Window, since int64) {
 	switch {
 	case local < 0 || reset.IsZero() || (fixed && reset.After(w.reset.Add(w.span/2))):
 		w.remaining = lower // a first statement, or a new window: the safe side
+		w.carry = 0
 	default:
 		w.remaining = min(max(local, lower), upper)
 	}
@@ -123,7 +128,7 @@ func (w *window) current(now time.Time) int64 {
 	case w.reset.After(now):
 		return w.remaining
 	case w.limit >= 0:
-		return w.limit // a new window, full
+		return max(w.limit-w.carry, 0) // a new window, full
 	}
 	return provider.Unknown
 }
@@ -185,9 +190,13 @@ func (w *window) spend(now time.Time, n int64) {
 	if cur < 0 {
 		return
 	}
-	if !w.refilling() && !w.reset.After(now) {
-		w.reset = w.nextReset(now)
-		w.stated = provider.Unknown
+	if !w.refilling() {
+		if !w.reset.After(now) {
+			w.reset = w.nextReset(now)
+			w.stated, w.carry = provider.Unknown, 0
+		} else if !now.Before(w.reset.Add(-ResetMargin)) {
+			w.carry += n
+		}
 	}
 	w.remaining, w.at = max(cur-n, 0), now
 }
@@ -219,5 +228,5 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 		return provider.Unknown
 	}
 	resets := int64(until.Sub(r)/w.span) + 1
-	return total + resets*max(w.limit-keep, 0)
+	return total + resets*max(w.limit-keep, 0) - w.carry
 }

@@ -1,0 +1,420 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// manualClock is a Clock whose time moves only when a test advances it:
+// Sleep blocks until then (or until its context ends), so that many
+// requests can wait at once and the test runs them as a discrete-event
+// simulation (simulate).
+type manualClock struct {
+	mu       sync.Mutex
+	now      time.Time
+	timers []*manualTimer
+	sleeps map[*manualSleep]bool
+}
+
+// manualSleep is a Sleep under way.
+type manualSleep struct {
+	ctx context.Context
+	t   *manualTimer
+}
+
+type manualTimer struct {
+	c   *manualClock
+	at  time.Time
+	f   func()
+	set bool
+}
+
+func newManualClock() *manualClock {
+	return &manualClock{now: time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC), sleeps: map[*manualSleep]bool{}}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &manualTimer{c: c, at: c.now.Add(d), f: f, set: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *manualTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.set
+	t.set = false
+	return was
+}
+
+func (t *manualTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.set
+	t.at, t.set = t.c.now.Add(d), true
+	if !slices.Contains(t.c.timers, t) {
+		t.c.timers = append(t.c.timers, t)
+	}
+	return was
+}
+
+func (c *manualClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	done := make(chan struct{})
+	t := c.AfterFunc(d, func() { close(done) }).(*manualTimer)
+	sl := &manualSleep{ctx: ctx, t: t}
+	c.mu.Lock()
+	c.sleeps[sl] = true
+	c.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	c.mu.Lock()
+	delete(c.sleeps, sl)
+	c.mu.Unlock()
+	return ctx.Err()
+}
+
+// next returns the earliest set timer's instant.
+func (c *manualClock) next() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var at time.Time
+	ok := false
+	for _, t := range c.timers {
+		if t.set && (!ok || t.at.Before(at)) {
+			at, ok = t.at, true
+		}
+	}
+	return at, ok
+}
+
+// advanceTo moves the clock to at and fires the timers due.
+func (c *manualClock) advanceTo(at time.Time) {
+	c.mu.Lock()
+	if at.After(c.now) {
+		c.now = at
+	}
+	var due []func()
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		switch {
+		case !t.set:
+		case !t.at.After(c.now):
+			t.set = false
+			due = append(due, t.f)
+		default:
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+// simulate runs n requests (serve(i), each in its own goroutine) to their
+// end: whenever every unfinished one sleeps, it moves the clock to the next
+// timer.
+func simulate(t *testing.T, c *manualClock, n int, serve func(i int)) {
+	t.Helper()
+	var finished sync.WaitGroup
+	var mu sync.Mutex
+	left := n
+	for i := range n {
+		finished.Add(1)
+		go func() {
+			defer finished.Done()
+			serve(i)
+			mu.Lock()
+			left--
+			mu.Unlock()
+		}()
+	}
+	quiet := func() (int, bool) {
+		mu.Lock()
+		l := left
+		mu.Unlock()
+		// Asleep: a Sleep whose timer is still set and whose context is
+		// live (one that was woken is about to run).
+		c.mu.Lock()
+		s := 0
+		for sl := range c.sleeps {
+			if sl.t.set && sl.ctx.Err() == nil {
+				s++
+			}
+		}
+		c.mu.Unlock()
+		return l, s == l
+	}
+	stop := time.Now().Add(20 * time.Second)
+	for time.Now().Before(stop) {
+		l, q := quiet()
+		if l == 0 {
+			finished.Wait()
+			return
+		}
+		if !q {
+			time.Sleep(200 * time.Microsecond)
+			continue
+		}
+		time.Sleep(time.Millisecond) // still quiet a moment later?
+		if _, q := quiet(); !q {
+			continue
+		}
+		at, ok := c.next()
+		if !ok {
+			t.Fatalf("every request sleeps and no timer is set: %d left", l)
+		}
+		c.advanceTo(at)
+	}
+	t.Fatal("the simulation did not end in 20 s")
+}
+
+// windowed is a provider with a fixed window (limit requests per span,
+// the window starting with the first request after the last one ended),
+// stating it in OpenAI's x-ratelimit headers, and answering 429 with
+// Retry-After once it is spent (not counted), on the clock c.
+type windowed struct {
+	c           *manualClock
+	limit       int
+	span        time.Duration
+	mu          sync.Mutex
+	start       time.Time
+	used        int
+	served, got429 int
+	order       []string // the request bodies' "user" field, in the order served
+}
+
+func (p *windowed) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(req.Body)
+	now := p.c.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.start.IsZero() || !now.Before(p.start.Add(p.span)) {
+		p.start, p.used = now, 0
+	}
+	reset := p.start.Add(p.span).Sub(now)
+	h := http.Header{"Content-Type": {"application/json"}}
+	h.Set("x-ratelimit-limit-requests", strconv.Itoa(p.limit))
+	h.Set("x-ratelimit-reset-requests", reset.String())
+	if p.used >= p.limit {
+		p.got429++
+		h.Set("x-ratelimit-remaining-requests", "0")
+		h.Set("Retry-After", strconv.Itoa(int((reset+time.Second-1)/time.Second)))
+		return &http.Response{StatusCode: 429, Header: h, Body: io.NopCloser(strings.NewReader(rateLimited)), Request: req}, nil
+	}
+	p.used++
+	p.served++
+	if i := strings.Index(string(body), `"user":"`); i >= 0 {
+		u := string(body[i+8:])
+		p.order = append(p.order, u[:strings.IndexByte(u, '"')])
+	}
+	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(p.limit-p.used))
+	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(okBody)), Request: req}, nil
+}
+
+// limitedGroup is a group of one deployment on a windowed provider (10 per
+// 10 s), its limit taught by one request, and the clock at the start of
+// the next window.
+func limitedGroup(t *testing.T) (*Router, *Group, *windowed, *manualClock) {
+	t.Helper()
+	c := newManualClock()
+	p := &windowed{c: c, limit: 10, span: 10 * time.Second}
+	d := deployment("a", nil)
+	d.Transport = p
+	r := New()
+	r.Clock, r.Rand = c, func() float64 { return 0 }
+	r.Deadline, r.MaxAttempts = 25*time.Second, 8
+	g := NewGroup("limited", []*Deployment{d})
+	if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil {
+		t.Fatalf("warm-up: %v", res.Err)
+	}
+	c.advanceTo(c.Now().Add(10 * time.Second))
+	p.served = 0
+	return r, g, p, c
+}
+
+func userReq(user string, priority int) *Request {
+	body := fmt.Sprintf(`{"model":"limited","user":%q,"messages":[{"role":"user","content":"hi"}]}`, user)
+	return &Request{Request: wire([]byte(body), false), Tokens: 10, Priority: priority}
+}
+
+type served struct {
+	status int
+	at     time.Duration // after the burst began
+	retry  time.Duration
+}
+
+func outcomeOf(res *Result, since time.Duration) served {
+	var e *Error
+	switch {
+	case errors.As(res.Err, &e):
+		return served{status: e.Status, at: since, retry: e.RetryAfter}
+	case res.Err != nil:
+		return served{status: -1, at: since}
+	}
+	return served{status: res.Status, at: since}
+}
+
+// The issue's scenario on the fake clock: a burst of 35 on 10 per 10 s,
+// deadline 25 s. The ideal: 10 now, 10 at the next window (10 s), 10 at
+// the one after (20 s); the last 5 are told at once when they could come
+// back (the window at 30 s).
+func TestABurstIsServedWindowByWindowWithoutA429(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	start := c.Now()
+	out := make([]served, 35)
+	simulate(t, c, len(out), func(i int) {
+		res := r.ServeGroup(context.Background(), g, userReq(strconv.Itoa(i), DefaultPriority))
+		out[i] = outcomeOf(res, c.Now().Sub(start))
+	})
+	ok, early := 0, 0
+	for i, o := range out {
+		switch o.status {
+		case 200:
+			ok++
+			if o.at > r.Deadline {
+				t.Errorf("request %d served after the deadline (%v)", i, o.at)
+			}
+		case 429:
+			early++
+			if o.at != 0 {
+				t.Errorf("request %d: its 429 came after %v, not at once", i, o.at)
+			}
+			if o.retry < 25*time.Second || o.retry > 31*time.Second {
+				t.Errorf("request %d: expected Retry-After at the window after the deadline (30 s), got %v", i, o.retry)
+			}
+		default:
+			t.Errorf("request %d: unexpected %+v", i, o)
+		}
+	}
+	if ok != 30 || early != 5 || p.got429 != 0 {
+		t.Errorf("expected 30 served, 5 answered 429 at once and no upstream 429, got %d, %d and %d", ok, early, p.got429)
+	}
+}
+
+// Waiting requests are served in their order of arrival, and a higher
+// priority before a lower one.
+func TestTheQueueIsFirstComeFirstServedWithinAPriority(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	// Spend this window so that everyone below waits in the queue.
+	for range 10 {
+		if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	p.order = nil
+	// They arrive one by one (a goroutine each, in order), low priority
+	// first, then high.
+	reqs := []*Request{}
+	for i := range 6 {
+		reqs = append(reqs, userReq(fmt.Sprintf("low%d", i), 2))
+	}
+	for i := range 6 {
+		reqs = append(reqs, userReq(fmt.Sprintf("high%d", i), 8))
+	}
+	simulate(t, c, len(reqs), func(i int) {
+		for g.Queued() < i { // join in index order
+			time.Sleep(50 * time.Microsecond)
+		}
+		r.ServeGroup(context.Background(), g, reqs[i])
+	})
+	want := []string{"high0", "high1", "high2", "high3", "high4", "high5", "low0", "low1", "low2", "low3", "low4", "low5"}
+	if !slices.Equal(p.order, want) {
+		t.Errorf("expected the next window to serve\n%v\ngot\n%v", want, p.order)
+	}
+	if p.got429 != 0 {
+		t.Errorf("expected no upstream 429, got %d", p.got429)
+	}
+}
+
+// With 30% of each window reserved for priority 7 and above, a burst of
+// low-priority requests takes 7 per window; the high-priority requests
+// that come later in the window still find capacity at once.
+func TestReserveKeepsAWindowShareForHighPriorities(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	r.Reserve = Reserve{Share: 0.3, MinPriority: 7}
+	r.Deadline = 5 * time.Second // one window
+	lows := make([]served, 12)
+	simulate(t, c, len(lows), func(i int) {
+		lows[i] = outcomeOf(r.ServeGroup(context.Background(), g, userReq("low", 1)), 0)
+	})
+	count := func(out []served, status int) int {
+		n := 0
+		for _, o := range out {
+			if o.status == status {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(lows, 200); n != 7 {
+		t.Errorf("expected 7 low-priority requests served (10 less 30%%), got %d", n)
+	}
+	if n := count(lows, 429); n != 5 {
+		t.Errorf("expected the 5 others answered 429, got %d", n)
+	}
+	highs := make([]served, 4)
+	simulate(t, c, len(highs), func(i int) {
+		highs[i] = outcomeOf(r.ServeGroup(context.Background(), g, userReq("high", 9)), 0)
+	})
+	if n := count(highs, 200); n != 3 {
+		t.Errorf("expected the reserve (3) served to high priorities, got %d", n)
+	}
+	if p.got429 != 0 {
+		t.Errorf("expected no upstream 429, got %d", p.got429)
+	}
+}
+
+// A request whose client leaves while it waits leaves the queue: the ones
+// behind it are served in its place.
+func TestALeavingClientLeavesTheQueue(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	for range 10 {
+		r.ServeGroup(context.Background(), g, chatReq)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan *Result, 1)
+	go func() { gone <- r.ServeGroup(ctx, g, userReq("gone", DefaultPriority)) }()
+	for g.Queued() != 1 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	cancel()
+	if res := <-gone; res.Err != ErrClientGone {
+		t.Fatalf("expected ErrClientGone, got %v", res.Err)
+	}
+	if g.Queued() != 0 {
+		t.Errorf("expected the queue empty, got %d", g.Queued())
+	}
+	p.order = nil
+	simulate(t, c, 1, func(int) { r.ServeGroup(context.Background(), g, userReq("next", DefaultPriority)) })
+	if !slices.Equal(p.order, []string{"next"}) {
+		t.Errorf("expected the next request served, got %v", p.order)
+	}
+	_ = provider.OK
+}

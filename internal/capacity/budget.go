@@ -46,8 +46,8 @@ type window struct {
 	// reset: the provider's window may have ended already, so it counts
 	// against the next one too.
 	carry  int64
-	stated int64 // the provider's last stated remaining, for refill detection
-	seq     uint64 // the attempt whose answer set the count last (0: none)
+	stated int64  // the provider's last stated remaining, for refill detection
+	seq    uint64 // the attempt whose answer set the count last (0: none)
 }
 
 // update folds what an answer stated of the window at now. since is the

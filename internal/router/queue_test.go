@@ -21,8 +21,8 @@ import (
 // requests can wait at once and the test runs them as a discrete-event
 // simulation (simulate).
 type manualClock struct {
-	mu       sync.Mutex
-	now      time.Time
+	mu     sync.Mutex
+	now    time.Time
 	timers []*manualTimer
 	sleeps map[*manualSleep]bool
 }
@@ -200,14 +200,14 @@ func simulate(t *testing.T, c *manualClock, n int, serve func(i int)) {
 // stating it in OpenAI's x-ratelimit headers, and answering 429 with
 // Retry-After once it is spent (not counted), on the clock c.
 type windowed struct {
-	c           *manualClock
-	limit       int
-	span        time.Duration
-	mu          sync.Mutex
-	start       time.Time
-	used        int
+	c              *manualClock
+	limit          int
+	span           time.Duration
+	mu             sync.Mutex
+	start          time.Time
+	used           int
 	served, got429 int
-	order       []string // the request bodies' "user" field, in the order served
+	order          []string // the request bodies' "user" field, in the order served
 }
 
 func (p *windowed) RoundTrip(req *http.Request) (*http.Response, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,6 +99,39 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{Pattern: "/llm_router/deployments", Handler: caddy.AdminHandlerFunc(handleDeployments)}}
 }
 
+// GroupStatus is a model group's queue in GET /llm_router/deployments.
+type GroupStatus struct {
+	// Name is the model group's name.
+	Name string `json:"name"`
+	// Queued is how many requests wait for capacity now.
+	Queued int `json:"queued"`
+	// Waited is how many requests have waited in the queue since the
+	// config loaded, and MeanWaitMS their mean wait in milliseconds.
+	Waited     int64   `json:"waited"`
+	MeanWaitMS float64 `json:"mean_wait_ms"`
+}
+
+// liveGroups lists the model groups of every live handler, sorted by name
+// (a reload's old and new configs each list theirs).
+func liveGroups() []GroupStatus {
+	live.Lock()
+	defer live.Unlock()
+	out := []GroupStatus{}
+	for h := range live.handlers {
+		for _, name := range h.names {
+			g := h.groups[name]
+			st := GroupStatus{Name: name, Queued: g.Queued()}
+			n, total := g.Waits()
+			if st.Waited = n; n > 0 {
+				st.MeanWaitMS = float64(total.Milliseconds()) / float64(n)
+			}
+			out = append(out, st)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b GroupStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // DeploymentStatus is one entry of GET /llm_router/deployments.
 type DeploymentStatus struct {
 	// Name is "<provider>/<upstream model>".
@@ -118,7 +152,8 @@ func handleDeployments(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	out := struct {
 		Deployments []DeploymentStatus `json:"deployments"`
-	}{Deployments: []DeploymentStatus{}}
+		ModelGroups []GroupStatus      `json:"model_groups"`
+	}{Deployments: []DeploymentStatus{}, ModelGroups: liveGroups()}
 	for _, ld := range liveDeployments() {
 		out.Deployments = append(out.Deployments, DeploymentStatus{
 			Name: ld.dep.Name, Type: ld.meta.typ, BaseURL: ld.meta.baseURL,

@@ -30,6 +30,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	llm_router [<matcher>] {
 //	    deadline      <duration>
 //	    max_attempts  <n>
+//	    priority      <0..9 | placeholder>
+//	    reserve       <percent>% for priority >= <n>
 //	    backoff_base  <duration>
 //	    backoff_max   <duration>
 //	    max_body      <size>
@@ -64,6 +66,23 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // Unknown and duplicate subdirectives, an unknown provider type, negative
 // values, a deployment naming an unknown provider and a model group without
 // deployments are errors, with the file and line.
+// parseReserve reads "reserve <percent>[%] for priority >= <n>".
+func parseReserve(d *caddyfile.Dispenser) (*ReserveConfig, error) {
+	args := d.RemainingArgs()
+	if len(args) != 5 || args[1] != "for" || args[2] != "priority" || args[3] != ">=" {
+		return nil, d.Errf("reserve: expected reserve <percent>%% for priority >= <n>, got %q", strings.Join(args, " "))
+	}
+	pct, err := strconv.ParseFloat(strings.TrimSuffix(args[0], "%"), 64)
+	if err != nil || !(pct > 0 && pct < 100) {
+		return nil, d.Errf("reserve: the share must be more than 0%% and less than 100%%, got %q", args[0])
+	}
+	n, err := strconv.Atoi(args[4])
+	if err != nil || n < 1 || n > 9 {
+		return nil, d.Errf("reserve: the priority must be a whole number from 1 to 9, got %q", args[4])
+	}
+	return &ReserveConfig{Percent: pct, MinPriority: n}, nil
+}
+
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -106,6 +125,25 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_attempts must be at least 1, got %d", n)
 			}
 			h.MaxAttempts = int(n)
+		case "priority":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Priority = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if !strings.Contains(h.Priority, "{") {
+				if _, err := parsePriority(h.Priority); err != nil {
+					return d.Err(err.Error())
+				}
+			}
+		case "reserve":
+			rs, err := parseReserve(d)
+			if err != nil {
+				return err
+			}
+			h.Reserve = rs
 		case "max_body":
 			if !d.NextArg() {
 				return d.ArgErr()

@@ -60,6 +60,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"Inf weight", "llm_router {\n weights cost +Inf\n" + providers + "\n model m { deployment p x } }", "non-negative number"},
 		{"bad size", "llm_router {\n max_body lots\n" + providers + "\n model m { deployment p x } }", "invalid size"},
 		{"backoff", "llm_router {\n backoff_base 2s\n backoff_max 1s\n" + providers + "\n model m {\n deployment p x\n }\n}", "must not exceed backoff_max"},
+		{"priority range", "llm_router {\n priority 12\n" + providers + "\n model m { deployment p x } }", "whole number from 0 to 9"},
+		{"reserve syntax", "llm_router {\n reserve 20% for 7\n" + providers + "\n model m { deployment p x } }", "expected reserve <percent>% for priority >= <n>"},
+		{"reserve share", "llm_router {\n reserve 100% for priority >= 7\n" + providers + "\n model m { deployment p x } }", "less than 100%"},
+		{"reserve priority", "llm_router {\n reserve 20% for priority >= 0\n" + providers + "\n model m { deployment p x } }", "from 1 to 9"},
 		{"bad header", "llm_router {\n provider p {\n type openai\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

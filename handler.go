@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -54,6 +55,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, e)
 		return nil
 	}
+	if req.Priority, e = h.priority(r); e != nil {
+		a.WriteError(w, e)
+		return nil
+	}
 	group, ok := h.groups[model]
 	switch {
 	case !ok:
@@ -76,6 +81,40 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", name), zap.Error(err))
 	}
 	return nil
+}
+
+// priority resolves the request's priority (Handler.Priority): the
+// default when none is configured or its placeholder resolves to nothing,
+// else a whole number from 0 to 9 (a 400 otherwise).
+func (h *Handler) priority(r *http.Request) (int, *api.Error) {
+	v := h.Priority
+	if strings.Contains(v, "{") {
+		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+			v = repl.ReplaceAll(v, "")
+		}
+		v = strings.TrimSpace(v)
+	}
+	if v == "" {
+		return router.DefaultPriority, nil
+	}
+	p, err := parsePriority(v)
+	if err != nil {
+		return 0, api.Errorf(http.StatusBadRequest, api.InvalidValue, "priority", "%v", err)
+	}
+	return p, nil
+}
+
+// parsePriority reads a priority: a whole number from router.MinPriority
+// to router.MaxPriority.
+func parsePriority(v string) (int, error) {
+	p, err := strconv.Atoi(v)
+	if err != nil || p < router.MinPriority || p > router.MaxPriority {
+		if len(v) > 20 {
+			v = v[:20] + "..."
+		}
+		return 0, fmt.Errorf("priority must be a whole number from %d to %d, got %q", router.MinPriority, router.MaxPriority, v)
+	}
+	return p, nil
 }
 
 func (h *Handler) maxBody() int64 {

@@ -21,6 +21,7 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -75,6 +76,21 @@ type Handler struct {
 	// MaxAttempts bounds upstream attempts per request. Default: 4.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 
+	// Priority is each request's priority among those waiting for
+	// capacity, a whole number from 0 (lowest) to 9 (highest): a number,
+	// or a placeholder resolved per request such as
+	// {http.request.header.X-Priority}. A placeholder that resolves to
+	// nothing gives the default; any other value that is not a whole
+	// number from 0 to 9 is refused with a 400 in the client's format.
+	// Default: 5.
+	Priority string `json:"priority,omitempty"`
+
+	// Reserve keeps a share of every known rate-limit window (stated by
+	// the provider or declared) for requests of a minimum priority: lower
+	// priorities wait for the next window, or get a 429 at once when it
+	// comes after their deadline. Default: none.
+	Reserve *ReserveConfig `json:"reserve,omitempty"`
+
 	// BackoffBase is the floor of the wait before retrying a deployment that
 	// failed: BackoffBase * 2^(n-1) for the n-th consecutive failure, capped
 	// by BackoffMax, and never shorter than the provider's Retry-After.
@@ -118,6 +134,16 @@ type Handler struct {
 	metrics   *metrics
 	logger    *zap.Logger
 	store     *fleetStore // fleet mode (store.go); nil for store memory
+}
+
+// ReserveConfig is the reserve: Percent of each window kept for
+// requests of priority MinPriority or more.
+type ReserveConfig struct {
+	// Percent of each window kept, more than 0 and less than 100.
+	Percent float64 `json:"percent"`
+	// MinPriority is the lowest priority that may spend the reserve,
+	// 1 to 9.
+	MinPriority int `json:"min_priority"`
 }
 
 // deploymentMeta is what the admin endpoint shows of a deployment beside
@@ -226,6 +252,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.router.Policy.BackoffMax = durationOr(h.BackoffMax, capacity.DefaultPolicy.BackoffMax)
 	h.router.Logger = h.logger
 	h.router.Weights = h.Weights.resolve()
+	if rs := h.Reserve; rs != nil {
+		h.router.Reserve = router.Reserve{Share: rs.Percent / 100, MinPriority: rs.MinPriority}
+	}
 	h.metrics = getMetrics()
 	if err := h.metrics.register(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
@@ -389,6 +418,19 @@ func (h *Handler) validateSettings() error {
 	}
 	if h.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
+	}
+	if !strings.Contains(h.Priority, "{") && h.Priority != "" {
+		if _, err := parsePriority(h.Priority); err != nil {
+			return err
+		}
+	}
+	if rs := h.Reserve; rs != nil {
+		if !(rs.Percent > 0 && rs.Percent < 100) {
+			return fmt.Errorf("reserve: the share must be more than 0%% and less than 100%%, got %v%%", rs.Percent)
+		}
+		if rs.MinPriority < router.MinPriority+1 || rs.MinPriority > router.MaxPriority {
+			return fmt.Errorf("reserve: the priority must be from %d to %d, got %d", router.MinPriority+1, router.MaxPriority, rs.MinPriority)
+		}
 	}
 	if h.MaxBody < 0 {
 		return errors.New("max_body must not be negative")

@@ -23,6 +23,9 @@ type Group struct {
 	Name        string
 	Deployments []*Deployment
 	queue       queue
+	// waits and waited count the requests that waited in the queue and
+	// the time they spent there (nanoseconds).
+	waits, waited atomic.Int64
 }
 
 // NewGroup returns the group name of deployments ds.
@@ -32,6 +35,12 @@ func NewGroup(name string, ds []*Deployment) *Group {
 
 // Queued returns how many requests wait for capacity in the group now.
 func (g *Group) Queued() int { return int(g.queue.n.Load()) }
+
+// Waits returns how many requests have waited in the group's queue, and
+// their total wait.
+func (g *Group) Waits() (n int64, total time.Duration) {
+	return g.waits.Load(), time.Duration(g.waited.Load())
+}
 
 // Priorities: a request's priority is a number from MinPriority to
 // MaxPriority, DefaultPriority when the client or the config says none.

@@ -342,8 +342,11 @@ func probe(cands []scored) int {
 // leaveQueue takes me out of g's queue and reports its wait.
 func (r *Router) leaveQueue(g *Group, me *waiter) {
 	g.queue.leave(me)
+	waited := r.Clock.Now().Sub(me.since)
+	g.waits.Add(1)
+	g.waited.Add(int64(waited))
 	if r.Observer != nil {
-		r.Observer.QueueWait(g, r.Clock.Now().Sub(me.since))
+		r.Observer.QueueWait(g, waited)
 		r.Observer.Queue(g, g.Queued())
 	}
 }

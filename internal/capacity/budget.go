@@ -48,6 +48,11 @@ type window struct {
 	carry  int64
 	stated int64  // the provider's last stated remaining, for refill detection
 	seq    uint64 // the attempt whose answer set the count last (0: none)
+	// ratio is what the provider counts of an attempt per unit the router
+	// estimated (0: not learned, taken as 1): a token window counts the
+	// tokens an answer used where the router estimates prompt plus
+	// max_tokens. Learned from answers that no other attempt overlapped.
+	ratio float64
 }
 
 // update folds what an answer stated of the window at now. since is the
@@ -59,7 +64,7 @@ type window struct {
 // within those bounds the router's own count, which spends each attempt
 // when it is sent, stands. A statement of an earlier window (an answer
 // that comes after the router started the next one) changes no count.
-func (w *window) update(now time.Time, o provider.Window, since int64) {
+func (w *window) update(now time.Time, o provider.Window, since, estimate int64) {
 	if o.Limit >= 0 {
 		w.limit = o.Limit
 	}
@@ -92,6 +97,17 @@ func (w *window) update(now time.Time, o provider.Window, since int64) {
 	if w.refills && w.limit > 0 && o.Reset > 0 && o.Remaining < w.limit {
 		w.rate = float64(w.limit-o.Remaining) / o.Reset.Seconds()
 	}
+	// What the provider counted of this attempt, when nothing overlapped
+	// it: the drop from the last statement of the same window.
+	if since == 0 && estimate > 0 && w.stated >= 0 && o.Remaining <= w.stated && w.reset.After(now) &&
+		!reset.After(w.reset.Add(w.span/2)) && !w.refilling() {
+		r := min(float64(w.stated-o.Remaining)/float64(estimate), 1)
+		if w.ratio == 0 {
+			w.ratio = max(r, minRatio)
+		} else {
+			w.ratio = max(w.ratio+ratioWeight*(r-w.ratio), minRatio)
+		}
+	}
 	lower, upper := max(o.Remaining-since, 0), o.Remaining
 	if w.refilling() {
 		upper = w.limit
@@ -106,6 +122,23 @@ func (w *window) update(now time.Time, o provider.Window, since int64) {
 	w.stated = o.Remaining
 	w.at = now
 	w.reset = reset
+}
+
+// ratioWeight is the weight of a new sample of window.ratio; minRatio its
+// floor, so that a window that counted nothing of a few attempts is not
+// taken to count nothing of the next ones.
+const (
+	ratioWeight = 0.3
+	minRatio    = 0.01
+)
+
+// expected returns what the provider is expected to count of an attempt
+// the router estimates at n units.
+func (w *window) expected(n int64) int64 {
+	if w.ratio <= 0 || n <= 0 {
+		return n
+	}
+	return max(int64(math.Ceil(float64(n)*w.ratio)), 1)
 }
 
 // refilling reports whether the window refills continuously.
@@ -165,7 +198,7 @@ func (w *window) availableAt(now time.Time, n int64, reserve float64) time.Time 
 	if cur < 0 {
 		return now
 	}
-	need := n + w.keep(reserve)
+	need := w.expected(n) + w.keep(reserve)
 	if w.limit >= 0 {
 		need = min(need, w.limit) // more than the window holds: it goes on a full window
 	}
@@ -198,7 +231,7 @@ func (w *window) spend(now time.Time, n int64) {
 			w.carry += n
 		}
 	}
-	w.remaining, w.at = max(cur-n, 0), now
+	w.remaining, w.at = max(cur-w.expected(n), 0), now
 }
 
 // forecast returns how many units the window lets start from now until
@@ -229,4 +262,14 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 	}
 	resets := int64(until.Sub(r)/w.span) + 1
 	return total + resets*max(w.limit-keep, 0) - w.carry
+}
+
+// forecastUnits is forecast in the router's estimate units: what the
+// window lets start, divided by what it counts per unit estimated.
+func (w *window) forecastUnits(now, until time.Time, reserve float64) int64 {
+	f := w.forecast(now, until, reserve)
+	if f < 0 || w.ratio <= 0 {
+		return f
+	}
+	return int64(float64(f) / w.ratio)
 }

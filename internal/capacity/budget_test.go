@@ -290,3 +290,41 @@ func TestForecast(t *testing.T) {
 		t.Errorf("expected none while the circuit is open, got %d", r)
 	}
 }
+
+// A token window that counts what answers used, not the router's estimate
+// (prompt plus max_tokens), is learned from answers no other attempt
+// overlapped: then it admits what it will count, not what was estimated.
+func TestATokenWindowLearnsWhatItCounts(t *testing.T) {
+	s := NewState()
+	tok := func(remaining int64) provider.Observation {
+		o := provider.NewObservation(provider.OK)
+		o.Tokens = provider.Window{Limit: 1000, Remaining: remaining, Reset: 10 * time.Second}
+		return o
+	}
+	s.Observe(t0, tok(1000), DefaultPolicy)
+	// Estimated 600 each (max_tokens 580): only one fits at a time.
+	a, _ := s.AcquireAttempt(t0, 600)
+	if _, ok := s.AcquireAttempt(t0, 600); ok {
+		t.Fatal("two estimates of 600 fit a window of 1000")
+	}
+	// The provider counted 60 of it.
+	s.ObserveAttempt(a, t0, tok(940), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	n := 0
+	for ; n < 100; n++ {
+		if _, ok := s.AcquireAttempt(t0, 600); !ok {
+			break
+		}
+	}
+	if n != 15 {
+		t.Errorf("940 left, 60 counted per attempt: expected 15 more, got %d", n)
+	}
+	// 40 left until the reset, then 1000: in estimated tokens (0.1 counted
+	// per estimated), 400 and 10400.
+	if r, tk := s.Forecast(t0, t0.Add(5*time.Second), 0); r != provider.Unknown || tk != 400 {
+		t.Errorf("expected 400 estimated tokens until the reset, got %d requests, %d tokens", r, tk)
+	}
+	if _, tk := s.Forecast(t0, t0.Add(11*time.Second), 0); tk != 10400 {
+		t.Errorf("after the reset: expected 10400 estimated tokens, got %d", tk)
+	}
+}

@@ -154,11 +154,11 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	defer s.shareObserved(learned, s.sharedPartsLocked())
 	sinceRequests, sinceTokens := s.countedSince(a)
 	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
-		s.requests.update(now, o.Requests, sinceRequests)
+		s.requests.update(now, o.Requests, sinceRequests, 1)
 		s.requests.seq = max(s.requests.seq, a.seq)
 	}
 	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, a.seq, learned, now) {
-		s.tokens.update(now, o.Tokens, sinceTokens)
+		s.tokens.update(now, o.Tokens, sinceTokens, a.tokens)
 		s.tokens.seq = max(s.tokens.seq, a.seq)
 	}
 	if o.Class == provider.OK || o.Requests.Limit >= 0 || o.Tokens.Limit >= 0 {
@@ -383,7 +383,7 @@ func (s *State) Forecast(now, until time.Time, reserve float64) (requests, token
 	}
 	rpm, tpm := s.declared.forecast(now, until, reserve)
 	requests = least(s.requests.forecast(now, until, reserve), rpm)
-	tokens = least(s.tokens.forecast(now, until, reserve), tpm)
+	tokens = least(s.tokens.forecastUnits(now, until, reserve), tpm)
 	return requests, tokens
 }
 

@@ -98,7 +98,7 @@ func runBench(args []string) int {
 	fs.Float64Var(&o.noise, "noise", 25, "measure a run again when other processes used more than this % of a CPU meanwhile")
 	fs.IntVar(&o.retries, "retries", 2, "how many times a noisy run is measured again")
 	fs.DurationVar(&o.busyBudget, "busy-budget", 90*time.Second, "longest total time spent waiting for other processes to calm down or measuring noisy runs again")
-	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, memory, failover, profile")
+	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, memory, failover, contention, profile")
 	fs.IntVar(&o.profileRate, "profile-rate", 0, "rate of the profiled runs (0: the head-to-head rate, else the highest rate reverse_proxy and router-1 sustained)")
 	fs.DurationVar(&o.profileDur, "profile-duration", 5*time.Second, "length of each CPU and allocation profile")
 	pin := fs.Bool("pin", true, "pin the Caddy under test to its own CPUs, apart from the load generator and upstreams (taskset)")
@@ -176,16 +176,17 @@ type results struct {
 	ClosedSummary []summary `json:"closed_loop_medians"`
 	// Rounds are the head-to-head runs after the matrix; HeadToHead their
 	// medians (with the matrix's run) at HeadToHeadRate.
-	Rounds         []loadRow     `json:"head_to_head_runs"`
-	HeadToHead     []summary     `json:"head_to_head"`
-	HeadToHeadRate int           `json:"head_to_head_rate"`
-	Streaming      []streamRow   `json:"streaming"`
-	Memory         []memoryRow   `json:"open_streams"`
-	Failover       []failoverRow `json:"failover"`
-	GoBench        []goBench     `json:"go_benchmarks"`
-	Profiles       []profileInfo `json:"profiles"`
-	Targets        []target      `json:"targets"`
-	Elapsed        string        `json:"elapsed"`
+	Rounds         []loadRow       `json:"head_to_head_runs"`
+	HeadToHead     []summary       `json:"head_to_head"`
+	HeadToHeadRate int             `json:"head_to_head_rate"`
+	Streaming      []streamRow     `json:"streaming"`
+	Memory         []memoryRow     `json:"open_streams"`
+	Failover       []failoverRow   `json:"failover"`
+	Contention     []contentionRow `json:"contention"`
+	GoBench        []goBench       `json:"go_benchmarks"`
+	Profiles       []profileInfo   `json:"profiles"`
+	Targets        []target        `json:"targets"`
+	Elapsed        string          `json:"elapsed"`
 }
 
 func (b *bench) run() error {
@@ -213,6 +214,7 @@ func (b *bench) run() error {
 		{"stream", true, b.streaming},
 		{"memory", true, b.openStreamsRun},
 		{"failover", true, b.failover},
+		{"contention", true, b.contention},
 		{"profile", o.profile, b.profiles},
 	}
 	for _, s := range steps {

@@ -166,6 +166,8 @@ func (b *bench) targets() []target {
 		ts = append(ts, t)
 	}
 
+	ts = append(ts, b.contentionTargets()...)
+
 	for _, sc := range []string{router1.name, router8.name} {
 		t := target{Name: "streaming: no per-event delay (" + sc + ", bare upstream, 200 chunks 2 ms apart)",
 			Goal: "events flushed as they arrive: per-event delay p50 within 0.1 ms of reverse_proxy's, not growing along the stream (last 10 events vs first 10 within 0.5 ms), every stream complete"}
@@ -414,6 +416,14 @@ func (b *bench) report() string {
 			rows = append(rows, []string{r.Mode, strconv.Itoa(r.Requests), strconv.Itoa(r.Failovers), f3(r.P50), f3(r.P99), f3(r.Max), f0(r.OtherCPUPct)})
 		}
 		s.WriteString(table(head, rows))
+	}
+
+	if len(b.res.Contention) > 0 {
+		s.WriteString("\n## Contention\n\nProviders (llm_mock) with fixed 2 s windows stated in x-ratelimit-* headers, 429 once spent; one warm-up request per deployment and instance teaches the limits, then the arrivals come once the warm-up windows ended. Ideal: each request, in order, takes the earliest free place of a window opening before its deadline (less 100 ms for the answer). Overruns: answers later than the deadline + 100 ms.\n\n")
+		for _, r := range b.res.Contention {
+			s.WriteString("- **" + r.Scenario + "**: " + r.Description + "\n")
+		}
+		s.WriteString("\n" + contentionTable(b.res.Contention))
 	}
 
 	if len(b.res.GoBench) > 0 {

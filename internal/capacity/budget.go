@@ -225,8 +225,14 @@ func (w *window) spend(now time.Time, n int64) {
 	}
 	if !w.refilling() {
 		if !w.reset.After(now) {
+			// The provider's window is taken to be full, as far as the
+			// router knows (none of what it spent lately may count).
 			w.reset = w.nextReset(now)
-			w.stated, w.carry = provider.Unknown, 0
+			w.stated = provider.Unknown
+			if w.carry == 0 {
+				w.stated = w.limit
+			}
+			w.carry = 0
 		} else if !now.Before(w.reset.Add(-ResetMargin)) {
 			w.carry += n
 		}

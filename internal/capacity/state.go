@@ -120,6 +120,11 @@ type Observed struct {
 	// Opened is true when this observation opened a circuit that was not
 	// open for the same reason: the moment to log it once.
 	Opened bool
+	// Learned is true when this observation made the deployment's
+	// capacity known: the first statement of a window's limit, or the
+	// first answer, which ends slow start. Forecasts that could not tell
+	// before may now.
+	Learned bool
 }
 
 // Observe folds one attempt's outcome, seen at now, into the state.
@@ -143,7 +148,7 @@ func (s *State) ObserveAttempt(a Attempt, now time.Time, o provider.Observation,
 
 // observe is Observe (anyAttempt: the answer's attempt is not known, so it
 // ends any probe) and ObserveAttempt.
-func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Observation, p Policy) Observed {
+func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Observation, p Policy) (out Observed) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	learned := now
@@ -152,6 +157,12 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	}
 	// Fleet mode: publish what this observation changes (fleet.go).
 	defer s.shareObserved(learned, s.sharedPartsLocked())
+	knew := s.requests.limit >= 0 || s.tokens.limit >= 0 || !s.slowStarting()
+	defer func() {
+		if !knew && (s.requests.limit >= 0 || s.tokens.limit >= 0 || !s.slowStarting()) {
+			out.Learned = true
+		}
+	}()
 	sinceRequests, sinceTokens := s.countedSince(a)
 	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
 		s.requests.update(now, o.Requests, sinceRequests, 1)

@@ -168,6 +168,20 @@ func (q *queue) kickHead() {
 	}
 }
 
+// kickAll wakes every waiting request, to look at its forecast again (a
+// deployment's capacity just became known).
+func (q *queue) kickAll() {
+	if q.n.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	all := slices.Clone(q.waiting)
+	q.mu.Unlock()
+	for _, w := range all {
+		w.kick()
+	}
+}
+
 // place returns how many requests wait before w, and their tokens.
 func (q *queue) place(w *waiter) (ahead int64, tokens int64) {
 	q.mu.Lock()

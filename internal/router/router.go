@@ -379,6 +379,9 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		r.Observer.Attempt(d, class, out.took)
 	}
 	observed := d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
+	if observed.Learned && out.queue != nil {
+		out.queue.kickAll() // forecasts that could not tell may now
+	}
 	if out.stream == nil {
 		out.release() // a stream releases when it ends
 	}

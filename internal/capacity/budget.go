@@ -53,6 +53,13 @@ type window struct {
 	// tokens an answer used where the router estimates prompt plus
 	// max_tokens. Learned from answers that no other attempt overlapped.
 	ratio float64
+	// share is this instance's part of what the fleet spends of the window
+	// (fleet mode; 0: not learned, taken as 1): a forecast of what the
+	// window lets this instance start counts only that part. own is what
+	// this instance spent of the fleet's window that resets at ownReset.
+	share    float64
+	own      int64
+	ownReset time.Time
 }
 
 // update folds what an answer stated of the window at now. since is the
@@ -252,7 +259,7 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 	keep := w.keep(reserve)
 	total := max(cur-keep, 0)
 	if !until.After(now) {
-		return total
+		return w.shareOf(total)
 	}
 	if w.refilling() {
 		return total + int64(w.rate*until.Sub(now).Seconds())
@@ -262,12 +269,20 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 	case r.IsZero():
 		return provider.Unknown
 	case r.After(until):
-		return total
+		return w.shareOf(total)
 	case w.span <= 0:
 		return provider.Unknown
 	}
 	resets := int64(until.Sub(r)/w.span) + 1
-	return total + resets*max(w.limit-keep, 0) - w.carry
+	return w.shareOf(total + resets*max(w.limit-keep, 0) - w.carry)
+}
+
+// shareOf is this instance's part of n units of a window the fleet shares.
+func (w *window) shareOf(n int64) int64 {
+	if w.share <= 0 || w.share >= 1 {
+		return n
+	}
+	return int64(float64(n) * w.share)
 }
 
 // forecastUnits is forecast in the router's estimate units: what the

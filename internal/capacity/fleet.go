@@ -38,7 +38,70 @@ type Fleet interface {
 	ClaimProbe() (bool, error)
 	// ReleaseProbe frees a probe claimed by ClaimProbe.
 	ReleaseProbe()
+	// Spend takes one attempt's share from the fleet's budget: the stated
+	// windows of the deployment, one for the whole fleet, spent
+	// atomically and full again at their reset. A window the fleet does
+	// not hold yet starts as this instance knows it. A positive wait means
+	// a window is spent for that long and nothing was taken; else left is
+	// what each window holds after the attempt (Remaining and Reset; a
+	// window not asked for has Limit provider.Unknown). An error means the
+	// fleet could not answer.
+	Spend(b Budget) (wait time.Duration, left Budget, err error)
 }
+
+// Budget is an attempt's share of a deployment's stated windows, as Spend
+// takes it from the fleet.
+type Budget struct {
+	Requests, Tokens BudgetWindow
+}
+
+// BudgetWindow is one window: its limit (provider.Unknown: not asked),
+// what is left and when it is full again as this instance knows it, its
+// span (the longest reset stated), and N, the attempt's share (1 request,
+// or the tokens the provider is expected to count).
+type BudgetWindow struct {
+	Limit, Remaining int64
+	Reset            time.Time
+	Span             time.Duration
+	N                int64
+}
+
+func (b Budget) shared() bool { return b.Requests.Limit >= 0 || b.Tokens.Limit >= 0 }
+
+// budgetLocked is the attempt's share of the windows the fleet can hold:
+// fixed windows whose limit, reset and span are known.
+func (s *State) budgetLocked(now time.Time, tokens int64) Budget {
+	return Budget{Requests: s.requests.budget(now, 1), Tokens: s.tokens.budget(now, tokens)}
+}
+
+func (w *window) budget(now time.Time, n int64) BudgetWindow {
+	cur, reset := w.current(now), w.nextReset(now)
+	if w.limit < 0 || cur < 0 || w.refilling() || reset.IsZero() || w.span <= 0 {
+		return BudgetWindow{Limit: provider.Unknown}
+	}
+	return BudgetWindow{Limit: w.limit, Remaining: cur, Reset: reset, Span: w.span, N: w.expected(n)}
+}
+
+// spentFleet takes what the fleet's budget holds after an attempt as the
+// window's count: the whole fleet's spending, not this instance's alone.
+// It also learns this instance's share of the fleet's spending (see
+// window.share) once a quarter of the window is spent.
+func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64) {
+	if left.Limit < 0 || left.Reset.IsZero() || w.refilling() {
+		return
+	}
+	w.remaining, w.reset, w.at = max(left.Remaining, 0), left.Reset, now
+	if !left.Reset.Equal(w.ownReset) {
+		w.own, w.ownReset = 0, left.Reset
+	}
+	w.own += n
+	if used := left.Limit - left.Remaining; used > 0 && used >= max(2, left.Limit/4) {
+		w.share = min(max(float64(w.own)/float64(used), minShare), 1)
+	}
+}
+
+// minShare floors an instance's share of the fleet's budget.
+const minShare = 0.05
 
 // Shared is what fleet mode shares of a State: its circuit and the
 // provider-stated windows. Each part carries the instant it was learned
@@ -162,7 +225,8 @@ func (s *State) releaseFleetProbeLocked() {
 // the fleet refused, having undone the local probe claim and noted until
 // when the deployment is not worth asking for again. When the fleet cannot
 // answer, the local decision stands.
-func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, rpm, tpm int64) bool {
+func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, rpm, tpm int64, b Budget) (Budget, bool) {
+	none := Budget{Requests: BudgetWindow{Limit: provider.Unknown}, Tokens: BudgetWindow{Limit: provider.Unknown}}
 	owned := false
 	if probe {
 		ok, err := f.ClaimProbe()
@@ -171,22 +235,35 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 			s.probing = false
 			s.fleet.probeElsewhereUntil = now.Add(probeWait)
 			s.mu.Unlock()
-			return false
+			return none, false
 		}
 		owned = err == nil
 	}
+	refuse := func(wait time.Duration) (Budget, bool) {
+		s.mu.Lock()
+		if probe {
+			s.probing = false
+		}
+		s.fleet.reservedUntil = now.Add(wait)
+		s.mu.Unlock()
+		if owned {
+			f.ReleaseProbe()
+		}
+		return none, false
+	}
+	left := none
+	if b.shared() {
+		wait, l, err := f.Spend(b)
+		if err == nil && wait > 0 {
+			return refuse(wait)
+		}
+		if err == nil {
+			left = l
+		}
+	}
 	if rpm > 0 || tpm > 0 {
 		if wait, err := f.Reserve(rpm, tpm, tokens); err == nil && wait > 0 {
-			s.mu.Lock()
-			if probe {
-				s.probing = false
-			}
-			s.fleet.reservedUntil = now.Add(wait)
-			s.mu.Unlock()
-			if owned {
-				f.ReleaseProbe()
-			}
-			return false
+			return refuse(wait)
 		}
 	}
 	if owned {
@@ -195,7 +272,7 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 		s.releaseFleetProbeLocked() // the probe may have ended meanwhile
 		s.mu.Unlock()
 	}
-	return true
+	return left, true
 }
 
 // SetFleet binds the state to a fleet store, until ClearFleet(f) or

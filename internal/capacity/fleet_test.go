@@ -17,6 +17,9 @@ type fakeFleet struct {
 	probeFree bool
 	claims    int
 	released  int
+	spends    []Budget
+	spendWait time.Duration
+	left      Budget
 }
 
 func (f *fakeFleet) Publish(sh Shared) { f.published = append(f.published, sh) }
@@ -29,6 +32,13 @@ func (f *fakeFleet) ClaimProbe() (bool, error) {
 	return f.probeFree, f.err
 }
 func (f *fakeFleet) ReleaseProbe() { f.released++ }
+func (f *fakeFleet) Spend(b Budget) (time.Duration, Budget, error) {
+	f.spends = append(f.spends, b)
+	if f.err != nil || f.spendWait > 0 {
+		return f.spendWait, Budget{}, f.err
+	}
+	return 0, f.left, nil
+}
 
 func TestFleetPublishesWhatObserveChanged(t *testing.T) {
 	s, f := NewState(), &fakeFleet{}

@@ -528,13 +528,18 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	// Fleet mode (fleet.go): the probe and the declared windows are claimed
 	// fleet-wide too, outside the lock, so that no request waits on another
 	// one's round trip to the store.
-	if f := s.fleet.f; f != nil && (probe || s.declared.active()) {
-		rpm, tpm := s.declared.rpm, s.declared.tpm
-		s.mu.Unlock()
-		if !s.acquireFleet(f, now, tokens, probe, rpm, tpm) {
-			return Attempt{}, false // it freed the probe and noted when to ask again
+	var spent Budget // what the fleet's budget holds after this attempt
+	if f := s.fleet.f; f != nil {
+		b := s.budgetLocked(now, tokens)
+		if probe || s.declared.active() || b.shared() {
+			rpm, tpm := s.declared.rpm, s.declared.tpm
+			s.mu.Unlock()
+			var ok bool
+			if spent, ok = s.acquireFleet(f, now, tokens, probe, rpm, tpm, b); !ok {
+				return Attempt{}, false // it freed the probe and noted when to ask again
+			}
+			s.mu.Lock()
 		}
-		s.mu.Lock()
 	}
 	defer s.mu.Unlock()
 	s.inFlight++
@@ -543,6 +548,8 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	a := Attempt{Sent: now, Probe: probe, Requests: s.requests.current(now), Tokens: s.tokens.current(now)}
 	s.requests.spend(now, 1)
 	s.tokens.spend(now, tokens)
+	s.requests.spentFleet(now, spent.Requests, 1)
+	s.tokens.spentFleet(now, spent.Tokens, s.tokens.expected(tokens))
 	s.declared.record(now, tokens)
 	s.seq++
 	a.seq, a.tokens = s.seq, max(tokens, 0)

@@ -15,6 +15,7 @@ type binding struct {
 	id                                    string
 	st                                    *capacity.State
 	stateKey, logKey, tokensKey, probeKey string
+	budgetKey                             string
 
 	mu         sync.Mutex
 	probeToken string  // the probe claim this instance holds ("" = none)
@@ -87,6 +88,47 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 		return 0, nil
 	}
 	return max(time.Duration(res[1])*time.Millisecond, time.Millisecond), nil
+}
+
+// Spend implements capacity.Fleet with spendScript, bounded by the store's
+// timeout.
+func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, error) {
+	s := b.s
+	none := capacity.Budget{Requests: capacity.BudgetWindow{Limit: -1}, Tokens: capacity.BudgetWindow{Limit: -1}}
+	if !s.available() {
+		s.obs.Fallback("spend")
+		return 0, none, ErrUnavailable
+	}
+	args := make([]any, 0, 10)
+	for _, w := range []capacity.BudgetWindow{bu.Requests, bu.Tokens} {
+		if w.Limit < 0 {
+			args = append(args, -1, 0, 0, 0, 0)
+			continue
+		}
+		args = append(args, w.Limit, max(w.Remaining, 0), w.Reset.UnixMilli(), max(w.Span.Milliseconds(), 1), max(w.N, 0))
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	res, err := spendScript.Run(ctx, s.client, []string{b.budgetKey}, args...).Int64Slice()
+	if err == nil && len(res) != 6 {
+		err = errBadReply
+	}
+	if err != nil {
+		s.fail("spend", err)
+		s.obs.Fallback("spend")
+		return 0, none, err
+	}
+	if res[0] == 0 {
+		return max(time.Duration(res[1])*time.Millisecond, time.Millisecond), none, nil
+	}
+	left := none
+	if bu.Requests.Limit >= 0 {
+		left.Requests = capacity.BudgetWindow{Limit: bu.Requests.Limit, Remaining: res[2], Reset: time.UnixMilli(res[3]), Span: bu.Requests.Span}
+	}
+	if bu.Tokens.Limit >= 0 {
+		left.Tokens = capacity.BudgetWindow{Limit: bu.Tokens.Limit, Remaining: res[4], Reset: time.UnixMilli(res[5]), Span: bu.Tokens.Span}
+	}
+	return 0, left, nil
 }
 
 // ClaimProbe implements capacity.Fleet: SET NX with a TTL, so that a claim

@@ -107,3 +107,67 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 `)
+
+// spendScript takes one attempt's share from a deployment's budget: its
+// stated windows (requests r, tokens t), one for the whole fleet. A window
+// the hash does not hold yet starts as the calling instance knows it; a
+// window whose reset passed (by Redis' clock) is full again, its next reset
+// a span later. When a window holds less than the share (a share larger
+// than the whole window goes on a full one), nothing is taken. Within the
+// same window, what the instance knows corrects the budget: a later reset
+// (an answer stated it) and less left. The hash
+// expires a span after its last reset.
+//
+//	KEYS[1]  the budget hash
+//	ARGV     per window (r, then t): limit (-1: not asked), remaining,
+//	         reset (Unix ms), span (ms), share
+//
+// It returns {1, 0, r left, r reset, t left, t reset} when the share was
+// taken, {0, wait in ms, ...} when a window is spent for that long.
+var spendScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local names = {'r', 't'}
+local left, reset, wait = {-1, -1}, {0, 0}, 0
+for i = 1, 2 do
+  local b = (i - 1) * 5
+  local lim, lrem, lreset, span, n = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  if lim >= 0 then
+    local r = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_left') or '-1')
+    local rs = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_reset') or '0')
+    if r < 0 then
+      r, rs = lrem, lreset
+    end
+    if rs <= now then
+      rs = rs + span * (math.floor((now - rs) / span) + 1)
+      r = lim
+    end
+    -- The same window as the instance knows it: an answer may have told
+    -- it a later reset, or less left (the provider's count is the truth).
+    if math.abs(lreset - rs) * 2 <= span then
+      rs = math.max(rs, lreset)
+      r = math.min(r, lrem)
+    end
+    if r < math.max(math.min(n, lim), 1) then
+      wait = math.max(wait, rs - now)
+    end
+    left[i], reset[i] = r, rs
+  end
+end
+if wait > 0 then
+  return {0, wait, left[1], reset[1], left[2], reset[2]}
+end
+local exp = 0
+for i = 1, 2 do
+  if left[i] >= 0 then
+    local b = (i - 1) * 5
+    left[i] = math.max(left[i] - tonumber(ARGV[b + 5]), 0)
+    redis.call('HSET', KEYS[1], names[i] .. '_left', left[i], names[i] .. '_reset', reset[i])
+    exp = math.max(exp, reset[i] + tonumber(ARGV[b + 4]))
+  end
+end
+if exp > 0 then
+  redis.call('PEXPIREAT', KEYS[1], exp)
+end
+return {1, 0, left[1], reset[1], left[2], reset[2]}
+`)

@@ -81,10 +81,10 @@ type Options struct {
 // for concurrent use.
 type Observer interface {
 	// Error reports a failed or timed-out Redis operation: op is one of
-	// reserve, probe, publish, sync, subscribe.
+	// reserve, spend, probe, publish, sync, subscribe.
 	Error(op string)
 	// Fallback reports a request-path decision made on local state alone
-	// because the store could not answer: op is reserve or probe.
+	// because the store could not answer: op is reserve, spend or probe.
 	Fallback(op string)
 	// Up reports the store becoming reachable (true) or not.
 	Up(up bool)
@@ -224,7 +224,8 @@ func (s *Store) Bind(identity string, st *capacity.State) {
 	// Hash tags keep one deployment's keys in one Redis Cluster slot.
 	base := s.prefix + "{" + id + "}:"
 	b := &binding{s: s, id: id, st: st,
-		stateKey: base + "state", logKey: base + "declared", tokensKey: base + "declared_tokens", probeKey: base + "probe"}
+		stateKey: base + "state", logKey: base + "declared", tokensKey: base + "declared_tokens", probeKey: base + "probe",
+		budgetKey: base + "budget"}
 	s.bindings[id] = b
 	s.mu.Unlock()
 	if old != nil {

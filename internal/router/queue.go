@@ -85,7 +85,12 @@ type waiter struct {
 	priority int
 	arrival  uint64
 	tokens   int64
+	reserve  float64
 	since    time.Time
+	deadline time.Time
+	// late: the head found the forecast cannot serve it in time, and woke
+	// it to see for itself.
+	late atomic.Bool
 
 	mu     sync.Mutex
 	kicked bool
@@ -244,6 +249,10 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	if r.forecastLate(g.Deployments, cands, ahead+1, tokensAhead+me.tokens, need.Reserve, now, deadline) {
 		return r.unservable(g.Deployments, cands, ahead+1, tokensAhead+me.tokens, need.Reserve, now, deadline)
 	}
+	me.late.Store(false)
+	if ahead == 0 {
+		r.pruneTail(g, cands, now)
+	}
 	if ahead > 0 || ready > 0 {
 		return me.sleep(ctx, r.Clock, deadline.Sub(now))
 	}
@@ -257,6 +266,36 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	r.debug("waiting for a cooling deployment",
 		zap.String("deployment", g.Deployments[c.i].Name), zap.Duration("wait", wait))
 	return me.sleep(ctx, r.Clock, wait)
+}
+
+// pruneTail wakes, from the back of the queue, the waiting requests the
+// forecast can no longer serve before their deadlines (another instance of
+// a fleet took its share, a window was smaller than stated), so that they
+// get their 429 now rather than at their deadline. The head calls it each
+// time it looks; it stops at the first request that can still be served.
+func (r *Router) pruneTail(g *Group, cands []scored, now time.Time) {
+	q := &g.queue
+	if q.n.Load() < 2 {
+		return
+	}
+	q.mu.Lock()
+	waiting := slices.Clone(q.waiting)
+	q.mu.Unlock()
+	tokens := make([]int64, len(waiting)+1) // tokens[i]: of those before i
+	for i, w := range waiting {
+		tokens[i+1] = tokens[i] + w.tokens
+	}
+	for i := len(waiting) - 1; i > 0; i-- {
+		w := waiting[i]
+		if w.late.Load() {
+			continue
+		}
+		if !r.forecastLate(g.Deployments, cands, int64(i+1), tokens[i+1], w.reserve, now, w.deadline) {
+			return
+		}
+		w.late.Store(true)
+		w.kick()
+	}
 }
 
 // forecast sums what the candidates' known windows let start from now until

@@ -344,9 +344,16 @@ func TestTheQueueIsFirstComeFirstServedWithinAPriority(t *testing.T) {
 		}
 		r.ServeGroup(context.Background(), g, reqs[i])
 	})
-	want := []string{"high0", "high1", "high2", "high3", "high4", "high5", "low0", "low1", "low2", "low3", "low4", "low5"}
-	if !slices.Equal(p.order, want) {
-		t.Errorf("expected the next window to serve\n%v\ngot\n%v", want, p.order)
+	// The next window serves the six high-priority requests and the four
+	// first low-priority ones (within a window, attempts run concurrently:
+	// the provider may see them in any order); the window after, the rest.
+	if len(p.order) != 12 {
+		t.Fatalf("expected 12 served, got %v", p.order)
+	}
+	first, second := slices.Sorted(slices.Values(p.order[:10])), slices.Sorted(slices.Values(p.order[10:]))
+	want := []string{"high0", "high1", "high2", "high3", "high4", "high5", "low0", "low1", "low2", "low3"}
+	if !slices.Equal(first, want) || !slices.Equal(second, []string{"low4", "low5"}) {
+		t.Errorf("expected the next window to serve\n%v\nthen %v, got\n%v", want, []string{"low4", "low5"}, p.order)
 	}
 	if p.got429 != 0 {
 		t.Errorf("expected no upstream 429, got %d", p.got429)

@@ -277,7 +277,8 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		ready := readyFirst(cands, now)
 		if ready == 0 || !g.queue.first(me, req.Priority) {
 			if me == nil {
-				me = &waiter{priority: req.Priority, arrival: arrivals.Add(1), tokens: req.Tokens, since: now}
+				me = &waiter{priority: req.Priority, arrival: arrivals.Add(1), tokens: req.Tokens,
+					reserve: need.Reserve, since: now, deadline: deadline}
 				g.queue.join(me)
 				r.observeQueue(g)
 			}

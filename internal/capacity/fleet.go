@@ -44,8 +44,8 @@ type Fleet interface {
 	// not hold yet starts as this instance knows it. A positive wait means
 	// a window is spent for that long and nothing was taken; else left is
 	// what each window holds after the attempt (Remaining and Reset; a
-	// window not asked for has Limit provider.Unknown). An error means the
-	// fleet could not answer.
+	// window not asked for has Limit provider.Unknown), or holds now when
+	// nothing was taken. An error means the fleet could not answer.
 	Spend(b Budget) (wait time.Duration, left Budget, err error)
 }
 
@@ -239,11 +239,13 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 		}
 		owned = err == nil
 	}
-	refuse := func(wait time.Duration) (Budget, bool) {
+	refuse := func(wait time.Duration, left Budget) (Budget, bool) {
 		s.mu.Lock()
 		if probe {
 			s.probing = false
 		}
+		s.requests.spentFleet(now, left.Requests, 0) // what the fleet holds
+		s.tokens.spentFleet(now, left.Tokens, 0)
 		s.fleet.reservedUntil = now.Add(wait)
 		s.mu.Unlock()
 		if owned {
@@ -255,7 +257,7 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 	if b.shared() {
 		wait, l, err := f.Spend(b)
 		if err == nil && wait > 0 {
-			return refuse(wait)
+			return refuse(wait, l)
 		}
 		if err == nil {
 			left = l
@@ -263,7 +265,7 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 	}
 	if rpm > 0 || tpm > 0 {
 		if wait, err := f.Reserve(rpm, tpm, tokens); err == nil && wait > 0 {
-			return refuse(wait)
+			return refuse(wait, left)
 		}
 	}
 	if owned {

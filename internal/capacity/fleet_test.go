@@ -276,3 +276,42 @@ func TestStaleSuccessDoesNotRefillALowWindow(t *testing.T) {
 		t.Errorf("expected 2 acquisitions with 2 left, got %d", n)
 	}
 }
+
+// A deployment whose window is known spends it through the fleet: the
+// fleet's count becomes the state's, and a fleet that says the window is
+// spent refuses the attempt until its reset.
+func TestFleetBudget(t *testing.T) {
+	s, f := NewState(), &fakeFleet{}
+	s.SetFleet(f)
+	s.Acquire(t0, 100) // nothing known yet: the fleet holds no budget
+	if len(f.spends) != 0 {
+		t.Fatalf("expected no spend while the window is unknown, got %+v", f.spends)
+	}
+	ok := provider.NewObservation(provider.OK)
+	ok.Requests = provider.Window{Limit: 10, Remaining: 9, Reset: 10 * time.Second}
+	s.Observe(t0, ok, DefaultPolicy)
+	f.left = Budget{Requests: BudgetWindow{Limit: 10, Remaining: 3, Reset: t0.Add(10 * time.Second)}, Tokens: BudgetWindow{Limit: provider.Unknown}}
+	if !s.Acquire(t0, 100) {
+		t.Fatal("expected the attempt let through")
+	}
+	sp := f.spends[len(f.spends)-1]
+	if sp.Requests.Limit != 10 || sp.Requests.Remaining != 9 || sp.Requests.N != 1 || sp.Tokens.Limit != provider.Unknown ||
+		!sp.Requests.Reset.Equal(t0.Add(10*time.Second+ResetMargin)) || sp.Requests.Span != 10*time.Second {
+		t.Errorf("expected the requests window asked for, got %+v", sp)
+	}
+	if r := s.Snapshot(t0).RemainingRequests; r != 3 {
+		t.Errorf("expected the fleet's 3 left, got %d", r)
+	}
+	f.spendWait = 4 * time.Second
+	if s.Acquire(t0, 100) {
+		t.Fatal("expected the attempt refused by the fleet")
+	}
+	if at, why := s.AvailableAt(t0, 100); !at.Equal(t0.Add(4*time.Second)) || why != provider.RateLimited {
+		t.Errorf("expected to wait for the fleet's reset, got %v %s", at.Sub(t0), why)
+	}
+	// An unreachable fleet leaves the decision to local knowledge.
+	f.spendWait, f.err = 0, errors.New("down")
+	if !s.Acquire(t0.Add(5*time.Second), 100) {
+		t.Error("expected local knowledge to let the attempt through")
+	}
+}

@@ -118,15 +118,15 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		s.obs.Fallback("spend")
 		return 0, none, err
 	}
-	if res[0] == 0 {
-		return max(time.Duration(res[1])*time.Millisecond, time.Millisecond), none, nil
-	}
 	left := none
 	if bu.Requests.Limit >= 0 {
 		left.Requests = capacity.BudgetWindow{Limit: bu.Requests.Limit, Remaining: res[2], Reset: time.UnixMilli(res[3]), Span: bu.Requests.Span}
 	}
 	if bu.Tokens.Limit >= 0 {
 		left.Tokens = capacity.BudgetWindow{Limit: bu.Tokens.Limit, Remaining: res[4], Reset: time.UnixMilli(res[5]), Span: bu.Tokens.Span}
+	}
+	if res[0] == 0 {
+		return max(time.Duration(res[1])*time.Millisecond, time.Millisecond), left, nil
 	}
 	return 0, left, nil
 }

@@ -515,3 +515,54 @@ func TestNewRejectsBadURL(t *testing.T) {
 		}
 	}
 }
+
+// Two instances that both learned a window of 10 requests spend one budget
+// between them: 10 attempts in all, not 10 each; the rest wait for the
+// reset, after which the window is full again, for the whole fleet.
+func TestBudgetIsSpentOncePerFleet(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a, b := newInstance(t, url, time.Minute, 0, 0), newInstance(t, url, time.Minute, 0, 0)
+		now := time.Now()
+		ok := provider.NewObservation(provider.OK)
+		ok.Requests = provider.Window{Limit: 10, Remaining: 10, Reset: 3 * time.Second}
+		for _, in := range []*instance{a, b} {
+			in.state.Observe(now, ok, capacity.DefaultPolicy)
+		}
+		took := 0
+		for i := range 20 {
+			in := []*instance{a, b}[i%2]
+			if in.state.Acquire(now, 10) {
+				took++
+				in.state.Release()
+			}
+		}
+		if took != 10 {
+			t.Fatalf("expected 10 attempts from the fleet's budget of 10, got %d", took)
+		}
+		for _, in := range []*instance{a, b} {
+			at, why := in.state.AvailableAt(now, 10)
+			if at.Sub(now) < 2*time.Second || why != provider.RateLimited {
+				t.Errorf("expected the deployment spent until the reset, got %v (%s)", at.Sub(now), why)
+			}
+			if r := in.state.Snapshot(now).RemainingRequests; r != 0 {
+				t.Errorf("expected each instance to see the fleet's budget (0 left), got %d", r)
+			}
+		}
+		if m != nil {
+			return // miniredis' TIME does not follow SetTime inside scripts
+		}
+		later := now.Add(3*time.Second + capacity.ResetMargin + 100*time.Millisecond)
+		time.Sleep(time.Until(later))
+		took = 0
+		for i := range 20 {
+			in := []*instance{a, b}[i%2]
+			if in.state.Acquire(later, 10) {
+				took++
+				in.state.Release()
+			}
+		}
+		if took != 10 {
+			t.Errorf("after the reset: expected the fleet's window full again (10), got %d", took)
+		}
+	})
+}

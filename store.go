@@ -22,8 +22,9 @@ import (
 //
 // In fleet mode the instances share each deployment's circuit (open until,
 // why; the half-open probe is claimed by one instance of the fleet) and the
-// rate-limit windows its provider stated, and count the declared rpm/tpm
-// over one fleet-wide sliding minute. Routing stays on local state: no
+// rate-limit windows its provider stated, spend each stated window as one
+// budget for the whole fleet (atomically, full again at its reset), and
+// count the declared rpm/tpm over one fleet-wide sliding minute. Routing stays on local state: no
 // request waits on Redis longer than Timeout, and when Redis is slow or
 // down each instance routes on what it knows, logs it once, counts it in
 // llm_router_store_errors_total and llm_router_store_fallbacks_total, and
@@ -32,9 +33,16 @@ type StoreConfig struct {
 	// Type is "memory" (default) or "redis".
 	Type string `json:"type"`
 
-	// URL is the Redis URL (redis only): redis://[[user]:password@]host[:port][/db],
-	// or rediss:// for TLS. Placeholders such as {env.REDIS_URL} are
-	// replaced at load; use one when the URL holds a password.
+	// URL is the Redis URL (redis only), by scheme (rediss for TLS):
+	//
+	//	redis://[[user]:password@]host[:port][/db]                 one server
+	//	redis+cluster://[[user]:password@]host:port?addr=host2:port&addr=...
+	//	                                                           a Redis Cluster (any of its nodes)
+	//	redis+sentinel://host:port?addr=host2:port&master_name=<name>
+	//	                                                           a primary its Sentinels watch
+	//
+	// Valkey alike. Placeholders such as {env.REDIS_URL} are replaced at
+	// load; use one when the URL holds a password.
 	URL string `json:"url,omitempty"`
 
 	// KeyPrefix starts every key and the notification channel, so that
@@ -42,7 +50,8 @@ type StoreConfig struct {
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
 	// Timeout bounds each Redis call on the request path (claiming a
-	// half-open probe, counting a declared rpm/tpm). Default: 50ms.
+	// half-open probe, spending a stated window's budget, counting a
+	// declared rpm/tpm). Default: 50ms.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
 	// PollInterval is how often each instance rereads the fleet's state (what

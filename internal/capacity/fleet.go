@@ -13,10 +13,11 @@ import (
 // A State bound to a Fleet (SetFleet) stays the fast path: ranking reads
 // only local memory. The State tells its Fleet what changed after each
 // Observe (Publish, which must not block), and the Fleet folds what other
-// instances learned into the State (Merge) in the background. Only two
-// decisions ask the fleet on the request path, both in Acquire and outside
-// the State's lock: a half-open circuit's single probe (ClaimProbe), and a
-// deployment with declared rpm/tpm (Reserve). When the fleet cannot answer
+// instances learned into the State (Merge) in the background. Only three
+// decisions ask the fleet on the request path, all in Acquire and outside
+// the State's lock: a half-open circuit's single probe (ClaimProbe), the
+// budget of the windows the provider stated (Spend: one budget for the
+// fleet), and a deployment with declared rpm/tpm (Reserve). When the fleet cannot answer
 // (its store is slow or down), the State decides on local knowledge alone.
 
 // Fleet is what a State needs of a fleet store, bound to one deployment.

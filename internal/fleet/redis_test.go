@@ -51,6 +51,7 @@ type redisProc struct {
 	path string
 	port int
 	dir  string
+	args []string // more redis-server arguments
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -69,8 +70,9 @@ func startRedis(t testing.TB, port int) *redisProc {
 
 func (r *redisProc) start(t testing.TB) {
 	t.Helper()
-	cmd := exec.Command(r.path, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.dir)
+	args := append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir}, r.args...)
+	cmd := exec.Command(r.path, args...)
 	logf, err := os.Create(filepath.Join(r.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano())))
 	if err != nil {
 		t.Fatal(err)

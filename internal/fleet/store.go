@@ -3,15 +3,17 @@
 //
 // What is shared, per deployment: its circuit (open until, why, consecutive
 // failures) and the provider-stated rate-limit windows (limit, remaining,
-// reset), the newest learning of each winning; the half-open circuit's
-// single probe, claimed fleet-wide; and the operator's declared rpm/tpm,
-// counted over one fleet-wide sliding minute, atomically.
+// reset), the newest learning of each winning; the budget of those windows,
+// one for the fleet, spent atomically by every attempt and full again at
+// its reset; the half-open circuit's single probe, claimed fleet-wide; and
+// the operator's declared rpm/tpm, counted over one fleet-wide sliding
+// minute, atomically.
 //
 // Local state stays the fast path. Ranking never waits on Redis: what other
 // instances learn arrives in the background, by pub/sub as it happens and
-// by polling every PollInterval to resynchronize. Only a half-open probe and
-// a deployment with declared rpm/tpm ask Redis on the request path, bounded
-// by Timeout. When Redis is slow or down, the store says so once in the log,
+// by polling every PollInterval to resynchronize. Only a half-open probe, a
+// deployment whose stated windows are known (its budget) and one with
+// declared rpm/tpm ask Redis on the request path, bounded by Timeout. When Redis is slow or down, the store says so once in the log,
 // counts it (Observer), stops asking on the request path (the instance
 // routes on local state alone), and resynchronizes when Redis answers again.
 //
@@ -27,9 +29,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,8 +60,8 @@ var ErrUnavailable = errors.New("fleet store unavailable")
 
 // Options configure a Store.
 type Options struct {
-	// URL is the Redis URL: redis://[[user]:password@]host[:port][/db] or
-	// rediss:// for TLS (go-redis' ParseURL).
+	// URL is the Redis URL (see ParseStoreURL): one server, a Redis
+	// Cluster or a Sentinel-watched primary; Valkey alike.
 	URL string
 	// KeyPrefix starts every key and the notification channel.
 	// Default: "llm_router:".
@@ -106,7 +108,7 @@ const (
 // Store is a Redis fleet store. New starts its background work (a
 // subscriber, a writer and a poller); Close stops it.
 type Store struct {
-	client             *redis.Client
+	client             redis.UniversalClient
 	addr               string // for logs: host:port, never the URL (it may hold a password)
 	prefix, channel    string
 	timeout, bgTimeout time.Duration
@@ -139,10 +141,9 @@ type release struct{ key, token string }
 // New checks the options and starts the store. It does not wait for Redis:
 // a store that cannot reach it serves local state until it can.
 func New(o Options) (*Store, error) {
-	opt, err := redis.ParseURL(o.URL)
+	opt, err := ParseStoreURL(o.URL)
 	if err != nil {
-		// go-redis' errors quote no part of the URL but its scheme.
-		return nil, fmt.Errorf("redis url: %v", err)
+		return nil, err
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = DefaultKeyPrefix
@@ -166,6 +167,7 @@ func New(o Options) (*Store, error) {
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	opt.MaxRetries = -1
+	opt.MaxRedirects = 3  // a cluster's MOVED and ASK answers
 	opt.DialerRetries = 1 // the poller tries again every PollInterval
 	opt.DialTimeout = o.Timeout
 	opt.PoolTimeout = o.Timeout
@@ -177,8 +179,8 @@ func New(o Options) (*Store, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	s := &Store{
-		client:    redis.NewClient(opt),
-		addr:      opt.Addr,
+		client:    redis.NewUniversalClient(opt),
+		addr:      strings.Join(opt.Addrs, ","),
 		prefix:    o.KeyPrefix,
 		channel:   o.KeyPrefix + "events",
 		timeout:   o.Timeout,

@@ -345,7 +345,7 @@ func contentionMocks(sc contentionScenario) string {
 
 func contentionRouter(sc contentionScenario, instance int, store string) string {
 	var s strings.Builder
-	fmt.Fprintf(&s, "{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n\tpersist_config off\n\tgrace_period 1ns\n}\n", contAdminBase+instance)
+	fmt.Fprintf(&s, "{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n\tpersist_config off\n\tgrace_period 1ns\n\tlog {\n\t\tlevel DEBUG\n\t}\n}\n", contAdminBase+instance)
 	fmt.Fprintf(&s, "\nhttp://127.0.0.1:%d {\n\tllm_router /v1/* {\n\t\tdeadline %s\n\t\tmax_attempts 8\n", contRouterBase+instance, sc.deadline)
 	if store != "" {
 		fmt.Fprintf(&s, "\t\t%s\n", store)

@@ -183,8 +183,10 @@ func (w *window) nextReset(now time.Time) time.Time {
 	if w.span <= 0 {
 		return time.Time{}
 	}
+	// A window that starts with its first request after the last one
+	// ended starts a little after the router's reset: a margin each time.
 	n := now.Sub(w.reset)/w.span + 1
-	return w.reset.Add(n * w.span)
+	return w.reset.Add(n*w.span + ResetMargin)
 }
 
 // keep is the share of the limit an attempt must leave unspent (reserve).
@@ -286,11 +288,14 @@ func (w *window) shareOf(n int64) int64 {
 }
 
 // forecastUnits is forecast in the router's estimate units: what the
-// window lets start, divided by what it counts per unit estimated.
+// window lets start, divided by what it counts per unit estimated;
+// provider.Unknown until that is learned (the estimate, prompt plus
+// max_tokens, only bounds what a provider counts from above: no request is
+// refused early on it).
 func (w *window) forecastUnits(now, until time.Time, reserve float64) int64 {
 	f := w.forecast(now, until, reserve)
 	if f < 0 || w.ratio <= 0 {
-		return f
+		return provider.Unknown
 	}
 	return int64(float64(f) / w.ratio)
 }

@@ -96,7 +96,7 @@ func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64) {
 		w.own, w.ownReset = 0, left.Reset
 	}
 	w.own += n
-	if used := left.Limit - left.Remaining; used > 0 && used >= max(2, left.Limit/4) {
+	if used := left.Limit - left.Remaining; n > 0 && used > 0 && used >= max(2, left.Limit/4) {
 		w.share = min(max(float64(w.own)/float64(used), minShare), 1)
 	}
 }

@@ -99,7 +99,7 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		s.obs.Fallback("spend")
 		return 0, none, ErrUnavailable
 	}
-	args := make([]any, 0, 10)
+	args := make([]any, 0, 11)
 	for _, w := range []capacity.BudgetWindow{bu.Requests, bu.Tokens} {
 		if w.Limit < 0 {
 			args = append(args, -1, 0, 0, 0, 0)
@@ -107,6 +107,7 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		}
 		args = append(args, w.Limit, max(w.Remaining, 0), w.Reset.UnixMilli(), max(w.Span.Milliseconds(), 1), max(w.N, 0))
 	}
+	args = append(args, capacity.ResetMargin.Milliseconds())
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	res, err := spendScript.Run(ctx, s.client, []string{b.budgetKey}, args...).Int64Slice()

@@ -112,7 +112,7 @@ return 0
 // stated windows (requests r, tokens t), one for the whole fleet. A window
 // the hash does not hold yet starts as the calling instance knows it; a
 // window whose reset passed (by Redis' clock) is full again, its next reset
-// a span later. When a window holds less than the share (a share larger
+// a span (and a margin) later. When a window holds less than the share (a share larger
 // than the whole window goes on a full one), nothing is taken. Within the
 // same window, what the instance knows corrects the budget: a later reset
 // (an answer stated it) and less left. The hash
@@ -120,7 +120,8 @@ return 0
 //
 //	KEYS[1]  the budget hash
 //	ARGV     per window (r, then t): limit (-1: not asked), remaining,
-//	         reset (Unix ms), span (ms), share
+//	         reset (Unix ms), span (ms), share; then the margin added to
+//	         each reset (ms; a provider's window may start a little later)
 //
 // It returns {1, 0, r left, r reset, t left, t reset} when the share was
 // taken, {0, wait in ms, ...} when a window is spent for that long.
@@ -138,15 +139,15 @@ for i = 1, 2 do
     if r < 0 then
       r, rs = lrem, lreset
     end
-    if rs <= now then
-      rs = rs + span * (math.floor((now - rs) / span) + 1)
-      r = lim
-    end
     -- The same window as the instance knows it: an answer may have told
     -- it a later reset, or less left (the provider's count is the truth).
     if math.abs(lreset - rs) * 2 <= span then
       rs = math.max(rs, lreset)
       r = math.min(r, lrem)
+    end
+    if rs <= now then
+      rs = rs + span * (math.floor((now - rs) / span) + 1) + tonumber(ARGV[11])
+      r = lim
     end
     if r < math.max(math.min(n, lim), 1) then
       wait = math.max(wait, rs - now)

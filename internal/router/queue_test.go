@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -424,5 +428,84 @@ func TestALeavingClientLeavesTheQueue(t *testing.T) {
 	if !slices.Equal(p.order, []string{"next"}) {
 		t.Errorf("expected the next request served, got %v", p.order)
 	}
-	_ = provider.OK
+}
+
+// countingObserver counts what the router reports.
+type countingObserver struct {
+	mu          sync.Mutex
+	unpredicted map[string]int
+	queued      []int
+	waits       int
+}
+
+func (o *countingObserver) Attempt(*Deployment, provider.Class, time.Duration) {}
+func (o *countingObserver) FirstToken(*Deployment, time.Duration)              {}
+func (o *countingObserver) Failover(*Deployment, provider.Class)               {}
+func (o *countingObserver) Queue(_ *Group, n int) {
+	o.mu.Lock()
+	o.queued = append(o.queued, n)
+	o.mu.Unlock()
+}
+func (o *countingObserver) QueueWait(*Group, time.Duration) {
+	o.mu.Lock()
+	o.waits++
+	o.mu.Unlock()
+}
+func (o *countingObserver) Unpredicted(d *Deployment) {
+	o.mu.Lock()
+	o.unpredicted[d.Name]++
+	o.mu.Unlock()
+}
+
+// A 429 the budget did not predict (someone else spent the account) is
+// counted, logged at debug level with what the router believed, and sets
+// the budget from the provider's count: the next request does not try the
+// deployment again before the reset.
+func TestAnUnpredicted429CorrectsTheBudget(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	r.Logger = zap.New(core)
+	obs := &countingObserver{unpredicted: map[string]int{}}
+	r.Observer = obs
+	p.mu.Lock()
+	p.start, p.used = c.Now(), 7 // another client of the account took 7
+	p.mu.Unlock()
+	for range 3 {
+		if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil {
+			t.Fatalf("expected 3 served, got %v", res.Err)
+		}
+	}
+	r.Deadline = 5 * time.Second
+	res := r.ServeGroup(context.Background(), g, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != 429 {
+		t.Fatalf("expected a 429 at once, got %+v", res)
+	}
+	if obs.unpredicted["a"] != 0 || p.got429 != 0 {
+		t.Fatalf("the answers stated the window: expected no unpredicted 429, got %v (provider %d)", obs.unpredicted, p.got429)
+	}
+	// Now the provider's window is spent by someone else without any
+	// answer saying so: the budget believes 10 are left.
+	c.advanceTo(c.Now().Add(10*time.Second + time.Second))
+	p.mu.Lock()
+	p.start, p.used = c.Now(), 10
+	p.mu.Unlock()
+	res = r.ServeGroup(context.Background(), g, chatReq)
+	if !errors.As(res.Err, &e) || e.Status != 429 || res.Attempts != 1 {
+		t.Fatalf("expected one attempt and a 429, got %+v", res)
+	}
+	if obs.unpredicted["a"] != 1 || p.got429 != 1 {
+		t.Errorf("expected the provider's 429 counted as unpredicted once, got %v (provider %d)", obs.unpredicted, p.got429)
+	}
+	lines := logs.FilterMessage("rate-limited although the budget had room").All()
+	if len(lines) != 1 || lines[0].ContextMap()["believed_requests"] != int64(10) {
+		t.Errorf("expected one debug line with the budget believed (10), got %+v", lines)
+	}
+	if snap := g.Deployments[0].State.Snapshot(c.Now()); snap.RemainingRequests != 0 {
+		t.Errorf("expected the budget set from the provider's count (0), got %d", snap.RemainingRequests)
+	}
+	res = r.ServeGroup(context.Background(), g, chatReq)
+	if !errors.As(res.Err, &e) || e.Status != 429 || res.Attempts != 0 || p.got429 != 1 {
+		t.Errorf("expected the next request answered without an attempt, got %+v (provider 429s %d)", res, p.got429)
+	}
 }

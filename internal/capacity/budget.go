@@ -72,8 +72,14 @@ type window struct {
 // when it is sent, stands. A statement of an earlier window (an answer
 // that comes after the router started the next one) changes no count.
 func (w *window) update(now time.Time, o provider.Window, since, estimate int64) {
-	if o.Limit >= 0 {
+	// A limit of 0 would block the deployment for good (no attempt, no
+	// answer to say otherwise): a provider that allows nothing says so
+	// with its errors, not with a budget.
+	if o.Limit > 0 {
 		w.limit = o.Limit
+		if o.Remaining > o.Limit {
+			o.Remaining = o.Limit
+		}
 	}
 	if o.Reset >= 0 {
 		w.span = max(w.span, min(o.Reset, provider.MaxCooldown))

@@ -328,3 +328,18 @@ func TestATokenWindowLearnsWhatItCounts(t *testing.T) {
 		t.Errorf("after the reset: expected 10400 estimated tokens, got %d", tk)
 	}
 }
+
+// Garbage in a provider's headers never blocks a deployment for good: a
+// limit of 0 is no budget, a remaining count above the limit is the limit.
+func TestGarbageWindowsDoNotBlockForGood(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(0, 0, 10*time.Second), DefaultPolicy)
+	if at, _ := s.AvailableAt(t0.Add(11*time.Second), 1); !at.Equal(t0.Add(11 * time.Second)) {
+		t.Errorf("limit 0: expected usable after the stated reset, got %v", at.Sub(t0))
+	}
+	s = NewState()
+	s.Observe(t0, stated(10, 1000, 10*time.Second), DefaultPolicy)
+	if r := s.Snapshot(t0).RemainingRequests; r != 10 {
+		t.Errorf("remaining 1000 of 10: expected 10, got %d", r)
+	}
+}

@@ -209,11 +209,17 @@ func (w *window) keep(reserve float64) int64 {
 // the window is full (alone). A window with nothing known holds nothing
 // back.
 func (w *window) availableAt(now time.Time, n int64, reserve float64) time.Time {
+	if w.remaining < 0 {
+		return now // never stated (the common case: no lookup of the clock)
+	}
 	cur := w.current(now)
 	if cur < 0 {
 		return now
 	}
-	need := w.expected(n) + w.keep(reserve)
+	need := w.expected(n)
+	if reserve > 0 {
+		need += w.keep(reserve)
+	}
 	if w.limit >= 0 {
 		need = min(need, w.limit) // more than the window holds: it goes on a full window
 	}

@@ -359,7 +359,7 @@ func (s *State) availableAt(now time.Time, n Need) (time.Time, provider.Class) {
 	if t := s.fleet.reservedUntil; t.After(at) {
 		at, why = t, provider.RateLimited
 	}
-	if s.slowStarting() && s.inFlight >= SlowStart {
+	if s.inFlight >= SlowStart && s.slowStarting() {
 		if t := now.Add(slowStartWait); t.After(at) {
 			at, why = t, provider.RateLimited
 		}

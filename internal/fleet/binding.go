@@ -110,7 +110,7 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 	args = append(args, capacity.ResetMargin.Milliseconds())
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
-	res, err := spendScript.Run(ctx, s.client, []string{b.budgetKey}, args...).Int64Slice()
+	res, err := spendScript.Run(ctx, s.client, []string{b.budgetKey, b.stateKey}, args...).Int64Slice()
 	if err == nil && len(res) != 6 {
 		err = errBadReply
 	}

@@ -114,11 +114,13 @@ return 0
 // window whose reset passed (by Redis' clock) is full again, its next reset
 // a span (and a margin) later. When a window holds less than the share (a share larger
 // than the whole window goes on a full one), nothing is taken. Within the
-// same window, what the instance knows corrects the budget: a later reset
-// (an answer stated it) and less left. The hash
+// same window, what the instance knows corrects the budget (a later reset
+// an answer stated, and less left), and so does the latest reset any
+// instance learned. The hash
 // expires a span after its last reset.
 //
-//	KEYS[1]  the budget hash
+//	KEYS[1]  the budget hash, KEYS[2] the deployment's state hash (the
+//	         windows as the fleet last learned them; see publishScript)
 //	ARGV     per window (r, then t): limit (-1: not asked), remaining,
 //	         reset (Unix ms), span (ms), share; then the margin added to
 //	         each reset (ms; a provider's window may start a little later)
@@ -144,6 +146,15 @@ for i = 1, 2 do
     if math.abs(lreset - rs) * 2 <= span then
       rs = math.max(rs, lreset)
       r = math.min(r, lrem)
+    end
+    -- The same window as the fleet last learned it (the state hash, which
+    -- any instance's answers update): a later reset.
+    local sv = redis.call('HGET', KEYS[2], names[i])
+    if sv then
+      local ok, w = pcall(cjson.decode, sv)
+      if ok and type(w) == 'table' and type(w.reset) == 'number' and w.reset > 0 and math.abs(w.reset - rs) * 2 <= span then
+        rs = math.max(rs, w.reset)
+      end
     end
     if rs <= now then
       rs = rs + span * (math.floor((now - rs) / span) + 1) + tonumber(ARGV[11])

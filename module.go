@@ -254,6 +254,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.router.Weights = h.Weights.resolve()
 	if rs := h.Reserve; rs != nil {
 		h.router.Reserve = router.Reserve{Share: rs.Percent / 100, MinPriority: rs.MinPriority}
+		if h.Priority == "" && rs.MinPriority > router.DefaultPriority {
+			h.logger.Warn("reserve without priority: every request has the default priority, so the reserved share of each window is never spent",
+				zap.Float64("percent", rs.Percent), zap.Int("min_priority", rs.MinPriority), zap.Int("default_priority", router.DefaultPriority))
+		}
 	}
 	h.metrics = getMetrics()
 	if err := h.metrics.register(ctx.GetMetricsRegistry()); err != nil {

@@ -637,10 +637,10 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 		Circuit:             s.circuit(now),
 		LimitRequests:       s.requests.limit,
 		RemainingRequests:   s.requests.current(now), // -1 once the window refreshed
-		ResetRequests:       s.requests.reset,
+		ResetRequests:       s.requests.nextReset(now), // the next one, once a known window was reset
 		LimitTokens:         s.tokens.limit,
 		RemainingTokens:     s.tokens.current(now),
-		ResetTokens:         s.tokens.reset,
+		ResetTokens:         s.tokens.nextReset(now),
 		DeclaredRPM:         s.declared.rpm,
 		DeclaredTPM:         s.declared.tpm,
 		RequestsLastMinute:  s.declared.requestsIn(now),

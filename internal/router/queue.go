@@ -93,6 +93,7 @@ type waiter struct {
 	late atomic.Bool
 
 	mu     sync.Mutex
+	slept  bool // it waited at least once (one answered 429 at once did not)
 	kicked bool
 	cancel context.CancelFunc // ends the current sleep
 }
@@ -221,7 +222,7 @@ func (w *waiter) sleep(ctx context.Context, c Clock, d time.Duration) error {
 		return nil
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	w.cancel = cancel
+	w.cancel, w.slept = cancel, true
 	w.mu.Unlock()
 	_ = c.Sleep(sctx, d)
 	w.mu.Lock()

@@ -340,14 +340,22 @@ func probe(cands []scored) int {
 	return -1
 }
 
-// leaveQueue takes me out of g's queue and reports its wait.
+// leaveQueue takes me out of g's queue and reports its wait, if it waited
+// (a request answered 429 when it joined did not).
 func (r *Router) leaveQueue(g *Group, me *waiter) {
 	g.queue.leave(me)
-	waited := r.Clock.Now().Sub(me.since)
-	g.waits.Add(1)
-	g.waited.Add(int64(waited))
+	me.mu.Lock()
+	slept := me.slept
+	me.mu.Unlock()
+	if slept {
+		waited := r.Clock.Now().Sub(me.since)
+		g.waits.Add(1)
+		g.waited.Add(int64(waited))
+		if r.Observer != nil {
+			r.Observer.QueueWait(g, waited)
+		}
+	}
 	if r.Observer != nil {
-		r.Observer.QueueWait(g, waited)
 		r.Observer.Queue(g, g.Queued())
 	}
 }

@@ -636,7 +636,7 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 	snap := Snapshot{
 		Circuit:             s.circuit(now),
 		LimitRequests:       s.requests.limit,
-		RemainingRequests:   s.requests.current(now), // -1 once the window refreshed
+		RemainingRequests:   s.requests.current(now),   // -1 once the window refreshed
 		ResetRequests:       s.requests.nextReset(now), // the next one, once a known window was reset
 		LimitTokens:         s.tokens.limit,
 		RemainingTokens:     s.tokens.current(now),

@@ -133,10 +133,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			if !strings.Contains(h.Priority, "{") {
-				if _, err := parsePriority(h.Priority); err != nil {
-					return d.Err(err.Error())
-				}
+			if err := checkPriority(h.Priority); err != nil {
+				return d.Err(err.Error())
 			}
 		case "reserve":
 			rs, err := parseReserve(d)

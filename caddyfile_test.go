@@ -60,6 +60,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"Inf weight", "llm_router {\n weights cost +Inf\n" + providers + "\n model m { deployment p x } }", "non-negative number"},
 		{"bad size", "llm_router {\n max_body lots\n" + providers + "\n model m { deployment p x } }", "invalid size"},
 		{"backoff", "llm_router {\n backoff_base 2s\n backoff_max 1s\n" + providers + "\n model m {\n deployment p x\n }\n}", "must not exceed backoff_max"},
+		{"priority braces", "llm_router {\n priority \"x{\"\n" + providers + "\n model m { deployment p x } }", "unbalanced braces"},
 		{"priority range", "llm_router {\n priority 12\n" + providers + "\n model m { deployment p x } }", "whole number from 0 to 9"},
 		{"reserve syntax", "llm_router {\n reserve 20% for 7\n" + providers + "\n model m { deployment p x } }", "expected reserve <percent>% for priority >= <n>"},
 		{"reserve share", "llm_router {\n reserve 100% for priority >= 7\n" + providers + "\n model m { deployment p x } }", "less than 100%"},

@@ -104,6 +104,31 @@ func (h *Handler) priority(r *http.Request) (int, *api.Error) {
 	return p, nil
 }
 
+// checkPriority checks a configured priority: a number (parsePriority), or
+// text with placeholders, each brace closed.
+func checkPriority(v string) error {
+	if !strings.Contains(v, "{") && !strings.Contains(v, "}") {
+		_, err := parsePriority(v)
+		return err
+	}
+	depth := 0
+	for _, c := range v {
+		switch c {
+		case '{':
+			depth++
+		case '}':
+			depth--
+		}
+		if depth < 0 || depth > 1 {
+			return fmt.Errorf("priority: unbalanced braces in %q", v)
+		}
+	}
+	if depth != 0 {
+		return fmt.Errorf("priority: unbalanced braces in %q", v)
+	}
+	return nil
+}
+
 // parsePriority reads a priority: a whole number from router.MinPriority
 // to router.MaxPriority.
 func parsePriority(v string) (int, error) {

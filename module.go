@@ -21,7 +21,6 @@ import (
 	"math"
 	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -423,8 +422,8 @@ func (h *Handler) validateSettings() error {
 	if h.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
 	}
-	if !strings.Contains(h.Priority, "{") && h.Priority != "" {
-		if _, err := parsePriority(h.Priority); err != nil {
+	if h.Priority != "" {
+		if err := checkPriority(h.Priority); err != nil {
 			return err
 		}
 	}

@@ -60,6 +60,13 @@ type window struct {
 	share    float64
 	own      int64
 	ownReset time.Time
+	// spanSeen is the longest reset stated since the window last rolled
+	// over; the roll makes it the span, so that one odd statement (a reset
+	// of hours) weighs on one window, not on every one after it.
+	spanSeen time.Duration
+	// rolledAt is when the router last started a new span of the window:
+	// an answer to an attempt sent before speaks of the window before.
+	rolledAt time.Time
 }
 
 // update folds what an answer stated of the window at now. since is the
@@ -71,7 +78,7 @@ type window struct {
 // within those bounds the router's own count, which spends each attempt
 // when it is sent, stands. A statement of an earlier window (an answer
 // that comes after the router started the next one) changes no count.
-func (w *window) update(now time.Time, o provider.Window, since, estimate int64) {
+func (w *window) update(now, sent time.Time, o provider.Window, since, estimate int64) {
 	// A limit of 0 would block the deployment for good (no attempt, no
 	// answer to say otherwise): a provider that allows nothing says so
 	// with its errors, not with a budget.
@@ -81,12 +88,21 @@ func (w *window) update(now time.Time, o provider.Window, since, estimate int64)
 			o.Remaining = o.Limit
 		}
 	}
-	if o.Reset >= 0 {
-		w.span = max(w.span, min(o.Reset, provider.MaxCooldown))
+	if sent.Before(w.rolledAt) && w.current(now) >= 0 {
+		return // it speaks of the window before this one
 	}
-	reset := time.Time{} // a count without a reset is only good for this instant
+	if o.Reset >= 0 {
+		d := min(o.Reset, provider.MaxCooldown)
+		w.spanSeen = max(w.spanSeen, d)
+		if w.span <= 0 {
+			w.span = d
+		}
+	}
+	reset := time.Time{} // a count without a reset is only good for this instant...
 	if o.Reset >= 0 {
 		reset = now.Add(min(o.Reset, provider.MaxCooldown) + ResetMargin)
+	} else if w.reset.After(now) {
+		reset = w.reset // ...unless the window's reset is known
 	}
 	if o.Remaining < 0 {
 		if o.Reset >= 0 {
@@ -96,9 +112,6 @@ func (w *window) update(now time.Time, o provider.Window, since, estimate int64)
 	}
 	local := w.current(now)
 	fixed := !w.refilling() && !w.reset.IsZero() && !reset.IsZero() && w.span > 0
-	if local >= 0 && fixed && reset.Before(w.reset.Add(-w.span/2)) {
-		return // it speaks of the window before this one
-	}
 	// A count larger than the last stated one (by more than answers out of
 	// order explain) before the stated reset, with a reset that did not
 	// move a whole window later (a fixed window that rolled over early
@@ -168,7 +181,11 @@ func (w *window) current(now time.Time) int64 {
 		if !now.After(w.at) {
 			return w.remaining
 		}
-		return min(w.limit, w.remaining+int64(w.rate*now.Sub(w.at).Seconds()))
+		add := w.rate * now.Sub(w.at).Seconds()
+		if add >= float64(w.limit-w.remaining) {
+			return w.limit
+		}
+		return w.remaining + int64(add)
 	case w.reset.IsZero():
 		return provider.Unknown
 	case w.reset.After(now):
@@ -190,9 +207,12 @@ func (w *window) nextReset(now time.Time) time.Time {
 		return time.Time{}
 	}
 	// A window that starts with its first request after the last one
-	// ended starts a little after the router's reset: a margin each time.
-	n := now.Sub(w.reset)/w.span + 1
-	return w.reset.Add(n*w.span + ResetMargin)
+	// ended starts a little after the router's reset: a margin each time;
+	// and after a span without a request it starts with the next one.
+	if now.Sub(w.reset) >= w.span {
+		return now.Add(w.span + ResetMargin)
+	}
+	return w.reset.Add(w.span + ResetMargin)
 }
 
 // keep is the share of the limit an attempt must leave unspent (reserve).
@@ -200,7 +220,7 @@ func (w *window) keep(reserve float64) int64 {
 	if reserve <= 0 || w.limit <= 0 {
 		return 0
 	}
-	return int64(math.Ceil(reserve * float64(w.limit)))
+	return int64(reserve * float64(w.limit)) // whole units: no reserve of a window of 1
 }
 
 // availableAt returns when n units (leaving the reserve unspent) are there:
@@ -227,8 +247,11 @@ func (w *window) availableAt(now time.Time, n int64, reserve float64) time.Time 
 		return now
 	}
 	if w.refilling() {
-		missing := float64(max(need, 1) - cur)
-		return now.Add(time.Duration(math.Ceil(missing / w.rate * float64(time.Second))))
+		secs := float64(max(need, 1)-cur) / w.rate
+		if secs >= provider.MaxCooldown.Seconds() {
+			return now.Add(provider.MaxCooldown)
+		}
+		return now.Add(time.Duration(math.Ceil(secs * float64(time.Second))))
 	}
 	if r := w.nextReset(now); r.After(now) {
 		return r
@@ -249,6 +272,10 @@ func (w *window) spend(now time.Time, n int64) {
 			// The provider's window is taken to be full, as far as the
 			// router knows (none of what it spent lately may count).
 			w.reset = w.nextReset(now)
+			w.rolledAt = now
+			if w.spanSeen > 0 {
+				w.span, w.spanSeen = w.spanSeen, 0
+			}
 			w.stated = provider.Unknown
 			if w.carry == 0 {
 				w.stated = w.limit
@@ -276,7 +303,7 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 		return w.shareOf(total)
 	}
 	if w.refilling() {
-		return total + int64(w.rate*until.Sub(now).Seconds())
+		return satAdd(total, int64(min(w.rate*until.Sub(now).Seconds(), math.MaxInt64/4)))
 	}
 	r := w.nextReset(now)
 	switch {
@@ -284,11 +311,23 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 		return provider.Unknown
 	case r.After(until):
 		return w.shareOf(total)
-	case w.span <= 0:
-		return provider.Unknown
+	case w.span <= 0 || w.limit < 0:
+		return provider.Unknown // a window of unknown limit: after its reset, who knows
 	}
 	resets := int64(until.Sub(r)/w.span) + 1
-	return w.shareOf(total + resets*max(w.limit-keep, 0) - w.carry)
+	per := max(w.limit-keep, 0)
+	if resets > 0 && per > (math.MaxInt64/4)/resets {
+		return math.MaxInt64 / 4 // more than anyone will ask
+	}
+	return w.shareOf(satAdd(total, resets*per-w.carry))
+}
+
+// satAdd adds two counts, saturating at a quarter of the int64 range.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64/4-b {
+		return math.MaxInt64 / 4
+	}
+	return a + b
 }
 
 // shareOf is this instance's part of n units of a window the fleet shares.

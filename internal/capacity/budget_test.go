@@ -343,3 +343,71 @@ func TestGarbageWindowsDoNotBlockForGood(t *testing.T) {
 		t.Errorf("remaining 1000 of 10: expected 10, got %d", r)
 	}
 }
+
+// What a bad statement does wears off: one odd reset of hours weighs on one
+// window, not on every one after it; an answer with a count but no reset
+// keeps the reset known; a window of unknown limit forecasts nothing past
+// its reset; huge limits and slow refills do not overflow.
+func TestOddStatementsWearOff(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(10, 9, 60*time.Second), DefaultPolicy)
+	s.Observe(t0, stated(10, 9, 3*time.Hour), DefaultPolicy)
+	now := t0
+	for i := range 30 { // a request every 10 s, each answered truthfully
+		a, ok := s.AcquireAttempt(now, 1)
+		if !ok {
+			t.Fatalf("attempt %d at +%v refused: one 3 h reset blocked the deployment", i+1, now.Sub(t0))
+		}
+		s.ObserveAttempt(a, now, stated(10, 9, 59*time.Second), DefaultPolicy)
+		s.ReleaseAttempt(a)
+		now = now.Add(10 * time.Second)
+	}
+
+	s = NewState()
+	s.Observe(t0, stated(10, 1, 10*time.Second), DefaultPolicy)
+	a, _ := s.AcquireAttempt(t0, 1)
+	s.ObserveAttempt(a, t0, stated(10, 0, provider.Unknown), DefaultPolicy)
+	if at, _ := s.AvailableAt(t0, 1); !at.Equal(t0.Add(10*time.Second + ResetMargin)) {
+		t.Errorf("a count without a reset erased the known reset: available at %v", at.Sub(t0))
+	}
+
+	s = NewState()
+	s.Observe(t0, stated(provider.Unknown, 0, 10*time.Second), DefaultPolicy)
+	if r, _ := s.Forecast(t0, t0.Add(30*time.Second), 0); r != provider.Unknown {
+		t.Errorf("a spent window of unknown limit: expected an unknown forecast past its reset, got %d", r)
+	}
+
+	s = NewState()
+	s.Observe(t0, stated(1<<62, 1<<62, 10*time.Second), DefaultPolicy)
+	if r, _ := s.Forecast(t0, t0.Add(time.Hour), 0); r < 1<<40 {
+		t.Errorf("a huge limit: expected a huge forecast, got %d", r)
+	}
+	b := NewState()
+	tok := provider.NewObservation(provider.OK)
+	tok.Tokens = provider.Window{Limit: 100_000_000, Remaining: 99_000_000, Reset: 100 * time.Hour}
+	b.Observe(t0, tok, DefaultPolicy)
+	tok.Tokens = provider.Window{Limit: 100_000_000, Remaining: 99_500_000, Reset: 50 * time.Hour}
+	b.Observe(t0.Add(time.Hour), tok, DefaultPolicy) // refills continuously, slowly
+	if _, ok := b.AcquireAttempt(t0.Add(time.Hour), 99_500_000); !ok {
+		t.Fatal("expected the bucket's content taken")
+	}
+	if at, _ := b.AvailableAt(t0.Add(time.Hour), 50_000_000); !at.After(t0.Add(2 * time.Hour)) {
+		t.Errorf("50M tokens at 10k/h: expected a long wait, got %v", at.Sub(t0))
+	}
+}
+
+// After a span without a request, a window that starts with its next
+// request is not taken to reset on the old grid, milliseconds away.
+func TestAnIdleWindowStartsWithTheNextRequest(t *testing.T) {
+	s := NewState()
+	s.Observe(t0, stated(10, 9, 10*time.Second), DefaultPolicy)
+	later := t0.Add(45*time.Second + 9800*time.Millisecond) // 0.2 s before a grid reset
+	for range 10 {
+		if _, ok := s.AcquireAttempt(later, 1); !ok {
+			t.Fatal("expected a full window after the idle spell")
+		}
+	}
+	if at, _ := s.AvailableAt(later.Add(time.Second), 1); at.Sub(later) < 10*time.Second {
+		t.Errorf("expected the next window a span after the first request, got %v", at.Sub(later))
+	}
+}

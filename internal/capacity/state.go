@@ -165,11 +165,11 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	}()
 	sinceRequests, sinceTokens := s.countedSince(a)
 	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
-		s.requests.update(now, o.Requests, sinceRequests, 1)
+		s.requests.update(now, a.Sent, o.Requests, sinceRequests, 1)
 		s.requests.seq = max(s.requests.seq, a.seq)
 	}
 	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, a.seq, learned, now) {
-		s.tokens.update(now, o.Tokens, sinceTokens, a.tokens)
+		s.tokens.update(now, a.Sent, o.Tokens, sinceTokens, a.tokens)
 		s.tokens.seq = max(s.tokens.seq, a.seq)
 	}
 	if o.Class == provider.OK || o.Requests.Limit >= 0 || o.Tokens.Limit >= 0 {

@@ -30,6 +30,21 @@ func ParseStoreURL(u string) (*redis.UniversalOptions, error) {
 		return nil, fmt.Errorf("redis url: unknown scheme %q (expected redis, rediss, redis+cluster or redis+sentinel)", truncateScheme(scheme))
 	}
 	plain := base + "://" + rest
+	o, err := parseStoreURL(plain, mode)
+	if err != nil && hasUserinfo(rest) {
+		// An error may quote any part of the URL, the password included.
+		return nil, fmt.Errorf("redis url: cannot be read (check the host, the port, and that the user and password are URL-escaped)")
+	}
+	return o, err
+}
+
+// hasUserinfo reports whether the URL after its scheme may hold
+// credentials (an unescaped password may hold any character but '@').
+func hasUserinfo(rest string) bool {
+	return strings.Contains(rest, "@") || strings.Contains(rest, "password=")
+}
+
+func parseStoreURL(plain, mode string) (*redis.UniversalOptions, error) {
 	switch mode {
 	case "":
 		o, err := redis.ParseURL(plain)
@@ -57,7 +72,7 @@ func ParseStoreURL(u string) (*redis.UniversalOptions, error) {
 			Username: o.Username, Password: o.Password, SentinelUsername: o.SentinelUsername,
 			SentinelPassword: o.SentinelPassword, TLSConfig: o.TLSConfig}, nil
 	}
-	return nil, fmt.Errorf("redis url: unknown scheme %q (expected redis, rediss, redis+cluster or redis+sentinel)", truncateScheme(scheme))
+	return nil, fmt.Errorf("redis url: unknown scheme %q (expected redis, rediss, redis+cluster or redis+sentinel)", "+"+mode)
 }
 
 func truncateScheme(s string) string {

@@ -26,6 +26,12 @@ func TestParseStoreURL(t *testing.T) {
 		"redis://:secret@h:6379/notadb",
 		"redis+cluster://:secret@h:6379?colour=red",
 		"no scheme secret",
+		"redis://:S3cr%t!secret@h:6379",
+		"redis://:pa/secret@h:6379",
+		"redis://:secret @h:6379",
+		"redis://:secret@[h:6379",
+		"redis://:secret@h:port",
+		"redis+cluster://:S3cr%tsecret@h:1?addr=x:1",
 	} {
 		if _, err := ParseStoreURL(bad); err == nil || strings.Contains(err.Error(), "secret") {
 			t.Errorf("%q: expected an error that does not quote the password, got %v", bad, err)

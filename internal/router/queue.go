@@ -91,6 +91,11 @@ type waiter struct {
 	// late: the head found the forecast cannot serve it in time, and woke
 	// it to see for itself.
 	late atomic.Bool
+	// blockedUntil (Unix ns on the router's clock) is set while the head
+	// sleeps because none of its own candidates is free: a request behind
+	// it whose candidates are (another format, no context-length
+	// exclusion, fewer tokens) need not wait for it.
+	blockedUntil atomic.Int64
 
 	mu     sync.Mutex
 	slept  bool // it waited at least once (one answered 429 at once did not)
@@ -123,6 +128,30 @@ func (q *queue) first(w *waiter, p int) bool {
 	return q.waiting[0].priority < p
 }
 
+// headBlocked reports whether the head (not w) sleeps until after now for
+// capacity of its own: w may take capacity the head cannot use.
+func (q *queue) headBlocked(w *waiter, now time.Time) bool {
+	if q.n.Load() < 2 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting) > 1 && q.waiting[0] != w && q.waiting[0].blockedUntil.Load() > now.UnixNano()
+}
+
+// kickSecond wakes the request behind the head.
+func (q *queue) kickSecond() {
+	q.mu.Lock()
+	var w *waiter
+	if len(q.waiting) > 1 {
+		w = q.waiting[1]
+	}
+	q.mu.Unlock()
+	if w != nil {
+		w.kick()
+	}
+}
+
 // join puts w in its place.
 func (q *queue) join(w *waiter) {
 	q.mu.Lock()
@@ -149,8 +178,11 @@ func (q *queue) leave(w *waiter) {
 	q.waiting = slices.Delete(q.waiting, i, i+1)
 	q.n.Store(int32(len(q.waiting)))
 	var next *waiter
-	if i == 0 && len(q.waiting) > 0 {
+	switch {
+	case i == 0 && len(q.waiting) > 0:
 		next = q.waiting[0]
+	case i > 0 && i < len(q.waiting) && q.waiting[0].blockedUntil.Load() > 0:
+		next = q.waiting[i] // went past a blocked head: the next may too
 	}
 	q.mu.Unlock()
 	if next != nil {
@@ -266,6 +298,9 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	}
 	r.debug("waiting for a cooling deployment",
 		zap.String("deployment", g.Deployments[c.i].Name), zap.Duration("wait", wait))
+	me.blockedUntil.Store(now.Add(wait).UnixNano())
+	defer me.blockedUntil.Store(0)
+	g.queue.kickSecond() // it may have capacity the head cannot use
 	return me.sleep(ctx, r.Clock, wait)
 }
 

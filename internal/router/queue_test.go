@@ -514,3 +514,66 @@ func TestAnUnpredicted429CorrectsTheBudget(t *testing.T) {
 		t.Errorf("expected the next request answered without an attempt, got %+v (provider 429s %d)", res, p.got429)
 	}
 }
+
+// byBody answers by the request's body: tooLong for one that says "long".
+type byBody struct {
+	long, short func(*http.Request) (*http.Response, error)
+}
+
+func (b byBody) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(req.Body)
+	req.Body = io.NopCloser(strings.NewReader(string(body)))
+	if strings.Contains(string(body), "long") {
+		return b.long(req)
+	}
+	return b.short(req)
+}
+
+// A head that waits for capacity of its own (only the large deployment
+// takes its prompt, and that one's window is spent) does not hold back the
+// requests behind it that a free deployment can serve.
+func TestAHeadWaitingForItsOwnCapacityDoesNotBlockOthers(t *testing.T) {
+	c := newManualClock()
+	small := deployment("small", nil)
+	small.ContextWindow = 1000
+	small.Transport = byBody{
+		long:  reply(400, `{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}`),
+		short: reply(200, okBody),
+	}
+	small.Quality = 1 // tried first
+	large := deployment("large", nil)
+	lp := &windowed{c: c, limit: 1, span: 20 * time.Second}
+	large.Transport = lp
+	r := New()
+	r.Clock, r.Rand = c, func() float64 { return 0 }
+	r.Deadline, r.MaxAttempts = 30*time.Second, 8
+	g := NewGroup("mixed", []*Deployment{small, large})
+	// Spend large's window: it states 1 per 20 s.
+	large.State.Observe(c.Now(), provider.Observation{Class: provider.OK, RetryAfter: provider.Unknown, Tokens: provider.UnknownWindow,
+		Requests: provider.Window{Limit: 1, Remaining: 0, Reset: 20 * time.Second}}, r.Policy)
+	out := make([]served, 4)
+	simulate(t, c, len(out), func(i int) {
+		for g.Queued() < min(i, 1) { // the long one first, then the short ones
+			time.Sleep(50 * time.Microsecond)
+		}
+		if i > 0 {
+			for g.Queued() < 1 {
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+		req := userReq("short", DefaultPriority)
+		if i == 0 {
+			req = userReq("long", DefaultPriority)
+		}
+		start := c.Now()
+		out[i] = outcomeOf(r.ServeGroup(context.Background(), g, req), c.Now().Sub(start))
+	})
+	if out[0].status != 200 || out[0].at < 20*time.Second {
+		t.Errorf("the long request: expected 200 from large after its reset, got %+v", out[0])
+	}
+	for i, o := range out[1:] {
+		if o.status != 200 || o.at != 0 {
+			t.Errorf("short request %d: expected 200 at once from small, got %+v", i+1, o)
+		}
+	}
+}

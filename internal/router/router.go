@@ -275,7 +275,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			return r.giveUp(res, w, group, now, req)
 		}
 		ready := readyFirst(cands, now)
-		if ready == 0 || !g.queue.first(me, req.Priority) {
+		if ready == 0 || !g.queue.first(me, req.Priority) && !g.queue.headBlocked(me, now) {
 			if me == nil {
 				me = &waiter{priority: req.Priority, arrival: arrivals.Add(1), tokens: req.Tokens,
 					reserve: need.Reserve, since: now, deadline: deadline}

@@ -360,8 +360,10 @@ func (s *State) availableAt(now time.Time, n Need) (time.Time, provider.Class) {
 		at, why = t, provider.RateLimited
 	}
 	if s.inFlight >= SlowStart && s.slowStarting() {
+		// Busy, not limited: the router's own pacing (why stays OK when
+		// nothing else holds the deployment back).
 		if t := now.Add(slowStartWait); t.After(at) {
-			at, why = t, provider.RateLimited
+			at = t
 		}
 	}
 	return at, why

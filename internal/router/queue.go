@@ -409,15 +409,17 @@ func (r *Router) unservable(group []*Deployment, cands []scored, n, tokens int64
 }
 
 // queueError answers a request that waited in the queue until its
-// deadline: 429 (502 when deployments are out for failures), Retry-After
-// until the first deployment comes back.
+// deadline: 429 when every deployment is rate-limited or out of quota (502
+// when some are out for failures), with Retry-After until the first comes
+// back; 504 when one has capacity or is only busy (the requests before it
+// took the time).
 func queueError(cands []scored, now time.Time) error {
 	if len(cands) == 0 {
 		return deadlineError()
 	}
 	c := earliest(cands)
 	if !c.f.At.After(now) {
-		return rateLimitedError(time.Second)
+		return deadlineError()
 	}
 	return coolingError(cands, c, now)
 }

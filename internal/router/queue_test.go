@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -574,6 +575,30 @@ func TestAHeadWaitingForItsOwnCapacityDoesNotBlockOthers(t *testing.T) {
 	for i, o := range out[1:] {
 		if o.status != 200 || o.at != 0 {
 			t.Errorf("short request %d: expected 200 at once from small, got %+v", i+1, o)
+		}
+	}
+}
+
+// A 429 tells the client that the providers' limits are spent: a request
+// that ran out of time while a deployment had capacity, or was only busy
+// with the router's own pacing (slow start), gets a 504 instead.
+func TestNoA429WhenADeploymentHasCapacity(t *testing.T) {
+	now := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	limited := scored{f: capacity.Features{At: now.Add(10 * time.Second), Why: provider.RateLimited}}
+	busy := scored{f: capacity.Features{At: now.Add(100 * time.Millisecond), Why: provider.OK}}
+	free := scored{f: capacity.Features{At: now, Why: provider.OK}}
+	for _, c := range []struct {
+		name  string
+		cands []scored
+		want  int
+	}{
+		{"all rate-limited", []scored{limited}, 429},
+		{"one free", []scored{limited, free}, 504},
+		{"one busy", []scored{limited, busy}, 504},
+	} {
+		var e *Error
+		if err := queueError(c.cands, now); !errors.As(err, &e) || e.Status != c.want {
+			t.Errorf("%s: expected %d, got %v", c.name, c.want, err)
 		}
 	}
 }

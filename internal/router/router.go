@@ -628,9 +628,16 @@ func rateLimitedError(wait time.Duration) *Error {
 
 // coolingError answers when every eligible deployment is cooling past the
 // deadline: 429 when they are all rate-limited or out of quota, else 502;
-// both with Retry-After until the earliest comes back.
+// both with Retry-After until the earliest comes back. A deployment only
+// busy (slow start: the router's own pacing, not a provider's limit) makes
+// it a 504: the request ran out of time.
 func coolingError(cands []scored, first scored, now time.Time) *Error {
 	wait := first.f.At.Sub(now)
+	for _, c := range cands {
+		if c.f.Why == provider.OK {
+			return deadlineError()
+		}
+	}
 	for _, c := range cands {
 		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
 			return &Error{Status: http.StatusBadGateway, Class: provider.Server,

@@ -2,10 +2,8 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -130,12 +128,12 @@ http://localhost:9516 {
 		}
 	}
 	time.Sleep(4*time.Second + 200*time.Millisecond) // the warm-up's window ends
-	before := mockRateLimited(t, 9516)
+	before := mockStats(t, 9516).RateLimited
 	statuses := burst(t, a, b, "window", 30)
 	if statuses[200] != 10 || statuses[429] != 20 {
 		t.Errorf("expected the window's 10 served and 20 answered 429 across the fleet, got %v", statuses)
 	}
-	if n := mockRateLimited(t, 9516) - before; n != 0 {
+	if n := mockStats(t, 9516).RateLimited - before; n != 0 {
 		t.Errorf("expected no 429 from the provider, got %d", n)
 	}
 	for _, in := range []*caddyProc{a, b} {
@@ -146,21 +144,4 @@ http://localhost:9516 {
 			t.Errorf("instance %s lost the cluster %d times", in.name, n)
 		}
 	}
-}
-
-// mockRateLimited reads how many 429s the llm_mock on port sent.
-func mockRateLimited(t *testing.T, port int) int64 {
-	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://localhost:%d/llm_mock/stats", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var s struct {
-		RateLimited int64 `json:"rate_limited"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		t.Fatalf("stats of :%d: %v", port, err)
-	}
-	return s.RateLimited
 }

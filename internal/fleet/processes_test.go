@@ -504,7 +504,13 @@ func (p *caddyProc) logLines(t *testing.T, snippet string) int {
 	return strings.Count(string(raw), snippet)
 }
 
-func mockRequests(t *testing.T, port int) int64 {
+func mockRequests(t *testing.T, port int) int64 { return mockStats(t, port).Requests }
+
+// mockStats reads what the llm_mock on port saw.
+func mockStats(t *testing.T, port int) (s struct {
+	Requests    int64 `json:"requests"`
+	RateLimited int64 `json:"rate_limited"`
+}) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -514,11 +520,8 @@ func mockRequests(t *testing.T, port int) int64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var s struct {
-		Requests int64 `json:"requests"`
-	}
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		t.Fatalf("stats of :%d: %v", port, err)
 	}
-	return s.Requests
+	return s
 }

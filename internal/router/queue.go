@@ -139,19 +139,6 @@ func (q *queue) headBlocked(w *waiter, now time.Time) bool {
 	return len(q.waiting) > 1 && q.waiting[0] != w && q.waiting[0].blockedUntil.Load() > now.UnixNano()
 }
 
-// kickSecond wakes the request behind the head.
-func (q *queue) kickSecond() {
-	q.mu.Lock()
-	var w *waiter
-	if len(q.waiting) > 1 {
-		w = q.waiting[1]
-	}
-	q.mu.Unlock()
-	if w != nil {
-		w.kick()
-	}
-}
-
 // join puts w in its place.
 func (q *queue) join(w *waiter) {
 	q.mu.Lock()
@@ -191,18 +178,21 @@ func (q *queue) leave(w *waiter) {
 }
 
 // kickHead wakes the head: capacity may have come back (an attempt ended).
-func (q *queue) kickHead() {
-	if q.n.Load() == 0 {
+func (q *queue) kickHead() { q.kickAt(0) }
+
+// kickAt wakes the i-th waiting request, if there is one.
+func (q *queue) kickAt(i int) {
+	if int(q.n.Load()) <= i {
 		return
 	}
 	q.mu.Lock()
-	var head *waiter
-	if len(q.waiting) > 0 {
-		head = q.waiting[0]
+	var w *waiter
+	if len(q.waiting) > i {
+		w = q.waiting[i]
 	}
 	q.mu.Unlock()
-	if head != nil {
-		head.kick()
+	if w != nil {
+		w.kick()
 	}
 }
 
@@ -300,7 +290,7 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		zap.String("deployment", g.Deployments[c.i].Name), zap.Duration("wait", wait))
 	me.blockedUntil.Store(now.Add(wait).UnixNano())
 	defer me.blockedUntil.Store(0)
-	g.queue.kickSecond() // it may have capacity the head cannot use
+	g.queue.kickAt(1) // the request behind may have capacity the head cannot use
 	return me.sleep(ctx, r.Clock, wait)
 }
 

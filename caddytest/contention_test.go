@@ -20,30 +20,7 @@ import (
 // from the provider; the others get their 429 at once.
 func TestBurstOnALimitedDeploymentSpendsItsWindows(t *testing.T) {
 	const window = 2 * time.Second
-	load(t, fmt.Sprintf(`
-http://localhost:9080 {
-	llm_router /v1/* {
-		deadline 5s
-		max_attempts 8
-		provider a {
-			type openai
-			base_url http://localhost:9081/v1
-			api_key sk-provider-a
-		}
-		model limited {
-			deployment a gpt-4o-mini
-		}
-	}
-}
-http://localhost:9081 {
-	llm_mock {
-		rate_limit {
-			requests 10
-			window %s
-		}
-	}
-}
-`, window))
+	load(t, limitedConfig("deadline 5s\n\t\tmax_attempts 8", window))
 	if resp := chat(t, "limited", false); resp.StatusCode != 200 {
 		t.Fatalf("warm-up: expected 200, got %d: %s", resp.StatusCode, readBody(t, resp))
 	} else {
@@ -149,6 +126,36 @@ func queueSeen(t *testing.T, group string, minWaited int64) {
 	}
 }
 
+// limitedConfig is a router on :9080 (with the options given) whose model
+// group "limited" is one deployment on an llm_mock at :9081 that allows 10
+// requests per window, states it in x-ratelimit-* headers and answers 429
+// once it is spent.
+func limitedConfig(options string, window time.Duration) string {
+	return fmt.Sprintf(`
+http://localhost:9080 {
+	llm_router /v1/* {
+		%s
+		provider a {
+			type openai
+			base_url http://localhost:9081/v1
+			api_key sk-provider-a
+		}
+		model limited {
+			deployment a gpt-4o-mini
+		}
+	}
+}
+http://localhost:9081 {
+	llm_mock {
+		rate_limit {
+			requests 10
+			window %s
+		}
+	}
+}
+`, options, window)
+}
+
 func mockStatsRateLimited(t *testing.T) int64 {
 	t.Helper()
 	resp, err := http.Get("http://localhost:9081/llm_mock/stats")
@@ -175,31 +182,7 @@ func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.
 // format.
 func TestPriorityAndReserve(t *testing.T) {
 	const window = 2 * time.Second
-	load(t, fmt.Sprintf(`
-http://localhost:9080 {
-	llm_router /v1/* {
-		deadline 3s
-		priority {http.request.header.X-Priority}
-		reserve 30%% for priority >= 7
-		provider a {
-			type openai
-			base_url http://localhost:9081/v1
-			api_key sk-provider-a
-		}
-		model limited {
-			deployment a gpt-4o-mini
-		}
-	}
-}
-http://localhost:9081 {
-	llm_mock {
-		rate_limit {
-			requests 10
-			window %s
-		}
-	}
-}
-`, window))
+	load(t, limitedConfig("deadline 3s\n\t\tpriority {http.request.header.X-Priority}\n\t\treserve 30% for priority >= 7", window))
 	resp := chat(t, "limited", false, "X-Priority", "urgent")
 	body := readBody(t, resp)
 	if resp.StatusCode != 400 || !strings.Contains(body, `"param":"priority"`) || !strings.Contains(body, "from 0 to 9") {

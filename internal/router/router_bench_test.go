@@ -110,11 +110,12 @@ func BenchmarkServeNonStreaming(b *testing.B) {
 				group[i] = deployment(fmt.Sprintf("d%d", i), answer(200, c.h, body))
 			}
 			r := New()
+			g := NewGroup("bench", group) // as the handler holds it: one per config
 			req := &Request{Request: wire(chatReq.Body, false), PromptTokens: 20, Tokens: 20}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if res := r.Serve(ctx, group, req); res.Status != 200 {
+				if res := r.ServeGroup(ctx, g, req); res.Status != 200 {
 					b.Fatalf("expected 200, got %d %v", res.Status, res.Err)
 				}
 			}

@@ -54,6 +54,10 @@ type Fleet interface {
 // takes it from the fleet.
 type Budget struct {
 	Requests, Tokens BudgetWindow
+	// Instances is how many instances spent the budget lately (Spend's
+	// reply): until an instance learns its share of the windows, it
+	// counts on an equal one.
+	Instances int
 }
 
 // BudgetWindow is one window: its limit (provider.Unknown: not asked),
@@ -87,9 +91,16 @@ func (w *window) budget(now time.Time, n int64) BudgetWindow {
 // window's count: the whole fleet's spending, not this instance's alone.
 // It also learns this instance's share of the fleet's spending (see
 // window.share) once a quarter of the window is spent.
-func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64) {
+func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64, instances int) {
 	if left.Limit < 0 || left.Reset.IsZero() || w.refilling() {
 		return
+	}
+	equal := 1.0
+	if instances > 1 {
+		equal = 1 / float64(instances)
+	}
+	if w.share == 0 {
+		w.share = equal // an equal share, until learned
 	}
 	w.remaining, w.reset, w.at = max(left.Remaining, 0), left.Reset, now
 	if !left.Reset.Equal(w.ownReset) {
@@ -97,7 +108,10 @@ func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64) {
 	}
 	w.own += n
 	if used := left.Limit - left.Remaining; n > 0 && used > 0 && used >= max(2, left.Limit/4) {
-		w.share = min(max(float64(w.own)/float64(used), minShare), 1)
+		// What it spent of this window, but no less than an equal share:
+		// a forecast that counts too little refuses requests it could
+		// serve, one that counts too much only answers them later.
+		w.share = min(max(float64(w.own)/float64(used), equal, minShare), 1)
 	}
 }
 
@@ -245,8 +259,8 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 		if probe {
 			s.probing = false
 		}
-		s.requests.spentFleet(now, left.Requests, 0) // what the fleet holds
-		s.tokens.spentFleet(now, left.Tokens, 0)
+		s.requests.spentFleet(now, left.Requests, 0, left.Instances) // what the fleet holds
+		s.tokens.spentFleet(now, left.Tokens, 0, left.Instances)
 		s.fleet.reservedUntil = now.Add(wait)
 		s.mu.Unlock()
 		if owned {

@@ -302,6 +302,15 @@ func TestFleetBudget(t *testing.T) {
 	if r := s.Snapshot(t0).RemainingRequests; r != 3 {
 		t.Errorf("expected the fleet's 3 left, got %d", r)
 	}
+	// Two instances spend the window: until this one learns its share, it
+	// forecasts half of what is left and of each window to come.
+	f.left.Instances = 2
+	if !s.Acquire(t0, 100) {
+		t.Fatal("expected the attempt let through")
+	}
+	if r, _ := s.Forecast(t0, t0.Add(25*time.Second), 0); r != 11 {
+		t.Errorf("expected half of 3 + 2 windows of 10 (11), got %d", r)
+	}
 	f.spendWait = 4 * time.Second
 	if s.Acquire(t0, 100) {
 		t.Fatal("expected the attempt refused by the fleet")

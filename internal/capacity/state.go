@@ -550,8 +550,8 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	a := Attempt{Sent: now, Probe: probe, Requests: s.requests.current(now), Tokens: s.tokens.current(now)}
 	s.requests.spend(now, 1)
 	s.tokens.spend(now, tokens)
-	s.requests.spentFleet(now, spent.Requests, 1)
-	s.tokens.spentFleet(now, spent.Tokens, s.tokens.expected(tokens))
+	s.requests.spentFleet(now, spent.Requests, 1, spent.Instances)
+	s.tokens.spentFleet(now, spent.Tokens, s.tokens.expected(tokens), spent.Instances)
 	s.declared.record(now, tokens)
 	s.seq++
 	a.seq, a.tokens = s.seq, max(tokens, 0)

@@ -107,11 +107,11 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		}
 		args = append(args, w.Limit, max(w.Remaining, 0), w.Reset.UnixMilli(), max(w.Span.Milliseconds(), 1), max(w.N, 0))
 	}
-	args = append(args, capacity.ResetMargin.Milliseconds())
+	args = append(args, capacity.ResetMargin.Milliseconds(), s.origin)
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	res, err := spendScript.Run(ctx, s.client, []string{b.budgetKey, b.stateKey}, args...).Int64Slice()
-	if err == nil && len(res) != 6 {
+	if err == nil && len(res) != 7 {
 		err = errBadReply
 	}
 	if err != nil {
@@ -120,6 +120,7 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		return 0, none, err
 	}
 	left := none
+	left.Instances = int(res[6])
 	if bu.Requests.Limit >= 0 {
 		left.Requests = capacity.BudgetWindow{Limit: bu.Requests.Limit, Remaining: res[2], Reset: time.UnixMilli(res[3]), Span: bu.Requests.Span}
 	}

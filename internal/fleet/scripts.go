@@ -123,10 +123,15 @@ return 0
 //	         windows as the fleet last learned them; see publishScript)
 //	ARGV     per window (r, then t): limit (-1: not asked), remaining,
 //	         reset (Unix ms), span (ms), share; then the margin added to
-//	         each reset (ms; a provider's window may start a little later)
+//	         each reset (ms; a provider's window may start a little later),
+//	         and the instance's id
 //
-// It returns {1, 0, r left, r reset, t left, t reset} when the share was
-// taken, {0, wait in ms, ...} when a window is spent for that long.
+// Each call marks the instance as active; the reply's last element counts
+// the instances active within the last span.
+//
+// It returns {1, 0, r left, r reset, t left, t reset, instances} when the
+// share was taken, {0, wait in ms, ...} when a window is spent for that
+// long.
 var spendScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -166,8 +171,24 @@ for i = 1, 2 do
     left[i], reset[i] = r, rs
   end
 end
+-- The instances that asked within the last span (each marks itself).
+local active, longest = 0, 0
+for i = 1, 2 do
+  longest = math.max(longest, tonumber(ARGV[(i - 1) * 5 + 4]))
+end
+redis.call('HSET', KEYS[1], 'o:' .. ARGV[12], now)
+local fields = redis.call('HGETALL', KEYS[1])
+for j = 1, #fields, 2 do
+  if string.sub(fields[j], 1, 2) == 'o:' then
+    if now - tonumber(fields[j + 1]) <= longest then
+      active = active + 1
+    else
+      redis.call('HDEL', KEYS[1], fields[j])
+    end
+  end
+end
 if wait > 0 then
-  return {0, wait, left[1], reset[1], left[2], reset[2]}
+  return {0, wait, left[1], reset[1], left[2], reset[2], active}
 end
 local exp = 0
 for i = 1, 2 do
@@ -181,5 +202,5 @@ end
 if exp > 0 then
   redis.call('PEXPIREAT', KEYS[1], exp)
 end
-return {1, 0, left[1], reset[1], left[2], reset[2]}
+return {1, 0, left[1], reset[1], left[2], reset[2], active}
 `)

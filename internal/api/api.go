@@ -77,7 +77,8 @@ const (
 	ModelNotFound                       // no such model group
 	ModelNotSupported                   // the group has no deployment that serves the API
 	// The router's own answers (router.Error).
-	Unsupported // no deployment could express the request
+	Unsupported    // no deployment could express the request
+	ContextTooLong // the request is larger than every deployment's context window
 	RateLimited // every deployment is rate-limited
 	Unavailable // every deployment failed
 	Deadline    // the deadline passed
@@ -125,6 +126,8 @@ func fromRouter(e *router.Error) *Error {
 	switch e.Class {
 	case provider.ClientError:
 		out.Code = Unsupported
+	case provider.ContextLength:
+		out.Code = ContextTooLong
 	case provider.RateLimited, provider.QuotaExhausted:
 		out.Code = RateLimited
 	case provider.Transport:

@@ -152,6 +152,8 @@ func New() *Router {
 // passed on). Client APIs write it in their format:
 //
 //   - 400 client_error: no deployment could express the request (Message says why);
+//   - 400 context_length: the request's estimate is larger than every
+//     deployment's context window (the pre-check: no attempt was made);
 //   - 429 rate_limited: every deployment is rate-limited or out of quota;
 //   - 502 server: every deployment failed, or is cooling down after failures;
 //   - 504 transport: the deadline passed.
@@ -199,6 +201,7 @@ type Result struct {
 // attemptState is what one request learned about a deployment.
 type attemptState struct {
 	excluded bool // never again in this request (context_length, auth, quota, cannot express)
+	tooSmall bool // its context_window is smaller than the request's estimate: never tried
 	silent   bool // timed out: only if nothing else is left
 	tried    bool // an attempt went out to it
 }
@@ -513,8 +516,34 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 		return res.fail(nil, w)
 	case w.last == nil && w.unplanned != nil:
 		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
+	case w.last == nil:
+		if e := contextError(group, w, req); e != nil {
+			return res.fail(e, w)
+		}
 	}
 	return res.fail(r.finalError(w, group, now, req), w)
+}
+
+// contextError is the 400 of a request that no deployment's context window
+// can take (the pre-check, before any attempt): nil unless every deployment
+// that serves its format was skipped for it.
+func contextError(group []*Deployment, w *walk, req *Request) *Error {
+	largest, any := int64(0), false
+	for i, d := range group {
+		if !d.Provider.Serves(req.Format) {
+			continue
+		}
+		if !w.per[i].tooSmall {
+			return nil
+		}
+		any, largest = true, max(largest, d.ContextWindow)
+	}
+	if !any {
+		return nil
+	}
+	return &Error{Status: http.StatusBadRequest, Class: provider.ContextLength,
+		Message: fmt.Sprintf("this request needs about %d tokens (prompt bytes / 4 + max_tokens), more than the context window of every deployment of this model (the largest: %d tokens)",
+			req.Tokens, largest)}
 }
 
 // largerWindowLeft reports whether a deployment that may take a prompt too
@@ -554,6 +583,10 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 			if minContext >= 0 && d.ContextWindow != 0 && d.ContextWindow <= minContext {
 				// Known to be no larger than one that was too small. An unknown
 				// window may be larger: worth an attempt.
+				continue
+			}
+			if d.ContextWindow > 0 && req.Tokens > d.ContextWindow {
+				per[i].tooSmall = true // the pre-check: it cannot take the request
 				continue
 			}
 			cands = append(cands, scored{i: i, cost: estimateCost(d, req)})

@@ -1298,3 +1298,33 @@ func TestRedactionKeepsUsefulText(t *testing.T) {
 		}
 	}
 }
+
+// The context pre-check: a deployment whose context_window is smaller than
+// the request's estimate (prompt + max_tokens) is never tried; when no
+// deployment is large enough the client gets a 400 context_length at once.
+func TestContextWindowPreCheck(t *testing.T) {
+	clock := newFakeClock()
+	ok := func() *script { return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}} }
+	small, mid, big := ok(), ok(), ok()
+	group := []*Deployment{deployment("small", small), deployment("mid", mid), deployment("big", big)}
+	group[0].ContextWindow, group[1].ContextWindow = 1000, 2000 // big: unknown, may be larger
+	group[0].Quality, group[1].Quality = 1, 1
+	r := newRouter(clock)
+	req := &Request{Request: wire(chatReq.Body, false), Tokens: 5000}
+	if res := r.Serve(context.Background(), group, req); res.Err != nil || res.Deployment != group[2] || res.Attempts != 1 {
+		t.Fatalf("expected big alone tried, got %+v", res)
+	}
+	if small.calls.Load()+mid.calls.Load() != 0 {
+		t.Errorf("expected the small windows never tried, got %d and %d calls", small.calls.Load(), mid.calls.Load())
+	}
+	res := r.Serve(context.Background(), group[:2], req)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != 400 || e.Class != provider.ContextLength || res.Attempts != 0 ||
+		!strings.Contains(e.Message, "5000 tokens") || !strings.Contains(e.Message, "2000") {
+		t.Fatalf("expected a 400 context_length at once, got %+v %v", res, res.Err)
+	}
+	// A request that fits goes as before.
+	if res := r.Serve(context.Background(), group[:2], chatReq); res.Err != nil {
+		t.Errorf("a small request: %v", res.Err)
+	}
+}

@@ -79,9 +79,9 @@ const (
 	// The router's own answers (router.Error).
 	Unsupported    // no deployment could express the request
 	ContextTooLong // the request is larger than every deployment's context window
-	RateLimited // every deployment is rate-limited
-	Unavailable // every deployment failed
-	Deadline    // the deadline passed
+	RateLimited    // every deployment is rate-limited
+	Unavailable    // every deployment failed
+	Deadline       // the deadline passed
 	// An answer that could not be translated into the client's format.
 	Untranslatable
 )

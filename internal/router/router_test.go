@@ -1304,7 +1304,9 @@ func TestRedactionKeepsUsefulText(t *testing.T) {
 // deployment is large enough the client gets a 400 context_length at once.
 func TestContextWindowPreCheck(t *testing.T) {
 	clock := newFakeClock()
-	ok := func() *script { return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}} }
+	ok := func() *script {
+		return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	}
 	small, mid, big := ok(), ok(), ok()
 	group := []*Deployment{deployment("small", small), deployment("mid", mid), deployment("big", big)}
 	group[0].ContextWindow, group[1].ContextWindow = 1000, 2000 // big: unknown, may be larger

@@ -54,6 +54,7 @@ type outcome struct {
 	stream *Stream
 	claim  capacity.Attempt // when it was sent (what a success speaks for), whether it is the probe
 	queue  *queue           // the group's queue, woken when the attempt ends
+	url    string           // the URL requested, for the logs: scheme, host and path (no query: it may hold a key)
 	took   time.Duration    // until the answer was read, or a stream's first content
 }
 
@@ -101,6 +102,9 @@ func (r *Router) plan(parent context.Context, d *Deployment, req *Request, deadl
 		return a, false
 	}
 	a.out.format, a.out.native = a.plan.Format(), a.plan.Native()
+	if u := a.plan.Request().URL; u != nil {
+		a.out.url = u.Scheme + "://" + u.Host + u.EscapedPath()
+	}
 	return a, true
 }
 

@@ -480,7 +480,8 @@ func (r *Router) logDisabled(d *Deployment, obs provider.Observation, observed c
 	if observed.Opened {
 		r.Logger.Error("deployment disabled: the provider rejects our key or the quota is spent",
 			zap.String("deployment", d.Name), zap.Stringer("class", obs.Class), zap.String("message", obs.Message),
-			zap.Duration("for", observed.Cooldown))
+			zap.Duration("for", observed.Cooldown),
+			zap.String("to_clear", "a reload with a new key starts the deployment afresh; otherwise it is tried again after this wait"))
 	}
 	return true
 }
@@ -496,8 +497,12 @@ func (r *Router) logPending(w *walk, next *Deployment) {
 	if !r.Logger.Core().Enabled(zapcore.InfoLevel) {
 		return
 	}
-	fields := []zap.Field{zap.String("deployment", out.d.Name), zap.Stringer("class", out.obs.Class),
+	fields := []zap.Field{zap.String("deployment", out.d.Name), zap.String("url", out.url), zap.Stringer("class", out.obs.Class),
 		zap.Int("status", out.status), zap.String("message", out.obs.Message)}
+	if out.obs.Message == "" && len(out.body) > 0 {
+		// Nothing decoded: the first bytes of what the provider sent.
+		fields = append(fields, zap.ByteString("body", out.body[:min(len(out.body), logBodyBytes)]))
+	}
 	switch {
 	case next == nil:
 		r.Logger.Info("attempt failed, no other attempt follows", fields...)
@@ -507,6 +512,9 @@ func (r *Router) logPending(w *walk, next *Deployment) {
 		r.Logger.Info("attempt failed, failing over", append(fields, zap.String("to", next.Name))...)
 	}
 }
+
+// logBodyBytes is how much of an undecodable error body a log line shows.
+const logBodyBytes = 256
 
 // giveUp ends a request whose attempts or eligible deployments ran out.
 func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time, req *Request) *Result {

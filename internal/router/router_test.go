@@ -1330,3 +1330,29 @@ func TestContextWindowPreCheck(t *testing.T) {
 		t.Errorf("a small request: %v", res.Err)
 	}
 }
+
+// A failed attempt's log line is enough to diagnose it: the URL requested
+// (never its query, which may hold a key), and when the provider's error
+// said nothing decodable, the first bytes of what it sent.
+func TestFailureLogLinesAreDiagnosable(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := newRouter(newFakeClock())
+	r.Logger = zap.New(core)
+	r.MaxAttempts = 1
+	html := reply(404, `<html><body>nginx: no such route</body></html>`, "Content-Type", "text/html")
+	d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){html}})
+	r.Serve(context.Background(), []*Deployment{d}, chatReq)
+	entries := logs.FilterMessageSnippet("attempt failed").All()
+	if len(entries) != 1 {
+		t.Fatalf("expected one failure line, got %d", len(entries))
+	}
+	f := entries[0].ContextMap()
+	if f["url"] != "http://a.invalid/v1/chat/completions" || f["status"] != int64(404) {
+		t.Errorf("expected the URL and status, got %v", f)
+	}
+	msg, _ := f["message"].(string)
+	body, _ := f["body"].(string)
+	if !strings.Contains(msg+body, "no such route") {
+		t.Errorf("expected what the provider said (its message, or the body's first bytes), got %v", f)
+	}
+}

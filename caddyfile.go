@@ -221,7 +221,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Models[name] = g
 		default:
-			return d.Errf("unknown subdirective %s", key)
+			return d.Errf("unknown subdirective %s%s", key, suggest(key, handlerKeys))
 		}
 	}
 	if len(h.Models) == 0 {
@@ -350,7 +350,7 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 			}
 			dep.TPM = n
 		default:
-			return nil, d.Errf("unknown subdirective %s in deployment", key)
+			return nil, d.Errf("unknown subdirective %s in deployment%s", key, suggest(key, deploymentKeys))
 		}
 	}
 	if err := dep.validate(); err != nil {

@@ -65,6 +65,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"reserve syntax", "llm_router {\n reserve 20% for 7\n" + providers + "\n model m { deployment p x } }", "expected reserve <percent>% for priority >= <n>"},
 		{"reserve share", "llm_router {\n reserve 100% for priority >= 7\n" + providers + "\n model m { deployment p x } }", "less than 100%"},
 		{"reserve priority", "llm_router {\n reserve 20% for priority >= 0\n" + providers + "\n model m { deployment p x } }", "from 1 to 9"},
+		{"did you mean base_url", "llm_router {\n provider p {\n type openai\n baseurl http://h\n }\n model m { deployment p x } }", `unknown subdirective baseurl in provider (did you mean "base_url"?)`},
+		{"did you mean deadline", "llm_router {\n dedline 5s\n" + providers + "\n model m { deployment p x } }", `unknown subdirective dedline (did you mean "deadline"?)`},
+		{"did you mean context_window", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n context_windows 8000\n }\n }\n}", `(did you mean "context_window"?)`},
+		{"no suggestion far off", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n colour red\n }\n }\n}", `unknown subdirective colour in deployment, at`},
 		{"bad header", "llm_router {\n provider p {\n type openai\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

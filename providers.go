@@ -343,7 +343,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 				}
 			}
 			if !known {
-				return d.Errf("unknown subdirective %s in provider", key)
+				return d.Errf("unknown subdirective %s in provider%s", key, suggest(key, providerKeys))
 			}
 		}
 	}

@@ -118,7 +118,7 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 				return nil, err
 			}
 		default:
-			return nil, d.Errf("unknown subdirective %s in store", key)
+			return nil, d.Errf("unknown subdirective %s in store%s", key, suggest(key, storeKeys))
 		}
 	}
 	return sc, nil

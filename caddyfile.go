@@ -57,6 +57,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	            quality         <0..1>
 //	            context_window  <tokens>
 //	            weight          <n>
+//	            tier            <n>
 //	            rpm             <requests per minute>
 //	            tpm             <tokens per minute>
 //	        }]
@@ -337,6 +338,15 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 				return nil, err
 			}
 			dep.Weight = int(n)
+		case "tier":
+			n, err := parseInt(d)
+			if err != nil {
+				return nil, err
+			}
+			if n < 1 || n > 100 {
+				return nil, d.Errf("tier must be from 1 to 100, got %d", n)
+			}
+			dep.Tier = int(n)
 		case "rpm":
 			n, err := parseInt(d)
 			if err != nil {

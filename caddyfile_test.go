@@ -69,6 +69,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"did you mean deadline", "llm_router {\n dedline 5s\n" + providers + "\n model m { deployment p x } }", `unknown subdirective dedline (did you mean "deadline"?)`},
 		{"did you mean context_window", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n context_windows 8000\n }\n }\n}", `(did you mean "context_window"?)`},
 		{"no suggestion far off", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n colour red\n }\n }\n}", `unknown subdirective colour in deployment, at`},
+		{"tier range", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n tier 0\n }\n }\n}", "tier must be from 1 to 100"},
 		{"bad header", "llm_router {\n provider p {\n type openai\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

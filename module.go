@@ -191,6 +191,11 @@ type Deployment struct {
 	// Weight is the deployment's share of the traffic among deployments
 	// whose scores tie (within 0.03), in proportion. Default: 1.
 	Weight int `json:"weight,omitempty"`
+	// Tier orders the group's deployments: one of tier n+1 is tried only
+	// when none of tier n or lower can serve the request before its
+	// deadline (cooling past it, no budget left for it, context too small,
+	// out). Within a tier the score decides. Default: 1.
+	Tier int `json:"tier,omitempty"`
 	// RPM is the operator's declared limit in requests per minute, enforced
 	// locally over a sliding minute whatever the provider's headers say: the
 	// only protection for providers that send none. Default: 0 (none).
@@ -353,6 +358,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		Quality:       dc.Quality,
 		ContextWindow: dc.ContextWindow,
 		Weight:        max(dc.Weight, 1),
+		Tier:          max(dc.Tier, 1),
 		State:         st.(*capacity.State),
 		Secrets:       cfg.secrets(),
 	}
@@ -477,8 +483,8 @@ func (d *Deployment) validate() error {
 	case !(d.Quality >= 0 && d.Quality <= 1):
 		return fmt.Errorf("quality must be within 0..1, got %v", d.Quality)
 	case !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 ||
-		d.ContextWindow < 0 || d.Weight < 0 || d.RPM < 0 || d.TPM < 0:
-		return errors.New("cost, context_window, weight, rpm and tpm must not be negative")
+		d.ContextWindow < 0 || d.Weight < 0 || d.RPM < 0 || d.TPM < 0 || d.Tier < 0:
+		return errors.New("cost, context_window, weight, tier, rpm and tpm must not be negative")
 	}
 	return nil
 }

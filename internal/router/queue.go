@@ -168,8 +168,6 @@ func (q *queue) leave(w *waiter) {
 	switch {
 	case i == 0 && len(q.waiting) > 0:
 		next = q.waiting[0]
-	case i > 0 && i < len(q.waiting) && q.waiting[0].blockedUntil.Load() > 0:
-		next = q.waiting[i] // went past a blocked head: the next may too
 	}
 	q.mu.Unlock()
 	if next != nil {
@@ -193,6 +191,21 @@ func (q *queue) kickAt(i int) {
 	q.mu.Unlock()
 	if w != nil {
 		w.kick()
+	}
+}
+
+// kickBehind wakes every waiting request but w (the head, about to sleep).
+func (q *queue) kickBehind(w *waiter) {
+	if q.n.Load() < 2 {
+		return
+	}
+	q.mu.Lock()
+	behind := slices.Clone(q.waiting)
+	q.mu.Unlock()
+	for _, x := range behind {
+		if x != w {
+			x.kick()
+		}
 	}
 }
 
@@ -277,6 +290,9 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		r.pruneTail(g, cands, now)
 	}
 	if ahead > 0 || ready > 0 {
+		if ready > 0 && g.queue.headBlocked(me, now) {
+			return nil // the head blocked meanwhile: this one may go now
+		}
 		return me.sleep(ctx, r.Clock, deadline.Sub(now))
 	}
 	wait := c.f.At.Sub(now)
@@ -290,7 +306,7 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		zap.String("deployment", g.Deployments[c.i].Name), zap.Duration("wait", wait))
 	me.blockedUntil.Store(now.Add(wait).UnixNano())
 	defer me.blockedUntil.Store(0)
-	g.queue.kickAt(1) // the request behind may have capacity the head cannot use
+	g.queue.kickBehind(me) // those behind may have capacity the head cannot use
 	return me.sleep(ctx, r.Clock, wait)
 }
 

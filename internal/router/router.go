@@ -65,6 +65,10 @@ type Deployment struct {
 	// Weight shares the traffic among near-tied deployments, in proportion
 	// (see pick); at least 1.
 	Weight int
+	// Tier orders the group: a deployment of tier n+1 is tried only when
+	// none of tier n or lower can serve the request before its deadline
+	// (see tiered); 0 counts as 1.
+	Tier int
 	// State is the deployment's capacity state, shared across requests and
 	// config reloads.
 	State *capacity.State
@@ -277,6 +281,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		if len(cands) == 0 {
 			return r.giveUp(res, w, group, now, req)
 		}
+		cands = r.tiered(g, cands, me, req, need, now, deadline)
 		ready := readyFirst(cands, now)
 		if ready == 0 || !g.queue.first(me, req.Priority) && !g.queue.headBlocked(me, now) {
 			if me == nil {

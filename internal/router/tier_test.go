@@ -12,7 +12,9 @@ import (
 // Tiers: tier 2 is tried only when tier 1 cannot serve the request before
 // its deadline, whatever the scores say.
 func TestTiers(t *testing.T) {
-	ok := func() *script { return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}} }
+	ok := func() *script {
+		return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	}
 
 	// Healthy: the first tier serves although the second scores better.
 	clock := newFakeClock()

@@ -70,6 +70,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"did you mean context_window", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n context_windows 8000\n }\n }\n}", `(did you mean "context_window"?)`},
 		{"no suggestion far off", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n colour red\n }\n }\n}", `unknown subdirective colour in deployment, at`},
 		{"tier range", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n tier 0\n }\n }\n}", "tier must be from 1 to 100"},
+		{"base_url endpoint", "llm_router {\n provider p {\n type openai\n base_url https://api.openai.com/v1/chat/completions\n }\n model m { deployment p x } }", "is an endpoint: give the API root (without /chat/completions)"},
+		{"base_url scheme", "llm_router {\n provider p {\n type openai\n base_url api.openai.com/v1\n }\n model m { deployment p x } }", "must be an absolute http or https URL"},
 		{"bad header", "llm_router {\n provider p {\n type openai\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

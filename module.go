@@ -21,6 +21,7 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -404,7 +405,8 @@ func (h *Handler) validate() error {
 		}
 		for _, d := range h.Models[name].Deployments {
 			if _, ok := h.ProvidersRaw[d.Provider]; !ok {
-				return fmt.Errorf("model %s: deployment names unknown provider %q", name, d.Provider)
+				return fmt.Errorf("model %s: deployment names unknown provider %q (configured: %s)",
+					name, d.Provider, strings.Join(sortedKeys(h.ProvidersRaw), ", "))
 			}
 		}
 	}

@@ -146,9 +146,9 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 	}
 	repl := caddy.NewReplacer()
 	base := strings.TrimSuffix(repl.ReplaceKnown(c.BaseURL, ""), "/")
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("base_url %q: must be an absolute http or https URL", c.BaseURL)
+	u, err := checkBaseURL(base, c.BaseURL)
+	if err != nil {
+		return err
 	}
 	if u.Fragment != "" || (u.RawQuery != "" && !c.AllowQuery) {
 		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", c.BaseURL)
@@ -212,6 +212,11 @@ func (c *ProviderConfig) validate() error {
 	if c.BaseURL == "" {
 		return errors.New("provider needs a base_url")
 	}
+	if !strings.Contains(c.BaseURL, "{") { // else checked once replaced, at Provision
+		if _, err := checkBaseURL(c.BaseURL, c.BaseURL); err != nil {
+			return err
+		}
+	}
 	for _, t := range []struct {
 		name string
 		d    caddy.Duration
@@ -231,6 +236,27 @@ func (c *ProviderConfig) validate() error {
 		}
 	}
 	return nil
+}
+
+// endpointSuffixes are the endpoints a provider type appends to base_url:
+// one pasted into it would be sent twice.
+var endpointSuffixes = []string{"/chat/completions", "/completions", "/messages", "/embeddings", "/responses",
+	":generateContent", ":streamGenerateContent", ":embedContent"}
+
+// checkBaseURL checks a base_url (its placeholders replaced): an absolute
+// http or https URL with a host, the API root rather than an endpoint.
+// Errors quote it as configured (shown), placeholders and all.
+func checkBaseURL(raw, shown string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("base_url %q: must be an absolute http or https URL, such as https://api.openai.com/v1", shown)
+	}
+	for _, suffix := range endpointSuffixes {
+		if p := strings.TrimSuffix(u.Path, "/"); strings.HasSuffix(p, suffix) {
+			return nil, fmt.Errorf("base_url %q is an endpoint: give the API root (without %s); the provider type appends the endpoint", shown, suffix)
+		}
+	}
+	return u, nil
 }
 
 // Cleanup releases the default transport Provision made (a configured one

@@ -96,6 +96,9 @@ type waiter struct {
 	// it whose candidates are (another format, no context-length
 	// exclusion, fewer tokens) need not wait for it.
 	blockedUntil atomic.Int64
+	// wokeBehindFor is the blockedUntil for which it last woke those
+	// behind it: once per instant it waits for, not at every wake-up.
+	wokeBehindFor int64
 
 	mu     sync.Mutex
 	slept  bool // it waited at least once (one answered 429 at once did not)
@@ -304,9 +307,13 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	}
 	r.debug("waiting for a cooling deployment",
 		zap.String("deployment", g.Deployments[c.i].Name), zap.Duration("wait", wait))
-	me.blockedUntil.Store(now.Add(wait).UnixNano())
+	until := now.Add(wait).UnixNano()
+	me.blockedUntil.Store(until)
 	defer me.blockedUntil.Store(0)
-	g.queue.kickBehind(me) // those behind may have capacity the head cannot use
+	if me.wokeBehindFor != until {
+		me.wokeBehindFor = until
+		g.queue.kickBehind(me) // those behind may have capacity the head cannot use
+	}
 	return me.sleep(ctx, r.Clock, wait)
 }
 

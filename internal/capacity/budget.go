@@ -232,7 +232,11 @@ func (w *window) availableAt(now time.Time, n int64, reserve float64) time.Time 
 	if w.remaining < 0 {
 		return now // never stated (the common case: no lookup of the clock)
 	}
-	cur := w.current(now)
+	return w.availableAtCur(now, w.current(now), n, reserve)
+}
+
+// availableAtCur is availableAt with the window's current count at now.
+func (w *window) availableAtCur(now time.Time, cur, n int64, reserve float64) time.Time {
 	if cur < 0 {
 		return now
 	}

@@ -336,6 +336,11 @@ func (s *State) AvailableFor(now time.Time, n Need) (time.Time, provider.Class) 
 }
 
 func (s *State) availableAt(now time.Time, n Need) (time.Time, provider.Class) {
+	return s.availableAtCur(now, n, s.requests.current(now), s.tokens.current(now))
+}
+
+// availableAtCur is availableAt with the windows' current counts at now.
+func (s *State) availableAtCur(now time.Time, n Need, requests, tokens int64) (time.Time, provider.Class) {
 	at, why := now, provider.OK
 	switch s.circuit(now) {
 	case Open:
@@ -346,10 +351,10 @@ func (s *State) availableAt(now time.Time, n Need) (time.Time, provider.Class) {
 			at, why = now.Add(probeWait), s.openReason
 		}
 	}
-	if t := s.requests.availableAt(now, 1, n.Reserve); t.After(at) {
+	if t := s.requests.availableAtCur(now, requests, 1, n.Reserve); t.After(at) {
 		at, why = t, provider.RateLimited
 	}
-	if t := s.tokens.availableAt(now, n.Tokens, n.Reserve); t.After(at) {
+	if t := s.tokens.availableAtCur(now, tokens, n.Tokens, n.Reserve); t.After(at) {
 		at, why = t, provider.RateLimited
 	}
 	if t := s.declared.availableAt(now, n.Tokens, n.Reserve); t.After(at) {
@@ -451,8 +456,9 @@ func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool)
 
 func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 	tokens := n.Tokens
+	rq, tk := s.requests.current(now), s.tokens.current(now)
 	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight}
-	f.At, f.Why = s.availableAt(now, n)
+	f.At, f.Why = s.availableAtCur(now, n, rq, tk)
 	f.Probe = s.consecutiveFailures > 0 && !f.At.After(now) && s.circuit(now) == HalfOpen
 	if stream && s.ttft > 0 {
 		f.Latency = s.ttft
@@ -475,11 +481,11 @@ func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 			f.Headroom = h
 		}
 	}
-	if r := s.requests.current(now); r >= 0 {
-		headroom(r-1, s.requests.limit)
+	if rq >= 0 {
+		headroom(rq-1, s.requests.limit)
 	}
-	if r := s.tokens.current(now); r >= 0 {
-		headroom(r-tokens, s.tokens.limit)
+	if tk >= 0 {
+		headroom(tk-tokens, s.tokens.limit)
 	}
 	if s.declared.rpm > 0 {
 		headroom(s.declared.rpm-s.declared.requestsIn(now)-1, s.declared.rpm)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
@@ -96,7 +97,10 @@ func (adminAPI) CaddyModule() caddy.ModuleInfo {
 
 // Routes implements caddy.AdminRouter.
 func (adminAPI) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/llm_router/deployments", Handler: caddy.AdminHandlerFunc(handleDeployments)}}
+	return []caddy.AdminRoute{
+		{Pattern: "/llm_router/deployments", Handler: caddy.AdminHandlerFunc(handleDeployments)},
+		{Pattern: "/llm_router/deployments/", Handler: caddy.AdminHandlerFunc(handleDeploymentAction)},
+	}
 }
 
 // GroupStatus is a model group's queue in GET /llm_router/deployments.
@@ -164,6 +168,49 @@ func handleDeployments(w http.ResponseWriter, r *http.Request) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// handleDeploymentAction serves POST /llm_router/deployments/<name>/<action>
+// on Caddy's admin endpoint (its access control applies): reset (forget
+// the deployment's circuit and learned windows), disable (drain: no new
+// attempt) and enable. <name> is the deployment's "<provider>/<upstream
+// model>"; every live deployment of that name is acted on. Each action is
+// logged.
+func handleDeploymentAction(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method not allowed: use POST")}
+	}
+	rest := strings.TrimPrefix(r.URL.Path, "/llm_router/deployments/")
+	i := strings.LastIndex(rest, "/")
+	if i <= 0 {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("expected /llm_router/deployments/<provider>/<model>/{reset,disable,enable}")}
+	}
+	name, action := rest[:i], rest[i+1:]
+	var act func(st *capacity.State)
+	now := time.Now()
+	switch action {
+	case "reset":
+		act = func(st *capacity.State) { st.Reset(now) }
+	case "disable":
+		act = func(st *capacity.State) { st.Disable(true) }
+	case "enable":
+		act = func(st *capacity.State) { st.Disable(false) }
+	default:
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("unknown action %q: reset, disable or enable", action)}
+	}
+	n := 0
+	for _, ld := range liveDeployments() {
+		if ld.dep.Name == name {
+			act(ld.dep.State)
+			n++
+		}
+	}
+	if n == 0 {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no deployment %q", name)}
+	}
+	caddy.Log().Named("admin.api.llm_router").Info("deployment "+action, zap.String("deployment", name))
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(map[string]any{"deployment": name, "action": action, "deployments": n})
 }
 
 // Interface guards

@@ -297,3 +297,34 @@ func TestSnapshotShowsRefreshedWindowsFull(t *testing.T) {
 		t.Errorf("a window of unknown limit is unknown after its reset, got %d", snap.RemainingTokens)
 	}
 }
+
+// An operator's actions: Disable takes the deployment out of ranking,
+// Reset forgets its circuit and learned windows (and tells the fleet).
+func TestDisableAndReset(t *testing.T) {
+	s, f := NewState(), &fakeFleet{}
+	s.SetFleet(f)
+	s.Disable(true)
+	if !s.Features(t0, 1, false).Disabled || !s.Snapshot(t0).Disabled {
+		t.Error("expected the deployment disabled")
+	}
+	s.Disable(false)
+	if s.Features(t0, 1, false).Disabled {
+		t.Error("expected the deployment enabled again")
+	}
+	rl := provider.NewObservation(provider.RateLimited)
+	rl.RetryAfter = time.Hour
+	rl.Requests = provider.Window{Limit: 10, Remaining: 0, Reset: time.Hour}
+	s.Observe(t0, rl, DefaultPolicy)
+	published := len(f.published)
+	s.Reset(t0.Add(time.Second))
+	snap := s.Snapshot(t0.Add(time.Second))
+	if snap.Circuit != Closed || snap.ConsecutiveFailures != 0 || snap.LimitRequests != provider.Unknown || snap.RemainingRequests != provider.Unknown {
+		t.Errorf("expected the circuit and windows forgotten, got %+v", snap)
+	}
+	if at, _ := s.AvailableAt(t0.Add(time.Second), 1); !at.Equal(t0.Add(time.Second)) {
+		t.Errorf("expected usable at once, got %v", at.Sub(t0))
+	}
+	if len(f.published) != published+1 || f.published[len(f.published)-1].Circuit.At.IsZero() {
+		t.Errorf("expected the reset published to the fleet, got %+v", f.published[published:])
+	}
+}

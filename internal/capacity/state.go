@@ -71,6 +71,8 @@ type State struct {
 	failSeq uint64
 	// answered: an answer came, so that slow start is over.
 	answered bool
+	// disabled: an operator took the deployment out (Disable).
+	disabled bool
 
 	lastClass   provider.Class
 	lastAt      time.Time
@@ -415,6 +417,9 @@ type Features struct {
 	// router sends the next request to it whatever the ranking says, so
 	// that a deployment that recovered is found (see State.circuit).
 	Probe bool
+	// Disabled: an operator took the deployment out (State.Disable); the
+	// router does not try it.
+	Disabled bool
 	// Headroom is the smallest of remaining/limit over the known windows
 	// (provider-stated and declared), after this request's tokens; provider.Unknown
 	// (-1) when no window is known.
@@ -457,7 +462,7 @@ func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool)
 func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 	tokens := n.Tokens
 	rq, tk := s.requests.current(now), s.tokens.current(now)
-	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight}
+	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight, Disabled: s.disabled}
 	f.At, f.Why = s.availableAtCur(now, n, rq, tk)
 	f.Probe = s.consecutiveFailures > 0 && !f.At.After(now) && s.circuit(now) == HalfOpen
 	if stream && s.ttft > 0 {
@@ -610,6 +615,28 @@ func (s *State) release(a Attempt) {
 	s.releaseFleetProbeLocked() // fleet mode (fleet.go)
 }
 
+// Disable takes the deployment out of routing (true) or puts it back: an
+// operator's drain. Attempts under way finish.
+func (s *State) Disable(disabled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.disabled = disabled
+}
+
+// Reset forgets what the deployment's answers taught at now: its circuit
+// (open, half-open, consecutive failures) and its stated windows, as if it
+// had never answered. Health and declared limits stay. In fleet mode the
+// fleet learns it too.
+func (s *State) Reset(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.shareObserved(now, s.sharedPartsLocked())
+	s.openUntil, s.openReason, s.consecutiveFailures, s.probing = time.Time{}, provider.OK, 0, false
+	s.requests = window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown}
+	s.tokens = window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown}
+	s.fleet.reservedUntil, s.fleet.probeElsewhereUntil = time.Time{}, time.Time{}
+}
+
 // Snapshot is a copy of a State for display (admin API, logs, tests).
 // Counts are provider.Unknown (-1) when the provider never stated them.
 type Snapshot struct {
@@ -631,6 +658,7 @@ type Snapshot struct {
 	SuccessRate         float64         `json:"success_rate"`
 	InFlight            int             `json:"in_flight"`
 	ConsecutiveFailures int             `json:"consecutive_failures"`
+	Disabled            bool            `json:"disabled,omitempty"`
 	LastClass           *provider.Class `json:"last_class,omitempty"` // nil before the first attempt
 	LastAt              time.Time       `json:"last_at,omitzero"`
 	LastMessage         string          `json:"last_message,omitempty"`
@@ -658,6 +686,7 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 		SuccessRate:         f.Reliability,
 		InFlight:            s.inFlight,
 		ConsecutiveFailures: s.consecutiveFailures,
+		Disabled:            s.disabled,
 		LastAt:              s.lastAt,
 		LastMessage:         s.lastMessage,
 	}

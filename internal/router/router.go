@@ -486,7 +486,7 @@ func (r *Router) logDisabled(d *Deployment, obs provider.Observation, observed c
 		r.Logger.Error("deployment disabled: the provider rejects our key or the quota is spent",
 			zap.String("deployment", d.Name), zap.Stringer("class", obs.Class), zap.String("message", obs.Message),
 			zap.Duration("for", observed.Cooldown),
-			zap.String("to_clear", "a reload with a new key starts the deployment afresh; otherwise it is tried again after this wait"))
+			zap.String("to_clear", "once fixed: POST /llm_router/deployments/"+d.Name+"/reset on the admin endpoint (or reload with a new key); else it is tried again after this wait"))
 	}
 	return true
 }
@@ -604,6 +604,9 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 			}
 			cands = append(cands, scored{i: i, cost: estimateCost(d, req)})
 			d.State.ReadFeaturesFor(&cands[len(cands)-1].f, now, need, req.Stream)
+			if cands[len(cands)-1].f.Disabled {
+				cands = cands[:len(cands)-1] // drained by an operator
+			}
 		}
 	}
 	return cands

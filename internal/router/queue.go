@@ -96,6 +96,11 @@ type waiter struct {
 	// it whose candidates are (another format, no context-length
 	// exclusion, fewer tokens) need not wait for it.
 	blockedUntil atomic.Int64
+	// waitsFor has a bit set for each deployment (by index in the group)
+	// the blocked head may take when it wakes: those behind it may go past
+	// it only to the others, so that it is not starved of what it waits
+	// for. All bits: it could not say (more than 64 deployments).
+	waitsFor atomic.Uint64
 	// wokeBehindFor is the blockedUntil for which it last woke those
 	// behind it: once per instant it waits for, not at every wake-up.
 	wokeBehindFor int64
@@ -132,14 +137,32 @@ func (q *queue) first(w *waiter, p int) bool {
 }
 
 // headBlocked reports whether the head (not w) sleeps until after now for
-// capacity of its own: w may take capacity the head cannot use.
-func (q *queue) headBlocked(w *waiter, now time.Time) bool {
-	if q.n.Load() < 2 {
-		return false
+// capacity of its own, and the deployments it waits for (waitsFor): w may
+// take capacity of the others.
+func (q *queue) headBlocked(w *waiter, now time.Time) (uint64, bool) {
+	if q.n.Load() < 2 && w != nil || q.n.Load() < 1 {
+		return 0, false
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.waiting) > 1 && q.waiting[0] != w && q.waiting[0].blockedUntil.Load() > now.UnixNano()
+	if len(q.waiting) == 0 || q.waiting[0] == w || q.waiting[0].blockedUntil.Load() <= now.UnixNano() {
+		return 0, false
+	}
+	return q.waiting[0].waitsFor.Load(), true
+}
+
+// bypass keeps, of the ready candidates, those a request may take past a
+// blocked head (not among the deployments it waits for), and returns how
+// many there are.
+func bypass(cands []scored, ready int, waitsFor uint64) int {
+	n := 0
+	for k := 0; k < ready; k++ {
+		if i := cands[k].i; i >= 64 || waitsFor&(1<<uint(i)) == 0 {
+			cands[n], cands[k] = cands[k], cands[n]
+			n++
+		}
+	}
+	return n
 }
 
 // join puts w in its place.
@@ -293,7 +316,7 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		r.pruneTail(g, cands, now)
 	}
 	if ahead > 0 || ready > 0 {
-		if ready > 0 && g.queue.headBlocked(me, now) {
+		if waitsFor, blocked := g.queue.headBlocked(me, now); ready > 0 && blocked && bypass(cands, ready, waitsFor) > 0 {
 			return nil // the head blocked meanwhile: this one may go now
 		}
 		return me.sleep(ctx, r.Clock, deadline.Sub(now))
@@ -308,6 +331,15 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	r.debug("waiting for a cooling deployment",
 		zap.String("deployment", g.Deployments[c.i].Name), zap.Duration("wait", wait))
 	until := now.Add(wait).UnixNano()
+	var waitsFor uint64
+	for _, c := range cands {
+		if c.i >= 64 {
+			waitsFor = ^uint64(0)
+			break
+		}
+		waitsFor |= 1 << uint(c.i)
+	}
+	me.waitsFor.Store(waitsFor)
 	me.blockedUntil.Store(until)
 	defer me.blockedUntil.Store(0)
 	if me.wokeBehindFor != until {

@@ -602,3 +602,53 @@ func TestNoA429WhenADeploymentHasCapacity(t *testing.T) {
 		}
 	}
 }
+
+// A request behind a blocked head may not take the capacity the head waits
+// for: a large request waiting for a token window is not starved by small
+// ones that would fit what is left of it.
+func TestABlockedHeadIsNotStarved(t *testing.T) {
+	c := newManualClock()
+	var mu sync.Mutex
+	var order []string
+	a := deployment("a", nil)
+	a.Transport = roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		body, _ := io.ReadAll(req.Body)
+		mu.Lock()
+		if strings.Contains(string(body), "large") {
+			order = append(order, "large")
+		} else {
+			order = append(order, "small")
+		}
+		mu.Unlock()
+		return reply(200, okBody)(req)
+	})
+	r := New()
+	r.Clock, r.Rand = c, func() float64 { return 0 }
+	r.Deadline = 30 * time.Second
+	g := NewGroup("tokens", []*Deployment{a})
+	tok := provider.NewObservation(provider.OK)
+	tok.Tokens = provider.Window{Limit: 1000, Remaining: 100, Reset: 10 * time.Second}
+	a.State.Observe(c.Now(), tok, r.Policy)
+	simulate(t, c, 2, func(i int) {
+		req := userReq("large", DefaultPriority)
+		req.Tokens = 500
+		if i == 1 {
+			for g.Queued() < 1 { // behind the large one
+				time.Sleep(50 * time.Microsecond)
+			}
+			req = userReq("small", DefaultPriority)
+			req.Tokens = 50
+		}
+		if res := r.ServeGroup(context.Background(), g, req); res.Err != nil {
+			t.Errorf("request %d: %v", i, res.Err)
+		}
+	})
+	if !slices.Equal(order, []string{"large", "small"}) {
+		t.Errorf("expected the large request sent first, at the reset, got %v", order)
+	}
+}
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -283,14 +283,23 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		}
 		cands = r.tiered(g, cands, me, req, need, now, deadline)
 		ready := readyFirst(cands, now)
-		if ready == 0 || !g.queue.first(me, req.Priority) && !g.queue.headBlocked(me, now) {
+		free := ready
+		if ready > 0 && !g.queue.first(me, req.Priority) {
+			// Others wait before it: it may go only past a head blocked for
+			// capacity of its own, to deployments that head does not wait for.
+			ready = 0
+			if waitsFor, blocked := g.queue.headBlocked(me, now); blocked {
+				ready = bypass(cands, free, waitsFor)
+			}
+		}
+		if ready == 0 {
 			if me == nil {
 				me = &waiter{priority: req.Priority, arrival: arrivals.Add(1), tokens: req.Tokens,
 					reserve: need.Reserve, since: now, deadline: deadline}
 				g.queue.join(me)
 				r.observeQueue(g)
 			}
-			if err := r.wait(ctx, g, me, cands, ready, w, need, now, deadline); err != nil {
+			if err := r.wait(ctx, g, me, cands, free, w, need, now, deadline); err != nil {
 				return res.fail(err, w)
 			}
 			continue

@@ -140,7 +140,7 @@ func (q *queue) first(w *waiter, p int) bool {
 // capacity of its own, and the deployments it waits for (waitsFor): w may
 // take capacity of the others.
 func (q *queue) headBlocked(w *waiter, now time.Time) (uint64, bool) {
-	if q.n.Load() < 2 && w != nil || q.n.Load() < 1 {
+	if q.n.Load() == 0 {
 		return 0, false
 	}
 	q.mu.Lock()
@@ -191,8 +191,7 @@ func (q *queue) leave(w *waiter) {
 	q.waiting = slices.Delete(q.waiting, i, i+1)
 	q.n.Store(int32(len(q.waiting)))
 	var next *waiter
-	switch {
-	case i == 0 && len(q.waiting) > 0:
+	if i == 0 && len(q.waiting) > 0 {
 		next = q.waiting[0]
 	}
 	q.mu.Unlock()
@@ -202,50 +201,35 @@ func (q *queue) leave(w *waiter) {
 }
 
 // kickHead wakes the head: capacity may have come back (an attempt ended).
-func (q *queue) kickHead() { q.kickAt(0) }
-
-// kickAt wakes the i-th waiting request, if there is one.
-func (q *queue) kickAt(i int) {
-	if int(q.n.Load()) <= i {
+func (q *queue) kickHead() {
+	if q.n.Load() == 0 {
 		return
 	}
 	q.mu.Lock()
-	var w *waiter
-	if len(q.waiting) > i {
-		w = q.waiting[i]
+	var head *waiter
+	if len(q.waiting) > 0 {
+		head = q.waiting[0]
 	}
 	q.mu.Unlock()
-	if w != nil {
-		w.kick()
+	if head != nil {
+		head.kick()
 	}
 }
 
-// kickBehind wakes every waiting request but w (the head, about to sleep).
-func (q *queue) kickBehind(w *waiter) {
-	if q.n.Load() < 2 {
-		return
-	}
-	q.mu.Lock()
-	behind := slices.Clone(q.waiting)
-	q.mu.Unlock()
-	for _, x := range behind {
-		if x != w {
-			x.kick()
-		}
-	}
-}
-
-// kickAll wakes every waiting request, to look at its forecast again (a
-// deployment's capacity just became known).
-func (q *queue) kickAll() {
+// kickAllBut wakes every waiting request but w (nil: all), to look again:
+// a deployment's capacity just became known, or the head (w) blocked for
+// capacity of its own.
+func (q *queue) kickAllBut(w *waiter) {
 	if q.n.Load() == 0 {
 		return
 	}
 	q.mu.Lock()
 	all := slices.Clone(q.waiting)
 	q.mu.Unlock()
-	for _, w := range all {
-		w.kick()
+	for _, x := range all {
+		if x != w {
+			x.kick()
+		}
 	}
 }
 
@@ -344,7 +328,7 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	defer me.blockedUntil.Store(0)
 	if me.wokeBehindFor != until {
 		me.wokeBehindFor = until
-		g.queue.kickBehind(me) // those behind may have capacity the head cannot use
+		g.queue.kickAllBut(me) // those behind may have capacity the head cannot use
 	}
 	return me.sleep(ctx, r.Clock, wait)
 }

@@ -406,7 +406,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	}
 	observed := d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 	if observed.Learned && out.queue != nil {
-		out.queue.kickAll() // forecasts that could not tell may now
+		out.queue.kickAllBut(nil) // forecasts that could not tell may now
 	}
 	if out.stream == nil {
 		out.release() // a stream releases when it ends

@@ -78,6 +78,11 @@ type queue struct {
 	mu      sync.Mutex
 	waiting []*waiter // the head first
 	n       atomic.Int32
+	// arrivals numbers the requests in the order they joined, under mu:
+	// one that joins later never goes before one that joined earlier at
+	// its priority, so that a place once counted only shrinks (but for
+	// higher priorities).
+	arrivals uint64
 }
 
 // waiter is one request in a queue.
@@ -91,6 +96,12 @@ type waiter struct {
 	// late: the head found the forecast cannot serve it in time, and woke
 	// it to see for itself.
 	late atomic.Bool
+	// taking: it is claiming capacity and about to leave. The queue's
+	// places and forecasts no longer count it (its claim may already be
+	// spent): a request behind it that looks meanwhile may count one unit
+	// too many as free, never one too few, so it is never answered 429 for
+	// a place it does not have.
+	taking atomic.Bool
 	// blockedUntil (Unix ns on the router's clock) is set while the head
 	// sleeps because none of its own candidates is free: a request behind
 	// it whose candidates are (another format, no context-length
@@ -169,6 +180,8 @@ func bypass(cands []scored, ready int, waitsFor uint64) int {
 func (q *queue) join(w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.arrivals++
+	w.arrival = q.arrivals
 	i, _ := slices.BinarySearchFunc(q.waiting, w, func(x, t *waiter) int {
 		if x.before(t) {
 			return -1
@@ -241,6 +254,9 @@ func (q *queue) place(w *waiter) (ahead int64, tokens int64) {
 		if x == w {
 			break
 		}
+		if x.taking.Load() {
+			continue
+		}
 		ahead++
 		tokens += x.tokens
 	}
@@ -291,8 +307,12 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	if ready == 0 && !c.f.At.Before(deadline) {
 		return coolingError(cands, c, now) // nothing is back in time
 	}
+	// The windows are read before the place: a request ahead that claims
+	// capacity meanwhile is marked taking before it spends, so that it is
+	// counted at most once (in the windows or in the place), never twice.
+	s := supplyOf(g.Deployments, cands, need.Reserve, now, deadline)
 	ahead, tokensAhead := g.queue.place(me)
-	if r.forecastLate(g.Deployments, cands, ahead+1, tokensAhead+me.tokens, need.Reserve, now, deadline) {
+	if enough, known := s.serves(ahead+1, tokensAhead+me.tokens); known && !enough {
 		return r.unservable(g.Deployments, cands, ahead+1, tokensAhead+me.tokens, need.Reserve, now, deadline)
 	}
 	me.late.Store(false)
@@ -344,7 +364,7 @@ func (r *Router) pruneTail(g *Group, cands []scored, now time.Time) {
 		return
 	}
 	q.mu.Lock()
-	waiting := slices.Clone(q.waiting)
+	waiting := slices.DeleteFunc(slices.Clone(q.waiting), func(x *waiter) bool { return x.taking.Load() })
 	q.mu.Unlock()
 	tokens := make([]int64, len(waiting)+1) // tokens[i]: of those before i
 	for i, w := range waiting {
@@ -363,30 +383,48 @@ func (r *Router) pruneTail(g *Group, cands []scored, now time.Time) {
 	}
 }
 
-// forecast sums what the candidates' known windows let start from now until
-// until (less each one's latency, so that an attempt started then still
-// answers in time): enough reports whether n requests of tokens tokens in
-// all fit, known whether the windows bound it at all (a deployment with
-// nothing known may take any number).
-func forecast(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, until time.Time) (enough, known bool) {
-	var reqs, toks int64
-	reqsBound, toksBound := true, true
+// supply is what the candidates' known windows let start from now until
+// a given instant (see supplyOf).
+type supply struct {
+	requests, tokens           int64
+	requestsBound, tokensBound bool // false: nothing known bounds the count
+}
+
+// supplyOf sums what the candidates' known windows let start from now
+// until until, less each one's latency (so that an attempt started then
+// still answers in time), leaving reserve unspent.
+func supplyOf(group []*Deployment, cands []scored, reserve float64, now, until time.Time) supply {
+	s := supply{requestsBound: true, tokensBound: true}
 	for _, c := range cands {
 		end := until.Add(-time.Duration(c.f.Latency * float64(time.Second)))
 		fr, ft := group[c.i].State.Forecast(now, end, reserve)
 		if fr < 0 {
-			reqsBound = false
+			s.requestsBound = false
 		}
 		if ft < 0 {
-			toksBound = false
+			s.tokensBound = false
 		}
-		reqs += max(fr, 0)
-		toks += max(ft, 0)
+		s.requests += max(fr, 0)
+		s.tokens += max(ft, 0)
 	}
-	if !reqsBound && !toksBound {
+	return s
+}
+
+// serves reports whether n requests of tokens tokens in all fit (enough),
+// and whether the windows bound it at all (known: a deployment with
+// nothing known may take any number).
+func (s supply) serves(n, tokens int64) (enough, known bool) {
+	if !s.requestsBound && !s.tokensBound {
 		return true, false
 	}
-	return (!reqsBound || reqs >= n) && (!toksBound || toks >= tokens), true
+	return (!s.requestsBound || s.requests >= n) && (!s.tokensBound || s.tokens >= tokens), true
+}
+
+// forecast reports whether the candidates' known windows let n requests of
+// tokens tokens start from now until until (enough), and whether they bound
+// it at all (known).
+func forecast(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, until time.Time) (enough, known bool) {
+	return supplyOf(group, cands, reserve, now, until).serves(n, tokens)
 }
 
 // forecastLate reports whether the known windows cannot serve n requests

@@ -17,7 +17,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -247,9 +246,6 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	return res
 }
 
-// arrivals numbers requests in the order they came, for their queues.
-var arrivals atomic.Uint64
-
 // serve is ServeGroup's loop: it returns res once answered or failed.
 func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk) *Result {
 	group := g.Deployments
@@ -294,7 +290,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		}
 		if ready == 0 {
 			if me == nil {
-				me = &waiter{priority: req.Priority, arrival: arrivals.Add(1), tokens: req.Tokens,
+				me = &waiter{priority: req.Priority, tokens: req.Tokens,
 					reserve: need.Reserve, since: now, deadline: deadline}
 				g.queue.join(me)
 				r.observeQueue(g)
@@ -321,8 +317,14 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		}
 		// Claimed only for an attempt that goes out: a request the
 		// provider cannot express spends none of its windows.
+		if me != nil {
+			me.taking.Store(true)
+		}
 		claim, ok := d.State.AcquireFor(now, need)
 		if !ok {
+			if me != nil {
+				me.taking.Store(false)
+			}
 			a.finish()
 			continue // a half-open circuit's probe was taken meanwhile
 		}

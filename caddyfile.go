@@ -51,6 +51,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //
 //	    model <name> {
+//	        fallback_group  <model group>
 //	        deployment <provider> <upstream model> [{
 //	            cost_input      <USD per 1M tokens>
 //	            cost_output     <USD per 1M tokens>
@@ -95,7 +96,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		line     int
 		file     string
 	}
-	var refs []ref
+	var refs, fallbacks []ref // deployments' providers; groups with a fallback_group (provider: the group's name)
 	for d.NextBlock(0) {
 		key := d.Val()
 		if key != "provider" && key != "model" {
@@ -201,8 +202,22 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			g := new(ModelGroup)
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
 				line := d.Line()
+				if d.Val() == "fallback_group" {
+					if g.FallbackGroup != "" {
+						return d.Errf("duplicate subdirective fallback_group in model %s", name)
+					}
+					if !d.NextArg() {
+						return d.ArgErr()
+					}
+					g.FallbackGroup = d.Val()
+					if d.NextArg() {
+						return d.ArgErr()
+					}
+					fallbacks = append(fallbacks, ref{name, line, d.File()})
+					continue
+				}
 				if d.Val() != "deployment" {
-					return d.Errf("unknown subdirective %s in model %s (expected deployment)", d.Val(), name)
+					return d.Errf("unknown subdirective %s in model %s%s", d.Val(), name, suggest(d.Val(), modelKeys))
 				}
 				dep, err := parseDeployment(d)
 				if err != nil {
@@ -236,6 +251,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return fmt.Errorf("deployment names unknown provider %s (configured: %s), at %s:%d",
 				r.provider, strings.Join(sortedKeys(h.ProvidersRaw), ", "), r.file, r.line)
 		}
+	}
+	if name, err := fallbackProblem(h.Models); err != nil {
+		for _, r := range fallbacks {
+			if r.provider == name {
+				return fmt.Errorf("%v, at %s:%d", err, r.file, r.line)
+			}
+		}
+		return err
 	}
 	return nil
 }

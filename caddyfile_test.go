@@ -72,6 +72,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"tier range", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n tier 0\n }\n }\n}", "tier must be from 1 to 100"},
 		{"base_url endpoint", "llm_router {\n provider p {\n type openai\n base_url https://api.openai.com/v1/chat/completions\n }\n model m { deployment p x } }", "is an endpoint: give the API root (without /chat/completions)"},
 		{"base_url scheme", "llm_router {\n provider p {\n type openai\n base_url api.openai.com/v1\n }\n model m { deployment p x } }", "must be an absolute http or https URL"},
+		{"fallback unknown", "llm_router {\n" + providers + "\n model m {\n deployment p x\n fallback_group nope\n }\n}", `model m: fallback_group names unknown model group "nope" (configured: m), at Testfile:8`},
+		{"fallback loop", "llm_router {\n" + providers + "\n model a {\n fallback_group b\n deployment p x\n }\n model b {\n fallback_group c\n deployment p y\n }\n model c {\n fallback_group a\n deployment p z\n }\n}", "model a: fallback_group makes a loop: a -> b -> c -> a, at Testfile:7"},
+		{"fallback to itself", "llm_router {\n" + providers + "\n model a {\n fallback_group a\n deployment p x\n }\n}", "model a: fallback_group makes a loop: a -> a"},
+		{"fallback twice", "llm_router {\n" + providers + "\n model a {\n fallback_group b\n fallback_group b\n deployment p x\n }\n model b { deployment p y }\n}", "duplicate subdirective fallback_group in model a"},
+		{"did you mean fallback_group", "llm_router {\n" + providers + "\n model a {\n fallback b\n deployment p x\n }\n}", `(did you mean "fallback_group"?)`},
 		{"bad header", "llm_router {\n provider p {\n type openai\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,9 @@ import (
 const (
 	HeaderDeployment = "X-LLM-Router-Deployment"
 	HeaderAttempts   = "X-LLM-Router-Attempts"
+	// HeaderGroup names the model group that answered: the one asked for,
+	// or its fallback group (ModelGroup.FallbackGroup).
+	HeaderGroup = "X-LLM-Router-Group"
 )
 
 // ServeHTTP answers the LLM API paths (see Handler); anything else goes to
@@ -152,9 +155,12 @@ func (h *Handler) maxBody() int64 {
 // annotate sets the placeholders, adds the same facts to Caddy's access log
 // entry for the request, and counts the request.
 func (h *Handler) annotate(r *http.Request, model string, res *router.Result) {
-	name, reason := "", ""
+	name, reason, group := "", "", model
 	if res.Deployment != nil {
 		name = res.Deployment.Name
+	}
+	if res.Group != nil {
+		group = res.Group.Name
 	}
 	if res.FailoverReason != 0 {
 		reason = res.FailoverReason.String()
@@ -163,11 +169,13 @@ func (h *Handler) annotate(r *http.Request, model string, res *router.Result) {
 		repl.Set("http.llm_router.deployment", name)
 		repl.Set("http.llm_router.attempts", res.Attempts)
 		repl.Set("http.llm_router.failover_reason", reason)
+		repl.Set("http.llm_router.model_group", group)
 	}
 	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
 		extra.Set(zap.String("llm_deployment", name))
 		extra.Set(zap.Int("llm_attempts", res.Attempts))
 		extra.Set(zap.String("llm_failover_reason", reason))
+		extra.Set(zap.String("llm_model_group", group))
 	}
 	h.metrics.request(model, name, status(res))
 }
@@ -191,4 +199,7 @@ func setRouterHeaders(w http.ResponseWriter, res *router.Result) {
 		w.Header().Set(HeaderDeployment, res.Deployment.Name)
 	}
 	w.Header().Set(HeaderAttempts, strconv.Itoa(res.Attempts))
+	if res.Group != nil {
+		w.Header().Set(HeaderGroup, res.Group.Name)
+	}
 }

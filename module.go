@@ -67,6 +67,7 @@ const DefaultMaxBody = 8 << 20
 // `{http.llm_router.deployment}` | the deployment that answered, `provider/model`
 // `{http.llm_router.attempts}` | upstream attempts made for the request
 // `{http.llm_router.failover_reason}` | error class of the last failed attempt, empty if none
+// `{http.llm_router.model_group}` | the model group that answered: the one asked for, or its fallback group
 type Handler struct {
 	// Deadline is the wall-clock budget of one request: every attempt and
 	// every wait, until the answer (or a stream's first byte) reaches the
@@ -171,6 +172,15 @@ type Weights struct {
 type ModelGroup struct {
 	// Deployments are ranked for every request; at least one.
 	Deployments []*Deployment `json:"deployments"`
+	// FallbackGroup names another model group that serves the request,
+	// within the same deadline and attempt budget, when none of this
+	// group's deployments can: all rate-limited or out of quota past the
+	// deadline, cooling down after failures, too small for the prompt, or
+	// unable to express the request. Its own fallback group follows in
+	// turn; a chain that comes back to a group is refused. The
+	// X-LLM-Router-Group response header names the group that answered.
+	// Default: none.
+	FallbackGroup string `json:"fallback_group,omitempty"`
 }
 
 // Deployment is a provider x an upstream model within a model group.
@@ -240,6 +250,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			limits[d.State] = limits[d.State].tightest(dc.RPM, dc.TPM)
 		}
 		h.names = append(h.names, name)
+	}
+	for name, g := range h.groups {
+		if fb := h.Models[name].FallbackGroup; fb != "" {
+			g.Fallback = h.groups[fb]
+		}
 	}
 	// A deployment listed in several groups is one account and model: its
 	// declared limits are the tightest any group states.
@@ -399,6 +414,9 @@ func (h *Handler) validate() error {
 	if _, ok := h.ProvidersRaw[""]; ok {
 		return errors.New("a provider needs a name")
 	}
+	if _, err := fallbackProblem(h.Models); err != nil {
+		return err
+	}
 	for _, name := range sortedKeys(h.Models) {
 		if err := h.Models[name].validate(); err != nil {
 			return fmt.Errorf("model %s: %w", name, err)
@@ -411,6 +429,34 @@ func (h *Handler) validate() error {
 		}
 	}
 	return nil
+}
+
+// fallbackProblem checks the model groups' fallback groups: each names
+// another configured group, and no chain comes back to a group it left.
+// It returns the first group (by name) whose fallback_group is wrong, and
+// why.
+func fallbackProblem(models map[string]*ModelGroup) (string, error) {
+	for _, name := range sortedKeys(models) {
+		g := models[name]
+		if g == nil || g.FallbackGroup == "" {
+			continue
+		}
+		if _, ok := models[g.FallbackGroup]; !ok {
+			return name, fmt.Errorf("model %s: fallback_group names unknown model group %q (configured: %s)",
+				name, g.FallbackGroup, strings.Join(sortedKeys(models), ", "))
+		}
+		chain := []string{name}
+		for at := g.FallbackGroup; at != ""; at = models[at].FallbackGroup {
+			chain = append(chain, at)
+			if at == name {
+				return name, fmt.Errorf("model %s: fallback_group makes a loop: %s", name, strings.Join(chain, " -> "))
+			}
+			if models[at] == nil || len(chain) > len(models) {
+				break // reported for its own group, or a loop that does not pass through name
+			}
+		}
+	}
+	return "", nil
 }
 
 // validateSettings checks the handler's own settings: durations, attempts,

@@ -91,6 +91,8 @@ func TestProvisionAndReloadKeepState(t *testing.T) {
 func TestLoadErrors(t *testing.T) {
 	for _, tc := range []struct{ name, config, want string }{
 		{"unknown provider", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"deployments":[{"provider":"x","model":"y"}]}}}`, `unknown provider "x"`},
+		{"fallback unknown", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"fallback_group":"n","deployments":[{"provider":"a","model":"y"}]}}}`, `model m: fallback_group names unknown model group "n" (configured: m)`},
+		{"fallback loop", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"fallback_group":"n","deployments":[{"provider":"a","model":"y"}]},"n":{"fallback_group":"m","deployments":[{"provider":"a","model":"z"}]}}}`, `model m: fallback_group makes a loop: m -> n -> m`},
 		{"no deployment", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"deployments":[]}}}`, "no deployment"},
 		{"no model", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}}}`, "no model group"},
 		{"unknown type", `{"providers":{"a":{"type":"palm","base_url":"http://h/v1"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, `unknown provider type "palm"`},

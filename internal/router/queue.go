@@ -22,7 +22,11 @@ type Group struct {
 	// Name is the model group's name, for metrics and logs.
 	Name        string
 	Deployments []*Deployment
-	queue       queue
+	// Fallback is the group a request goes on to, within the same deadline
+	// and attempt budget, when none of this group's deployments can serve
+	// it (see ServeGroup); nil: none.
+	Fallback *Group
+	queue    queue
 	// waits and waited count the requests that waited in the queue and
 	// the time they spent there (nanoseconds).
 	waits, waited atomic.Int64

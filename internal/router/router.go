@@ -11,6 +11,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -175,6 +176,9 @@ var ErrClientGone = errors.New("client went away")
 
 // Result is the outcome of Serve.
 type Result struct {
+	// Group is the model group that answered, or the last one tried: the
+	// group asked for, or one it fell back to (Group.Fallback).
+	Group *Group
 	// Deployment answered (nil if none did).
 	Deployment *Deployment
 	// Attempts is the number of upstream attempts made.
@@ -219,6 +223,9 @@ type walk struct {
 	limited    int      // failures that were rate limits or spent quotas
 	minContext int64    // after a context_length failure: only larger windows; -1 none
 	pending    *outcome // a failed attempt not yet logged (logPending)
+	// prior is the last failed attempt of the group this one falls back
+	// from: the first attempt here is its failover.
+	prior *outcome
 }
 
 // Serve answers req from a group of deployments served once (its queue
@@ -232,25 +239,65 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 // queue for its turn (see queue). It never makes more than MaxAttempts
 // attempts and never waits past the deadline: when every deployment is
 // cooling past it, or its place in the queue cannot be served before it,
-// it answers at once, with Retry-After set to when it could be.
+// it answers at once, with Retry-After set to when it could be; or, when g
+// has a Fallback, goes on to that group (and its fallback, in turn) with
+// what is left of the deadline and the attempts.
 func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result {
 	res := &Result{}
-	group := g.Deployments
-	var perBuf [16]attemptState
-	w := walk{per: perBuf[:min(len(group), len(perBuf))], minContext: -1}
-	if len(group) > len(perBuf) {
-		w.per = make([]attemptState, len(group))
+	deadline := r.Clock.Now().Add(r.Deadline)
+	var pending, prior *outcome // of the group before: its last failed attempt, if not yet logged; its last failed one
+	for hop, hops := g, 0; hop != nil && hops <= maxFallbacks; hop, hops = hop.Fallback, hops+1 {
+		if hop != g && !Serves(hop.Deployments, req.Format) {
+			continue
+		}
+		var perBuf [16]attemptState
+		w := walk{per: perBuf[:min(len(hop.Deployments), len(perBuf))], minContext: -1, pending: pending, prior: prior}
+		if len(hop.Deployments) > len(perBuf) {
+			w.per = make([]attemptState, len(hop.Deployments))
+		}
+		if hop != g {
+			r.debug("falling back to another model group", zap.String("from", res.Group.Name), zap.String("to", hop.Name),
+				zap.Int("attempts", res.Attempts))
+			*res = Result{Attempts: res.Attempts, FailoverReason: res.FailoverReason}
+		}
+		r.serve(ctx, hop, req, res, &w, deadline)
+		res.Group = hop
+		pending, w.pending = w.pending, nil
+		prior = cmp.Or(w.last, w.prior)
+		if hop.Fallback == nil || !fallsBack(res) || res.Attempts >= r.MaxAttempts ||
+			ctx.Err() != nil || !r.Clock.Now().Before(deadline) {
+			break
+		}
 	}
-	r.serve(ctx, g, req, res, &w)
-	r.logPending(&w, nil) // a failed attempt no other followed
+	r.logPending(&walk{pending: pending}, nil) // a failed attempt no other followed
 	return res
 }
 
+// maxFallbacks bounds a chain of fallback groups (the config refuses
+// cycles; this keeps a group built by hand from looping).
+const maxFallbacks = 16
+
+// fallsBack reports whether a group's answer lets its fallback group try:
+// none of its deployments could serve the request (rate-limited, failing,
+// out of time for it, its context too small, unable to express it), as
+// opposed to an answer, a client that left, or a request the provider
+// refused as it is.
+func fallsBack(res *Result) bool {
+	var e *Error
+	switch {
+	case errors.As(res.Err, &e):
+		return true
+	case res.Err != nil:
+		return false // the client went away
+	case res.Error != nil:
+		return res.Error.Class == provider.ContextLength // a larger model may take it
+	}
+	return false
+}
+
 // serve is ServeGroup's loop: it returns res once answered or failed.
-func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk) *Result {
+func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk, deadline time.Time) *Result {
 	group := g.Deployments
-	start := r.Clock.Now()
-	deadline := start.Add(r.Deadline)
 	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
 	var me *waiter // while the request waits in g's queue
 	defer func() {
@@ -289,6 +336,11 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 		}
 		if ready == 0 {
+			if g.Fallback != nil && free == 0 && recovering(cands, now) {
+				// Its deployments cool down after failures: the fallback
+				// group, rather than a wait for a retry that may fail again.
+				return res.fail(coolingError(cands, earliest(cands), now), w)
+			}
 			if me == nil {
 				me = &waiter{priority: req.Priority, tokens: req.Tokens,
 					reserve: need.Reserve, since: now, deadline: deadline}
@@ -336,9 +388,10 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		r.logPending(w, d)
 		out := a.exchange(req)
 		w.per[i].tried = true
-		if w.last != nil && r.Observer != nil {
-			r.Observer.Failover(w.last.d, w.last.obs.Class)
+		if last := cmp.Or(w.last, w.prior); last != nil && r.Observer != nil {
+			r.Observer.Failover(last.d, last.obs.Class)
 		}
+		w.prior = nil
 		res.Attempts++
 		if done := r.settle(res, w, i, out); done {
 			return res

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // tierOf is d's tier, 1 when unset.
@@ -14,7 +15,9 @@ func tierOf(d *Deployment) int { return max(d.Tier, 1) }
 // stay for the answer): a deployment of tier n+1 is tried only when none
 // of tier n or lower can. A tier can serve when one of its deployments
 // (or a lower tier's) comes back before the deadline and the known
-// windows forecast room for the request's place in the queue. When no
+// windows forecast room for the request's place in the queue; a tier
+// whose deployments all cool down after failures cannot (a higher tier is
+// not kept waiting for a retry that may fail again). When no
 // tier can, every candidate stays, for the 429 or 502 it makes. A group of
 // one tier costs one pass.
 func (r *Router) tiered(g *Group, cands []scored, me *waiter, req *Request, need capacity.Need, now, deadline time.Time) []scored {
@@ -41,7 +44,7 @@ func (r *Router) tiered(g *Group, cands []scored, me *waiter, req *Request, need
 			}
 		}
 		sub := cands[:k]
-		if earliest(sub).f.At.Before(deadline) {
+		if earliest(sub).f.At.Before(deadline) && !recovering(sub, now) {
 			if enough, _ := forecast(group, sub, ahead+1, tokensAhead+req.Tokens, need.Reserve, now, deadline); enough {
 				return sub
 			}
@@ -59,4 +62,20 @@ func nextTier(group []*Deployment, cands []scored, t int) int {
 		}
 	}
 	return next
+}
+
+// recovering reports whether none of cands is usable at now and each
+// cools down after failures (a server error, a timeout), not for capacity:
+// a retry of them may fail again, so a request that has somewhere else to
+// go (a higher tier, a fallback group) goes there rather than waiting.
+func recovering(cands []scored, now time.Time) bool {
+	for _, c := range cands {
+		switch cooling := c.f.At.After(now); {
+		case !cooling:
+			return false // usable now
+		case !c.f.Why.Failure(), c.f.Why == provider.RateLimited, c.f.Why == provider.QuotaExhausted:
+			return false // busy or limited: capacity the planner waits for
+		}
+	}
+	return len(cands) > 0
 }

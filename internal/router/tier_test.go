@@ -53,6 +53,17 @@ func TestTiers(t *testing.T) {
 	if s := clock.Sleeps(); len(s) != 1 || s[0] != 2*time.Second {
 		t.Errorf("expected one 2 s wait, got %v", s)
 	}
+
+	// The first tier fails: the second at once, not a wait for a retry of
+	// the first (its backoff would be well within the deadline).
+	clock = newFakeClock()
+	r = newRouter(clock)
+	failing := &script{replies: []func(*http.Request) (*http.Response, error){reply(500, `{"error":{"message":"boom"}}`)}}
+	group = []*Deployment{deployment("first", failing), deployment("second", ok())}
+	group[1].Tier = 2
+	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[1] || res.Attempts != 2 || len(clock.Sleeps()) != 0 {
+		t.Errorf("expected the second tier after the first failed, at once, got %v after %d attempts and waits %v", res.Deployment, res.Attempts, clock.Sleeps())
+	}
 }
 
 // A burst larger than the first tier's window before the deadline: the

@@ -1,0 +1,46 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+)
+
+// fallback_group: when every deployment of smart is rate-limited past the
+// deadline, fast serves the request, within the same attempt budget, and
+// the answer's headers say so; streams too.
+func TestFallbackGroup(t *testing.T) {
+	config := twoProviders("deadline 10s", "smart", "s-a", "unused", "fault rate_limit {\n header Retry-After 600\n }", "")
+	// smart has only a; fast has only b.
+	config = strings.Replace(config, "\t\t\tdeployment b unused {\n\t\t\t\tquality 0.5\n\t\t\t}\n\t\t}",
+		"\t\t\tfallback_group fast\n\t\t}\n\t\tmodel fast {\n\t\t\tdeployment b f-b\n\t\t}", 1)
+	if !strings.Contains(config, "fallback_group fast") {
+		t.Fatal("the config has no fallback_group")
+	}
+	load(t, config)
+
+	resp := chat(t, "smart", false)
+	body := readBody(t, resp)
+	if resp.StatusCode != 200 || resp.Header.Get("X-LLM-Router-Group") != "fast" ||
+		resp.Header.Get("X-LLM-Router-Deployment") != "b/f-b" || resp.Header.Get("X-LLM-Router-Attempts") != "2" {
+		t.Fatalf("expected fast's b to answer after a's 429 (2 attempts), got %d group %q deployment %q attempts %q: %s",
+			resp.StatusCode, resp.Header.Get("X-LLM-Router-Group"), resp.Header.Get("X-LLM-Router-Deployment"),
+			resp.Header.Get("X-LLM-Router-Attempts"), body)
+	}
+	// a is out for 600 s: the next requests go to fast at once, a untouched.
+	resp = chat(t, "smart", true)
+	body = readBody(t, resp)
+	if resp.StatusCode != 200 || resp.Header.Get("X-LLM-Router-Group") != "fast" || resp.Header.Get("X-LLM-Router-Attempts") != "1" ||
+		!strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") {
+		t.Errorf("expected fast's stream at once, got %d group %q attempts %q: %s", resp.StatusCode,
+			resp.Header.Get("X-LLM-Router-Group"), resp.Header.Get("X-LLM-Router-Attempts"), body)
+	}
+	if a, b := stats(t, 9081).Requests, stats(t, 9082).Requests; a != 1 || b != 2 {
+		t.Errorf("expected a asked once and b twice, got %d and %d", a, b)
+	}
+	// A request for fast itself says fast.
+	resp = chat(t, "fast", false)
+	readBody(t, resp)
+	if resp.StatusCode != 200 || resp.Header.Get("X-LLM-Router-Group") != "fast" {
+		t.Errorf("expected fast to answer for fast, got %d group %q", resp.StatusCode, resp.Header.Get("X-LLM-Router-Group"))
+	}
+}

@@ -1,0 +1,135 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// A group none of whose deployments can serve goes on to its fallback
+// group, within the same deadline and attempt budget; the result says
+// which group answered.
+func TestFallbackGroup(t *testing.T) {
+	ok := func() *script {
+		return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	}
+	limited := func() *script {
+		return &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "600")}}
+	}
+	failing := func() *script {
+		return &script{replies: []func(*http.Request) (*http.Response, error){reply(500, `{"error":{"message":"boom"}}`)}}
+	}
+	setup := func(smart, fast []*script) (*Router, *Group, *Group, *fakeClock) {
+		clock := newFakeClock()
+		r := newRouter(clock)
+		var sd, fd []*Deployment
+		for i, s := range smart {
+			sd = append(sd, deployment("smart"+string(rune('a'+i)), s))
+		}
+		for i, s := range fast {
+			fd = append(fd, deployment("fast"+string(rune('a'+i)), s))
+		}
+		f := NewGroup("fast", fd)
+		g := NewGroup("smart", sd)
+		g.Fallback = f
+		return r, g, f, clock
+	}
+
+	t.Run("rate-limited past the deadline", func(t *testing.T) {
+		sa, fa := limited(), ok()
+		r, g, f, clock := setup([]*script{sa}, []*script{fa})
+		res := r.ServeGroup(context.Background(), g, chatReq)
+		if res.Err != nil || res.Status != 200 || res.Group != f || res.Deployment != f.Deployments[0] {
+			t.Fatalf("expected fast to answer 200, got %v %d group %v", res.Err, res.Status, res.Group)
+		}
+		if res.Attempts != 2 || res.FailoverReason != provider.RateLimited || sa.calls.Load() != 1 || fa.calls.Load() != 1 {
+			t.Errorf("expected one attempt on each group after a 429, got %d attempts (%v), calls %d and %d",
+				res.Attempts, res.FailoverReason, sa.calls.Load(), fa.calls.Load())
+		}
+		if s := clock.Sleeps(); len(s) != 0 {
+			t.Errorf("expected no wait, got %v", s)
+		}
+		// Within the 600 s, smart is known to be out: fast at once, smart untouched.
+		res = r.ServeGroup(context.Background(), g, chatReq)
+		if res.Group != f || res.Attempts != 1 || sa.calls.Load() != 1 {
+			t.Errorf("expected fast at once, got group %v after %d attempts, smart called %d times", res.Group, res.Attempts, sa.calls.Load())
+		}
+	})
+
+	t.Run("healthy first group", func(t *testing.T) {
+		sa, fa := ok(), ok()
+		r, g, _, _ := setup([]*script{sa}, []*script{fa})
+		if res := r.ServeGroup(context.Background(), g, chatReq); res.Group != g || fa.calls.Load() != 0 {
+			t.Errorf("expected smart to answer and fast untouched, got group %v, fast called %d times", res.Group, fa.calls.Load())
+		}
+	})
+
+	t.Run("the attempt budget is shared", func(t *testing.T) {
+		sa, sb, fa := failing(), failing(), ok()
+		r, g, _, _ := setup([]*script{sa, sb}, []*script{fa})
+		r.MaxAttempts = 2
+		res := r.ServeGroup(context.Background(), g, chatReq)
+		var e *Error
+		if !errors.As(res.Err, &e) || e.Status != http.StatusBadGateway || res.Attempts != 2 || fa.calls.Load() != 0 {
+			t.Errorf("expected a 502 after 2 attempts and fast untouched, got %v after %d, fast called %d times", res.Err, res.Attempts, fa.calls.Load())
+		}
+		r.MaxAttempts = 3
+		sa.calls.Store(0)
+		res = r.ServeGroup(context.Background(), g, chatReq)
+		if res.Status != 200 || res.Attempts != 1 || fa.calls.Load() != 1 {
+			// smart's two cool down after their 500s: fast at once, no wait for a retry.
+			t.Errorf("expected fast after smart's deployments cooled down, got %v %d after %d attempts", res.Err, res.Status, res.Attempts)
+		}
+	})
+
+	t.Run("context too small", func(t *testing.T) {
+		sa, fa := ok(), ok()
+		r, g, f, _ := setup([]*script{sa}, []*script{fa})
+		g.Deployments[0].ContextWindow, f.Deployments[0].ContextWindow = 8000, 200000
+		big := &Request{Request: chatReq.Request, Tokens: 50000}
+		res := r.ServeGroup(context.Background(), g, big)
+		if res.Status != 200 || res.Group != f || res.Attempts != 1 || sa.calls.Load() != 0 {
+			t.Errorf("expected fast's larger window at once, got %v %d group %s after %d attempts", res.Err, res.Status, res.Group.Name, res.Attempts)
+		}
+		// The provider's own context_length answer falls back too.
+		g.Deployments[0].ContextWindow = 0
+		sa.replies = []func(*http.Request) (*http.Response, error){reply(400, `{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}`)}
+		res = r.ServeGroup(context.Background(), g, big)
+		if res.Status != 200 || res.Group != f || res.Attempts != 2 || sa.calls.Load() != 1 {
+			t.Errorf("expected fast after smart's context_length, got %v %d group %s after %d attempts", res.Err, res.Status, res.Group.Name, res.Attempts)
+		}
+	})
+
+	t.Run("a bad request is not retried elsewhere", func(t *testing.T) {
+		sa, fa := &script{replies: []func(*http.Request) (*http.Response, error){reply(400, `{"error":{"message":"temperature must be at most 2","type":"invalid_request_error"}}`)}}, ok()
+		r, g, _, _ := setup([]*script{sa}, []*script{fa})
+		res := r.ServeGroup(context.Background(), g, chatReq)
+		if res.Status != 400 || res.Group != g || fa.calls.Load() != 0 {
+			t.Errorf("expected smart's 400 passed on and fast untouched, got %d group %s, fast called %d times", res.Status, res.Group.Name, fa.calls.Load())
+		}
+	})
+
+	t.Run("both out", func(t *testing.T) {
+		sa, fa := limited(), limited()
+		r, g, f, _ := setup([]*script{sa}, []*script{fa})
+		res := r.ServeGroup(context.Background(), g, chatReq)
+		var e *Error
+		if !errors.As(res.Err, &e) || e.Status != http.StatusTooManyRequests || res.Group != f || res.Attempts != 2 {
+			t.Errorf("expected fast's 429 after 2 attempts, got %v group %v after %d", res.Err, res.Group, res.Attempts)
+		}
+	})
+
+	t.Run("a loop built by hand ends", func(t *testing.T) {
+		sa := limited()
+		r, g, _, _ := setup([]*script{sa}, nil)
+		g.Fallback = g
+		r.MaxAttempts = 100
+		res := r.ServeGroup(context.Background(), g, chatReq)
+		if res.Err == nil || sa.calls.Load() != 1 {
+			t.Errorf("expected one attempt and an error, got %v after %d calls", res.Err, sa.calls.Load())
+		}
+	})
+}

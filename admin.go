@@ -192,9 +192,9 @@ func handleDeploymentAction(w http.ResponseWriter, r *http.Request) error {
 	case "reset":
 		act = func(st *capacity.State) { st.Reset(now) }
 	case "disable":
-		act = func(st *capacity.State) { st.Disable(true) }
+		act = func(st *capacity.State) { st.Disable(now, true) }
 	case "enable":
-		act = func(st *capacity.State) { st.Disable(false) }
+		act = func(st *capacity.State) { st.Disable(now, false) }
 	default:
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("unknown action %q: reset, disable or enable", action)}
 	}

@@ -35,6 +35,7 @@ func TestCaddyfileAdapt(t *testing.T) {
 func TestCaddyfileErrors(t *testing.T) {
 	const providers = `provider p {
 		type openai
+		api_key none
 		base_url http://127.0.0.1:1/v1
 	}`
 	for _, tc := range []struct {
@@ -43,14 +44,14 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"unknown subdirective", `llm_router { bogus 1 ` + "\n" + providers + "\n model m { deployment p x } }", "unknown subdirective bogus"},
 		{"duplicate subdirective", "llm_router {\n deadline 1s\n deadline 2s\n" + providers + "\n model m { deployment p x } }", "duplicate subdirective deadline"},
 		{"negative duration", "llm_router {\n deadline -1s\n" + providers + "\n model m { deployment p x } }", "must not be negative"},
-		{"negative provider timeout", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n timeout -5s\n }\n model m { deployment p x } }", "must not be negative"},
+		{"negative provider timeout", "llm_router {\n provider p {\n type openai\n api_key none\n base_url http://h/v1\n timeout -5s\n }\n model m { deployment p x } }", "must not be negative"},
 		{"unknown provider", "llm_router {\n" + providers + "\n model m {\n deployment nope x\n }\n}", "unknown provider nope"},
 		{"duplicate deployment", "llm_router {\n" + providers + "\n model m {\n deployment p x\n deployment p x\n }\n}", "twice"},
 		{"empty model group", "llm_router {\n" + providers + "\n model m {\n }\n}", "has no deployment"},
 		{"no model", "llm_router {\n" + providers + "\n}", "at least one model"},
 		{"duplicate provider", "llm_router {\n" + providers + "\n" + providers + "\n model m { deployment p x } }", "duplicate provider p"},
-		{"duplicate provider field", "llm_router {\n provider p {\n type openai\n type openai\n base_url http://h\n }\n model m { deployment p x } }", "duplicate subdirective type"},
-		{"unknown provider field", "llm_router {\n provider p {\n type openai\n base_url http://h\n colour red\n }\n model m { deployment p x } }", "unknown subdirective colour"},
+		{"duplicate provider field", "llm_router {\n provider p {\n type openai\n api_key none\n type openai\n base_url http://h\n }\n model m { deployment p x } }", "duplicate subdirective type"},
+		{"unknown provider field", "llm_router {\n provider p {\n type openai\n api_key none\n base_url http://h\n colour red\n }\n model m { deployment p x } }", "unknown subdirective colour"},
 		{"provider without type", "llm_router {\n provider p {\n base_url http://h\n }\n model m { deployment p x } }", "needs a type"},
 		{"deployment arity", "llm_router {\n" + providers + "\n model m {\n deployment p\n }\n}", "deployment takes"},
 		{"quality range", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n quality 2\n }\n }\n}", "quality must be within"},
@@ -65,19 +66,21 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"reserve syntax", "llm_router {\n reserve 20% for 7\n" + providers + "\n model m { deployment p x } }", "expected reserve <percent>% for priority >= <n>"},
 		{"reserve share", "llm_router {\n reserve 100% for priority >= 7\n" + providers + "\n model m { deployment p x } }", "less than 100%"},
 		{"reserve priority", "llm_router {\n reserve 20% for priority >= 0\n" + providers + "\n model m { deployment p x } }", "from 1 to 9"},
-		{"did you mean base_url", "llm_router {\n provider p {\n type openai\n baseurl http://h\n }\n model m { deployment p x } }", `unknown subdirective baseurl in provider (did you mean "base_url"?)`},
+		{"did you mean base_url", "llm_router {\n provider p {\n type openai\n api_key none\n baseurl http://h\n }\n model m { deployment p x } }", `unknown subdirective baseurl in provider (did you mean "base_url"?)`},
 		{"did you mean deadline", "llm_router {\n dedline 5s\n" + providers + "\n model m { deployment p x } }", `unknown subdirective dedline (did you mean "deadline"?)`},
 		{"did you mean context_window", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n context_windows 8000\n }\n }\n}", `(did you mean "context_window"?)`},
 		{"no suggestion far off", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n colour red\n }\n }\n}", `unknown subdirective colour in deployment, at`},
 		{"tier range", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n tier 0\n }\n }\n}", "tier must be from 1 to 100"},
-		{"base_url endpoint", "llm_router {\n provider p {\n type openai\n base_url https://api.openai.com/v1/chat/completions\n }\n model m { deployment p x } }", "is an endpoint: give the API root (without /chat/completions)"},
-		{"base_url scheme", "llm_router {\n provider p {\n type openai\n base_url api.openai.com/v1\n }\n model m { deployment p x } }", "must be an absolute http or https URL"},
-		{"fallback unknown", "llm_router {\n" + providers + "\n model m {\n deployment p x\n fallback_group nope\n }\n}", `model m: fallback_group names unknown model group "nope" (configured: m), at Testfile:8`},
-		{"fallback loop", "llm_router {\n" + providers + "\n model a {\n fallback_group b\n deployment p x\n }\n model b {\n fallback_group c\n deployment p y\n }\n model c {\n fallback_group a\n deployment p z\n }\n}", "model a: fallback_group makes a loop: a -> b -> c -> a, at Testfile:7"},
+		{"base_url endpoint", "llm_router {\n provider p {\n type openai\n api_key none\n base_url https://api.openai.com/v1/chat/completions\n }\n model m { deployment p x } }", "is an endpoint: give the API root (without /chat/completions)"},
+		{"base_url scheme", "llm_router {\n provider p {\n type openai\n api_key none\n base_url api.openai.com/v1\n }\n model m { deployment p x } }", "must be an absolute http or https URL"},
+		{"fallback unknown", "llm_router {\n" + providers + "\n model m {\n deployment p x\n fallback_group nope\n }\n}", `model m: fallback_group names unknown model group "nope" (configured: m), at Testfile:9`},
+		{"fallback loop", "llm_router {\n" + providers + "\n model a {\n fallback_group b\n deployment p x\n }\n model b {\n fallback_group c\n deployment p y\n }\n model c {\n fallback_group a\n deployment p z\n }\n}", "model a: fallback_group makes a loop: a -> b -> c -> a, at Testfile:8"},
 		{"fallback to itself", "llm_router {\n" + providers + "\n model a {\n fallback_group a\n deployment p x\n }\n}", "model a: fallback_group makes a loop: a -> a"},
 		{"fallback twice", "llm_router {\n" + providers + "\n model a {\n fallback_group b\n fallback_group b\n deployment p x\n }\n model b { deployment p y }\n}", "duplicate subdirective fallback_group in model a"},
 		{"did you mean fallback_group", "llm_router {\n" + providers + "\n model a {\n fallback b\n deployment p x\n }\n}", `(did you mean "fallback_group"?)`},
-		{"bad header", "llm_router {\n provider p {\n type openai\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
+		{"no api_key", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n }\n model m { deployment p x } }", "provider needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama), at Testfile:5"},
+		{"empty credential header", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n header Authorization \"Bearer \"\n }\n model m { deployment p x } }", "provider needs an api_key"},
+		{"bad header", "llm_router {\n provider p {\n type openai\n api_key none\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Handler

@@ -29,6 +29,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/estimate"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
@@ -324,10 +325,6 @@ func (h *Handler) provisionProviders(ctx caddy.Context) error {
 		if !cfg.provisioned {
 			return fmt.Errorf("provider %s: type %s did not provision its ProviderConfig", name, h.types[name])
 		}
-		if cfg.APIKey != "" && cfg.endpoint.APIKey == "" {
-			h.logger.Warn("api_key is empty once its placeholders are replaced; is the environment variable set?",
-				zap.String("provider", name))
-		}
 		h.providers[name] = pm
 	}
 	return nil
@@ -373,6 +370,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		CostOutput:    dc.CostOutput,
 		Quality:       dc.Quality,
 		ContextWindow: dc.ContextWindow,
+		ExactTokens:   estimate.O200k(dc.Model),
 		Weight:        max(dc.Weight, 1),
 		Tier:          max(dc.Tier, 1),
 		State:         st.(*capacity.State),

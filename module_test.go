@@ -90,21 +90,21 @@ func TestProvisionAndReloadKeepState(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	for _, tc := range []struct{ name, config, want string }{
-		{"unknown provider", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"deployments":[{"provider":"x","model":"y"}]}}}`, `unknown provider "x"`},
-		{"fallback unknown", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"fallback_group":"n","deployments":[{"provider":"a","model":"y"}]}}}`, `model m: fallback_group names unknown model group "n" (configured: m)`},
-		{"fallback loop", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"fallback_group":"n","deployments":[{"provider":"a","model":"y"}]},"n":{"fallback_group":"m","deployments":[{"provider":"a","model":"z"}]}}}`, `model m: fallback_group makes a loop: m -> n -> m`},
-		{"no deployment", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}},"models":{"m":{"deployments":[]}}}`, "no deployment"},
-		{"no model", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1"}}}`, "no model group"},
+		{"unknown provider", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h/v1"}},"models":{"m":{"deployments":[{"provider":"x","model":"y"}]}}}`, `unknown provider "x"`},
+		{"fallback unknown", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h/v1"}},"models":{"m":{"fallback_group":"n","deployments":[{"provider":"a","model":"y"}]}}}`, `model m: fallback_group names unknown model group "n" (configured: m)`},
+		{"fallback loop", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h/v1"}},"models":{"m":{"fallback_group":"n","deployments":[{"provider":"a","model":"y"}]},"n":{"fallback_group":"m","deployments":[{"provider":"a","model":"z"}]}}}`, `model m: fallback_group makes a loop: m -> n -> m`},
+		{"no deployment", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h/v1"}},"models":{"m":{"deployments":[]}}}`, "no deployment"},
+		{"no model", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h/v1"}}}`, "no model group"},
 		{"unknown type", `{"providers":{"a":{"type":"palm","base_url":"http://h/v1"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, `unknown provider type "palm"`},
-		{"bad base_url", `{"providers":{"a":{"type":"openai","base_url":"ftp://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "absolute http or https URL"},
-		{"query in base_url", `{"providers":{"a":{"type":"openai","base_url":"http://h/v1?key=abc"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "query or fragment"},
-		{"negative timeout", `{"providers":{"a":{"type":"openai","base_url":"http://h","timeout":-1}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not be negative"},
-		{"quality", `{"providers":{"a":{"type":"openai","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y","quality":3}]}}}`, "quality"},
-		{"header name", `{"providers":{"a":{"type":"openai","base_url":"http://h","headers":{"Bad Header\n":["x"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header name"},
-		{"header value", `{"providers":{"a":{"type":"openai","base_url":"http://h","headers":{"X-A":["a\nb"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header value"},
-		{"backoff", `{"backoff_base":2000000000,"backoff_max":1000000000,"providers":{"a":{"type":"openai","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not exceed backoff_max"},
-		{"unnamed group", `{"providers":{"a":{"type":"openai","base_url":"http://h"}},"models":{"":{"deployments":[{"provider":"a","model":"y"}]}}}`, "needs a name"},
-		{"unnamed provider", `{"providers":{"":{"type":"openai","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"","model":"y"}]}}}`, "needs a name"},
+		{"bad base_url", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"ftp://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "absolute http or https URL"},
+		{"query in base_url", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h/v1?key=abc"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "query or fragment"},
+		{"negative timeout", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h","timeout":-1}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not be negative"},
+		{"quality", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y","quality":3}]}}}`, "quality"},
+		{"header name", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h","headers":{"Bad Header\n":["x"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header name"},
+		{"header value", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h","headers":{"X-A":["a\nb"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header value"},
+		{"backoff", `{"backoff_base":2000000000,"backoff_max":1000000000,"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not exceed backoff_max"},
+		{"unnamed group", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"":{"deployments":[{"provider":"a","model":"y"}]}}}`, "needs a name"},
+		{"unnamed provider", `{"providers":{"":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"","model":"y"}]}}}`, "needs a name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := handlerFromJSON(t, tc.config)
@@ -160,7 +160,7 @@ func TestAdminHidesSecrets(t *testing.T) {
 // One deployment in two groups is one account and model: the tightest
 // declared limits hold, whichever group a request names.
 func TestDeclaredLimitsOfASharedDeployment(t *testing.T) {
-	h := handlerFromJSON(t, `{"providers":{"a":{"type":"openai","base_url":"http://127.0.0.1:1/v1"}},
+	h := handlerFromJSON(t, `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://127.0.0.1:1/v1"}},
 		"models":{"limited":{"deployments":[{"provider":"a","model":"x","rpm":2,"tpm":5000}]},
 		"other":{"deployments":[{"provider":"a","model":"x","tpm":3000}]}}}`)
 	if err := h.Provision(newCaddyContext(t)); err != nil {

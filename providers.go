@@ -71,7 +71,11 @@ type ProviderConfig struct {
 
 	// APIKey is the provider's key, usually "{env.OPENAI_API_KEY}"
 	// (replaced at load). It is only sent upstream, in the header its type
-	// uses; never logged, never shown by the admin API.
+	// uses; never logged, never shown by the admin API. Required, unless a
+	// `header` carries the credentials or the type authenticates otherwise
+	// (NoKey); "none" says the server takes no key (a local vLLM or
+	// Ollama). A key whose placeholders resolve to nothing at load is an
+	// error (an unset environment variable).
 	APIKey string `json:"api_key,omitempty"`
 
 	// Timeout bounds one non-streaming attempt, until the response is
@@ -101,6 +105,11 @@ type ProviderConfig struct {
 	// the provider type, not configured.
 	AllowQuery bool `json:"-"`
 
+	// NoKey says the type authenticates without api_key (a cloud's own
+	// credentials); set by the provider type before its config is parsed
+	// or provisioned, not configured.
+	NoKey bool `json:"-"`
+
 	endpoint    provider.Endpoint
 	transport   http.RoundTripper
 	owned       *reverseproxy.HTTPTransport
@@ -118,8 +127,7 @@ func (c *ProviderConfig) ProviderSettings() *ProviderConfig { return c }
 func (c *ProviderConfig) secrets() []string {
 	out := []string{c.endpoint.APIKey}
 	for name, vs := range c.endpoint.Header {
-		n := strings.ToLower(name)
-		if !strings.Contains(n, "auth") && !strings.Contains(n, "key") && !strings.Contains(n, "token") && !strings.Contains(n, "secret") {
+		if !isCredential(name) {
 			continue
 		}
 		for _, v := range vs {
@@ -130,6 +138,64 @@ func (c *ProviderConfig) secrets() []string {
 		}
 	}
 	return out
+}
+
+// NoAPIKey is the api_key of a server that takes no key.
+const NoAPIKey = "none"
+
+// isCredential reports whether a header of that name carries credentials
+// (auth, key, token or secret in its name: Authorization, Api-Key,
+// X-Goog-Api-Key, ...).
+func isCredential(name string) bool {
+	n := strings.ToLower(name)
+	return strings.Contains(n, "auth") || strings.Contains(n, "key") || strings.Contains(n, "token") || strings.Contains(n, "secret")
+}
+
+// credentialOf is a credential header's value without its scheme
+// ("Bearer ..."), trimmed.
+func credentialOf(v string) string {
+	v = strings.TrimSpace(v)
+	if scheme, cred, ok := strings.Cut(v, " "); ok && !strings.ContainsAny(scheme, "{}") {
+		return strings.TrimSpace(cred)
+	}
+	switch strings.ToLower(v) {
+	case "bearer", "basic", "token", "key":
+		return "" // a scheme without its credential
+	}
+	return v
+}
+
+// credentialHeader reports whether a configured header carries credentials.
+func (c *ProviderConfig) credentialHeader() bool {
+	for name, vs := range c.Headers {
+		if isCredential(name) && slices.ContainsFunc(vs, func(v string) bool { return credentialOf(v) != "" }) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeholdersOf names the placeholders of a configured secret, for an
+// error that must not show the secret itself: "{env.OPENAI_API_KEY}", or
+// "(a literal value)" when it has none.
+func placeholdersOf(v string) string {
+	var ps []string
+	for rest := v; ; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			break
+		}
+		ps = append(ps, rest[i:i+j+1])
+		rest = rest[i+j+1:]
+	}
+	if len(ps) == 0 {
+		return "(a literal value)"
+	}
+	return strings.Join(ps, " ")
 }
 
 // ProviderEndpoint is the provisioned account: base URL without its
@@ -153,10 +219,21 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 	if u.Fragment != "" || (u.RawQuery != "" && !c.AllowQuery) {
 		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", c.BaseURL)
 	}
-	c.endpoint = provider.Endpoint{BaseURL: base, APIKey: repl.ReplaceKnown(c.APIKey, ""), Header: http.Header{}}
+	c.endpoint = provider.Endpoint{BaseURL: base, Header: http.Header{}}
+	if c.APIKey != NoAPIKey {
+		c.endpoint.APIKey = repl.ReplaceKnown(c.APIKey, "")
+		if c.APIKey != "" && strings.TrimSpace(c.endpoint.APIKey) == "" {
+			return fmt.Errorf("api_key %s is empty once its placeholders are replaced: is the environment variable set? (`api_key none` for a server that takes no key)",
+				placeholdersOf(c.APIKey))
+		}
+	}
 	for k, vs := range c.Headers {
 		for _, v := range vs {
-			c.endpoint.Header.Add(k, repl.ReplaceKnown(v, ""))
+			rv := repl.ReplaceKnown(v, "")
+			if isCredential(k) && v != "" && credentialOf(rv) == "" {
+				return fmt.Errorf("header %s %s is empty once its placeholders are replaced: is the environment variable set?", k, placeholdersOf(v))
+			}
+			c.endpoint.Header.Add(k, rv)
 		}
 	}
 	if err := c.provisionTransport(ctx, u.Scheme == "https"); err != nil {
@@ -224,6 +301,9 @@ func (c *ProviderConfig) validate() error {
 		if t.d < 0 {
 			return fmt.Errorf("%s must not be negative", t.name)
 		}
+	}
+	if c.APIKey == "" && !c.NoKey && !c.credentialHeader() {
+		return errors.New("provider needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama)")
 	}
 	for k, vs := range c.Headers {
 		if !httpguts.ValidHeaderFieldName(k) {

@@ -185,6 +185,7 @@ func TestThirdPartyProviderType(t *testing.T) {
 	for input, want := range map[string]string{
 		`provider e {
 			type echo_test
+			api_key none
 			base_url http://h
 			colour red
 		}`: "unknown subdirective colour in provider",
@@ -194,7 +195,9 @@ func TestThirdPartyProviderType(t *testing.T) {
 		}`: `unknown provider type "palm" (known: anthropic, azure, echo_test, gemini, openai)`,
 		`provider e {
 			type echo_test
+			api_key none
 			type openai
+			api_key none
 			base_url http://h
 		}`: "duplicate subdirective type in provider",
 		`provider e {
@@ -202,6 +205,7 @@ func TestThirdPartyProviderType(t *testing.T) {
 		}`: "provider e needs a type (anthropic, azure, echo_test, gemini, openai), at Testfile:2",
 		`provider f {
 			type openai
+			api_key none
 			base_url http://h
 		}`: "deployment names unknown provider e (configured: f), at Testfile:",
 	} {
@@ -210,5 +214,50 @@ func TestThirdPartyProviderType(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "Testfile:") {
 			t.Errorf("expected an error with a position containing %q, got %v", want, err)
 		}
+	}
+}
+
+// An api_key is required unless a header carries the credentials or the
+// config says `api_key none`; one that resolves to nothing at load is an
+// error naming its placeholder, never a value.
+func TestAPIKeyRequired(t *testing.T) {
+	t.Setenv("LLM_ROUTER_TEST_SET", "sk-secret-value")
+	for _, tc := range []struct {
+		name, provider, want string
+		key                  string // the key the endpoint holds, when it loads
+	}{
+		{"unset variable", `"api_key":"{env.LLM_ROUTER_TEST_UNSET}"`, "api_key {env.LLM_ROUTER_TEST_UNSET} is empty once its placeholders are replaced: is the environment variable set? (`api_key none` for a server that takes no key)", ""},
+		{"blank variable", `"api_key":"{env.LLM_ROUTER_TEST_BLANK}"`, "api_key {env.LLM_ROUTER_TEST_BLANK} is empty", ""},
+		{"missing", ``, "provider needs an api_key", ""},
+		{"unset credential header", `"headers":{"Authorization":["Bearer {env.LLM_ROUTER_TEST_UNSET}"]}`, "header Authorization {env.LLM_ROUTER_TEST_UNSET} is empty once its placeholders are replaced", ""},
+		{"none", `"api_key":"none"`, "", ""},
+		{"set variable", `"api_key":"{env.LLM_ROUTER_TEST_SET}"`, "", "sk-secret-value"},
+		{"credential header", `"headers":{"Api-Key":["{env.LLM_ROUTER_TEST_SET}"]}`, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("LLM_ROUTER_TEST_BLANK", "  ")
+			fields := `"type":"openai","base_url":"http://127.0.0.1:1/v1"`
+			if tc.provider != "" {
+				fields += "," + tc.provider
+			}
+			h := handlerFromJSON(t, `{"providers":{"a":{`+fields+`}},"models":{"m":{"deployments":[{"provider":"a","model":"x"}]}}}`)
+			err := h.Provision(newCaddyContext(t))
+			defer h.Cleanup()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("expected the config to load, got %v", err)
+				}
+				if got := h.providers["a"].ProviderSettings().endpoint.APIKey; got != tc.key {
+					t.Errorf("expected the key %q, got %q", tc.key, got)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("expected an error containing %q, got %v", tc.want, err)
+			}
+			if strings.Contains(err.Error(), "sk-secret-value") {
+				t.Errorf("the error shows a key: %v", err)
+			}
+		})
 	}
 }

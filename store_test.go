@@ -17,6 +17,7 @@ func TestStoreCaddyfile(t *testing.T) {
 	const rest = `
 	provider p {
 		type openai
+		api_key none
 		base_url http://127.0.0.1:1/v1
 	}
 	model m {
@@ -166,6 +167,7 @@ func waitForKeys(t *testing.T, m *miniredis.Miniredis, what string) {
 }
 
 func TestStoreLoadErrors(t *testing.T) {
+	t.Setenv("LLM_ROUTER_TEST_KEY", "sk-from-env")
 	for _, tc := range []struct{ name, store, want string }{
 		{"unknown type", `{"type": "etcd"}`, `unknown type "etcd"`},
 		{"redis without url", `{"type": "redis"}`, "needs a url"},

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"bytes"
+	"encoding/base64"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,6 +23,11 @@ http://localhost:9080 {
 		model small {
 			deployment a gpt-4o-mini {
 				context_window 200
+			}
+		}
+		model vision {
+			deployment a claude-vision {
+				context_window 128000
 			}
 		}
 	}
@@ -52,5 +59,17 @@ http://localhost:9081 {
 		t.Errorf("a short request: expected 200, got %d %s", resp.StatusCode, readBody(t, resp))
 	} else {
 		resp.Body.Close()
+	}
+	// An inline image counts as an image, not as its bytes: a screenshot of
+	// 1 MB of base64 (330,000 tokens by bytes / 4) goes to a 128k window.
+	img := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("\x89PNG\r\n\x1a\n"), 100_000))
+	vision := `{"model":"vision","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"},` +
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,` + img + `"}}]}]}`
+	resp, err = http.Post(routerURL+"/v1/chat/completions", "application/json", strings.NewReader(vision))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBody(t, resp); resp.StatusCode != 200 || resp.Header.Get("X-Llm-Router-Attempts") != "1" {
+		t.Errorf("expected the image request served, got %d %.300s", resp.StatusCode, got)
 	}
 }

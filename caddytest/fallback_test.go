@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,44 @@ func TestFallbackGroup(t *testing.T) {
 	readBody(t, resp)
 	if resp.StatusCode != 200 || resp.Header.Get("X-LLM-Router-Group") != "fast" {
 		t.Errorf("expected fast to answer for fast, got %d group %q", resp.StatusCode, resp.Header.Get("X-LLM-Router-Group"))
+	}
+}
+
+// A provider key that resolves to nothing refuses the config, naming the
+// placeholder; the config that runs stays. `api_key none` loads.
+func TestUnsetKeyRefusesTheConfig(t *testing.T) {
+	config := twoProviders("", "fast", "k-a", "k-b", "", "")
+	load(t, config)
+	bad := strings.Replace(global+config, "api_key sk-provider-a", "api_key {env.LLM_ROUTER_TEST_SURELY_UNSET}", 1)
+	resp, err := http.Post("http://localhost:2999/load", "text/caddyfile", strings.NewReader(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, resp)
+	if resp.StatusCode != 400 || !strings.Contains(body, "api_key {env.LLM_ROUTER_TEST_SURELY_UNSET} is empty once its placeholders are replaced") {
+		t.Errorf("expected the load refused naming the placeholder, got %d %s", resp.StatusCode, body)
+	}
+	if resp := chat(t, "fast", false); resp.StatusCode != 200 {
+		t.Errorf("expected the running config to serve, got %d", resp.StatusCode)
+	} else {
+		readBody(t, resp)
+	}
+	// No key at all: refused when adapted, with the line.
+	missing := strings.Replace(global+config, "\t\t\tapi_key sk-provider-a\n", "", 1)
+	resp, err = http.Post("http://localhost:2999/load", "text/caddyfile", strings.NewReader(missing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(t, resp); resp.StatusCode != 400 || !strings.Contains(body, "provider needs an api_key") || !strings.Contains(body, "Caddyfile:") {
+		t.Errorf("expected a missing key refused with its line, got %d %s", resp.StatusCode, body)
+	}
+	load(t, strings.Replace(config, "api_key sk-provider-a", "api_key none", 1))
+	if resp := chat(t, "fast", false); resp.StatusCode != 200 {
+		t.Errorf("api_key none: expected 200, got %d", resp.StatusCode)
+	} else {
+		readBody(t, resp)
+	}
+	if s := stats(t, 9081); s.Requests > 0 && s.LastAuthorization != "" {
+		t.Errorf("api_key none: expected no Authorization upstream, got %q", s.LastAuthorization)
 	}
 }

@@ -28,7 +28,11 @@ func routerFor(opts, group string, providers []provider, mocks map[int]string) s
 	var b strings.Builder
 	fmt.Fprintf(&b, "http://localhost:9080 {\n\tllm_router /v1/* {\n\t\t%s\n", opts)
 	for _, p := range providers {
-		fmt.Fprintf(&b, "\t\tprovider %s {\n\t\t\ttype openai\n\t\t\tbase_url %s\n\t\t\t%s\n\t\t}\n", p.name, p.baseURL, p.extra)
+		key := "\t\t\tapi_key none\n"
+		if strings.Contains(p.extra, "api_key") {
+			key = ""
+		}
+		fmt.Fprintf(&b, "\t\tprovider %s {\n\t\t\ttype openai\n%s\t\t\tbase_url %s\n\t\t\t%s\n\t\t}\n", p.name, key, p.baseURL, p.extra)
 	}
 	fmt.Fprintf(&b, "\t\tmodel %s {\n", group)
 	for _, p := range providers {
@@ -312,7 +316,7 @@ func TestFaultMidStreamErrorEachDialect(t *testing.T) {
 			group := "ms-" + dialect
 			cfg := routerFor("deadline 5s", group, []provider{{name: "a", baseURL: base, quality: "1"}, {name: "b", baseURL: mockB}},
 				map[int]string{9081: "dialect " + dialect + "\n chunks 5\n fault error_event {\n after 2\n }", 9082: ""})
-			cfg = strings.Replace(cfg, "type openai\n\t\t\tbase_url "+base, "type "+typ+"\n\t\t\tbase_url "+base, 1)
+			cfg = strings.Replace(cfg, "type openai\n\t\t\tapi_key none\n\t\t\tbase_url "+base, "type "+typ+"\n\t\t\tapi_key none\n\t\t\tbase_url "+base, 1)
 			load(t, cfg)
 			o := ask(t, group, true)
 			if o.status != 200 || o.deployment != "a/"+group+"-a" {

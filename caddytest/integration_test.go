@@ -427,6 +427,7 @@ http://localhost:9080 {
 			max_body 1KB
 			provider a {
 				type openai
+				api_key none
 				base_url http://localhost:9081/v1
 			}
 			model m {
@@ -542,10 +543,12 @@ http://localhost:9080 {
 	llm_router /v1/* {
 		provider a {
 			type openai
+			api_key none
 			base_url http://localhost:9081/v1
 		}
 		provider b {
 			type openai
+			api_key none
 			base_url http://localhost:9082/v1
 		}
 		model ph {

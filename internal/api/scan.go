@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/llmrouter/caddy-llm-router/internal/estimate"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -85,11 +86,12 @@ func (s *scan) fail(e *Error) {
 // cannot overflow the sums capacity planning makes of it.
 const maxTokenEstimate = 1 << 31
 
-// sized wraps pr for routing with its token estimate: prompt tokens are the
-// body's bytes / 4, output tokens the client's max_tokens (0 when unset),
-// bounded by maxTokenEstimate.
+// sized wraps pr for routing with its token estimate: prompt tokens are
+// estimate.Prompt (the body's bytes / 4, an inline image or document a flat
+// estimate.PayloadTokens), output tokens the client's max_tokens (0 when
+// unset), bounded by maxTokenEstimate.
 func sized(pr *provider.Request, maxTokens int64) *router.Request {
-	rr := &router.Request{Request: pr, PromptTokens: int64(len(pr.Body))/4 + 1,
+	rr := &router.Request{Request: pr, PromptTokens: estimate.Prompt(pr.Body),
 		OutputTokens: min(max(maxTokens, 0), maxTokenEstimate)}
 	rr.Tokens = rr.PromptTokens + rr.OutputTokens
 	return rr

@@ -303,11 +303,11 @@ func TestSnapshotShowsRefreshedWindowsFull(t *testing.T) {
 func TestDisableAndReset(t *testing.T) {
 	s, f := NewState(), &fakeFleet{}
 	s.SetFleet(f)
-	s.Disable(true)
+	s.Disable(time.Now(), true)
 	if !s.Features(t0, 1, false).Disabled || !s.Snapshot(t0).Disabled {
 		t.Error("expected the deployment disabled")
 	}
-	s.Disable(false)
+	s.Disable(time.Now(), false)
 	if s.Features(t0, 1, false).Disabled {
 		t.Error("expected the deployment enabled again")
 	}

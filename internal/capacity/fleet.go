@@ -126,6 +126,14 @@ type Shared struct {
 	Circuit  SharedCircuit
 	Requests SharedWindow
 	Tokens   SharedWindow
+	Drain    SharedDrain
+}
+
+// SharedDrain is an operator's drain (State.Disable): At when it was set
+// or lifted.
+type SharedDrain struct {
+	At       time.Time
+	Disabled bool
 }
 
 // SharedCircuit is a circuit breaker's state.
@@ -164,7 +172,7 @@ type fleetLink struct {
 	f Fleet
 
 	// When each shared part was last learned (here or from the fleet).
-	circuitAt, requestsAt, tokensAt time.Time
+	circuitAt, requestsAt, tokensAt, drainAt time.Time
 
 	// reservedUntil: the fleet's declared window was spent when this
 	// instance asked; probeElsewhereUntil: another instance holds the
@@ -352,6 +360,9 @@ func (s *State) sharedLocked() Shared {
 	if at := s.fleet.tokensAt; !at.IsZero() {
 		sh.Tokens = s.tokens.shared(at)
 	}
+	if at := s.fleet.drainAt; !at.IsZero() {
+		sh.Drain = SharedDrain{At: at, Disabled: s.disabled}
+	}
 	return sh
 }
 
@@ -380,6 +391,10 @@ func (s *State) Merge(sh Shared) bool {
 	}
 	merge(sh.Requests, &s.requests, &s.fleet.requestsAt)
 	merge(sh.Tokens, &s.tokens, &s.fleet.tokensAt)
+	if d := sh.Drain; d.At.After(s.fleet.drainAt) {
+		s.fleet.drainAt, s.disabled = d.At, d.Disabled
+		changed = true
+	}
 	return changed
 }
 

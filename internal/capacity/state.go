@@ -615,12 +615,17 @@ func (s *State) release(a Attempt) {
 	s.releaseFleetProbeLocked() // fleet mode (fleet.go)
 }
 
-// Disable takes the deployment out of routing (true) or puts it back: an
-// operator's drain. Attempts under way finish.
-func (s *State) Disable(disabled bool) {
+// Disable takes the deployment out of routing (true) or puts it back at
+// now: an operator's drain. Attempts under way finish. In fleet mode the
+// fleet drains it too, until one instance enables it.
+func (s *State) Disable(now time.Time, disabled bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.disabled = disabled
+	s.fleet.drainAt = now
+	if s.fleet.f != nil {
+		s.fleet.f.Publish(Shared{Drain: SharedDrain{At: now, Disabled: disabled}})
+	}
 }
 
 // Reset forgets what the deployment's answers taught at now: its circuit

@@ -42,6 +42,12 @@ func (b *binding) Publish(sh capacity.Shared) {
 		}
 		p.notify = true
 	}
+	if d := sh.Drain; !d.At.IsZero() {
+		if d.At.After(p.sh.Drain.At) {
+			p.sh.Drain = d
+		}
+		p.notify = true
+	}
 	for k, w := range [2]struct {
 		src capacity.SharedWindow
 		dst *capacity.SharedWindow

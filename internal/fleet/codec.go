@@ -11,13 +11,24 @@ import (
 
 // The parts of a deployment's shared state, as fields of its state hash and
 // lines of a notification: c (circuit), r (requests window), t (tokens
-// window). Each value is a small JSON object with instants in Unix
-// milliseconds (0 = none); the hash also holds <part>_at and <part>_exp.
+// window), d (an operator's drain). Each value is a small JSON object with
+// instants in Unix milliseconds (0 = none); the hash also holds <part>_at
+// and <part>_exp.
 const (
 	partCircuit  = "c"
 	partRequests = "r"
 	partTokens   = "t"
+	partDrain    = "d"
 )
+
+// drainKeep is how long a drain stays in the store: an operator's decision
+// holds until it is lifted (a year is as long as the store need keep it).
+const drainKeep = 365 * 24 * time.Hour
+
+type drainJSON struct {
+	At       int64 `json:"at"`
+	Disabled bool  `json:"disabled"`
+}
 
 type circuitJSON struct {
 	At       int64  `json:"at"`
@@ -80,6 +91,14 @@ func encode(sh capacity.Shared, keep time.Duration) []part {
 		v, _ := json.Marshal(windowJSON{At: ms(w.w.At), Limit: w.w.Limit, Remaining: w.w.Remaining, Reset: ms(w.w.Reset)})
 		out = append(out, part{w.name, ms(w.w.At), expires(w.w.At, w.w.Reset), string(v)})
 	}
+	if d := sh.Drain; !d.At.IsZero() {
+		v, _ := json.Marshal(drainJSON{At: ms(d.At), Disabled: d.Disabled})
+		until := d.At.Add(keep)
+		if d.Disabled {
+			until = d.At.Add(drainKeep)
+		}
+		out = append(out, part{partDrain, ms(d.At), ms(until), string(v)})
+	}
 	return out
 }
 
@@ -109,6 +128,12 @@ func decodePart(sh *capacity.Shared, name, value string) {
 		} else {
 			sh.Tokens = sw
 		}
+	case partDrain:
+		var d drainJSON
+		if json.Unmarshal([]byte(value), &d) != nil || d.At <= 0 {
+			return
+		}
+		sh.Drain = capacity.SharedDrain{At: fromMS(d.At), Disabled: d.Disabled}
 	}
 }
 

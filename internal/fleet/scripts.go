@@ -10,7 +10,7 @@ import "github.com/redis/go-redis/v9"
 //	KEYS[1]  the deployment's state hash
 //	ARGV[1]  channel to notify ('' = no notification)
 //	ARGV[2]  message head: "<origin>\n<deployment id>"
-//	ARGV[3..] per part: name (c, r, t), learned at (Unix ms), expires at (Unix ms), value
+//	ARGV[3..] per part: name (c, r, t, d), learned at (Unix ms), expires at (Unix ms), value
 //
 // It returns 1 when a part was written, else 0.
 var publishScript = redis.NewScript(`
@@ -27,7 +27,7 @@ if applied == '' then
   return 0
 end
 local exp = 0
-for _, name in ipairs({'c', 'r', 't'}) do
+for _, name in ipairs({'c', 'r', 't', 'd'}) do
   local e = tonumber(redis.call('HGET', KEYS[1], name .. '_exp') or '0')
   if e > exp then
     exp = e

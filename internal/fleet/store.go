@@ -386,7 +386,7 @@ func (s *Store) pollOnce() error {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(bindings))
 	for i, b := range bindings {
-		cmds[i] = pipe.HMGet(ctx, b.stateKey, partCircuit, partRequests, partTokens)
+		cmds[i] = pipe.HMGet(ctx, b.stateKey, partCircuit, partRequests, partTokens, partDrain)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return err
@@ -395,7 +395,7 @@ func (s *Store) pollOnce() error {
 		var sh capacity.Shared
 		for k, v := range cmds[i].Val() {
 			if str, ok := v.(string); ok {
-				decodePart(&sh, []string{partCircuit, partRequests, partTokens}[k], str)
+				decodePart(&sh, []string{partCircuit, partRequests, partTokens, partDrain}[k], str)
 			}
 		}
 		b.st.Merge(sh)

@@ -197,6 +197,26 @@ func TestCircuitReachesTheFleetAtOnce(t *testing.T) {
 	})
 }
 
+// An operator's drain reaches the fleet at once, stays in the store for an
+// instance that joins later, and is lifted everywhere by one enable.
+func TestDrainReachesTheFleet(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		waitSubscribed(t, url, 2)
+		a.state.Disable(time.Now(), true)
+		eventually(t, 2*time.Second, "b to learn a's drain", func() bool { return b.state.Snapshot(time.Now()).Disabled })
+		if m != nil {
+			m.FastForward(time.Hour) // longer than any other part is kept
+		}
+		c := newInstance(t, url, 20*time.Millisecond, 0, 0)
+		eventually(t, 2*time.Second, "a later instance to poll the drain", func() bool { return c.state.Snapshot(time.Now()).Disabled })
+		b.state.Disable(time.Now(), false)
+		eventually(t, 2*time.Second, "the enable to reach a and c", func() bool {
+			return !a.state.Snapshot(time.Now()).Disabled && !c.state.Snapshot(time.Now()).Disabled
+		})
+	})
+}
+
 // A window that runs out is notified at once; a remaining count that only
 // goes down reaches others by polling.
 func TestWindowsReachTheFleet(t *testing.T) {

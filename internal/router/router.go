@@ -18,12 +18,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/estimate"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -62,6 +64,9 @@ type Deployment struct {
 	Quality float64
 	// ContextWindow is the largest prompt plus output, in tokens; 0 = unknown.
 	ContextWindow int64
+	// ExactTokens: the model counts with o200k_base (estimate.O200k), so
+	// the context-window check may count the prompt exactly.
+	ExactTokens bool
 	// Weight shares the traffic among near-tied deployments, in proportion
 	// (see pick); at least 1.
 	Weight int
@@ -91,6 +96,34 @@ type Request struct {
 	// Priority orders the request among those waiting for capacity, from
 	// MinPriority to MaxPriority (higher first); see Router.Reserve.
 	Priority int
+	// exact caches the prompt's o200k_base count plus 1 (0: not counted).
+	exact atomic.Int64
+}
+
+// exactWindowShare: the exact count decides a deployment's context-window
+// check when the estimate (bytes / 4) is above this share of its window:
+// bytes / 4 can be a third too high for English and code, or a quarter too
+// low for Chinese, so only a count near the window is worth its cost.
+const exactWindowShare = 0.7
+
+// fitsContext reports whether the request fits d's context window: by
+// the exact count of its tokenizer (estimate.Exact, counted once per
+// request) for a model that counts with o200k_base near its window, else
+// by the estimate. A window of 0 (unknown) takes anything.
+func (req *Request) fitsContext(d *Deployment) bool {
+	w := d.ContextWindow
+	if w <= 0 {
+		return true
+	}
+	if !d.ExactTokens || float64(req.Tokens) <= exactWindowShare*float64(w) {
+		return req.Tokens <= w
+	}
+	n := req.exact.Load() - 1
+	if n < 0 {
+		n = estimate.Exact(req.Body)
+		req.exact.Store(n + 1)
+	}
+	return n+req.OutputTokens <= w
 }
 
 // Router walks a model group's deployments for one request. The zero value
@@ -619,7 +652,7 @@ func contextError(group []*Deployment, w *walk, req *Request) *Error {
 		return nil
 	}
 	return &Error{Status: http.StatusBadRequest, Class: provider.ContextLength,
-		Message: fmt.Sprintf("this request needs about %d tokens (prompt bytes / 4 + max_tokens), more than the context window of every deployment of this model (the largest: %d tokens)",
+		Message: fmt.Sprintf("this request needs about %d tokens (its prompt, estimated, plus max_tokens), more than the context window of every deployment of this model (the largest: %d tokens)",
 			req.Tokens, largest)}
 }
 
@@ -662,7 +695,7 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 				// window may be larger: worth an attempt.
 				continue
 			}
-			if d.ContextWindow > 0 && req.Tokens > d.ContextWindow {
+			if !req.fitsContext(d) {
 				per[i].tooSmall = true // the pre-check: it cannot take the request
 				continue
 			}

@@ -1331,6 +1331,42 @@ func TestContextWindowPreCheck(t *testing.T) {
 	}
 }
 
+// Near its window, a model that counts with o200k_base is checked by the
+// exact count, not by bytes / 4: a prompt of 8,000 tokens (40 KB of
+// English, 10,000 by bytes / 4) fits an 9,000-token window; another
+// model's window is checked by the estimate.
+func TestContextWindowExactCount(t *testing.T) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hello world` + strings.Repeat(" hello world", 3999) + `"}]}`)
+	req := &Request{Request: wire(body, false), PromptTokens: int64(len(body))/4 + 1, OutputTokens: 500}
+	req.Tokens = req.PromptTokens + req.OutputTokens
+	if req.Tokens <= 9000 {
+		t.Fatalf("the estimate should be over the window, got %d", req.Tokens)
+	}
+	for _, exact := range []bool{true, false} {
+		s := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+		d := deployment("gpt", s)
+		d.ContextWindow, d.ExactTokens = 9000, exact
+		res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{d}, req)
+		var e *Error
+		switch {
+		case exact && (res.Err != nil || s.calls.Load() != 1):
+			t.Errorf("exact count: expected the request sent, got %v after %d calls", res.Err, s.calls.Load())
+		case !exact && (!errors.As(res.Err, &e) || e.Class != provider.ContextLength || s.calls.Load() != 0):
+			t.Errorf("estimate: expected a 400 context_length at once, got %v after %d calls", res.Err, s.calls.Load())
+		}
+	}
+	if n := req.exact.Load() - 1; n < 8000 || n > 8020 {
+		t.Errorf("expected the exact count (about 8,000 tokens) cached, got %d", n)
+	}
+	// Far below the window, the estimate decides and nothing is counted.
+	small := &Request{Request: wire(chatReq.Body, false), Tokens: 20}
+	d := deployment("gpt", &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}})
+	d.ContextWindow, d.ExactTokens = 9000, true
+	if res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{d}, small); res.Err != nil || small.exact.Load() != 0 {
+		t.Errorf("expected a small request sent without an exact count, got %v (count %d)", res.Err, small.exact.Load()-1)
+	}
+}
+
 // A failed attempt's log line is enough to diagnose it: the URL requested
 // (never its query, which may hold a key), and when the provider's error
 // said nothing decodable, the first bytes of what it sent.

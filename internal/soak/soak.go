@@ -104,6 +104,7 @@ http://127.0.0.1:%[1]d {
 		backoff_max 1s
 		provider oa {
 			type openai
+			api_key none
 			base_url http://127.0.0.1:%[2]d/v1
 			timeout 1s
 			ttft_timeout 1s
@@ -111,6 +112,7 @@ http://127.0.0.1:%[1]d {
 		}
 		provider an {
 			type anthropic
+			api_key none
 			base_url http://127.0.0.1:%[3]d/v1
 			timeout 1s
 			ttft_timeout 1s
@@ -118,6 +120,7 @@ http://127.0.0.1:%[1]d {
 		}
 		provider gm {
 			type gemini
+			api_key none
 			base_url http://127.0.0.1:%[4]d/v1beta
 			timeout 1s
 			ttft_timeout 1s
@@ -125,6 +128,7 @@ http://127.0.0.1:%[1]d {
 		}
 		provider steady {
 			type openai
+			api_key none
 			base_url http://127.0.0.1:%[5]d/v1
 			timeout 1s
 			ttft_timeout 1s

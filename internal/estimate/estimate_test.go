@@ -1,0 +1,124 @@
+package estimate
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func image(n int) string {
+	return base64.StdEncoding.EncodeToString([]byte(strings.Repeat("\x89PNG\r\n\x1a\n\x00\x00", n/10)))
+}
+
+func TestPrompt(t *testing.T) {
+	text := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("word ", 800) + `"}]}`
+	if got, want := Prompt([]byte(text)), int64(len(text))/4+1; got != want {
+		t.Errorf("text: expected bytes / 4 + 1 = %d, got %d", want, got)
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"chat data URL", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}}]}]}`},
+		{"Messages source", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"%s"}},{"type":"text","text":"What is this?"}]}]}`},
+		{"Gemini inline_data", `{"contents":[{"role":"user","parts":[{"inline_data":{"mime_type":"image/png","data":"%s"}},{"text":"What is this?"}]}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := image(750_000) // 1 MB of base64
+			body := fmt.Sprintf(tc.body, img)
+			got := Prompt([]byte(body))
+			want := int64(len(body)-len(img))/4 + 1 + PayloadTokens
+			if strings.HasPrefix(tc.name, "chat") {
+				want = int64(len(body)-len(img)-len("data:image/png;base64,"))/4 + 1 + PayloadTokens
+			}
+			if got != want {
+				t.Errorf("expected %d (the text, and %d for the image), got %d (bytes / 4 would be %d)", want, PayloadTokens, got, len(body)/4)
+			}
+			if two := Prompt([]byte(strings.Replace(body, "What is this?", "What is this? "+fmt.Sprintf(`","x":"%s`, img), 1))); two < got+PayloadTokens-10 || two > got+PayloadTokens+20 {
+				t.Errorf("two images: expected about %d, got %d", got+PayloadTokens, two)
+			}
+		})
+	}
+	// Not payloads: long text with spaces, a long string with an escaped
+	// quote in it, a short base64 run, a long URL.
+	for _, s := range []string{
+		strings.Repeat("lorem ipsum ", 200),
+		strings.Repeat("a", 600) + `\"` + strings.Repeat("b", 600),
+		"aGVsbG8gd29ybGQ=",
+		"https://example.com/" + strings.Repeat("x", 2000) + "?q=1",
+	} {
+		body := `{"messages":[{"content":"` + s + `"}]}`
+		if got, want := Prompt([]byte(body)), int64(len(body))/4+1; got != want {
+			t.Errorf("%.30q...: expected bytes / 4 + 1 = %d, got %d", s, want, got)
+		}
+	}
+	// Broken JSON (a cut body) never panics and counts its bytes.
+	for _, b := range []string{`{"a":"`, `"`, `{"a":"` + image(3000), `\`, ``} {
+		if got := Prompt([]byte(b)); got < 1 {
+			t.Errorf("%.20q: expected at least 1, got %d", b, got)
+		}
+	}
+}
+
+func TestExact(t *testing.T) {
+	// o200k_base: "hello world" is 2 tokens; each " hello world" 2 more.
+	body := []byte(`hello world` + strings.Repeat(" hello world", 99))
+	if got := Exact(body); got != 200 {
+		t.Errorf("expected 200 tokens, got %d", got)
+	}
+	img := image(100_000)
+	withImage := []byte(`hello world` + strings.Repeat(" hello world", 99) + `"` + img + `"`)
+	if got := Exact(withImage); got < 200+PayloadTokens || got > 200+PayloadTokens+3 {
+		t.Errorf("expected 200 tokens of text, the image's %d and the quotes, got %d", PayloadTokens, got)
+	}
+}
+
+func FuzzPrompt(f *testing.F) {
+	f.Add([]byte(`{"a":"` + image(2000) + `"}`))
+	f.Add([]byte(`{"a":"data:image/png;base64,` + image(2000) + `","b":"\\"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if n := Prompt(b); n < 1 || n > int64(len(b))/4+1+int64(len(b)/minPayload+1)*PayloadTokens {
+			t.Errorf("count %d out of range for %d bytes", n, len(b))
+		}
+	})
+}
+
+// BenchmarkPrompt and BenchmarkExact: the cost of each count on a prompt
+// of ~150k tokens (600 KB of text) and on a small chat request.
+func BenchmarkPrompt(b *testing.B) {
+	for _, size := range []int{1, 7500} {
+		body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("The quick brown fox jumps over the lazy dog; ", 2*size) + `"}]}`)
+		b.Run(fmt.Sprintf("%dKB", len(body)/1000), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				Prompt(body)
+			}
+		})
+	}
+}
+
+func BenchmarkExact(b *testing.B) {
+	for _, size := range []int{1, 7500} {
+		body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("The quick brown fox jumps over the lazy dog; ", 2*size) + `"}]}`)
+		Exact(body) // the tokenizer's tables, once
+		b.Run(fmt.Sprintf("%dKB", len(body)/1000), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			var n int64
+			for b.Loop() {
+				n = Exact(body)
+			}
+			b.ReportMetric(float64(n), "tokens")
+		})
+	}
+}
+
+func TestO200k(t *testing.T) {
+	for model, want := range map[string]bool{
+		"gpt-4o": true, "gpt-4o-mini-2024-07-18": true, "gpt-4.1-nano": true, "gpt-5": true, "gpt-5.1": true, "gpt-5-mini": true,
+		"o1": true, "o3-mini": true, "o4-mini": true, "openai/gpt-oss-120b": true, "chatgpt-4o-latest": true, "GPT-4o": true,
+		"gpt-4": false, "gpt-3.5-turbo": false, "gpt-4-turbo": false, "o1x": false, "claude-sonnet-4-5": false,
+		"llama-3.1-8b-instant": false, "gemini-2.5-pro": false, "gpt-50": false,
+	} {
+		if got := O200k(model); got != want {
+			t.Errorf("%s: expected %v, got %v", model, want, got)
+		}
+	}
+}

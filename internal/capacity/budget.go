@@ -318,7 +318,10 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 	case w.span <= 0 || w.limit < 0:
 		return provider.Unknown // a window of unknown limit: after its reset, who knows
 	}
-	resets := int64(until.Sub(r)/w.span) + 1
+	// Each later reset comes a span and a margin after the one before, as
+	// nextReset rolls the window: the provider's next window starts with
+	// the first request after its reset.
+	resets := int64(until.Sub(r)/(w.span+ResetMargin)) + 1
 	per := max(w.limit-keep, 0)
 	if resets > 0 && per > (math.MaxInt64/4)/resets {
 		return math.MaxInt64 / 4 // more than anyone will ask

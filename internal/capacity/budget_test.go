@@ -262,8 +262,12 @@ func TestForecast(t *testing.T) {
 		{10 * time.Second, 0, 3}, // the reset is a margin later
 		{10*time.Second + ResetMargin, 0, 13},
 		{29 * time.Second, 0, 23},
-		{30*time.Second + ResetMargin, 0, 33},
-		{30*time.Second + ResetMargin, 0.5, 15},
+		// Each later reset a span and a margin after the one before
+		// (10.05 s, 20.1 s, 30.15 s): the provider's next window starts
+		// with the first request after its reset.
+		{30*time.Second + ResetMargin, 0, 23},
+		{30*time.Second + 3*ResetMargin, 0, 33},
+		{30*time.Second + 3*ResetMargin, 0.5, 15},
 	} {
 		if got, _ := s.Forecast(t0, t0.Add(c.until), c.reserve); got != c.want {
 			t.Errorf("until +%v reserve %v: expected %d, got %d", c.until, c.reserve, c.want, got)

@@ -309,6 +309,9 @@ func (w *waiter) sleep(ctx context.Context, c Clock, d time.Duration) error {
 func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored, ready int, w *walk, need capacity.Need, now, deadline time.Time) error {
 	c := earliest(cands)
 	if ready == 0 && !c.f.At.Before(deadline) {
+		r.debug("no deployment is back before the request's deadline", zap.String("group", g.Name),
+			zap.String("first", g.Deployments[c.i].Name), zap.Duration("back_in", c.f.At.Sub(now)),
+			zap.Duration("waited", now.Sub(me.since)), zap.Duration("left", deadline.Sub(now)))
 		return coolingError(cands, c, now) // nothing is back in time
 	}
 	// The windows are read before the place: a request ahead that claims
@@ -317,6 +320,9 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	s := supplyOf(g.Deployments, cands, need.Reserve, now, deadline)
 	ahead, tokensAhead := g.queue.place(me)
 	if enough, known := s.serves(ahead+1, tokensAhead+me.tokens); known && !enough {
+		r.debug("the request's place cannot be served before its deadline", zap.String("group", g.Name),
+			zap.Int64("ahead", ahead), zap.Int64("requests_forecast", s.requests), zap.Int64("tokens_forecast", s.tokens),
+			zap.Duration("waited", now.Sub(me.since)), zap.Duration("left", deadline.Sub(now)))
 		return r.unservable(g.Deployments, cands, ahead+1, tokensAhead+me.tokens, need.Reserve, now, deadline)
 	}
 	me.late.Store(false)
@@ -334,6 +340,9 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		wait = max(wait, r.Policy.Backoff(w.failures))
 	}
 	if !now.Add(wait).Before(deadline) {
+		r.debug("no deployment is back before the request's deadline", zap.String("group", g.Name),
+			zap.String("first", g.Deployments[c.i].Name), zap.Duration("back_in", wait),
+			zap.Duration("waited", now.Sub(me.since)), zap.Duration("left", deadline.Sub(now)))
 		return coolingError(cands, c, now)
 	}
 	r.debug("waiting for a cooling deployment",

@@ -440,6 +440,52 @@ func TestALeavingClientLeavesTheQueue(t *testing.T) {
 	}
 }
 
+// Open-loop arrivals at twice the capacity (one every 0.5 s on 10 per 10 s,
+// deadline 25 s): every request is served before its deadline or told at
+// its arrival, never after a wait; none draws a 429 from the provider,
+// and the ideal number is served. (The forecast's drift of a margin per
+// window, which made the bench's open-loop run answer one 429 after 955
+// ms, is TestForecast's: on this clock no deadline falls in that gap.)
+func TestOpenLoopArrivalsAreToldAtOnce(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	start := c.Now()
+	const n, every, offset = 80, 500 * time.Millisecond, 120 * time.Millisecond
+	type arrival struct {
+		status    int
+		arrived   time.Duration
+		answered  time.Duration
+		retryWait time.Duration
+	}
+	out := make([]arrival, n)
+	simulate(t, c, n, func(i int) {
+		_ = c.Sleep(context.Background(), time.Duration(i)*every+offset)
+		arrived := c.Now().Sub(start)
+		o := outcomeOf(r.ServeGroup(context.Background(), g, userReq(strconv.Itoa(i), DefaultPriority)), c.Now().Sub(start))
+		out[i] = arrival{status: o.status, arrived: arrived, answered: o.at, retryWait: o.retry}
+	})
+	served := 0
+	for i, o := range out {
+		switch o.status {
+		case 200:
+			served++
+			if o.answered-o.arrived > r.Deadline {
+				t.Errorf("request %d served after its deadline (%v)", i, o.answered-o.arrived)
+			}
+		case 429:
+			if o.answered != o.arrived {
+				t.Errorf("request %d (arrived at %v): its 429 came after %v, not at once", i, o.arrived, o.answered-o.arrived)
+			}
+		default:
+			t.Errorf("request %d: unexpected status %d", i, o.status)
+		}
+	}
+	// Windows every 10.05 s from 0 to the last deadline (64.6 s): 7 of 10,
+	// the last one with 9 arrivals left that it can serve in time.
+	if served != 69 || p.got429 != 0 {
+		t.Errorf("expected the ideal 69 served and no upstream 429, got %d served and %d upstream 429s", served, p.got429)
+	}
+}
+
 // countingObserver counts what the router reports.
 type countingObserver struct {
 	mu          sync.Mutex

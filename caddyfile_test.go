@@ -67,6 +67,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"reserve share", "llm_router {\n reserve 100% for priority >= 7\n" + providers + "\n model m { deployment p x } }", "less than 100%"},
 		{"reserve priority", "llm_router {\n reserve 20% for priority >= 0\n" + providers + "\n model m { deployment p x } }", "from 1 to 9"},
 		{"did you mean base_url", "llm_router {\n provider p {\n type openai\n api_key none\n baseurl http://h\n }\n model m { deployment p x } }", `unknown subdirective baseurl in provider (did you mean "base_url"?)`},
+		{"did you mean model", "llm_router {\n" + providers + "\n modle m { deployment p x } }", `unknown subdirective modle (did you mean "model"?)`},
 		{"did you mean deadline", "llm_router {\n dedline 5s\n" + providers + "\n model m { deployment p x } }", `unknown subdirective dedline (did you mean "deadline"?)`},
 		{"did you mean context_window", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n context_windows 8000\n }\n }\n}", `(did you mean "context_window"?)`},
 		{"no suggestion far off", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n colour red\n }\n }\n}", `unknown subdirective colour in deployment, at`},
@@ -78,8 +79,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"fallback to itself", "llm_router {\n" + providers + "\n model a {\n fallback_group a\n deployment p x\n }\n}", "model a: fallback_group makes a loop: a -> a"},
 		{"fallback twice", "llm_router {\n" + providers + "\n model a {\n fallback_group b\n fallback_group b\n deployment p x\n }\n model b { deployment p y }\n}", "duplicate subdirective fallback_group in model a"},
 		{"did you mean fallback_group", "llm_router {\n" + providers + "\n model a {\n fallback b\n deployment p x\n }\n}", `(did you mean "fallback_group"?)`},
-		{"no api_key", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n }\n model m { deployment p x } }", "provider needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama), at Testfile:5"},
-		{"empty credential header", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n header Authorization \"Bearer \"\n }\n model m { deployment p x } }", "provider needs an api_key"},
+		{"no api_key", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n }\n model m { deployment p x } }", "provider p: needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama), at Testfile:2"},
+		{"empty credential header", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n header Authorization \"Bearer \"\n }\n model m { deployment p x } }", "provider p: needs an api_key"},
 		{"bad header", "llm_router {\n provider p {\n type openai\n api_key none\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

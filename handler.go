@@ -178,6 +178,9 @@ func (h *Handler) annotate(r *http.Request, model string, res *router.Result) {
 		extra.Set(zap.String("llm_model_group", group))
 	}
 	h.metrics.request(model, name, status(res))
+	if group != model {
+		h.metrics.fallback(model, group)
+	}
 }
 
 // status is the HTTP status the client gets for res.

@@ -20,6 +20,7 @@ import (
 //	llm_router_requests_total{model_group, deployment, status}  requests answered
 //	llm_router_attempts_total{deployment, class}                upstream attempts by error class
 //	llm_router_failovers_total{deployment, class}               moves to another attempt after a failure of that class on deployment
+//	llm_router_fallbacks_total{model_group, to}                  requests for model_group that went on to its fallback group to (the last one tried)
 //	llm_router_upstream_latency_seconds{deployment}             until an answer was read (a stream: its first content)
 //	llm_router_ttft_seconds{deployment}                         streams: until the first content event
 //	llm_router_remaining{deployment, kind}                      requests/tokens left in the budget (-1 unknown), read at scrape
@@ -31,6 +32,7 @@ type metrics struct {
 	requests  *prometheus.CounterVec
 	attempts  *prometheus.CounterVec
 	failovers *prometheus.CounterVec
+	fallbacks *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	ttft      *prometheus.HistogramVec
 	queue     *prometheus.GaugeVec
@@ -64,6 +66,9 @@ func getMetrics() *metrics {
 			failovers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 				Name: "failovers_total", Help: "Moves to another attempt after a failure, by the deployment that failed and the error class."},
 				[]string{"deployment", "class"}),
+			fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "fallbacks_total", Help: "Requests for a model group that went on to a fallback group, by the group asked for and the last group tried."},
+				[]string{"model_group", "to"}),
 			latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 				Name: "upstream_latency_seconds", Help: "Upstream attempt duration until the answer was read (streams: until the first content).",
 				Buckets: llmBuckets}, []string{"deployment"}),
@@ -86,7 +91,7 @@ func getMetrics() *metrics {
 // register adds the collectors to a config's registry; a registry that has
 // them already (a reload) is fine.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.latency, m.ttft,
+	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.fallbacks, m.latency, m.ttft,
 		m.queue, m.queueWait, m.surprises, &m.states} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -100,6 +105,12 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 func (m *metrics) request(group, deployment string, status int) {
 	m.requests.WithLabelValues(group, deployment, strconv.Itoa(status)).Inc()
+}
+
+// fallback counts a request for group that went on to its fallback group
+// to.
+func (m *metrics) fallback(group, to string) {
+	m.fallbacks.WithLabelValues(group, to).Inc()
 }
 
 // Attempt implements router.Observer.

@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -175,6 +176,21 @@ func (c *ProviderConfig) credentialHeader() bool {
 	return false
 }
 
+// emptyPlaceholder returns the first placeholder of a configured secret
+// that resolves to nothing ("sk-{env.UNSET}" would send "sk-"), "" when
+// none does.
+func emptyPlaceholder(repl *caddy.Replacer, v string) string {
+	if !strings.Contains(v, "{") {
+		return ""
+	}
+	for _, p := range strings.Fields(placeholdersOf(v)) {
+		if strings.HasPrefix(p, "{") && strings.TrimSpace(repl.ReplaceKnown(p, "")) == "" {
+			return p
+		}
+	}
+	return ""
+}
+
 // placeholdersOf names the placeholders of a configured secret, for an
 // error that must not show the secret itself: "{env.OPENAI_API_KEY}", or
 // "(a literal value)" when it has none.
@@ -222,16 +238,16 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 	c.endpoint = provider.Endpoint{BaseURL: base, Header: http.Header{}}
 	if c.APIKey != NoAPIKey {
 		c.endpoint.APIKey = repl.ReplaceKnown(c.APIKey, "")
-		if c.APIKey != "" && strings.TrimSpace(c.endpoint.APIKey) == "" {
+		if p := emptyPlaceholder(repl, c.APIKey); p != "" || c.APIKey != "" && strings.TrimSpace(c.endpoint.APIKey) == "" {
 			return fmt.Errorf("api_key %s is empty once its placeholders are replaced: is the environment variable set? (`api_key none` for a server that takes no key)",
-				placeholdersOf(c.APIKey))
+				cmp.Or(p, placeholdersOf(c.APIKey)))
 		}
 	}
 	for k, vs := range c.Headers {
 		for _, v := range vs {
 			rv := repl.ReplaceKnown(v, "")
-			if isCredential(k) && v != "" && credentialOf(rv) == "" {
-				return fmt.Errorf("header %s %s is empty once its placeholders are replaced: is the environment variable set?", k, placeholdersOf(v))
+			if p := emptyPlaceholder(repl, v); isCredential(k) && (p != "" || v != "" && credentialOf(rv) == "") {
+				return fmt.Errorf("header %s %s is empty once its placeholders are replaced: is the environment variable set?", k, cmp.Or(p, placeholdersOf(v)))
 			}
 			c.endpoint.Header.Add(k, rv)
 		}
@@ -287,7 +303,7 @@ func (c *ProviderConfig) provisionTransport(ctx caddy.Context, https bool) error
 // later, and checked by the transport).
 func (c *ProviderConfig) validate() error {
 	if c.BaseURL == "" {
-		return errors.New("provider needs a base_url")
+		return errors.New("needs a base_url")
 	}
 	if !strings.Contains(c.BaseURL, "{") { // else checked once replaced, at Provision
 		if _, err := checkBaseURL(c.BaseURL, c.BaseURL); err != nil {
@@ -303,7 +319,7 @@ func (c *ProviderConfig) validate() error {
 		}
 	}
 	if c.APIKey == "" && !c.NoKey && !c.credentialHeader() {
-		return errors.New("provider needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama)")
+		return errors.New("needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama)")
 	}
 	for k, vs := range c.Headers {
 		if !httpguts.ValidHeaderFieldName(k) {
@@ -377,6 +393,7 @@ func (c *ProviderConfig) identity(typ, model string) string {
 func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *caddyfile.Dispenser) (bool, error)) error {
 	d.Next() // provider
 	d.Next() // its name
+	name, file, line := d.Val(), d.File(), d.Line()
 	seen := map[string]bool{}
 	var transport http.RoundTripper
 	var transportName string
@@ -454,7 +471,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 		}
 	}
 	if err := c.validate(); err != nil {
-		return d.Err(err.Error())
+		return fmt.Errorf("provider %s: %v, at %s:%d", name, err, file, line) // the block's line, not its closing brace
 	}
 	if transport != nil {
 		// Like reverse_proxy: an https upstream turns TLS on in the transport.

@@ -228,7 +228,9 @@ func TestAPIKeyRequired(t *testing.T) {
 	}{
 		{"unset variable", `"api_key":"{env.LLM_ROUTER_TEST_UNSET}"`, "api_key {env.LLM_ROUTER_TEST_UNSET} is empty once its placeholders are replaced: is the environment variable set? (`api_key none` for a server that takes no key)", ""},
 		{"blank variable", `"api_key":"{env.LLM_ROUTER_TEST_BLANK}"`, "api_key {env.LLM_ROUTER_TEST_BLANK} is empty", ""},
-		{"missing", ``, "provider needs an api_key", ""},
+		{"missing", ``, "needs an api_key", ""},
+		{"partly unset", `"api_key":"sk-{env.LLM_ROUTER_TEST_UNSET}"`, "api_key {env.LLM_ROUTER_TEST_UNSET} is empty once its placeholders are replaced", ""},
+		{"set and unset", `"api_key":"{env.LLM_ROUTER_TEST_SET}{env.LLM_ROUTER_TEST_UNSET}"`, "api_key {env.LLM_ROUTER_TEST_UNSET} is empty", ""},
 		{"unset credential header", `"headers":{"Authorization":["Bearer {env.LLM_ROUTER_TEST_UNSET}"]}`, "header Authorization {env.LLM_ROUTER_TEST_UNSET} is empty once its placeholders are replaced", ""},
 		{"none", `"api_key":"none"`, "", ""},
 		{"set variable", `"api_key":"{env.LLM_ROUTER_TEST_SET}"`, "", "sk-secret-value"},

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -38,6 +40,17 @@ func TestFallbackGroup(t *testing.T) {
 	if a, b := stats(t, 9081).Requests, stats(t, 9082).Requests; a != 1 || b != 2 {
 		t.Errorf("expected a asked once and b twice, got %d and %d", a, b)
 	}
+	resp, err := http.Get("http://localhost:2999/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := readBody(t, resp)
+	m := regexp.MustCompile(`llm_router_fallbacks_total\{model_group="smart",to="fast"\} (\S+)`).FindStringSubmatch(metrics)
+	if len(m) != 2 {
+		t.Errorf("expected llm_router_fallbacks_total for smart to fast")
+	} else if n, _ := strconv.ParseFloat(m[1], 64); n < 2 { // counters live as long as the process
+		t.Errorf("expected at least 2 fallbacks from smart to fast counted, got %v", n)
+	}
 	// A request for fast itself says fast.
 	resp = chat(t, "fast", false)
 	readBody(t, resp)
@@ -71,7 +84,7 @@ func TestUnsetKeyRefusesTheConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body := readBody(t, resp); resp.StatusCode != 400 || !strings.Contains(body, "provider needs an api_key") || !strings.Contains(body, "Caddyfile:") {
+	if body := readBody(t, resp); resp.StatusCode != 400 || !strings.Contains(body, "provider a: needs an api_key") || !strings.Contains(body, "Caddyfile:") {
 		t.Errorf("expected a missing key refused with its line, got %d %s", resp.StatusCode, body)
 	}
 	load(t, strings.Replace(config, "api_key sk-provider-a", "api_key none", 1))

@@ -134,8 +134,8 @@ func closingQuote(body []byte, start int) int {
 }
 
 // isPayload reports whether a JSON string's content is base64 (standard or
-// URL alphabet, "\/" as JSON may escape "/"), after an optional data URL
-// head.
+// URL alphabet, "\/" as JSON may escape "/", wrapped in lines or not),
+// after an optional data URL head.
 func isPayload(s []byte) bool {
 	if bytes.HasPrefix(s, []byte("data:")) {
 		i := bytes.Index(s[:min(len(s), 256)], []byte(";base64,"))
@@ -147,8 +147,8 @@ func isPayload(s []byte) bool {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/', c == '=', c == '-', c == '_':
-		case c == '\\' && i+1 < len(s) && s[i+1] == '/':
-			i++
+		case c == '\\' && i+1 < len(s) && (s[i+1] == '/' || s[i+1] == 'n' || s[i+1] == 'r'):
+			i++ // "\/" as JSON may escape "/"; a line break of wrapped base64 (MIME, GNU base64)
 		default:
 			return false
 		}

@@ -37,6 +37,16 @@ func TestPrompt(t *testing.T) {
 			}
 		})
 	}
+	// Base64 wrapped at 76 characters, as GNU base64 and MIME write it.
+	img := image(100_000)
+	var wrapped strings.Builder
+	for i := 0; i < len(img); i += 76 {
+		wrapped.WriteString(img[i:min(i+76, len(img))] + `\n`)
+	}
+	body := `{"messages":[{"content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + wrapped.String() + `"}}]}]}`
+	if got := Prompt([]byte(body)); got > PayloadTokens+100 {
+		t.Errorf("wrapped base64: expected about %d, got %d", PayloadTokens, got)
+	}
 	// Not payloads: long text with spaces, a long string with an escaped
 	// quote in it, a short base64 run, a long URL.
 	for _, s := range []string{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -59,6 +60,16 @@ func TestFallbackGroup(t *testing.T) {
 		}
 	})
 
+	t.Run("a 429 within the deadline", func(t *testing.T) {
+		sa := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "2")}}
+		fa := ok()
+		r, g, f, clock := setup([]*script{sa}, []*script{fa})
+		res := r.ServeGroup(context.Background(), g, chatReq)
+		if res.Status != 200 || res.Group != f || res.Attempts != 2 || len(clock.Sleeps()) != 0 {
+			t.Errorf("expected fast at once after smart's 429, got %d group %s after %d attempts and waits %v", res.Status, res.Group.Name, res.Attempts, clock.Sleeps())
+		}
+	})
+
 	t.Run("healthy first group", func(t *testing.T) {
 		sa, fa := ok(), ok()
 		r, g, _, _ := setup([]*script{sa}, []*script{fa})
@@ -93,6 +104,14 @@ func TestFallbackGroup(t *testing.T) {
 		res := r.ServeGroup(context.Background(), g, big)
 		if res.Status != 200 || res.Group != f || res.Attempts != 1 || sa.calls.Load() != 0 {
 			t.Errorf("expected fast's larger window at once, got %v %d group %s after %d attempts", res.Err, res.Status, res.Group.Name, res.Attempts)
+		}
+		// Too large for both: the 400 says so of the chain, by the largest window.
+		huge := &Request{Request: chatReq.Request, Tokens: 500000}
+		res = r.ServeGroup(context.Background(), g, huge)
+		var e *Error
+		if !errors.As(res.Err, &e) || e.Class != provider.ContextLength || res.Attempts != 0 ||
+			!strings.Contains(e.Message, "every deployment of this model or its fallback groups (the largest: 200000 tokens)") {
+			t.Errorf("expected a 400 for the chain, got %v after %d attempts", res.Err, res.Attempts)
 		}
 		// The provider's own context_length answer falls back too.
 		g.Deployments[0].ContextWindow = 0

@@ -303,6 +303,21 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 		}
 	}
 	r.logPending(&walk{pending: pending}, nil) // a failed attempt no other followed
+	if e, ok := res.Err.(*Error); ok && e.Class == provider.ContextLength && res.Group != g {
+		// Too large for every group of the chain: say so of them all.
+		largest := int64(0)
+		for hop, hops := g, 0; hop != nil && hops <= maxFallbacks; hop, hops = hop.Fallback, hops+1 {
+			for _, d := range hop.Deployments {
+				if d.Provider.Serves(req.Format) {
+					largest = max(largest, d.ContextWindow)
+				}
+			}
+			if hop == res.Group {
+				break
+			}
+		}
+		e.Message = contextMessage(req, "this model or its fallback groups", largest)
+	}
 	return res
 }
 
@@ -357,7 +372,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		if len(cands) == 0 {
 			return r.giveUp(res, w, group, now, req)
 		}
-		cands = r.tiered(g, cands, me, req, need, now, deadline)
+		cands = r.tiered(g, cands, w.per, me, req, need, now, deadline)
 		ready := readyFirst(cands, now)
 		free := ready
 		if ready > 0 && !g.queue.first(me, req.Priority) {
@@ -369,9 +384,10 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 		}
 		if ready == 0 {
-			if g.Fallback != nil && free == 0 && recovering(cands, now) {
-				// Its deployments cool down after failures: the fallback
-				// group, rather than a wait for a retry that may fail again.
+			if g.Fallback != nil && free == 0 && recovering(cands, w.per, now) {
+				// Its deployments cool down after failures, or failed this
+				// request: the fallback group, rather than a wait for a
+				// retry that may fail again.
 				return res.fail(coolingError(cands, earliest(cands), now), w)
 			}
 			if me == nil {
@@ -652,8 +668,19 @@ func contextError(group []*Deployment, w *walk, req *Request) *Error {
 		return nil
 	}
 	return &Error{Status: http.StatusBadRequest, Class: provider.ContextLength,
-		Message: fmt.Sprintf("this request needs about %d tokens (its prompt, estimated, plus max_tokens), more than the context window of every deployment of this model (the largest: %d tokens)",
-			req.Tokens, largest)}
+		Message: contextMessage(req, "this model", largest)}
+}
+
+// contextMessage is the message of a context pre-check's 400: the
+// request's size (its exact count where one was made, else the
+// estimate) and the largest window of whom.
+func contextMessage(req *Request, of string, largest int64) string {
+	need, how := req.Tokens, "its prompt, estimated"
+	if n := req.exact.Load() - 1; n >= 0 {
+		need, how = n+req.OutputTokens, "its prompt, counted"
+	}
+	return fmt.Sprintf("this request needs about %d tokens (%s, plus max_tokens), more than the context window of every deployment of %s (the largest: %d tokens)",
+		need, how, of, largest)
 }
 
 // largerWindowLeft reports whether a deployment that may take a prompt too

@@ -16,11 +16,12 @@ func tierOf(d *Deployment) int { return max(d.Tier, 1) }
 // of tier n or lower can. A tier can serve when one of its deployments
 // (or a lower tier's) comes back before the deadline and the known
 // windows forecast room for the request's place in the queue; a tier
-// whose deployments all cool down after failures cannot (a higher tier is
-// not kept waiting for a retry that may fail again). When no
+// whose deployments all cool down after failures, or failed this request,
+// cannot (a higher tier is not kept waiting for a retry that may fail
+// again). When no
 // tier can, every candidate stays, for the 429 or 502 it makes. A group of
 // one tier costs one pass.
-func (r *Router) tiered(g *Group, cands []scored, me *waiter, req *Request, need capacity.Need, now, deadline time.Time) []scored {
+func (r *Router) tiered(g *Group, cands []scored, per []attemptState, me *waiter, req *Request, need capacity.Need, now, deadline time.Time) []scored {
 	group := g.Deployments
 	lowest, highest := tierOf(group[cands[0].i]), tierOf(group[cands[0].i])
 	for _, c := range cands[1:] {
@@ -44,7 +45,7 @@ func (r *Router) tiered(g *Group, cands []scored, me *waiter, req *Request, need
 			}
 		}
 		sub := cands[:k]
-		if earliest(sub).f.At.Before(deadline) && !recovering(sub, now) {
+		if earliest(sub).f.At.Before(deadline) && !recovering(sub, per, now) {
 			if enough, _ := forecast(group, sub, ahead+1, tokensAhead+req.Tokens, need.Reserve, now, deadline); enough {
 				return sub
 			}
@@ -65,14 +66,18 @@ func nextTier(group []*Deployment, cands []scored, t int) int {
 }
 
 // recovering reports whether none of cands is usable at now and each
-// cools down after failures (a server error, a timeout), not for capacity:
-// a retry of them may fail again, so a request that has somewhere else to
-// go (a higher tier, a fallback group) goes there rather than waiting.
-func recovering(cands []scored, now time.Time) bool {
+// cools down after failures (a server error, a timeout), not for capacity,
+// or failed this very request (per: a 429 despite what it stated is no
+// capacity to plan on): a retry of them may fail again, so a request that
+// has somewhere else to go (a higher tier, a fallback group) goes there
+// rather than waiting.
+func recovering(cands []scored, per []attemptState, now time.Time) bool {
 	for _, c := range cands {
 		switch cooling := c.f.At.After(now); {
 		case !cooling:
 			return false // usable now
+		case per[c.i].tried:
+			// it failed this request: not worth waiting for
 		case !c.f.Why.Failure(), c.f.Why == provider.RateLimited, c.f.Why == provider.QuotaExhausted:
 			return false // busy or limited: capacity the planner waits for
 		}

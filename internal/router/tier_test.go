@@ -64,6 +64,17 @@ func TestTiers(t *testing.T) {
 	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[1] || res.Attempts != 2 || len(clock.Sleeps()) != 0 {
 		t.Errorf("expected the second tier after the first failed, at once, got %v after %d attempts and waits %v", res.Deployment, res.Attempts, clock.Sleeps())
 	}
+	// The first tier answers 429 with a Retry-After well within the
+	// deadline: it said it had no capacity, and may say it again; the
+	// second tier at once rather than a wait and a retry.
+	clock = newFakeClock()
+	r = newRouter(clock)
+	limited := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "2")}}
+	group = []*Deployment{deployment("first", limited), deployment("second", ok())}
+	group[1].Tier = 2
+	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[1] || res.Attempts != 2 || len(clock.Sleeps()) != 0 {
+		t.Errorf("expected the second tier after the first's 429, at once, got %v after %d attempts and waits %v", res.Deployment, res.Attempts, clock.Sleeps())
+	}
 }
 
 // A burst larger than the first tier's window before the deadline: the

@@ -213,6 +213,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					if d.NextArg() {
 						return d.ArgErr()
 					}
+					if d.Next() {
+						if d.Val() == "{" && d.Line() == line {
+							return d.Err("fallback_group takes one model group name, no block")
+						}
+						d.Prev()
+					}
 					fallbacks = append(fallbacks, ref{name, line, d.File()})
 					continue
 				}

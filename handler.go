@@ -67,7 +67,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	case !ok:
 		a.WriteError(w, api.ModelNotFoundError(model))
 		return nil
-	case !router.Serves(group.Deployments, req.Format):
+	case !group.Serves(req.Format):
 		a.WriteError(w, api.NotSupportedError(model, req.Format))
 		return nil
 	}

@@ -452,6 +452,9 @@ func fallbackProblem(models map[string]*ModelGroup) (string, error) {
 			if models[at] == nil || len(chain) > len(models) {
 				break // reported for its own group, or a loop that does not pass through name
 			}
+			if len(chain) > router.MaxFallbacks+1 {
+				return name, fmt.Errorf("model %s: fallback_group makes a chain of more than %d fallback groups", name, router.MaxFallbacks)
+			}
 		}
 	}
 	return "", nil

@@ -141,7 +141,7 @@ func (c *ProviderConfig) secrets() []string {
 	return out
 }
 
-// NoAPIKey is the api_key of a server that takes no key.
+// NoAPIKey is the api_key of a server that takes no key (in any case).
 const NoAPIKey = "none"
 
 // isCredential reports whether a header of that name carries credentials
@@ -236,8 +236,10 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", c.BaseURL)
 	}
 	c.endpoint = provider.Endpoint{BaseURL: base, Header: http.Header{}}
-	if c.APIKey != NoAPIKey {
-		c.endpoint.APIKey = repl.ReplaceKnown(c.APIKey, "")
+	if !strings.EqualFold(strings.TrimSpace(c.APIKey), NoAPIKey) {
+		// Trimmed: a key read from a file often ends with a line break,
+		// which no header may carry.
+		c.endpoint.APIKey = strings.TrimSpace(repl.ReplaceKnown(c.APIKey, ""))
 		if p := emptyPlaceholder(repl, c.APIKey); p != "" || c.APIKey != "" && strings.TrimSpace(c.endpoint.APIKey) == "" {
 			return fmt.Errorf("api_key %s is empty once its placeholders are replaced: is the environment variable set? (`api_key none` for a server that takes no key)",
 				cmp.Or(p, placeholdersOf(c.APIKey)))
@@ -245,7 +247,7 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 	}
 	for k, vs := range c.Headers {
 		for _, v := range vs {
-			rv := repl.ReplaceKnown(v, "")
+			rv := strings.TrimSpace(repl.ReplaceKnown(v, ""))
 			if p := emptyPlaceholder(repl, v); isCredential(k) && (p != "" || v != "" && credentialOf(rv) == "") {
 				return fmt.Errorf("header %s %s is empty once its placeholders are replaced: is the environment variable set?", k, cmp.Or(p, placeholdersOf(v)))
 			}

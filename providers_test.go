@@ -233,11 +233,14 @@ func TestAPIKeyRequired(t *testing.T) {
 		{"set and unset", `"api_key":"{env.LLM_ROUTER_TEST_SET}{env.LLM_ROUTER_TEST_UNSET}"`, "api_key {env.LLM_ROUTER_TEST_UNSET} is empty", ""},
 		{"unset credential header", `"headers":{"Authorization":["Bearer {env.LLM_ROUTER_TEST_UNSET}"]}`, "header Authorization {env.LLM_ROUTER_TEST_UNSET} is empty once its placeholders are replaced", ""},
 		{"none", `"api_key":"none"`, "", ""},
+		{"NONE", `"api_key":" NONE "`, "", ""},
+		{"a key from a file", `"api_key":"{env.LLM_ROUTER_TEST_FILE_KEY}"`, "", "sk-from-a-file"},
 		{"set variable", `"api_key":"{env.LLM_ROUTER_TEST_SET}"`, "", "sk-secret-value"},
 		{"credential header", `"headers":{"Api-Key":["{env.LLM_ROUTER_TEST_SET}"]}`, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("LLM_ROUTER_TEST_BLANK", "  ")
+			t.Setenv("LLM_ROUTER_TEST_FILE_KEY", "sk-from-a-file\n")
 			fields := `"type":"openai","base_url":"http://127.0.0.1:1/v1"`
 			if tc.provider != "" {
 				fields += "," + tc.provider

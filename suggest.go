@@ -2,6 +2,7 @@ package llmrouter
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -21,6 +22,7 @@ var (
 func suggest(key string, known []string) string {
 	best, bestD := "", len(key)+1
 	prefixOf, prefixes := "", 0
+	key = strings.ToLower(key) // BASE_URL is base_url
 	for _, k := range known {
 		if d := editDistance(key, k); d < bestD {
 			best, bestD = k, d
@@ -34,9 +36,23 @@ func suggest(key string, known []string) string {
 	case prefixes == 1:
 		best = prefixOf
 	default:
-		return ""
+		return misplaced(key)
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// misplaced returns ` (x belongs in a y block)` for the name of another
+// block's subdirective, else "".
+func misplaced(key string) string {
+	for _, b := range []struct {
+		block string
+		keys  []string
+	}{{"llm_router", handlerKeys}, {"provider", providerKeys}, {"model", modelKeys}, {"deployment", deploymentKeys}, {"store", storeKeys}} {
+		if slices.Contains(b.keys, strings.ToLower(key)) {
+			return fmt.Sprintf(" (%s belongs in a %s block)", strings.ToLower(key), b.block)
+		}
+	}
+	return ""
 }
 
 // editDistance is the optimal string alignment distance between a and b

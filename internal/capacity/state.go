@@ -621,11 +621,25 @@ func (s *State) release(a Attempt) {
 func (s *State) Disable(now time.Time, disabled bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.disabled = disabled
-	s.fleet.drainAt = now
-	if s.fleet.f != nil {
-		s.fleet.f.Publish(Shared{Drain: SharedDrain{At: now, Disabled: disabled}})
+	// Each action is later than the one before, by a millisecond at least
+	// (the store's resolution): a disable and an enable sent in the same
+	// millisecond reach the fleet in their order.
+	at := now.Truncate(time.Millisecond)
+	if !at.After(s.fleet.drainAt) {
+		at = s.fleet.drainAt.Add(time.Millisecond)
 	}
+	s.disabled = disabled
+	s.fleet.drainAt = at
+	if s.fleet.f != nil {
+		s.fleet.f.Publish(Shared{Drain: SharedDrain{At: at, Disabled: disabled}})
+	}
+}
+
+// Disabled reports whether an operator took the deployment out (Disable).
+func (s *State) Disabled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.disabled
 }
 
 // Reset forgets what the deployment's answers taught at now: its circuit

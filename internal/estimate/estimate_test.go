@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,6 +38,12 @@ func TestPrompt(t *testing.T) {
 			}
 		})
 	}
+	// A small image counts its bytes / 4, not a full image's tokens.
+	small := image(800)
+	body0 := `{"c":"data:image/png;base64,` + small + `"}`
+	if got, want := Prompt([]byte(body0)), int64(len(body0))/4+2; got < want-2 || got > want+2 {
+		t.Errorf("a small image: expected about %d, got %d", want, got)
+	}
 	// Base64 wrapped at 76 characters, as GNU base64 and MIME write it.
 	img := image(100_000)
 	var wrapped strings.Builder
@@ -48,8 +55,10 @@ func TestPrompt(t *testing.T) {
 		t.Errorf("wrapped base64: expected about %d, got %d", PayloadTokens, got)
 	}
 	// Not payloads: long text with spaces, a long string with an escaped
-	// quote in it, a short base64 run, a long URL.
+	// quote in it, a short base64 run, a long URL, DNA, a hex dump.
 	for _, s := range []string{
+		strings.Repeat("ACGT", 2000),
+		strings.Repeat("0123456789abcdef", 200),
 		strings.Repeat("lorem ipsum ", 200),
 		strings.Repeat("a", 600) + `\"` + strings.Repeat("b", 600),
 		"aGVsbG8gd29ybGQ=",
@@ -70,14 +79,56 @@ func TestPrompt(t *testing.T) {
 
 func TestExact(t *testing.T) {
 	// o200k_base: "hello world" is 2 tokens; each " hello world" 2 more.
-	body := []byte(`hello world` + strings.Repeat(" hello world", 99))
-	if got := Exact(body); got != 200 {
-		t.Errorf("expected 200 tokens, got %d", got)
+	text := `hello world` + strings.Repeat(" hello world", 99)
+	body := []byte(`{"messages":[{"content":"` + text + `"}]}`)
+	// The string values count, a line each: "messages" and "content" 1
+	// token each, and 3 line breaks.
+	if n, complete, ok := Exact(body, 1000); !ok || !complete || n != 205 {
+		t.Errorf("expected 205 tokens, got %d (complete %v, ok %v)", n, complete, ok)
 	}
 	img := image(100_000)
-	withImage := []byte(`hello world` + strings.Repeat(" hello world", 99) + `"` + img + `"`)
-	if got := Exact(withImage); got < 200+PayloadTokens || got > 200+PayloadTokens+3 {
-		t.Errorf("expected 200 tokens of text, the image's %d and the quotes, got %d", PayloadTokens, got)
+	withImage := []byte(`{"messages":[{"content":"` + text + `","image":"` + img + `"}]}`)
+	if n, _, _ := Exact(withImage, 10_000); n != 207+PayloadTokens {
+		t.Errorf("expected 207 tokens of text (\"image\" and its line break too) and the image's %d, got %d", PayloadTokens, n)
+	}
+	// Escaped text counts as the text it escapes: Chinese as JSON's
+	// \u escapes (Python's json.dumps) counts as the characters.
+	zh := strings.Repeat("中文的文本", 200)
+	escaped, _ := json.Marshal(map[string]string{"content": zh})
+	asIs := []byte(`{"content":"` + zh + `"}`)
+	ascii := []byte(strings.NewReplacer("中", `\u4e2d`, "文", `\u6587`, "的", `\u7684`, "本", `\u672c`).Replace(string(asIs)))
+	a, _, _ := Exact(asIs, 100_000)
+	b, _, _ := Exact(ascii, 100_000)
+	c, _, _ := Exact(escaped, 100_000)
+	if a != b || a != c || a > 1100 {
+		t.Errorf("expected the same count for the text and its escapes, got %d, %d and %d", a, b, c)
+	}
+	// The count stops past its limit: bounded by the window, not the body.
+	big := []byte(`{"content":"` + strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100_000) + `"}`)
+	if n, complete, _ := Exact(big, 5000); complete || n < 5000 || n > 5000+chunkBytes/2 {
+		t.Errorf("expected the count to stop a chunk past 5000, got %d (complete %v)", n, complete)
+	}
+	// A body cut inside a string still counts what it has.
+	if n, complete, _ := Exact([]byte(`{"content":"hello world hello world`), 100); !complete || n != 7 {
+		t.Errorf("a cut body: expected 7 tokens, got %d", n)
+	}
+}
+
+// Counts under way are bounded: when every slot is taken, Exact says so at
+// once rather than queueing.
+func TestExactSlots(t *testing.T) {
+	for range cap(exactSlots) {
+		exactSlots <- struct{}{}
+	}
+	_, _, ok := Exact([]byte(`{"a":"b"}`), 10)
+	for range cap(exactSlots) {
+		<-exactSlots
+	}
+	if ok {
+		t.Error("expected no count while every slot is taken")
+	}
+	if _, _, ok := Exact([]byte(`{"a":"b"}`), 10); !ok {
+		t.Error("expected a count once the slots are free")
 	}
 }
 
@@ -85,8 +136,11 @@ func FuzzPrompt(f *testing.F) {
 	f.Add([]byte(`{"a":"` + image(2000) + `"}`))
 	f.Add([]byte(`{"a":"data:image/png;base64,` + image(2000) + `","b":"\\"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if n := Prompt(b); n < 1 || n > int64(len(b))/4+1+int64(len(b)/minPayload+1)*PayloadTokens {
+		if n := Prompt(b); n < 1 || n > int64(len(b))/2+2 {
 			t.Errorf("count %d out of range for %d bytes", n, len(b))
+		}
+		if n, _, ok := Exact(b, 1000); ok && n < 0 {
+			t.Errorf("exact count %d", n)
 		}
 	})
 }
@@ -108,12 +162,12 @@ func BenchmarkPrompt(b *testing.B) {
 func BenchmarkExact(b *testing.B) {
 	for _, size := range []int{1, 7500} {
 		body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("The quick brown fox jumps over the lazy dog; ", 2*size) + `"}]}`)
-		Exact(body) // the tokenizer's tables, once
+		Exact(body, 1<<40) // the tokenizer's tables, once
 		b.Run(fmt.Sprintf("%dKB", len(body)/1000), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			var n int64
 			for b.Loop() {
-				n = Exact(body)
+				n, _, _ = Exact(body, 1<<40)
 			}
 			b.ReportMetric(float64(n), "tokens")
 		})

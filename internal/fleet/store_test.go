@@ -214,6 +214,15 @@ func TestDrainReachesTheFleet(t *testing.T) {
 		eventually(t, 2*time.Second, "the enable to reach a and c", func() bool {
 			return !a.state.Snapshot(time.Now()).Disabled && !c.state.Snapshot(time.Now()).Disabled
 		})
+		// A disable and an enable in the same instant (one keep-alive
+		// connection, within a millisecond) reach the fleet in their order.
+		now := time.Now()
+		a.state.Disable(now, true)
+		a.state.Disable(now, false)
+		time.Sleep(100 * time.Millisecond) // both published; the poll merges them
+		eventually(t, 2*time.Second, "the enable to win everywhere", func() bool {
+			return !a.state.Snapshot(time.Now()).Disabled && !b.state.Snapshot(time.Now()).Disabled && !c.state.Snapshot(time.Now()).Disabled
+		})
 	})
 }
 

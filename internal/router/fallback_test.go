@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -132,12 +134,42 @@ func TestFallbackGroup(t *testing.T) {
 	})
 
 	t.Run("both out", func(t *testing.T) {
-		sa, fa := limited(), limited()
-		r, g, f, _ := setup([]*script{sa}, []*script{fa})
+		// smart back in 5 s, fast in 600 s: smart's 429 and its Retry-After.
+		sa := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "5")}}
+		r, g, _, _ := setup([]*script{sa}, []*script{limited()})
+		r.Deadline = 3 * time.Second
 		res := r.ServeGroup(context.Background(), g, chatReq)
 		var e *Error
-		if !errors.As(res.Err, &e) || e.Status != http.StatusTooManyRequests || res.Group != f || res.Attempts != 2 {
-			t.Errorf("expected fast's 429 after 2 attempts, got %v group %v after %d", res.Err, res.Group, res.Attempts)
+		if !errors.As(res.Err, &e) || e.Status != http.StatusTooManyRequests || e.RetryAfter != 5*time.Second || res.Group != g || res.Attempts != 2 {
+			t.Errorf("expected smart's 429 with Retry-After 5 after 2 attempts, got %v (%v) group %s after %d", res.Err, e, res.Group.Name, res.Attempts)
+		}
+	})
+
+	t.Run("a fallback that refuses the request", func(t *testing.T) {
+		// smart is rate-limited; fast's window is too small for the prompt:
+		// the client is told to retry (smart will take it), not that its
+		// request is too large.
+		r, g, f, _ := setup([]*script{limited()}, []*script{ok()})
+		f.Deployments[0].ContextWindow = 1000
+		res := r.ServeGroup(context.Background(), g, &Request{Request: chatReq.Request, Tokens: 5000})
+		var e *Error
+		if !errors.As(res.Err, &e) || e.Status != http.StatusTooManyRequests || e.RetryAfter != 600*time.Second || res.Group != g || res.Attempts != 1 {
+			t.Errorf("expected smart's 429 after 1 attempt, got %v group %s after %d", res.Err, res.Group.Name, res.Attempts)
+		}
+	})
+
+	t.Run("a group that does not serve the API", func(t *testing.T) {
+		// smart has only an Anthropic deployment: no embeddings; fast does.
+		sa, fa := ok(), &script{replies: []func(*http.Request) (*http.Response, error){reply(200, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"model":"e"}`)}}
+		r, g, f, _ := setup([]*script{sa}, []*script{fa})
+		g.Deployments[0].Provider = &adapters.Anthropic{Endpoint: provider.Endpoint{BaseURL: "http://smart.invalid/v1", APIKey: "k"}}
+		emb := &Request{Request: &provider.Request{Format: provider.Embeddings, Body: []byte(`{"model":"smart","input":"hi"}`), Choices: 1}, Tokens: 2}
+		if !g.Serves(provider.Embeddings) || Serves(g.Deployments, provider.Embeddings) {
+			t.Fatal("expected the chain to serve embeddings, and smart alone not")
+		}
+		res := r.ServeGroup(context.Background(), g, emb)
+		if res.Status != 200 || res.Group != f || res.Attempts != 1 || sa.calls.Load() != 0 {
+			t.Errorf("expected fast to answer the embeddings at once, got %v %d group %s after %d attempts", res.Err, res.Status, res.Group.Name, res.Attempts)
 		}
 	})
 
@@ -151,4 +183,23 @@ func TestFallbackGroup(t *testing.T) {
 			t.Errorf("expected one attempt and an error, got %v after %d calls", res.Err, sa.calls.Load())
 		}
 	})
+}
+
+// A group whose every deployment an operator disabled answers 503 and says
+// why; one of them enabled serves again.
+func TestEveryDeploymentDisabled(t *testing.T) {
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	group := []*Deployment{deployment("a", a), deployment("b", a)}
+	now := time.Now()
+	group[0].State.Disable(now, true)
+	group[1].State.Disable(now, true)
+	res := newRouter(newFakeClock()).Serve(context.Background(), group, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != http.StatusServiceUnavailable || !strings.Contains(e.Message, "disabled by its operator") || a.calls.Load() != 0 {
+		t.Errorf("expected a 503 naming the drain, got %v after %d calls", res.Err, a.calls.Load())
+	}
+	group[1].State.Disable(now, false)
+	if res := newRouter(newFakeClock()).Serve(context.Background(), group, chatReq); res.Err != nil || res.Deployment != group[1] {
+		t.Errorf("expected b to serve once enabled, got %v", res.Err)
+	}
 }

@@ -96,34 +96,60 @@ type Request struct {
 	// Priority orders the request among those waiting for capacity, from
 	// MinPriority to MaxPriority (higher first); see Router.Reserve.
 	Priority int
-	// exact caches the prompt's o200k_base count plus 1 (0: not counted).
-	exact atomic.Int64
+	// exact caches the prompt's o200k_base count (estimate.Exact), nil
+	// until counted.
+	exact atomic.Pointer[exactCount]
 }
 
-// exactWindowShare: the exact count decides a deployment's context-window
-// check when the estimate (bytes / 4) is above this share of its window:
-// bytes / 4 can be a third too high for English and code, or a quarter too
-// low for Chinese, so only a count near the window is worth its cost.
-const exactWindowShare = 0.7
+// exactCount is a count of a prompt's tokens: n, or more than n when not
+// complete (the count stopped at its limit).
+type exactCount struct {
+	n        int64
+	complete bool
+}
+
+// The exact count decides a deployment's context-window check when the
+// estimate (bytes / 4) is between exactLow and exactHigh times its window:
+// bytes / 4 can be a third too high for English and code, a quarter too
+// low for Chinese, and three times too high for text JSON escapes
+// ("\u4e2d"); outside those bounds the estimate decides alone.
+const (
+	exactLow  = 0.7
+	exactHigh = 4.0
+)
 
 // fitsContext reports whether the request fits d's context window: by
-// the exact count of its tokenizer (estimate.Exact, counted once per
-// request) for a model that counts with o200k_base near its window, else
-// by the estimate. A window of 0 (unknown) takes anything.
+// the exact count of its tokenizer for a model that counts with
+// o200k_base near its window, else by the estimate. A window of 0
+// (unknown) takes anything; when the count cannot be made (others are
+// under way), the request is sent: the provider's own context_length
+// answer fails it over.
 func (req *Request) fitsContext(d *Deployment) bool {
 	w := d.ContextWindow
-	if w <= 0 {
+	switch {
+	case w <= 0:
 		return true
-	}
-	if !d.ExactTokens || float64(req.Tokens) <= exactWindowShare*float64(w) {
+	case req.OutputTokens >= w:
+		return false
+	case !d.ExactTokens || float64(req.Tokens) <= exactLow*float64(w):
 		return req.Tokens <= w
+	case float64(req.Tokens) > exactHigh*float64(w):
+		return false
 	}
-	n := req.exact.Load() - 1
-	if n < 0 {
-		n = estimate.Exact(req.Body)
-		req.exact.Store(n + 1)
+	limit := w - req.OutputTokens
+	c := req.exact.Load()
+	if c == nil || !c.complete && c.n <= limit {
+		if d.State.Disabled() {
+			return true // left out anyway: not worth a count
+		}
+		n, complete, ok := estimate.Exact(req.Body, limit)
+		if !ok {
+			return true
+		}
+		c = &exactCount{n: n, complete: complete}
+		req.exact.Store(c)
 	}
-	return n+req.OutputTokens <= w
+	return c.complete && c.n <= limit
 }
 
 // Router walks a model group's deployments for one request. The zero value
@@ -279,16 +305,18 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	res := &Result{}
 	deadline := r.Clock.Now().Add(r.Deadline)
 	var pending, prior *outcome // of the group before: its last failed attempt, if not yet logged; its last failed one
-	for hop, hops := g, 0; hop != nil && hops <= maxFallbacks; hop, hops = hop.Fallback, hops+1 {
-		if hop != g && !Serves(hop.Deployments, req.Format) {
-			continue
+	var best Result             // the failure to answer with if no group serves (betterFailure)
+	tooLarge := true            // every group failed for the prompt's size
+	for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
+		if !Serves(hop.Deployments, req.Format) && (hop != g || g.Serves(req.Format)) {
+			continue // a group that cannot take the request's API at all (embeddings to Anthropic)
 		}
 		var perBuf [16]attemptState
 		w := walk{per: perBuf[:min(len(hop.Deployments), len(perBuf))], minContext: -1, pending: pending, prior: prior}
 		if len(hop.Deployments) > len(perBuf) {
 			w.per = make([]attemptState, len(hop.Deployments))
 		}
-		if hop != g {
+		if res.Group != nil {
 			r.debug("falling back to another model group", zap.String("from", res.Group.Name), zap.String("to", hop.Name),
 				zap.Int("attempts", res.Attempts))
 			*res = Result{Attempts: res.Attempts, FailoverReason: res.FailoverReason}
@@ -297,23 +325,31 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 		res.Group = hop
 		pending, w.pending = w.pending, nil
 		prior = cmp.Or(w.last, w.prior)
-		if hop.Fallback == nil || !fallsBack(res) || res.Attempts >= r.MaxAttempts ||
-			ctx.Err() != nil || !r.Clock.Now().Before(deadline) {
+		if !fallsBack(res) {
+			break // an answer, or one no other group would change
+		}
+		tooLarge = tooLarge && failedForSize(res)
+		if best.Group == nil || betterFailure(res, &best) {
+			best = *res
+		}
+		if hop.Fallback == nil || res.Attempts >= r.MaxAttempts || ctx.Err() != nil || !r.Clock.Now().Before(deadline) {
 			break
 		}
 	}
 	r.logPending(&walk{pending: pending}, nil) // a failed attempt no other followed
-	if e, ok := res.Err.(*Error); ok && e.Class == provider.ContextLength && res.Group != g {
+	if best.Group != nil && fallsBack(res) {
+		attempts, reason := res.Attempts, res.FailoverReason
+		*res = best
+		res.Attempts, res.FailoverReason = attempts, reason
+	}
+	if e, ok := res.Err.(*Error); ok && tooLarge && e.Class == provider.ContextLength && g.Fallback != nil {
 		// Too large for every group of the chain: say so of them all.
 		largest := int64(0)
-		for hop, hops := g, 0; hop != nil && hops <= maxFallbacks; hop, hops = hop.Fallback, hops+1 {
+		for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
 			for _, d := range hop.Deployments {
 				if d.Provider.Serves(req.Format) {
 					largest = max(largest, d.ContextWindow)
 				}
-			}
-			if hop == res.Group {
-				break
 			}
 		}
 		e.Message = contextMessage(req, "this model or its fallback groups", largest)
@@ -321,9 +357,43 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	return res
 }
 
-// maxFallbacks bounds a chain of fallback groups (the config refuses
-// cycles; this keeps a group built by hand from looping).
-const maxFallbacks = 16
+// failedForSize reports whether a group's failure was the prompt's size:
+// the context pre-check's 400, or a provider's context_length passed on.
+func failedForSize(res *Result) bool {
+	if e, ok := res.Err.(*Error); ok {
+		return e.Class == provider.ContextLength
+	}
+	return res.Error != nil && res.Error.Class == provider.ContextLength
+}
+
+// betterFailure reports whether a group's failure a tells the client more
+// than b, an earlier group's: one to retry (a 429, a 502, a 504) over one
+// that refuses the request as it is (a 400: too large for that group,
+// or not expressible there), since the earlier group would take it later;
+// among those to retry, the one with the earlier Retry-After. Otherwise
+// the earlier group's stands.
+func betterFailure(a, b *Result) bool {
+	retry := func(res *Result) (bool, time.Duration) {
+		if e, ok := res.Err.(*Error); ok && e.Status >= 429 && e.Status != http.StatusNotImplemented {
+			return true, e.RetryAfter
+		}
+		return false, 0
+	}
+	ra, wa := retry(a)
+	rb, wb := retry(b)
+	switch {
+	case ra != rb:
+		return ra
+	case !ra:
+		return false
+	}
+	return wa > 0 && (wb <= 0 || wa < wb)
+}
+
+// MaxFallbacks is the most fallback groups one request goes through (the
+// config refuses longer chains and cycles; this keeps a group built by hand
+// from looping).
+const MaxFallbacks = 16
 
 // fallsBack reports whether a group's answer lets its fallback group try:
 // none of its deployments could serve the request (rate-limited, failing,
@@ -675,12 +745,15 @@ func contextError(group []*Deployment, w *walk, req *Request) *Error {
 // request's size (its exact count where one was made, else the
 // estimate) and the largest window of whom.
 func contextMessage(req *Request, of string, largest int64) string {
-	need, how := req.Tokens, "its prompt, estimated"
-	if n := req.exact.Load() - 1; n >= 0 {
-		need, how = n+req.OutputTokens, "its prompt, counted"
+	about, need, how := "about", req.Tokens, "its prompt, estimated"
+	if c := req.exact.Load(); c != nil {
+		need, how = c.n+req.OutputTokens, "its prompt, counted"
+		if !c.complete {
+			about = "more than"
+		}
 	}
-	return fmt.Sprintf("this request needs about %d tokens (%s, plus max_tokens), more than the context window of every deployment of %s (the largest: %d tokens)",
-		need, how, of, largest)
+	return fmt.Sprintf("this request needs %s %d tokens (%s, plus max_tokens), more than the context window of every deployment of %s (the largest: %d tokens)",
+		about, need, how, of, largest)
 }
 
 // largerWindowLeft reports whether a deployment that may take a prompt too
@@ -734,6 +807,17 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 		}
 	}
 	return cands
+}
+
+// Serves reports whether the group, or one of its fallback groups, has a
+// deployment that serves requests in format f at all.
+func (g *Group) Serves(f provider.Format) bool {
+	for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
+		if Serves(hop.Deployments, f) {
+			return true
+		}
+	}
+	return false
 }
 
 // Serves reports whether some deployment of group serves requests in
@@ -828,6 +912,18 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 // those that could not take the request).
 func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Request) *Error {
 	if w.last == nil {
+		drained := false
+		for _, d := range group {
+			if d.Provider.Serves(req.Format) {
+				if drained = d.State.Disabled(); !drained {
+					break
+				}
+			}
+		}
+		if drained {
+			return &Error{Status: http.StatusServiceUnavailable, Class: provider.Server,
+				Message: "every deployment of this model is disabled by its operator; retry later"}
+		}
 		return &Error{Status: http.StatusBadGateway, Class: provider.Server,
 			Message: "no deployment could serve this request"}
 	}

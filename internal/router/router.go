@@ -307,11 +307,12 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	var pending, prior *outcome // of the group before: its last failed attempt, if not yet logged; its last failed one
 	var best Result             // the failure to answer with if no group serves (betterFailure)
 	tooLarge := true            // every group failed for the prompt's size
+	var perBuf [16]attemptState // what the request learned of each deployment of the group it is at
 	for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
 		if !Serves(hop.Deployments, req.Format) && (hop != g || g.Serves(req.Format)) {
 			continue // a group that cannot take the request's API at all (embeddings to Anthropic)
 		}
-		var perBuf [16]attemptState
+		clear(perBuf[:])
 		w := walk{per: perBuf[:min(len(hop.Deployments), len(perBuf))], minContext: -1, pending: pending, prior: prior}
 		if len(hop.Deployments) > len(perBuf) {
 			w.per = make([]attemptState, len(hop.Deployments))
@@ -401,9 +402,8 @@ const MaxFallbacks = 16
 // opposed to an answer, a client that left, or a request the provider
 // refused as it is.
 func fallsBack(res *Result) bool {
-	var e *Error
-	switch {
-	case errors.As(res.Err, &e):
+	switch _, ok := res.Err.(*Error); { // the router's own errors are never wrapped
+	case ok:
 		return true
 	case res.Err != nil:
 		return false // the client went away

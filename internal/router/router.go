@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -308,7 +309,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	var best Result             // the failure to answer with if no group serves (betterFailure)
 	tooLarge := true            // every group failed for the prompt's size
 	var perBuf [16]attemptState // what the request learned of each deployment of the group it is at
-	for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
+	for hop := range g.chain() {
 		if !Serves(hop.Deployments, req.Format) && (hop != g || g.Serves(req.Format)) {
 			continue // a group that cannot take the request's API at all (embeddings to Anthropic)
 		}
@@ -346,7 +347,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	if e, ok := res.Err.(*Error); ok && tooLarge && e.Class == provider.ContextLength && g.Fallback != nil {
 		// Too large for every group of the chain: say so of them all.
 		largest := int64(0)
-		for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
+		for hop := range g.chain() {
 			for _, d := range hop.Deployments {
 				if d.Provider.Serves(req.Format) {
 					largest = max(largest, d.ContextWindow)
@@ -829,12 +830,24 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 // Serves reports whether the group, or one of its fallback groups, has a
 // deployment that serves requests in format f at all.
 func (g *Group) Serves(f provider.Format) bool {
-	for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
+	for hop := range g.chain() {
 		if Serves(hop.Deployments, f) {
 			return true
 		}
 	}
 	return false
+}
+
+// chain yields g, then its fallback groups in turn, MaxFallbacks of them
+// at most.
+func (g *Group) chain() iter.Seq[*Group] {
+	return func(yield func(*Group) bool) {
+		for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
+			if !yield(hop) {
+				return
+			}
+		}
+	}
 }
 
 // Serves reports whether some deployment of group serves requests in

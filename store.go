@@ -190,10 +190,6 @@ func (h *Handler) provisionStore(ctx caddy.Context) error {
 	for d, m := range h.meta {
 		h.store.Bind(m.identity, d.State)
 	}
-	// Each group's places count fleet-wide (fleet.Queue).
-	for name, g := range h.groups {
-		g.Fleet = h.store.Queue(name)
-	}
 	return nil
 }
 

@@ -465,9 +465,6 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 				me = &waiter{priority: req.Priority, tokens: req.Tokens,
 					reserve: need.Reserve, since: now, deadline: deadline}
 				g.queue.join(me)
-				if g.Fleet != nil {
-					me.member, _ = g.Fleet.Join(req.Priority, MaxPriority, now, deadline.Sub(now))
-				}
 				r.observeQueue(g)
 			}
 			if err := r.wait(ctx, g, me, cands, free, w, need, now, deadline); err != nil {
@@ -494,24 +491,14 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		// provider cannot express spends none of its windows.
 		if me != nil {
 			me.taking.Store(true)
-			if me.member != "" {
-				// Out of the fleet's queue before it spends, as out of
-				// this instance's places (taking): never counted twice.
-				g.Fleet.Leave(me.member)
-				me.member = ""
-			}
 		}
 		claim, ok := d.State.AcquireFor(now, need)
 		if !ok {
 			if me != nil {
 				me.taking.Store(false)
-				if g.Fleet != nil {
-					// Back in its place: the place is its priority and arrival.
-					me.member, _ = g.Fleet.Join(me.priority, MaxPriority, me.since, deadline.Sub(now))
-				}
 			}
 			a.finish()
-			continue // a half-open circuit's probe was taken meanwhile, or the fleet's budget
+			continue // a half-open circuit's probe was taken meanwhile
 		}
 		if me != nil {
 			r.leaveQueue(g, me) // its turn came: the next one may look
@@ -549,10 +536,6 @@ func probe(cands []scored) int {
 // (a request answered 429 when it joined did not).
 func (r *Router) leaveQueue(g *Group, me *waiter) {
 	g.queue.leave(me)
-	if me.member != "" {
-		g.Fleet.Leave(me.member)
-		me.member = ""
-	}
 	me.mu.Lock()
 	slept := me.slept
 	me.mu.Unlock()

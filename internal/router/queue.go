@@ -309,10 +309,7 @@ func (w *waiter) sleep(ctx context.Context, c Clock, d time.Duration) error {
 func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored, ready int, w *walk, need capacity.Need, now, deadline time.Time) error {
 	c := earliest(cands)
 	if ready == 0 && !c.f.At.Before(deadline) {
-		r.debug("no deployment is back before the request's deadline", zap.String("group", g.Name),
-			zap.String("first", g.Deployments[c.i].Name), zap.Duration("back_in", c.f.At.Sub(now)),
-			zap.Duration("waited", now.Sub(me.since)), zap.Duration("left", deadline.Sub(now)))
-		return coolingError(cands, c, now) // nothing is back in time
+		return r.notBackInTime(g, cands, c, c.f.At.Sub(now), me, now, deadline)
 	}
 	// The windows are read before the place: a request ahead that claims
 	// capacity meanwhile is marked taking before it spends, so that it is
@@ -340,10 +337,7 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		wait = max(wait, r.Policy.Backoff(w.failures))
 	}
 	if !now.Add(wait).Before(deadline) {
-		r.debug("no deployment is back before the request's deadline", zap.String("group", g.Name),
-			zap.String("first", g.Deployments[c.i].Name), zap.Duration("back_in", wait),
-			zap.Duration("waited", now.Sub(me.since)), zap.Duration("left", deadline.Sub(now)))
-		return coolingError(cands, c, now)
+		return r.notBackInTime(g, cands, c, wait, me, now, deadline)
 	}
 	r.debug("waiting for a cooling deployment",
 		zap.String("deployment", g.Deployments[c.i].Name), zap.Duration("wait", wait))
@@ -364,6 +358,16 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		g.queue.kickAllBut(me) // those behind may have capacity the head cannot use
 	}
 	return me.sleep(ctx, r.Clock, wait)
+}
+
+// notBackInTime is the answer to a request none of whose deployments is
+// back before its deadline (first, the earliest, in back): coolingError,
+// logged at debug level.
+func (r *Router) notBackInTime(g *Group, cands []scored, first scored, back time.Duration, me *waiter, now, deadline time.Time) error {
+	r.debug("no deployment is back before the request's deadline", zap.String("group", g.Name),
+		zap.String("first", g.Deployments[first.i].Name), zap.Duration("back_in", back),
+		zap.Duration("waited", now.Sub(me.since)), zap.Duration("left", deadline.Sub(now)))
+	return coolingError(cands, first, now)
 }
 
 // pruneTail wakes, from the back of the queue, the waiting requests the

@@ -190,6 +190,14 @@ func (h *Handler) provisionStore(ctx caddy.Context) error {
 	for d, m := range h.meta {
 		h.store.Bind(m.identity, d.State)
 	}
+	// Each group's places count fleet-wide (fleet.Queue).
+	for name, g := range h.groups {
+		ids := make([]string, len(g.Deployments))
+		for i, d := range g.Deployments {
+			ids[i] = h.meta[d].identity
+		}
+		g.Fleet = h.store.Queue(name, ids)
+	}
 	return nil
 }
 

@@ -294,17 +294,22 @@ func (w *window) spend(now time.Time, n int64) {
 
 // forecast returns how many units the window lets start from now until
 // until, leaving the reserve unspent: what is left now, plus each refill
-// before until. provider.Unknown when the window holds nothing back, or when
+// before until; this instance's share of them in fleet mode, or all of
+// them (whole: the fleet's, for a place counted fleet-wide). provider.Unknown when the window holds nothing back, or when
 // it cannot tell (the span of a fixed window is unknown).
-func (w *window) forecast(now, until time.Time, reserve float64) int64 {
+func (w *window) forecast(now, until time.Time, reserve float64, whole bool) int64 {
 	cur := w.current(now)
 	if cur < 0 {
 		return provider.Unknown
 	}
 	keep := w.keep(reserve)
 	total := max(cur-keep, 0)
+	share := w.shareOf
+	if whole {
+		share = func(n int64) int64 { return n }
+	}
 	if !until.After(now) {
-		return w.shareOf(total)
+		return share(total)
 	}
 	if w.refilling() {
 		return satAdd(total, int64(min(w.rate*until.Sub(now).Seconds(), math.MaxInt64/4)))
@@ -314,7 +319,7 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 	case r.IsZero():
 		return provider.Unknown
 	case r.After(until):
-		return w.shareOf(total)
+		return share(total)
 	case w.span <= 0 || w.limit < 0:
 		return provider.Unknown // a window of unknown limit: after its reset, who knows
 	}
@@ -326,7 +331,7 @@ func (w *window) forecast(now, until time.Time, reserve float64) int64 {
 	if resets > 0 && per > (math.MaxInt64/4)/resets {
 		return math.MaxInt64 / 4 // more than anyone will ask
 	}
-	return w.shareOf(satAdd(total, resets*per-w.carry))
+	return share(satAdd(total, resets*per-w.carry))
 }
 
 // satAdd adds two counts, saturating at a quarter of the int64 range.
@@ -350,8 +355,8 @@ func (w *window) shareOf(n int64) int64 {
 // provider.Unknown until that is learned (the estimate, prompt plus
 // max_tokens, only bounds what a provider counts from above: no request is
 // refused early on it).
-func (w *window) forecastUnits(now, until time.Time, reserve float64) int64 {
-	f := w.forecast(now, until, reserve)
+func (w *window) forecastUnits(now, until time.Time, reserve float64, whole bool) int64 {
+	f := w.forecast(now, until, reserve, whole)
 	if f < 0 || w.ratio <= 0 {
 		return provider.Unknown
 	}

@@ -311,6 +311,11 @@ func TestFleetBudget(t *testing.T) {
 	if r, _ := s.Forecast(t0, t0.Add(25*time.Second), 0); r != 11 {
 		t.Errorf("expected half of 3 + 2 windows of 10 (11), got %d", r)
 	}
+	// A place counted in the fleet's queue is measured against the
+	// fleet's whole windows.
+	if r, _ := s.ForecastFleet(t0, t0.Add(25*time.Second), 0); r != 23 {
+		t.Errorf("expected the fleet's 3 + 2 windows of 10 (23), got %d", r)
+	}
 	f.spendWait = 4 * time.Second
 	if s.Acquire(t0, 100) {
 		t.Fatal("expected the attempt refused by the fleet")

@@ -387,6 +387,17 @@ func (s *State) slowStarting() bool {
 // until, leaving need's reserve unspent: provider.Unknown for a count that
 // nothing known bounds. A circuit open past until lets none start.
 func (s *State) Forecast(now, until time.Time, reserve float64) (requests, tokens int64) {
+	return s.forecast(now, until, reserve, false)
+}
+
+// ForecastFleet is Forecast for the whole fleet: in fleet mode, all of the
+// fleet's windows rather than this instance's share of them (for a place
+// in a queue counted fleet-wide).
+func (s *State) ForecastFleet(now, until time.Time, reserve float64) (requests, tokens int64) {
+	return s.forecast(now, until, reserve, true)
+}
+
+func (s *State) forecast(now, until time.Time, reserve float64, whole bool) (requests, tokens int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.circuit(now) == Open && !s.openUntil.Before(until) {
@@ -402,8 +413,8 @@ func (s *State) Forecast(now, until time.Time, reserve float64) (requests, token
 		return min(a, b)
 	}
 	rpm, tpm := s.declared.forecast(now, until, reserve)
-	requests = least(s.requests.forecast(now, until, reserve), rpm)
-	tokens = least(s.tokens.forecastUnits(now, until, reserve), tpm)
+	requests = least(s.requests.forecast(now, until, reserve, whole), rpm)
+	tokens = least(s.tokens.forecastUnits(now, until, reserve, whole), tpm)
 	return requests, tokens
 }
 

@@ -83,7 +83,7 @@ type Options struct {
 // for concurrent use.
 type Observer interface {
 	// Error reports a failed or timed-out Redis operation: op is one of
-	// reserve, spend, probe, publish, sync, subscribe.
+	// reserve, spend, probe, publish, sync, subscribe, queue.
 	Error(op string)
 	// Fallback reports a request-path decision made on local state alone
 	// because the store could not answer: op is reserve, spend or probe.
@@ -124,6 +124,7 @@ type Store struct {
 	wake, pollNow      chan struct{}
 	mu                 sync.Mutex
 	bindings           map[string]*binding // by deployment id
+	queues             map[string]*Queue   // by key
 	pending            map[*binding]*pending
 	releases           []release
 	ps                 *redis.PubSub
@@ -193,6 +194,7 @@ func New(o Options) (*Store, error) {
 		wake:      make(chan struct{}, 1),
 		pollNow:   make(chan struct{}, 1),
 		bindings:  map[string]*binding{},
+		queues:    map[string]*Queue{},
 		pending:   map[*binding]*pending{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -278,9 +280,10 @@ func (s *Store) Close() error {
 		b.st.ClearFleet(b)
 		b.ReleaseProbe()
 	}
-	if s.health.Load() == healthUp {
+	if s.health.Load() != healthDown {
 		ctx, cancel := context.WithTimeout(context.Background(), s.bgTimeout)
 		s.writeReleases(ctx, s.takeReleases())
+		s.closeQueues(ctx)
 		cancel()
 	}
 	return s.client.Close()
@@ -347,6 +350,13 @@ func (s *Store) pollLoop() {
 			}
 		} else if err := s.pollOnce(); err != nil {
 			s.fail("sync", err)
+		}
+		if s.health.Load() == healthUp {
+			ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
+			if err := s.renewQueues(ctx); err != nil {
+				s.fail("queue", err)
+			}
+			cancel()
 		}
 		select {
 		case <-s.ctx.Done():

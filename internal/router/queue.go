@@ -26,7 +26,10 @@ type Group struct {
 	// and attempt budget, when none of this group's deployments can serve
 	// it (see ServeGroup); nil: none.
 	Fallback *Group
-	queue    queue
+	// Fleet is the group's queue as a fleet of instances sees it (fleet
+	// mode); nil: this instance's queue alone counts places.
+	Fleet FleetQueue
+	queue queue
 	// waits and waited count the requests that waited in the queue and
 	// the time they spent there (nanoseconds).
 	waits, waited atomic.Int64
@@ -44,6 +47,24 @@ func (g *Group) Queued() int { return int(g.queue.n.Load()) }
 // their total wait.
 func (g *Group) Waits() (n int64, total time.Duration) {
 	return g.waits.Load(), time.Duration(g.waited.Load())
+}
+
+// FleetQueue counts a group's waiting requests across a fleet of
+// instances (fleet.Queue): a request that waits here joins it too, and its
+// place is counted fleet-wide, against the fleet's windows. Every method
+// may fail (the store is unreachable): the instance then counts its own
+// queue against its share of the windows.
+type FleetQueue interface {
+	// Join adds a request waiting here, of priority (MinPriority to
+	// maxPriority) that arrived at arrival and waits at most wait; the
+	// member names it, and ahead is how many wait before it fleet-wide.
+	Join(priority, maxPriority int, arrival time.Time, wait time.Duration) (member string, ahead int64, err error)
+	// Ahead returns how many requests wait before member, fleet-wide; an
+	// error when the store cannot tell or no longer holds member (the
+	// request joins again at its next look).
+	Ahead(member string) (int64, error)
+	// Leave takes member out.
+	Leave(member string)
 }
 
 // Priorities: a request's priority is a number from MinPriority to
@@ -119,6 +140,13 @@ type waiter struct {
 	// wokeBehindFor is the blockedUntil for which it last woke those
 	// behind it: once per instant it waits for, not at every wake-up.
 	wokeBehindFor int64
+
+	// member names it in the fleet's queue (Group.Fleet); "" when not
+	// there. joined: member was just joined, and fleetAhead is its place
+	// (no need to ask again at this look).
+	member     string
+	joined     bool
+	fleetAhead int64
 
 	mu     sync.Mutex
 	slept  bool // it waited at least once (one answered 429 at once did not)
@@ -314,13 +342,28 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	// The windows are read before the place: a request ahead that claims
 	// capacity meanwhile is marked taking before it spends, so that it is
 	// counted at most once (in the windows or in the place), never twice.
-	s := supplyOf(g.Deployments, cands, need.Reserve, now, deadline)
-	ahead, tokensAhead := g.queue.place(me)
-	if enough, known := s.serves(ahead+1, tokensAhead+me.tokens); known && !enough {
+	fleet := g.Fleet != nil
+	s := supplyOf(g.Deployments, cands, need.Reserve, now, deadline, fleet)
+	ahead, tokensAhead := g.queue.place(me) // here: it is the head when none is ahead
+	fleetAhead, fleetTokens := ahead, tokensAhead
+	if fleet {
+		if n, ok := r.fleetPlace(g, me, now, deadline); ok {
+			// Its place in the fleet, against the fleet's windows; the
+			// tokens ahead at this instance's mean per request.
+			fleetAhead = n
+			if n != ahead {
+				fleetTokens = (tokensAhead + me.tokens) * n / (ahead + 1)
+			}
+		} else {
+			fleet = false
+			s = supplyOf(g.Deployments, cands, need.Reserve, now, deadline, false)
+		}
+	}
+	if enough, known := s.serves(fleetAhead+1, fleetTokens+me.tokens); known && !enough {
 		r.debug("the request's place cannot be served before its deadline", zap.String("group", g.Name),
-			zap.Int64("ahead", ahead), zap.Int64("requests_forecast", s.requests), zap.Int64("tokens_forecast", s.tokens),
+			zap.Int64("ahead", fleetAhead), zap.Int64("requests_forecast", s.requests), zap.Int64("tokens_forecast", s.tokens),
 			zap.Duration("waited", now.Sub(me.since)), zap.Duration("left", deadline.Sub(now)))
-		return r.unservable(g.Deployments, cands, ahead+1, tokensAhead+me.tokens, need.Reserve, now, deadline)
+		return r.unservable(g.Deployments, cands, fleetAhead+1, fleetTokens+me.tokens, need.Reserve, now, deadline, fleet)
 	}
 	me.late.Store(false)
 	if ahead == 0 {
@@ -358,6 +401,37 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		g.queue.kickAllBut(me) // those behind may have capacity the head cannot use
 	}
 	return me.sleep(ctx, r.Clock, wait)
+}
+
+// fleetPlace returns how many requests wait before me in the fleet's queue
+// (g.Fleet), joining it first when me is not there (its first look, or its
+// member was refused or lost); ok false when the store cannot tell.
+func (r *Router) fleetPlace(g *Group, me *waiter, now, deadline time.Time) (ahead int64, ok bool) {
+	if me.member == "" {
+		m, n, err := g.Fleet.Join(me.priority, MaxPriority, me.since, deadline.Sub(now))
+		if err != nil {
+			return 0, false
+		}
+		me.member, me.joined, me.fleetAhead = m, true, n
+	}
+	if me.joined {
+		me.joined = false
+		return me.fleetAhead, true
+	}
+	n, err := g.Fleet.Ahead(me.member)
+	if err != nil {
+		leaveFleet(g, me) // it joins again at its next look
+		return 0, false
+	}
+	return n, true
+}
+
+// leaveFleet takes me out of the fleet's queue, if it is there.
+func leaveFleet(g *Group, me *waiter) {
+	if me.member != "" {
+		g.Fleet.Leave(me.member)
+		me.member, me.joined = "", false
+	}
 }
 
 // notBackInTime is the answer to a request none of whose deployments is
@@ -409,12 +483,18 @@ type supply struct {
 
 // supplyOf sums what the candidates' known windows let start from now
 // until until, less each one's latency (so that an attempt started then
-// still answers in time), leaving reserve unspent.
-func supplyOf(group []*Deployment, cands []scored, reserve float64, now, until time.Time) supply {
+// still answers in time), leaving reserve unspent: this instance's share
+// of them, or the fleet's whole windows (fleet: for a place counted
+// fleet-wide).
+func supplyOf(group []*Deployment, cands []scored, reserve float64, now, until time.Time, fleet bool) supply {
 	s := supply{requestsBound: true, tokensBound: true}
 	for _, c := range cands {
 		end := until.Add(-time.Duration(c.f.Latency * float64(time.Second)))
-		fr, ft := group[c.i].State.Forecast(now, end, reserve)
+		forecast := group[c.i].State.Forecast
+		if fleet {
+			forecast = group[c.i].State.ForecastFleet
+		}
+		fr, ft := forecast(now, end, reserve)
 		if fr < 0 {
 			s.requestsBound = false
 		}
@@ -437,17 +517,17 @@ func (s supply) serves(n, tokens int64) (enough, known bool) {
 	return (!s.requestsBound || s.requests >= n) && (!s.tokensBound || s.tokens >= tokens), true
 }
 
-// forecast reports whether the candidates' known windows let n requests of
-// tokens tokens start from now until until (enough), and whether they bound
-// it at all (known).
-func forecast(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, until time.Time) (enough, known bool) {
-	return supplyOf(group, cands, reserve, now, until).serves(n, tokens)
+// forecast reports whether the candidates' known windows (the fleet's
+// whole windows, fleet) let n requests of tokens tokens start from now
+// until until (enough), and whether they bound it at all (known).
+func forecast(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, until time.Time, fleet bool) (enough, known bool) {
+	return supplyOf(group, cands, reserve, now, until, fleet).serves(n, tokens)
 }
 
 // forecastLate reports whether the known windows cannot serve n requests
 // of tokens tokens before the deadline.
 func (r *Router) forecastLate(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, deadline time.Time) bool {
-	enough, known := forecast(group, cands, n, tokens, reserve, now, deadline)
+	enough, known := forecast(group, cands, n, tokens, reserve, now, deadline, false)
 	return known && !enough
 }
 
@@ -455,7 +535,7 @@ func (r *Router) forecastLate(group []*Deployment, cands []scored, n, tokens int
 // served before its deadline: 429, with Retry-After until the forecast
 // says it could be (502 when deployments are out for failures, as
 // coolingError).
-func (r *Router) unservable(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, deadline time.Time) error {
+func (r *Router) unservable(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, deadline time.Time, fleet bool) error {
 	// The earliest instant the forecast serves the place, no earlier than
 	// the first deployment is back: doubling, then halving the step to
 	// within 10 ms.
@@ -465,14 +545,14 @@ func (r *Router) unservable(group []*Deployment, cands []scored, n, tokens int64
 	}
 	hi := lo
 	for step := max(lo.Sub(now), time.Second); ; step *= 2 {
-		if enough, _ := forecast(group, cands, n, tokens, reserve, now, hi); enough || step >= provider.MaxCooldown {
+		if enough, _ := forecast(group, cands, n, tokens, reserve, now, hi, fleet); enough || step >= provider.MaxCooldown {
 			break
 		}
 		lo, hi = hi, now.Add(step)
 	}
 	for hi.Sub(lo) > 10*time.Millisecond {
 		mid := lo.Add(hi.Sub(lo) / 2)
-		if enough, _ := forecast(group, cands, n, tokens, reserve, now, mid); enough {
+		if enough, _ := forecast(group, cands, n, tokens, reserve, now, mid, fleet); enough {
 			hi = mid
 		} else {
 			lo = mid

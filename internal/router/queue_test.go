@@ -486,6 +486,113 @@ func TestOpenLoopArrivalsAreToldAtOnce(t *testing.T) {
 	}
 }
 
+// fakeFleetQueue is a fleet's queue with others' requests in it: each
+// member's place is others plus this instance's members before it.
+type fakeFleetQueue struct {
+	mu      sync.Mutex
+	others  int64
+	members []string
+	fail    bool
+	left    int
+	seq     int
+}
+
+func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration) (string, int64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.fail {
+		return "", 0, errors.New("store down")
+	}
+	q.seq++
+	m := fmt.Sprintf("m%d-%d", q.seq, arrival.UnixNano())
+	q.members = append(q.members, m)
+	return m, q.others + int64(len(q.members)-1), nil
+}
+
+func (q *fakeFleetQueue) Ahead(member string) (int64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.fail {
+		return 0, errors.New("store down")
+	}
+	i := slices.Index(q.members, member)
+	if i < 0 {
+		return 0, errors.New("no such member")
+	}
+	return q.others + int64(i), nil
+}
+
+func (q *fakeFleetQueue) Leave(member string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if i := slices.Index(q.members, member); i >= 0 {
+		q.members = slices.Delete(q.members, i, i+1)
+		q.left++
+	}
+}
+
+// Fleet mode: a place is counted in the fleet's queue, against the fleet's
+// whole windows. With 15 requests of other instances ahead on 10 per 10 s
+// (deadline 25 s: 30 in all), 15 of a burst of 20 here are told at once;
+// the first 5 wait, and this instance's head is still served as the
+// windows open (it does not wait behind the others' requests, which their
+// instances serve). A store that cannot answer leaves the instance to its
+// own queue.
+func TestAPlaceIsCountedFleetWide(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	fq := &fakeFleetQueue{others: 15}
+	g.Fleet = fq
+	// This window is this instance's: spend it so that all 20 queue.
+	for range 10 {
+		r.ServeGroup(context.Background(), g, chatReq)
+	}
+	p.served = 0
+	out := make([]served, 20)
+	start := c.Now()
+	simulate(t, c, len(out), func(i int) {
+		out[i] = outcomeOf(r.ServeGroup(context.Background(), g, userReq(strconv.Itoa(i), DefaultPriority)), c.Now().Sub(start))
+	})
+	ok, early := 0, 0
+	for i, o := range out {
+		switch {
+		case o.status == 200:
+			ok++
+		case o.status == 429 && o.at == 0:
+			early++
+		default:
+			t.Errorf("request %d: unexpected %+v", i, o)
+		}
+	}
+	// Windows at 10 and 20 s before the deadline hold 20; 15 are others'.
+	if ok != 5 || early != 15 || p.got429 != 0 {
+		t.Errorf("expected 5 served and 15 told at once, got %d and %d (upstream 429s %d)", ok, early, p.got429)
+	}
+	if len(fq.members) != 0 || fq.left < 20 {
+		t.Errorf("expected every request out of the fleet's queue, %d left and %d still in", fq.left, len(fq.members))
+	}
+
+	// The store down: the instance's own queue and its share (all of it).
+	r, g, p, c = limitedGroup(t)
+	g.Fleet = &fakeFleetQueue{others: 15, fail: true}
+	for range 10 {
+		r.ServeGroup(context.Background(), g, chatReq)
+	}
+	out = out[:0]
+	out = make([]served, 20)
+	simulate(t, c, len(out), func(i int) {
+		out[i] = outcomeOf(r.ServeGroup(context.Background(), g, userReq(strconv.Itoa(i), DefaultPriority)), 0)
+	})
+	ok = 0
+	for _, o := range out {
+		if o.status == 200 {
+			ok++
+		}
+	}
+	if ok != 20 {
+		t.Errorf("store down: expected the 20 served by this instance's windows, got %d", ok)
+	}
+}
+
 // countingObserver counts what the router reports.
 type countingObserver struct {
 	mu          sync.Mutex

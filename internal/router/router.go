@@ -464,7 +464,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			if me == nil {
 				me = &waiter{priority: req.Priority, tokens: req.Tokens,
 					reserve: need.Reserve, since: now, deadline: deadline}
-				g.queue.join(me)
+				g.queue.join(me) // and the fleet's queue at its first look (wait)
 				r.observeQueue(g)
 			}
 			if err := r.wait(ctx, g, me, cands, free, w, need, now, deadline); err != nil {
@@ -491,14 +491,17 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		// provider cannot express spends none of its windows.
 		if me != nil {
 			me.taking.Store(true)
+			// Out of the fleet's queue before it spends, as out of this
+			// instance's places (taking): never counted twice.
+			leaveFleet(g, me)
 		}
 		claim, ok := d.State.AcquireFor(now, need)
 		if !ok {
 			if me != nil {
-				me.taking.Store(false)
+				me.taking.Store(false) // back in its place (in the fleet's at its next look)
 			}
 			a.finish()
-			continue // a half-open circuit's probe was taken meanwhile
+			continue // a half-open circuit's probe was taken meanwhile, or the fleet's budget
 		}
 		if me != nil {
 			r.leaveQueue(g, me) // its turn came: the next one may look
@@ -536,6 +539,7 @@ func probe(cands []scored) int {
 // (a request answered 429 when it joined did not).
 func (r *Router) leaveQueue(g *Group, me *waiter) {
 	g.queue.leave(me)
+	leaveFleet(g, me)
 	me.mu.Lock()
 	slept := me.slept
 	me.mu.Unlock()

@@ -46,7 +46,7 @@ func (r *Router) tiered(g *Group, cands []scored, per []attemptState, me *waiter
 		}
 		sub := cands[:k]
 		if earliest(sub).f.At.Before(deadline) && !recovering(sub, per, now) {
-			if enough, _ := forecast(group, sub, ahead+1, tokensAhead+req.Tokens, need.Reserve, now, deadline); enough {
+			if enough, _ := forecast(group, sub, ahead+1, tokensAhead+req.Tokens, need.Reserve, now, deadline, false); enough {
 				return sub
 			}
 		}

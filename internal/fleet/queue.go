@@ -1,0 +1,319 @@
+package fleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotQueued is returned by Queue.Ahead for a member the fleet's queue no
+// longer holds: its instance was taken for dead (it missed its heartbeats
+// while Redis was unreachable) or its time passed. The caller joins again.
+var ErrNotQueued = errors.New("not in the fleet's queue")
+
+// Queue is a model group's queue as the whole fleet sees it: the requests
+// that wait for capacity on every instance, ordered by priority, then by
+// arrival. Each instance still serves its own waiting requests; the fleet's
+// queue only counts each one's place, so that a request whose place the
+// fleet's windows cannot serve before its deadline is told at once, on
+// whichever instance it waits, and no instance forecasts with a share of
+// the windows learned from whoever won the last race.
+//
+// A place held by a request that is gone must not count for long, or the
+// other instances answer 429s the fleet could serve. So:
+//   - each member is named by its instance ("<origin>-<seq>"), and an
+//     instance refreshes its lease on the queue at every poll
+//     (Options.PollInterval) while it has requests there; another
+//     instance's look sweeps the members of an instance whose lease ran out
+//     (3 poll intervals, at least 3 s: killed, or cut from Redis);
+//   - every member also stops counting a second after its deadline;
+//   - a Leave (or a Join whose answer was lost) that Redis did not
+//     confirm is tried again at the next poll, and Close takes this
+//     instance's members out.
+//
+// Keys, with one hash tag per queue (one Redis Cluster slot):
+// <prefix>{q:<hash>}:waiting, the members scored by place; :expires, the
+// same members scored by when they stop counting; :alive, the instances
+// scored by when their lease ends (Redis' clock). The hash covers the
+// group's name and its deployments' identities: two configs that share a
+// store share a group's queue only when the group is the same.
+type Queue struct {
+	s                        *Store
+	key                      string
+	waiting, expires, living string
+
+	mu      sync.Mutex
+	joined  bool     // this instance joined it at least once
+	members int      // joined on this instance and not left
+	stale   []string // to take out at the next poll: unconfirmed Leaves and Joins
+}
+
+// Queue returns the fleet's queue of the model group name whose
+// deployments have the given identities (see DeploymentID), one per store
+// however many configs ask.
+func (s *Store) Queue(name string, identities []string) *Queue {
+	ids := make([]string, len(identities))
+	for i, id := range identities {
+		ids[i] = DeploymentID(id)
+	}
+	slices.Sort(ids)
+	sum := sha256.Sum256([]byte("llm_router model group\x00" + name + "\x00" + strings.Join(slices.Compact(ids), ",")))
+	key := hex.EncodeToString(sum[:12])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.queues[key]; q != nil {
+		return q
+	}
+	base := s.prefix + "{q:" + key + "}:"
+	q := &Queue{s: s, key: key, waiting: base + "waiting", expires: base + "expires", living: base + "alive"}
+	s.queues[key] = q
+	return q
+}
+
+// queueLib, the start of each queue script: now (Redis' clock, ms);
+// sweep, which takes out the members whose time is past or whose
+// instance's lease ran out; renew, which renews an instance's lease; keep,
+// which makes the keys outlive their members and leases.
+//
+//	KEYS[1] waiting, KEYS[2] expires, KEYS[3] alive
+const queueLib = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function drop(m)
+  redis.call('ZREM', KEYS[1], m)
+  redis.call('ZREM', KEYS[2], m)
+end
+local function dropOrigins(set)
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if set[string.match(m, '^[^-]*')] then
+      drop(m)
+    end
+  end
+end
+local function sweep()
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+    drop(m)
+  end
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  if #dead > 0 then
+    local set = {}
+    for _, o in ipairs(dead) do
+      set[o] = true
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+    dropOrigins(set)
+  end
+end
+local function keep(upto)
+  for i = 2, 3 do
+    local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')[2]
+    if last then
+      upto = math.max(upto, tonumber(last))
+    end
+  end
+  for i = 1, 3 do
+    redis.call('PEXPIREAT', KEYS[i], upto)
+  end
+end
+local function renew(origin, lease)
+  redis.call('ZADD', KEYS[3], now + lease, origin)
+end
+`
+
+// queueJoinScript renews the instance's lease and adds a waiting request;
+// it returns how many come before it.
+//
+//	ARGV[1] member, ARGV[2] score (its place: priority, then arrival),
+//	ARGV[3] how long it counts (ms), ARGV[4] origin, ARGV[5] lease (ms)
+var queueJoinScript = redis.NewScript(queueLib + `
+renew(ARGV[4], tonumber(ARGV[5]))
+sweep()
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+keep(now)
+return redis.call('ZRANK', KEYS[1], ARGV[1])
+`)
+
+// queueAheadScript returns how many members come before ARGV[1], or -1
+// when it is not there.
+var queueAheadScript = redis.NewScript(queueLib + `
+sweep()
+local r = redis.call('ZRANK', KEYS[1], ARGV[1])
+if r then
+  return r
+end
+return -1
+`)
+
+// queueRenewScript renews an instance's lease (when it has members here)
+// and takes out the members listed.
+//
+//	ARGV[1] origin, ARGV[2] lease (ms, 0: no lease to renew), ARGV[3..] members
+var queueRenewScript = redis.NewScript(queueLib + `
+if tonumber(ARGV[2]) > 0 then
+  renew(ARGV[1], tonumber(ARGV[2]))
+end
+sweep()
+for i = 3, #ARGV do
+  drop(ARGV[i])
+end
+keep(now)
+return 1
+`)
+
+// queueCloseScript takes out every member of the instance ARGV[1], and its
+// lease.
+var queueCloseScript = redis.NewScript(queueLib + `
+redis.call('ZREM', KEYS[3], ARGV[1])
+dropOrigins({[ARGV[1]] = true})
+sweep()
+keep(now)
+return 1
+`)
+
+func (q *Queue) keys() []string { return []string{q.waiting, q.expires, q.living} }
+
+// placeScore orders waiting requests: a higher priority first, then the
+// earlier arrival (Unix ms; instances' clocks agree well enough for a
+// place). Requests of one priority and millisecond are ordered by member
+// name, which is the order of their Joins on one instance.
+func placeScore(priority, maxPriority int, arrival time.Time) float64 {
+	return float64(maxPriority-priority)*(1<<42) + float64(arrival.UnixMilli())
+}
+
+// Join adds a request waiting on this instance, of priority (0 to
+// maxPriority) that arrived at arrival and waits at most wait. It returns
+// the request's member name, for Ahead and Leave, and how many wait before
+// it fleet-wide; or ErrUnavailable (the store is down) or Redis' error: the
+// caller counts its place on local state alone.
+func (q *Queue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration) (member string, ahead int64, err error) {
+	s := q.s
+	if !s.available() {
+		return "", 0, ErrUnavailable
+	}
+	// Fixed width: one instance's members of one millisecond sort in the
+	// order they joined.
+	member = fmt.Sprintf("%s-%012x", s.origin, s.seq.Add(1))
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	ahead, err = queueJoinScript.Run(ctx, s.client, q.keys(), member,
+		placeScore(priority, maxPriority, arrival), max(wait, time.Millisecond).Milliseconds()+1000,
+		s.origin, s.keep.Milliseconds()).Int64()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.joined = true
+	if err != nil {
+		// Its answer may be lost while the member landed: take it out at
+		// the next poll.
+		q.stale = append(q.stale, member)
+		s.obs.Error("queue")
+		return "", 0, err
+	}
+	q.members++
+	return member, ahead, nil
+}
+
+// Ahead returns how many requests wait before member, fleet-wide;
+// ErrNotQueued when the queue no longer holds it; ErrUnavailable or Redis'
+// error when the store cannot tell.
+func (q *Queue) Ahead(member string) (int64, error) {
+	s := q.s
+	if !s.available() {
+		return 0, ErrUnavailable
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	n, err := queueAheadScript.Run(ctx, s.client, q.keys(), member).Int64()
+	switch {
+	case err != nil:
+		s.obs.Error("queue")
+		return 0, err
+	case n < 0:
+		return 0, ErrNotQueued
+	}
+	return n, nil
+}
+
+// Leave takes member out of the fleet's queue; when Redis does not
+// confirm it (or is known to be down), at the next poll that it answers.
+func (q *Queue) Leave(member string) {
+	s := q.s
+	var err error = ErrUnavailable
+	if s.available() {
+		ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+		pipe := s.client.TxPipeline()
+		pipe.ZRem(ctx, q.waiting, member)
+		pipe.ZRem(ctx, q.expires, member)
+		_, err = pipe.Exec(ctx)
+		cancel()
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.members--
+	if err != nil {
+		q.stale = append(q.stale, member)
+		if !errors.Is(err, ErrUnavailable) {
+			s.obs.Error("queue")
+		}
+	}
+}
+
+// renewQueues renews this instance's lease on each queue where it has
+// requests waiting and takes out the members whose Leave Redis did not
+// confirm. A queue with neither is skipped.
+func (s *Store) renewQueues(ctx context.Context) error {
+	s.mu.Lock()
+	queues := make([]*Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		queues = append(queues, q)
+	}
+	s.mu.Unlock()
+	for _, q := range queues {
+		q.mu.Lock()
+		stale, members := q.stale, q.members
+		q.stale = nil
+		q.mu.Unlock()
+		if members == 0 && len(stale) == 0 {
+			continue
+		}
+		lease := int64(0)
+		if members > 0 {
+			lease = s.keep.Milliseconds()
+		}
+		args := make([]any, 0, 2+len(stale))
+		args = append(args, s.origin, lease)
+		for _, m := range stale {
+			args = append(args, m)
+		}
+		if err := queueRenewScript.Run(ctx, s.client, q.keys(), args...).Err(); err != nil {
+			q.mu.Lock()
+			q.stale = append(q.stale, stale...)
+			q.mu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// closeQueues takes this instance's members out of every queue it joined
+// (Close).
+func (s *Store) closeQueues(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.queues {
+		q.mu.Lock()
+		joined := q.joined
+		q.mu.Unlock()
+		if joined {
+			_ = queueCloseScript.Run(ctx, s.client, q.keys(), s.origin).Err()
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// The fleet's queue counts each waiting request's place across instances:
+// a higher priority first, then the earlier arrival; a request that left
+// counts no more, and one whose instance died stops counting once its time
+// is past.
+func TestFleetQueueCountsPlacesAcrossInstances(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		qa, qb := a.store.Queue("limited", []string{testIdentity}), b.store.Queue("limited", []string{testIdentity})
+		t0 := time.Now()
+		join := func(q *Queue, priority int, at time.Duration, wait time.Duration) string {
+			t.Helper()
+			m, _, err := q.Join(priority, 9, t0.Add(at), wait)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		first := join(qa, 5, 0, time.Minute)
+		second := join(qb, 5, time.Millisecond, time.Minute)
+		third := join(qa, 5, 2*time.Millisecond, time.Minute)
+		urgent := join(qb, 8, 3*time.Millisecond, time.Minute)
+		// Join tells the place it took.
+		if _, n, err := qa.Join(5, 9, t0.Add(4*time.Millisecond), time.Minute); err != nil || n != 4 {
+			t.Errorf("expected the fifth joined 4th in line, got %d (%v)", n, err)
+		}
+		for _, c := range []struct {
+			q      *Queue
+			member string
+			want   int64
+		}{{qa, urgent, 0}, {qb, first, 1}, {qa, second, 2}, {qb, third, 3}} {
+			if n, err := c.q.Ahead(c.member); err != nil || n != c.want {
+				t.Errorf("expected %d ahead, got %d (%v)", c.want, n, err)
+			}
+		}
+		qb.Leave(urgent)
+		qa.Leave(first)
+		if n, _ := qa.Ahead(third); n != 1 {
+			t.Errorf("after two left: expected 1 ahead of the third, got %d", n)
+		}
+		if _, err := qa.Ahead(first); !errors.Is(err, ErrNotQueued) {
+			t.Error("expected no place for a request that left")
+		}
+		// Another group's queue is another queue.
+		if _, err := a.store.Queue("other", []string{testIdentity}).Ahead(third); !errors.Is(err, ErrNotQueued) {
+			t.Errorf("expected nothing of another group, got %v", err)
+		}
+		if _, err := a.store.Queue("limited", []string{"another deployment"}).Ahead(third); !errors.Is(err, ErrNotQueued) {
+			t.Errorf("expected nothing of a group of that name with other deployments, got %v", err)
+		}
+		if a.store.Queue("limited", []string{testIdentity, testIdentity}) != qa {
+			t.Error("expected one queue per group and deployments")
+		}
+		if m == nil {
+			return // real Redis: its clock is not ours to move
+		}
+		// An instance that died leaves its requests behind: they stop
+		// counting once their wait (and a second) is past.
+		gone := join(qb, 9, -time.Second, 100*time.Millisecond)
+		if n, _ := qa.Ahead(third); n != 2 {
+			t.Errorf("expected the dead instance's request ahead, got %d", n)
+		}
+		m.SetTime(time.Now().Add(5 * time.Second))
+		join(qa, 0, time.Second, time.Minute) // any join sweeps
+		if n, _ := qa.Ahead(third); n != 1 {
+			t.Errorf("expected the dead instance's request swept (%s), got %d ahead", gone, n)
+		}
+	})
+}
+
+// A request whose instance is gone stops counting soon, wherever it went:
+// its instance closed (a graceful stop, the last config using the store
+// unloaded) takes its members out; one killed (or cut from Redis) loses
+// them once its lease, renewed at each poll, runs out; a Leave that Redis
+// did not confirm is done at the next poll.
+func TestFleetQueueForgetsWhatIsGone(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a := newInstance(t, url, time.Hour, 0, 0)
+		b := newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+		ids := []string{testIdentity}
+		qa, qb := a.store.Queue("limited", ids), b.store.Queue("limited", ids)
+		t0 := time.Now()
+		join := func(q *Queue, at time.Duration) string {
+			t.Helper()
+			m, _, err := q.Join(5, 9, t0.Add(at), time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		ahead := func(q *Queue, member string) int64 {
+			t.Helper()
+			n, err := q.Ahead(member)
+			if err != nil {
+				t.Fatalf("Ahead: %v", err)
+			}
+			return n
+		}
+
+		// A Leave while the store is marked down is done at the next poll.
+		a1 := join(qa, 0)
+		b1 := join(qb, time.Millisecond)
+		a.store.health.Store(healthDown)
+		qa.Leave(a1)
+		if n := ahead(qb, b1); n != 1 {
+			t.Fatalf("expected the unconfirmed Leave still counted, got %d ahead", n)
+		}
+		a.store.health.Store(healthUp)
+		if err := a.store.renewQueues(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := ahead(qb, b1); n != 0 {
+			t.Errorf("expected the Leave done at the next poll, got %d ahead", n)
+		}
+
+		// A closed instance takes its members out.
+		c := newInstance(t, url, time.Hour, 0, 0)
+		qc := c.store.Queue("limited", ids)
+		join(qc, -2*time.Millisecond)
+		join(qc, -time.Millisecond)
+		b2 := join(qb, 2*time.Millisecond)
+		if n := ahead(qb, b2); n != 3 {
+			t.Fatalf("expected 3 ahead, got %d", n)
+		}
+		if err := c.store.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := ahead(qb, b2); n != 1 {
+			t.Errorf("expected the closed instance's members gone, got %d ahead", n)
+		}
+
+		if m == nil {
+			return // real Redis: its clock is not ours to move
+		}
+		// A killed instance (a, which renews no more) loses its members
+		// once its lease (3 poll intervals, capped at a minute) runs out;
+		// b, which renews at its poll, keeps its own.
+		a2 := join(qa, -time.Second)
+		if n := ahead(qb, b2); n != 2 {
+			t.Fatalf("expected 2 ahead, got %d", n)
+		}
+		m.SetTime(time.Now().Add(61 * time.Second))
+		if err := b.store.renewQueues(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := ahead(qb, b2); n != 1 {
+			t.Errorf("expected the killed instance's member swept, got %d ahead", n)
+		}
+		if _, err := qa.Ahead(a2); !errors.Is(err, ErrNotQueued) {
+			t.Errorf("expected the swept member told it is not queued, got %v", err)
+		}
+	})
+}

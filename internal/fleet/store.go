@@ -7,7 +7,8 @@
 // one for the fleet, spent atomically by every attempt and full again at
 // its reset; the half-open circuit's single probe, claimed fleet-wide; and
 // the operator's declared rpm/tpm, counted over one fleet-wide sliding
-// minute, atomically.
+// minute, atomically. Per model group, the requests waiting for capacity on
+// every instance, in one queue that counts each one's place (Queue).
 //
 // Local state stays the fast path. Ranking never waits on Redis: what other
 // instances learn arrives in the background, by pub/sub as it happens and

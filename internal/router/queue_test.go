@@ -495,6 +495,10 @@ type fakeFleetQueue struct {
 	fail    bool
 	left    int
 	seq     int
+	// sweep: every Ahead finds its member gone (its instance missed
+	// heartbeats); joins counts the Joins.
+	sweep       bool
+	joins, lost int
 }
 
 func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration) (string, int64, error) {
@@ -504,6 +508,7 @@ func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, wait
 		return "", 0, errors.New("store down")
 	}
 	q.seq++
+	q.joins++
 	m := fmt.Sprintf("m%d-%d", q.seq, arrival.UnixNano())
 	q.members = append(q.members, m)
 	return m, q.others + int64(len(q.members)-1), nil
@@ -517,6 +522,11 @@ func (q *fakeFleetQueue) Ahead(member string) (int64, error) {
 	}
 	i := slices.Index(q.members, member)
 	if i < 0 {
+		return 0, errors.New("no such member")
+	}
+	if q.sweep {
+		q.lost++
+		q.members = slices.Delete(q.members, i, i+1)
 		return 0, errors.New("no such member")
 	}
 	return q.others + int64(i), nil
@@ -590,6 +600,57 @@ func TestAPlaceIsCountedFleetWide(t *testing.T) {
 	}
 	if ok != 20 {
 		t.Errorf("store down: expected the 20 served by this instance's windows, got %d", ok)
+	}
+}
+
+// A request whose member the fleet's queue lost (its instance was taken
+// for dead while cut from Redis) joins again at its next look, and is
+// served as before: the burst of 20 on 10 per 10 s (deadline 25 s) is
+// served whole, each request left the fleet's queue, and none was counted
+// against a share of the windows (the fleet's windows are this instance's
+// here).
+func TestALostFleetPlaceIsJoinedAgain(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	fq := &fakeFleetQueue{sweep: true}
+	g.Fleet = fq
+	for range 10 {
+		r.ServeGroup(context.Background(), g, chatReq)
+	}
+	p.served = 0
+	out := make([]served, 20)
+	simulate(t, c, len(out), func(i int) {
+		out[i] = outcomeOf(r.ServeGroup(context.Background(), g, userReq(strconv.Itoa(i), DefaultPriority)), 0)
+	})
+	ok := 0
+	for _, o := range out {
+		if o.status == 200 {
+			ok++
+		}
+	}
+	if ok != 20 || p.got429 != 0 {
+		t.Errorf("expected the 20 served without an upstream 429, got %d (%d upstream 429s)", ok, p.got429)
+	}
+	if fq.lost == 0 {
+		t.Error("expected a request to look again and find its member lost")
+	}
+	if len(fq.members) != 0 {
+		t.Errorf("expected every request out of the fleet's queue, %d still in", len(fq.members))
+	}
+
+	// Look by look: the first joins (and its place comes with the Join),
+	// the second asks and finds the member lost (local place for now),
+	// the third joins again.
+	fq = &fakeFleetQueue{others: 3, sweep: true}
+	g.Fleet = fq
+	me := &waiter{priority: DefaultPriority, since: c.Now(), deadline: c.Now().Add(time.Minute)}
+	if n, ok := r.fleetPlace(g, me, c.Now(), me.deadline); !ok || n != 3 || fq.joins != 1 {
+		t.Errorf("first look: expected 3 ahead from the Join, got %d %v (%d joins)", n, ok, fq.joins)
+	}
+	if _, ok := r.fleetPlace(g, me, c.Now(), me.deadline); ok || me.member != "" {
+		t.Errorf("second look: expected the lost member dropped, got ok %v, member %q", ok, me.member)
+	}
+	if n, ok := r.fleetPlace(g, me, c.Now(), me.deadline); !ok || n != 3 || fq.joins != 2 {
+		t.Errorf("third look: expected a new Join, got %d %v (%d joins)", n, ok, fq.joins)
 	}
 }
 

@@ -509,11 +509,41 @@ func unknownType(typ string) error {
 // OpenAI is the provider type `openai`: OpenAI's API and every
 // OpenAI-compatible one (Groq, Mistral, DeepSeek, Together, Fireworks,
 // OpenRouter, Cerebras, vLLM, Ollama). Requests go to base_url +
-// "/chat/completions" and "/embeddings" with "Authorization: Bearer <key>";
-// the rate-limit dialects it reads are listed in README.md.
+// "/chat/completions", "/embeddings" and "/responses" with
+// "Authorization: Bearer <key>"; the rate-limit dialects it reads are
+// listed in README.md.
 type OpenAI struct {
 	ProviderConfig
+	// Responses says whether the server serves OpenAI's Responses API
+	// (base_url + "/responses"): "native" sends a Responses request there
+	// as the client wrote it; "chat" sends its Chat Completions form to
+	// /chat/completions (and a request that continues the provider's state,
+	// previous_response_id, cannot be served). Default: native for OpenAI's
+	// own API (host api.openai.com), chat for other servers (vLLM serves
+	// it, Ollama and many others do not).
+	Responses       string `json:"responses,omitempty"`
 	adapters.OpenAI `json:"-"`
+}
+
+// UnmarshalCaddyfile reads the provider block: the shared subdirectives
+// and `responses native|chat`.
+func (p *OpenAI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return ParseProviderBlock(d, &p.ProviderConfig, func(d *caddyfile.Dispenser) (bool, error) {
+		if d.Val() != "responses" {
+			return false, nil
+		}
+		if !d.NextArg() {
+			return true, d.ArgErr()
+		}
+		p.Responses = d.Val()
+		if d.NextArg() {
+			return true, d.ArgErr()
+		}
+		if p.Responses != "native" && p.Responses != "chat" {
+			return true, d.Errf("responses: %q is neither native nor chat", p.Responses)
+		}
+		return true, nil
+	})
 }
 
 // CaddyModule returns the Caddy module information.
@@ -527,6 +557,16 @@ func (p *OpenAI) Provision(ctx caddy.Context) error {
 		return err
 	}
 	p.OpenAI.Endpoint = p.ProviderEndpoint()
+	switch p.Responses {
+	case "native":
+		p.OpenAI.Responses = true
+	case "chat":
+	case "":
+		u, err := url.Parse(p.OpenAI.Endpoint.BaseURL)
+		p.OpenAI.Responses = err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
+	default:
+		return fmt.Errorf("responses: %q is neither native nor chat", p.Responses)
+	}
 	return nil
 }
 
@@ -602,14 +642,15 @@ func (p *Gemini) Provision(ctx caddy.Context) error {
 
 // Interface guards
 var (
-	_ ProviderModule     = (*OpenAI)(nil)
-	_ ProviderModule     = (*Azure)(nil)
-	_ ProviderModule     = (*Anthropic)(nil)
-	_ ProviderModule     = (*Gemini)(nil)
-	_ caddy.Provisioner  = (*ProviderConfig)(nil)
-	_ caddy.CleanerUpper = (*ProviderConfig)(nil)
-	_ caddy.Provisioner  = (*OpenAI)(nil)
-	_ caddy.Provisioner  = (*Azure)(nil)
-	_ caddy.Provisioner  = (*Anthropic)(nil)
-	_ caddy.Provisioner  = (*Gemini)(nil)
+	_ ProviderModule        = (*OpenAI)(nil)
+	_ ProviderModule        = (*Azure)(nil)
+	_ ProviderModule        = (*Anthropic)(nil)
+	_ ProviderModule        = (*Gemini)(nil)
+	_ caddy.Provisioner     = (*ProviderConfig)(nil)
+	_ caddy.CleanerUpper    = (*ProviderConfig)(nil)
+	_ caddy.Provisioner     = (*OpenAI)(nil)
+	_ caddyfile.Unmarshaler = (*OpenAI)(nil)
+	_ caddy.Provisioner     = (*Azure)(nil)
+	_ caddy.Provisioner     = (*Anthropic)(nil)
+	_ caddy.Provisioner     = (*Gemini)(nil)
 )

@@ -44,11 +44,14 @@ const (
 	Embeddings
 	// Messages is Anthropic's Messages API (POST .../messages).
 	Messages
+	// Responses is OpenAI's Responses API (POST .../responses).
+	Responses
 )
 
-var formatNames = [...]string{Chat: "chat", Embeddings: "embeddings", Messages: "messages"}
+var formatNames = [...]string{Chat: "chat", Embeddings: "embeddings", Messages: "messages", Responses: "responses"}
 
-// String returns the format's name: "chat", "embeddings", "messages".
+// String returns the format's name: "chat", "embeddings", "messages",
+// "responses".
 func (f Format) String() string {
 	if int(f) < len(formatNames) {
 		return formatNames[f]

@@ -58,6 +58,14 @@ func azureURL(base, deployment, op string) (string, error) {
 	return u.String(), nil
 }
 
+// azureV1 reports whether base is the v1 API ("/openai/v1"), which serves
+// the Responses API (the deployment-path API serves it only in preview
+// api-versions, so a Responses request goes there through its Chat form).
+func azureV1(base string) bool {
+	u, err := url.Parse(base)
+	return err == nil && strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
+}
+
 // Serves implements provider.Provider: every format, embeddings included.
 func (*Azure) Serves(provider.Format) bool { return true }
 
@@ -65,7 +73,7 @@ func (*Azure) Serves(provider.Format) bool { return true }
 // form) with the model set: harmless for deployment URLs, required by the
 // v1 API.
 func (p *Azure) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	return planOpenAIFamily(model, r, azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+	return planOpenAIFamily(model, r, azureV1(p.Endpoint.BaseURL), azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
 		return azurePost(ctx, &p.Endpoint, model, op, body, stream)
 	})
 }

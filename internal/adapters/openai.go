@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+	"github.com/llmrouter/caddy-llm-router/internal/wire/responses"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -36,6 +37,11 @@ import (
 //     "Please try again in 125ms." hint in the error message.
 type OpenAI struct {
 	Endpoint provider.Endpoint
+	// Responses says the server serves the Responses API
+	// (BaseURL + "/responses"): a Responses request goes to it as the
+	// client wrote it, and one that continues the provider's state
+	// (previous_response_id) can be served. False: through its Chat form.
+	Responses bool
 }
 
 // Serves implements provider.Provider: every format, embeddings included.
@@ -43,22 +49,30 @@ func (*OpenAI) Serves(provider.Format) bool { return true }
 
 // Plan implements provider.Provider.
 func (p *OpenAI) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	return planOpenAIFamily(model, r, chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+	return planOpenAIFamily(model, r, p.Responses, chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
 		return openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/"+op, model, body, stream)
 	})
 }
 
 // planOpenAIFamily plans an attempt on a provider of the OpenAI format
-// (openai, azure): embeddings as they came, anything else through its Chat
-// form; post builds the request of an operation ("embeddings",
-// "chat/completions"), rd reads its Chat answers.
-func planOpenAIFamily(model string, r *provider.Request, rd reader, post func(op string, body []byte, stream bool) (*http.Request, error)) (provider.Plan, error) {
-	if r.Format == provider.Embeddings {
+// (openai, azure): embeddings as they came, a Responses request as it came
+// when the provider serves that API (responses), anything else through
+// its Chat form; post builds the request of an operation ("embeddings",
+// "responses", "chat/completions"), rd reads its Chat answers.
+func planOpenAIFamily(model string, r *provider.Request, responses bool, rd reader, post func(op string, body []byte, stream bool) (*http.Request, error)) (provider.Plan, error) {
+	switch {
+	case r.Format == provider.Embeddings:
 		req, err := post("embeddings", r.Body, false)
 		if err != nil {
 			return nil, err
 		}
 		return &plan{req: req, format: provider.Embeddings, native: true, r: embeddingsReader{}}, nil
+	case r.Format == provider.Responses && responses:
+		req, err := post("responses", r.Body, r.Stream)
+		if err != nil {
+			return nil, err
+		}
+		return &plan{req: req, format: provider.Responses, native: true, model: model, r: responsesReader{}}, nil
 	}
 	body, err := r.Chat()
 	if err != nil {
@@ -199,6 +213,37 @@ func (embeddingsReader) answer(_ *plan, body []byte) ([]byte, error) {
 }
 
 func (embeddingsReader) decoder(*plan) provider.EventDecoder { return &chatStream{choices: 1} }
+
+// responsesReader reads Responses answers and streams, passed on as they
+// came.
+type responsesReader struct{}
+
+// answer checks the body is a response object: a JSON object whose error
+// is absent or null and whose output is an array. Anything else (an HTML
+// page, an error object with a 200) fails over.
+func (responsesReader) answer(_ *plan, body []byte) ([]byte, error) {
+	var r struct {
+		Object string          `json:"object"`
+		Output json.RawMessage `json:"output"`
+		Error  json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, errors.New("the answer is not a JSON response object")
+	}
+	if len(r.Error) > 0 && !bytes.Equal(r.Error, []byte("null")) {
+		return nil, errors.New("the answer is an error: " + parseErrorValue(r.Error).message)
+	}
+	if len(r.Output) == 0 || r.Output[0] != '[' {
+		return nil, errors.New("the answer has no output")
+	}
+	return body, nil
+}
+
+func (responsesReader) decoder(*plan) provider.EventDecoder {
+	return responses.NewDecoder(func(code, message string) provider.Observation {
+		return classifyStreamError(apiError{code: code, message: message})
+	})
+}
 
 // Observe implements provider.Provider.
 func (*OpenAI) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {

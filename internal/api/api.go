@@ -7,6 +7,7 @@
 //	Chat        POST .../chat/completions   OpenAI Chat Completions
 //	Embeddings  POST .../embeddings         OpenAI embeddings
 //	Messages    POST .../messages           Anthropic Messages
+//	Responses   POST .../responses          OpenAI Responses
 //
 // An answer comes from the router in the attempt's format (Result.Format):
 // the client's own when the provider took the request natively, passed on
@@ -56,6 +57,8 @@ func ForPath(path string) API {
 		return Embeddings{}
 	case strings.HasSuffix(path, "/messages"):
 		return Messages{}
+	case strings.HasSuffix(path, "/responses"):
+		return Responses{}
 	}
 	return nil
 }

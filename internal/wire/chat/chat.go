@@ -38,6 +38,7 @@ type Request struct {
 	PresencePenalty     *float64        `json:"presence_penalty,omitempty"`
 	FrequencyPenalty    *float64        `json:"frequency_penalty,omitempty"`
 	ResponseFormat      *ResponseFormat `json:"response_format,omitempty"`
+	ReasoningEffort     string          `json:"reasoning_effort,omitempty"`
 	Stream              bool            `json:"stream,omitempty"`
 	StreamOptions       *StreamOptions  `json:"stream_options,omitempty"`
 }
@@ -200,10 +201,16 @@ func (m *Message) member(key []byte, v []byte) error {
 
 // ResponseFormat is response_format: text, json_object or json_schema.
 type ResponseFormat struct {
-	Type       string `json:"type"`
-	JSONSchema *struct {
-		Schema json.RawMessage `json:"schema"`
-	} `json:"json_schema,omitempty"`
+	Type       string      `json:"type"`
+	JSONSchema *JSONSchema `json:"json_schema,omitempty"`
+}
+
+// JSONSchema is response_format.json_schema.
+type JSONSchema struct {
+	Name        string          `json:"name,omitempty"`
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"schema"`
+	Strict      *bool           `json:"strict,omitempty"`
 }
 
 // StreamOptions is stream_options.

@@ -1,0 +1,169 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/internal/wire/responses"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// Responses is OpenAI's Responses API
+// (https://platform.openai.com/docs/api-reference/responses): POST
+// .../responses, streamed or not, over the same model groups. Deployments
+// whose provider serves it (OpenAI; Azure's v1 API; an OpenAI-compatible
+// server with `responses native`) take it natively, their answers and
+// events passed on; the others get its Chat Completions form
+// (responses.ToChat), and their answers are translated back. A request
+// that continues the provider's state (previous_response_id,
+// conversation) has no Chat form: only a native deployment serves it.
+// Errors as Chat Completions' ({"error":{"message","type","param","code"}}).
+type Responses struct{ Chat }
+
+// responsesKeys are the body keys the router reads (see chatKeys).
+var responsesKeys = []string{"model", "input", "stream", "max_output_tokens", "previous_response_id"}
+
+// Format implements API.
+func (Responses) Format() provider.Format { return provider.Responses }
+
+// Parse implements API: a JSON object with a model, and an input that is a
+// non-empty string or a non-empty array (or a previous_response_id to
+// continue from); max_output_tokens, when given, an integer of at least 16
+// (OpenAI's floor). The items themselves are read by the translation, or
+// by the provider.
+func (Responses) Parse(body []byte, _ http.Header) (*router.Request, string, *Error) {
+	var r responsesScan
+	if e := scanBody(body, responsesKeys, &r.scan, r.member); e != nil {
+		return nil, "", e
+	}
+	switch {
+	case r.model == "":
+		return nil, "", missingModel()
+	case !r.input && !r.previous:
+		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "input",
+			"'input' must be a non-empty string or array of items")
+	case r.maxOutputTokens != nil && *r.maxOutputTokens < 16:
+		return nil, "", Errorf(http.StatusBadRequest, InvalidValue, "max_output_tokens",
+			"'max_output_tokens' must be at least 16")
+	}
+	pr := &provider.Request{Format: provider.Responses, Body: body, Stream: r.stream,
+		// The Chat form asks for usage, which response.completed reports.
+		Choices: 1, IncludeUsage: r.stream, ToChat: responses.ToChat}
+	var maxTokens int64
+	if r.maxOutputTokens != nil {
+		maxTokens = *r.maxOutputTokens
+	}
+	return sized(pr, maxTokens), r.model, nil
+}
+
+// responsesScan is what routing reads of a Responses body.
+type responsesScan struct {
+	model           string
+	stream          bool
+	input, previous bool // a non-empty input; a previous_response_id
+	maxOutputTokens *int64
+	scan
+}
+
+func (r *responsesScan) member(name, v []byte) {
+	switch key := string(name); key {
+	case "model":
+		r.model = r.str(key, v)
+	case "stream":
+		r.stream = r.boolean(key, v)
+	case "max_output_tokens":
+		n := r.integer(key, v)
+		r.maxOutputTokens = &n
+	case "previous_response_id":
+		r.previous = r.str(key, v) != ""
+	case "input":
+		switch v[0] {
+		case '"':
+			r.input = r.str(key, v) != ""
+		case '[':
+			_ = jsonbody.EachElement(v, func(start, end int) bool {
+				if v[start] != '{' {
+					r.fail(Errorf(http.StatusBadRequest, InvalidValue, "input",
+						"input[]: each item must be an object"))
+					return false
+				}
+				r.input = true
+				return true
+			})
+		default:
+			r.typeError(key, "a string or an array")
+		}
+	}
+}
+
+// WriteError implements API.
+func (x Responses) WriteError(w http.ResponseWriter, e *Error) { writeError(w, x, e) }
+
+// Write implements API.
+func (x Responses) Write(w http.ResponseWriter, res *router.Result) error { return write(w, x, res) }
+
+func (Responses) fromChat(body []byte) ([]byte, error) { return responses.FromChatAnswer(body) }
+
+func (Responses) newStream(from provider.Format) streamWriter {
+	if from == provider.Responses {
+		return &nativeResponses{}
+	}
+	return &translatedResponses{enc: responses.NewChatEncoder()}
+}
+
+// nativeResponses writes the provider's own Responses events as they come
+// (response.completed among them: the decoder relays it as the stream's
+// end), and a response.failed numbered after them when the stream fails.
+type nativeResponses struct{ next int }
+
+func (s *nativeResponses) event(w io.Writer, ev provider.Event) error {
+	if start, end, _ := jsonbody.FindMember(ev.Data, "sequence_number"); start >= 0 {
+		if n, err := strconv.Atoi(string(ev.Data[start:end])); err == nil {
+			s.next = n + 1
+		}
+	}
+	name := ev.Name
+	if name == "" {
+		name, _ = jsonbody.GetString(ev.Data, "type")
+	}
+	return provider.WriteEvent(w, name, ev.Data)
+}
+
+func (*nativeResponses) done(io.Writer) error { return nil }
+
+func (s *nativeResponses) failed(w io.Writer, e *router.StreamError) error {
+	_, err := w.Write(responses.FailedEvent(s.next, failureCode(e), streamFailure(e)))
+	return err
+}
+
+// translatedResponses writes a Chat stream as Responses events.
+type translatedResponses struct{ enc *responses.ChatEncoder }
+
+func (s *translatedResponses) event(w io.Writer, ev provider.Event) error {
+	_, err := w.Write(s.enc.Chunk(ev.Data))
+	return err
+}
+
+func (s *translatedResponses) done(w io.Writer) error {
+	_, err := w.Write(s.enc.Done())
+	return err
+}
+
+func (s *translatedResponses) failed(w io.Writer, e *router.StreamError) error {
+	_, err := w.Write(s.enc.Failed(failureCode(e), streamFailure(e)))
+	return err
+}
+
+// failureCode is a failed response's error code, by the failure's class.
+func failureCode(e *router.StreamError) string {
+	switch e.Class {
+	case provider.RateLimited:
+		return "rate_limit_exceeded"
+	case provider.Overloaded:
+		return "server_is_overloaded"
+	}
+	return "server_error"
+}

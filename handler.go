@@ -28,6 +28,9 @@ const (
 // answer; the router finds it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	a := api.ForPath(r.URL.Path)
+	if ra, ok := a.(api.Responses); ok {
+		a = h.responsesAPI(ra)
+	}
 	if a == nil {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			path := strings.TrimSuffix(r.URL.Path, "/")
@@ -71,7 +74,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, api.NotSupportedError(model, req.Format))
 		return nil
 	}
+	if e := h.pin(req, group, model); e != nil {
+		a.WriteError(w, e)
+		return nil
+	}
 	res := h.router.ServeGroup(r.Context(), group, req)
+	if e, ok := res.Err.(*router.Error); ok && req.Pinned != nil {
+		c := *e
+		c.Message = "this request continues a response of deployment " + req.Pinned.Name +
+			" (previous_response_id), whose provider account alone keeps that state, so no other deployment can serve it: " + e.Message
+		res.Err = &c
+	}
 	h.annotate(r, model, res)
 	if res.Err != router.ErrClientGone {
 		setRouterHeaders(w, res)

@@ -2,8 +2,12 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -62,5 +66,129 @@ func TestOpenAIGoSDKResponsesTranslated(t *testing.T) {
 	}
 	if len(types) < 8 || types[0] != "response.created" || types[len(types)-1] != "response.completed" {
 		t.Errorf("expected response.created ... response.completed, got %v", types)
+	}
+}
+
+// nativeResponses is a group of two deployments on mocks that serve the
+// Responses API natively (responses native); a is preferred, and answers
+// 503 during its first second.
+func nativeResponses(group, modelA, modelB string) string {
+	return fmt.Sprintf(`
+http://localhost:9080 {
+	llm_router /v1/* {
+		provider a {
+			type openai
+			base_url http://localhost:9081/v1
+			api_key sk-provider-a
+			responses native
+		}
+		provider b {
+			type openai
+			base_url http://localhost:9082/v1
+			api_key sk-provider-b
+			responses native
+		}
+		model %s {
+			deployment a %s {
+				quality 0.9
+			}
+			deployment b %s {
+				quality 0.5
+			}
+		}
+	}
+}
+http://localhost:9081 {
+	llm_mock {
+		reply "Hello from a."
+		fault status {
+			status 503
+			for 1s
+		}
+	}
+}
+http://localhost:9082 {
+	llm_mock {
+		chunks 3
+		reply "Hello from b."
+	}
+}
+`, group, modelA, modelB)
+}
+
+// Deployments that serve the Responses API get the request as the client
+// wrote it, and their answers and events pass through; a request with
+// previous_response_id goes to the deployment that made that response
+// (its provider alone keeps the state), even when another ranks first.
+func TestOpenAIGoSDKResponsesNativeAndContinued(t *testing.T) {
+	load(t, nativeResponses("native", "native-a", "native-b"))
+	var last *http.Response
+	client := openai.NewClient(option.WithBaseURL(routerURL+"/v1/"), option.WithAPIKey("client-key"),
+		option.WithMaxRetries(0), option.WithResponseInto(&last))
+	first, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
+		Model: "native",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Say hello.")},
+	})
+	if err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	if first.OutputText() != "Hello from b." || !strings.HasPrefix(first.ID, "resp_mock") ||
+		last.Header.Get("X-LLM-Router-Deployment") != "b/native-b" {
+		t.Fatalf("expected b's own response while a fails, got %q %q from %q", first.ID, first.OutputText(), last.Header.Get("X-LLM-Router-Deployment"))
+	}
+	if got := stats(t, 9082).Requests; got != 1 {
+		t.Errorf("expected b asked once, got %d", got)
+	}
+
+	// a is back and ranks first for a new conversation...
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fresh, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
+			Model: "native", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Again.")}})
+		if err == nil && fresh.OutputText() == "Hello from a." {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expected a back within 10 s, last %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// ...but the continuation of b's response goes to b, streamed.
+	stream := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{
+		Model:              "native",
+		PreviousResponseID: openai.String(first.ID),
+		Input:              responses.ResponseNewParamsInputUnion{OfString: openai.String("And again.")},
+	})
+	var text string
+	var completed responses.Response
+	for stream.Next() {
+		switch ev := stream.Current(); ev.Type {
+		case "response.output_text.delta":
+			text += ev.Delta
+		case "response.completed":
+			completed = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("continued stream: %v", err)
+	}
+	if text != "Hello from b." || completed.OutputText() != text || !strings.HasPrefix(completed.ID, "resp_mock") {
+		t.Errorf("expected b's streamed answer, got %q (completed %q %q)", text, completed.ID, completed.OutputText())
+	}
+
+	// A continuation of a response the router translated has no state anywhere.
+	load(t, twoProviders("", "trans", "trans-a", "trans-b", "", ""))
+	tr, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
+		Model: "trans", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hi.")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = client.Responses.New(context.Background(), responses.ResponseNewParams{
+		Model: "trans", PreviousResponseID: openai.String(tr.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hi again.")}})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "previous_response_id" ||
+		!strings.Contains(apiErr.Message, "send the whole conversation as input") {
+		t.Errorf("expected a 400 on previous_response_id saying why, got %v", err)
 	}
 }

@@ -68,6 +68,9 @@ const (
 //
 //	POST .../chat/completions   Chat Completions, plain or "stream": true (SSE)
 //	POST .../embeddings         a fixed 3-dimensional embedding
+//	POST .../responses          Responses API, plain or "stream": true (typed SSE
+//	                            events); previous_response_id must name a
+//	                            response this mock gave (else 400)
 //
 // In the anthropic dialect:
 //
@@ -186,6 +189,7 @@ type state struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	ids       atomic.Uint64
+	responses responseIDs // the Responses API ids given
 
 	mu          sync.Mutex
 	stats       Stats

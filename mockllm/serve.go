@@ -24,6 +24,7 @@ const (
 	epMessages       // anthropic
 	epGenerate       // gemini :generateContent
 	epStreamGenerate // gemini :streamGenerateContent
+	epResponses      // openai Responses API
 )
 
 // call is an API request routed to an endpoint.
@@ -79,6 +80,8 @@ func (h *Handler) route(r *http.Request) (call, bool) {
 			return call{ep: epChat}, true
 		case strings.HasSuffix(p, "/embeddings"):
 			return call{ep: epEmbeddings}, true
+		case strings.HasSuffix(p, "/responses"):
+			return call{ep: epResponses}, true
 		}
 	}
 	return call{}, false
@@ -107,6 +110,8 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 type apiRequest struct {
 	Model  string `json:"model"`
 	Stream bool   `json:"stream"`
+	// PreviousResponseID continues a response (Responses API).
+	PreviousResponseID string `json:"previous_response_id"`
 }
 
 // serveAPI answers an API request: chat completions, embeddings,
@@ -157,6 +162,13 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	if err != nil {
 		h.setLimitHeaders(hdr, h.limit(0, false))
 		h.writeBadRequest(w)
+		return
+	}
+
+	if c.ep == epResponses && req.PreviousResponseID != "" && !h.st.responses.has(req.PreviousResponseID) {
+		h.setLimitHeaders(hdr, h.limit(0, false))
+		writeError(w, http.StatusBadRequest, "Previous response with id '"+req.PreviousResponseID+"' not found.",
+			"invalid_request_error", "previous_response_not_found")
 		return
 	}
 
@@ -229,6 +241,8 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		h.writePlain(w, h.embedding(a), a.fault)
 	case stream:
 		h.stream(w, r, &p, a, h.streamFormat(a, c))
+	case c.ep == epResponses:
+		h.writePlain(w, h.response(a), a.fault)
 	default:
 		h.writePlain(w, h.plainAnswer(a), a.fault)
 	}

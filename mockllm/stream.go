@@ -37,6 +37,9 @@ func (h *Handler) streamFormat(a answer, c call) streamFormat {
 	case dlGemini:
 		return &geminiStream{a: a, array: c.array}
 	}
+	if c.ep == epResponses {
+		return &responsesStream{h: h, a: a, id: h.newResponseID()}
+	}
 	return h.newOpenAIStream(a)
 }
 

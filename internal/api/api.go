@@ -235,8 +235,18 @@ func write(w http.ResponseWriter, f format, res *router.Result) error {
 			return nil
 		}
 	}
+	if a, ok := f.(answerer); ok && res.Status < 300 {
+		a.answered(res, body)
+	}
 	writeBody(w, res.Status, body)
 	return nil
+}
+
+// answerer is a format told of each successful non-streamed answer, as
+// the client gets it (Responses: to remember which deployment holds the
+// response's state).
+type answerer interface {
+	answered(res *router.Result, body []byte)
 }
 
 // relay writes a committed stream as server-sent events, flushing each. A

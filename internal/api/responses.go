@@ -21,7 +21,15 @@ import (
 // that continues the provider's state (previous_response_id,
 // conversation) has no Chat form: only a native deployment serves it.
 // Errors as Chat Completions' ({"error":{"message","type","param","code"}}).
-type Responses struct{ Chat }
+type Responses struct {
+	Chat
+	// Remember, when set, is told the id of each response given and the
+	// deployment that made it; native is false for a response translated
+	// from Chat Completions (no provider keeps its state).
+	Remember func(id string, d *router.Deployment, native bool)
+	// answering is the deployment of the result being written.
+	answering *router.Deployment
+}
 
 // responsesKeys are the body keys the router reads (see chatKeys).
 var responsesKeys = []string{"model", "input", "stream", "max_output_tokens", "previous_response_id"}
@@ -103,26 +111,53 @@ func (r *responsesScan) member(name, v []byte) {
 func (x Responses) WriteError(w http.ResponseWriter, e *Error) { writeError(w, x, e) }
 
 // Write implements API.
-func (x Responses) Write(w http.ResponseWriter, res *router.Result) error { return write(w, x, res) }
+func (x Responses) Write(w http.ResponseWriter, res *router.Result) error {
+	x.answering = res.Deployment
+	return write(w, x, res)
+}
 
 func (Responses) fromChat(body []byte) ([]byte, error) { return responses.FromChatAnswer(body) }
 
-func (Responses) newStream(from provider.Format) streamWriter {
-	if from == provider.Responses {
-		return &nativeResponses{}
+func (x Responses) answered(res *router.Result, body []byte) {
+	if x.Remember == nil {
+		return
 	}
-	return &translatedResponses{enc: responses.NewChatEncoder()}
+	if id, ok := jsonbody.GetString(body, "id"); ok && id != "" {
+		x.Remember(id, res.Deployment, res.Format == provider.Responses)
+	}
+}
+
+// newStream returns the writer of one stream: the provider's own events,
+// or a Chat stream's translation.
+func (x Responses) newStream(from provider.Format) streamWriter {
+	if from == provider.Responses {
+		return &nativeResponses{remember: x.Remember, d: x.answering}
+	}
+	return &translatedResponses{enc: responses.NewChatEncoder(), remember: x.Remember, d: x.answering}
 }
 
 // nativeResponses writes the provider's own Responses events as they come
 // (response.completed among them: the decoder relays it as the stream's
 // end), and a response.failed numbered after them when the stream fails.
-type nativeResponses struct{ next int }
+type nativeResponses struct {
+	next     int
+	remember func(id string, d *router.Deployment, native bool)
+	d        *router.Deployment
+}
 
 func (s *nativeResponses) event(w io.Writer, ev provider.Event) error {
 	if start, end, _ := jsonbody.FindMember(ev.Data, "sequence_number"); start >= 0 {
 		if n, err := strconv.Atoi(string(ev.Data[start:end])); err == nil {
 			s.next = n + 1
+		}
+	}
+	if s.remember != nil {
+		// response.created names the response first.
+		if start, end, _ := jsonbody.FindMember(ev.Data, "response"); start >= 0 && ev.Data[start] == '{' {
+			if id, ok := jsonbody.GetString(ev.Data[start:end], "id"); ok && id != "" {
+				s.remember(id, s.d, true)
+				s.remember = nil
+			}
 		}
 	}
 	name := ev.Name
@@ -140,10 +175,18 @@ func (s *nativeResponses) failed(w io.Writer, e *router.StreamError) error {
 }
 
 // translatedResponses writes a Chat stream as Responses events.
-type translatedResponses struct{ enc *responses.ChatEncoder }
+type translatedResponses struct {
+	enc      *responses.ChatEncoder
+	remember func(id string, d *router.Deployment, native bool)
+	d        *router.Deployment
+}
 
 func (s *translatedResponses) event(w io.Writer, ev provider.Event) error {
 	_, err := w.Write(s.enc.Chunk(ev.Data))
+	if s.remember != nil && s.enc.ID() != "" {
+		s.remember(s.enc.ID(), s.d, false)
+		s.remember = nil
+	}
 	return err
 }
 

@@ -97,6 +97,11 @@ type Request struct {
 	// Priority orders the request among those waiting for capacity, from
 	// MinPriority to MaxPriority (higher first); see Router.Reserve.
 	Priority int
+	// Pinned, when set, is the only deployment that may serve the request:
+	// it continues state that deployment's provider account keeps (a
+	// Responses previous_response_id). The request waits for it within the
+	// deadline when it is cooling, and never fails over to another.
+	Pinned *Deployment
 	// exact caches the prompt's o200k_base count (estimate.Exact), nil
 	// until counted.
 	exact atomic.Pointer[exactCount]
@@ -309,7 +314,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	var best Result             // the failure to answer with if no group serves (betterFailure)
 	tooLarge := true            // every group failed for the prompt's size
 	var perBuf [16]attemptState // what the request learned of each deployment of the group it is at
-	for hop := range g.chain() {
+	for hop := range g.Chain() {
 		if !Serves(hop.Deployments, req.Format) && (hop != g || g.Serves(req.Format)) {
 			continue // a group that cannot take the request's API at all (embeddings to Anthropic)
 		}
@@ -347,7 +352,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	if e, ok := res.Err.(*Error); ok && tooLarge && e.Class == provider.ContextLength && g.Fallback != nil {
 		// Too large for every group of the chain: say so of them all.
 		largest := int64(0)
-		for hop := range g.chain() {
+		for hop := range g.Chain() {
 			for _, d := range hop.Deployments {
 				if d.Provider.Serves(req.Format) {
 					largest = max(largest, d.ContextWindow)
@@ -792,7 +797,8 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 	cands := buf
 	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
 		for i, d := range group {
-			if per[i].excluded || per[i].silent != (pass == 1) || !d.Provider.Serves(req.Format) {
+			if per[i].excluded || per[i].silent != (pass == 1) || !d.Provider.Serves(req.Format) ||
+				req.Pinned != nil && d != req.Pinned {
 				continue
 			}
 			if minContext >= 0 && d.ContextWindow != 0 && d.ContextWindow <= minContext {
@@ -817,7 +823,7 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 // Serves reports whether the group, or one of its fallback groups, has a
 // deployment that serves requests in format f at all.
 func (g *Group) Serves(f provider.Format) bool {
-	for hop := range g.chain() {
+	for hop := range g.Chain() {
 		if Serves(hop.Deployments, f) {
 			return true
 		}
@@ -825,9 +831,9 @@ func (g *Group) Serves(f provider.Format) bool {
 	return false
 }
 
-// chain yields g, then its fallback groups in turn, MaxFallbacks of them
+// Chain yields g, then its fallback groups in turn, MaxFallbacks of them
 // at most.
-func (g *Group) chain() iter.Seq[*Group] {
+func (g *Group) Chain() iter.Seq[*Group] {
 	return func(yield func(*Group) bool) {
 		for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
 			if !yield(hop) {

@@ -59,6 +59,9 @@ func (e *ChatEncoder) start(out []byte, model string) []byte {
 	return e.event(out, "response.in_progress", map[string]any{"response": e.resp})
 }
 
+// ID is the response's id once the stream began, "" before.
+func (e *ChatEncoder) ID() string { return e.resp.ID }
+
 // Chunk takes one chat.completion.chunk JSON and returns the Responses
 // events it makes, framed as server-sent events, possibly none. A chunk
 // that is not valid JSON, or comes after Done, makes none. Only the first

@@ -1,0 +1,171 @@
+package mockllm
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The openai dialect's Responses API (POST .../responses): a response
+// object, or a stream of its typed events (response.created ...
+// response.output_text.delta ... response.completed), each with its
+// sequence_number. A request with previous_response_id is answered only
+// when this mock gave that response (as OpenAI keeps a response at the
+// account that produced it): else 400, "Previous response with id '...'
+// not found.".
+
+// responseIDs remembers the response ids a mock gave (bounded: the oldest
+// half is forgotten past maxResponseIDs).
+type responseIDs struct {
+	mu     sync.Mutex
+	ids    map[string]int
+	next   int
+	prefix string // unique to this mock: ids of two mocks never collide
+}
+
+const maxResponseIDs = 1 << 16
+
+func (r *responseIDs) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ids == nil {
+		r.ids = map[string]int{}
+	}
+	r.next++
+	r.ids[id] = r.next
+	if len(r.ids) > maxResponseIDs {
+		for k, n := range r.ids {
+			if n < r.next-maxResponseIDs/2 {
+				delete(r.ids, k)
+			}
+		}
+	}
+}
+
+func (r *responseIDs) has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.ids[id]
+	return ok
+}
+
+// newResponseID returns a fresh response id, remembered.
+func (h *Handler) newResponseID() string {
+	r := &h.st.responses
+	r.mu.Lock()
+	if r.prefix == "" {
+		r.prefix = "resp_mock" + rand.Text()[:8] + "_"
+	}
+	id := r.prefix + strconv.FormatUint(h.st.ids.Add(1), 10)
+	r.mu.Unlock()
+	r.add(id)
+	return id
+}
+
+type mockResponse struct {
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	CreatedAt         int64             `json:"created_at"`
+	Status            string            `json:"status"`
+	Model             string            `json:"model"`
+	Output            []json.RawMessage `json:"output"`
+	Usage             *responsesUsage   `json:"usage"`
+	Error             any               `json:"error"`
+	IncompleteDetails any               `json:"incomplete_details"`
+	PreviousResponse  *string           `json:"previous_response_id"`
+}
+
+type responsesUsage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+	TotalTokens  int `json:"total_tokens"`
+}
+
+func messageOutput(id, text, status string) json.RawMessage {
+	return appendJSON(nil, map[string]any{"type": "message", "id": id, "status": status, "role": "assistant",
+		"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}})
+}
+
+func (h *Handler) responseObject(a answer, id, status string, text string, usage bool) mockResponse {
+	r := mockResponse{ID: id, Object: "response", CreatedAt: h.now().Unix(), Status: status, Model: a.model,
+		Output: []json.RawMessage{}}
+	if text != "" || status == "completed" {
+		r.Output = append(r.Output, messageOutput("msg_"+strings.TrimPrefix(id, "resp_"), text, status))
+	}
+	if usage {
+		r.Usage = &responsesUsage{InputTokens: a.prompt, OutputTokens: a.completion, TotalTokens: a.prompt + a.completion}
+	}
+	return r
+}
+
+// response is the non-streamed answer of the Responses API.
+func (h *Handler) response(a answer) []byte {
+	return appendJSON(nil, h.responseObject(a, h.newResponseID(), "completed", h.reply, true))
+}
+
+// responsesStream is a Responses stream.
+type responsesStream struct {
+	h    *Handler
+	a    answer
+	id   string
+	seq  int
+	text strings.Builder
+}
+
+func (s *responsesStream) event(b []byte, typ string, v map[string]any) []byte {
+	v["type"] = typ
+	v["sequence_number"] = s.seq
+	s.seq++
+	b = append(b, "event: "...)
+	b = append(b, typ...)
+	b = append(b, "\ndata: "...)
+	b = appendJSON(b, v)
+	return append(b, "\n\n"...)
+}
+
+func (s *responsesStream) contentType() string { return "text/event-stream" }
+func (s *responsesStream) keepAlive() []byte   { return keepAliveComment }
+
+func (s *responsesStream) head(b []byte) []byte {
+	r := s.h.responseObject(s.a, s.id, "in_progress", "", false)
+	b = s.event(b, "response.created", map[string]any{"response": r})
+	return s.event(b, "response.in_progress", map[string]any{"response": r})
+}
+
+func (s *responsesStream) itemID() string { return "msg_" + strings.TrimPrefix(s.id, "resp_") }
+
+func (s *responsesStream) chunk(b []byte, i int, piece string, _ bool) []byte {
+	if i == 0 {
+		b = s.event(b, "response.output_item.added", map[string]any{"output_index": 0,
+			"item": map[string]any{"type": "message", "id": s.itemID(), "status": "in_progress", "role": "assistant", "content": []any{}}})
+		b = s.event(b, "response.content_part.added", map[string]any{"item_id": s.itemID(), "output_index": 0,
+			"content_index": 0, "part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
+	}
+	s.text.WriteString(piece)
+	return s.event(b, "response.output_text.delta", map[string]any{"item_id": s.itemID(), "output_index": 0,
+		"content_index": 0, "delta": piece})
+}
+
+func (s *responsesStream) end(b []byte) []byte {
+	text := s.text.String()
+	part := map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
+	b = s.event(b, "response.output_text.done", map[string]any{"item_id": s.itemID(), "output_index": 0, "content_index": 0, "text": text})
+	b = s.event(b, "response.content_part.done", map[string]any{"item_id": s.itemID(), "output_index": 0, "content_index": 0, "part": part})
+	b = s.event(b, "response.output_item.done", map[string]any{"output_index": 0, "item": messageOutput(s.itemID(), text, "completed")})
+	r := s.h.responseObject(s.a, s.id, "completed", "", true)
+	r.Output = []json.RawMessage{messageOutput(s.itemID(), text, "completed")}
+	return s.event(b, "response.completed", map[string]any{"response": r})
+}
+
+// errorEvent is the stream's error event: {"type":"error","code","message"}.
+func (s *responsesStream) errorEvent(b, payload []byte) []byte {
+	var e openaiErrorBody
+	_ = json.Unmarshal(payload, &e)
+	code := ""
+	if e.Error.Code != nil {
+		code = *e.Error.Code
+	}
+	return s.event(b, "error", map[string]any{"code": code, "message": e.Error.Message, "param": nil})
+}

@@ -23,10 +23,14 @@ const (
 	HeaderGroup = "X-LLM-Router-Group"
 )
 
-// ServeHTTP answers the LLM API paths (see Handler); anything else goes to
-// next. The client API of the path parses the request and writes the
+// ServeHTTP answers the LLM API paths (see Handler); any other path under
+// its matcher gets a 404 that lists them. The client API of the path parses the request and writes the
 // answer; the router finds it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/messages/count_tokens") {
+		h.serveCountTokens(w, r)
+		return nil
+	}
 	a := api.ForPath(r.URL.Path)
 	if ra, ok := a.(api.Responses); ok {
 		a = h.responsesAPI(ra)
@@ -44,7 +48,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				return api.WriteModel(w, id, ok)
 			}
 		}
-		return next.ServeHTTP(w, r)
+		h.serveUnknown(w, r)
+		return nil
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)

@@ -51,12 +51,14 @@ const DefaultMaxBody = 8 << 20
 // Handler routes LLM API requests over model groups of deployments, with
 // capacity-aware failover. It answers
 //
-//	POST .../chat/completions  OpenAI Chat Completions (streaming or not)
-//	POST .../embeddings        OpenAI embeddings
-//	POST .../messages          Anthropic Messages (streaming or not)
-//	GET  .../models[/{id}]     the model groups
+//	POST .../chat/completions        OpenAI Chat Completions (streaming or not)
+//	POST .../responses               OpenAI Responses (streaming or not)
+//	POST .../embeddings              OpenAI embeddings
+//	POST .../messages                Anthropic Messages (streaming or not)
+//	POST .../messages/count_tokens   Anthropic token counting
+//	GET  .../models[/{id}]           the model groups
 //
-// and passes every other request to the next handler. It writes its own
+// and any other path under its matcher with a 404 that lists those. It writes its own
 // error answers (bad requests, every deployment rate-limited or failing,
 // the deadline) in the client's API format, as the SDKs expect them, rather
 // than returning them to Caddy: handle_errors does not see them.

@@ -75,6 +75,7 @@ func loadGlobal(t *testing.T, options, config string) *caddytest.Tester {
 // mockStats reads what an llm_mock site saw.
 type mockStats struct {
 	Requests          int64             `json:"requests"`
+	CountTokens       int64             `json:"count_tokens"`
 	LastModel         string            `json:"last_model"`
 	LastAuthorization string            `json:"last_authorization"`
 	LastAPIKey        string            `json:"last_api_key"`
@@ -519,7 +520,7 @@ http://localhost:9081 {
 		t.Errorf("bad requests must not reach a provider, got %d", n)
 	}
 
-	// The model list, and other paths going to the next handler.
+	// The model list; other paths under the router's matcher are a 404.
 	resp, err = http.Get(routerURL + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
@@ -531,8 +532,8 @@ http://localhost:9081 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body := readBody(t, resp); body != "next handler" {
-		t.Errorf("expected other paths to reach the next handler, got %q", body)
+	if body := readBody(t, resp); resp.StatusCode != 404 || !strings.Contains(body, `"code":"unknown_url"`) {
+		t.Errorf("expected other paths answered 404 unknown_url, got %d %q", resp.StatusCode, body)
 	}
 }
 

@@ -514,7 +514,7 @@ func TestAnthropicBadJSONAndPaths(t *testing.T) {
 		{http.MethodPost, "/v1/chat/completions"},
 		{http.MethodPost, "/v1/embeddings"},
 		{http.MethodPost, "/v1beta/models/gemini-x:generateContent"},
-		{http.MethodPost, "/v1/messages/count_tokens"},
+		{http.MethodPost, "/v1/messages/count_token"},
 		{http.MethodGet, "/v1/messages"},
 	} {
 		req, _ := http.NewRequest(tt.method, s.srv.URL+tt.path, strings.NewReader(chatBody))

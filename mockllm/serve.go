@@ -3,6 +3,7 @@ package mockllm
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -42,6 +43,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) bool {
 		if strings.HasSuffix(p, "/llm_mock/reset") {
 			h.Reset()
 			writeJSON(w, http.StatusOK, h.Stats())
+			return true
+		}
+		if h.dialect == dlAnthropic && strings.HasSuffix(p, "/messages/count_tokens") {
+			h.countTokens(w, r)
 			return true
 		}
 		c, ok := h.route(r)
@@ -246,6 +251,28 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	default:
 		h.writePlain(w, h.plainAnswer(a), a.fault)
 	}
+}
+
+// countTokens answers the anthropic dialect's count_tokens: the body's
+// size in bytes / 4, as prompts are counted; a wrong key gets 401. It is
+// counted in Stats.CountTokens, not as an API request.
+func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	key := h.requestKey(r)
+	var model struct {
+		Model string `json:"model"`
+	}
+	_ = json.Unmarshal(body, &model)
+	h.recordAs(r, model.Model, key, body, &h.st.stats.CountTokens)
+	if h.apiKey != "" && key != h.apiKey {
+		h.writeUnauthorized(w, key)
+		return
+	}
+	if err != nil || !json.Valid(body) {
+		h.writeBadRequest(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": (len(body) + 3) / 4})
 }
 
 // requestKey is the API key r sends where the dialect expects it.

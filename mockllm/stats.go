@@ -20,6 +20,9 @@ type Stats struct {
 	Faults int64 `json:"faults"`
 	// RateLimited is the number of 429s sent because of RateLimit.
 	RateLimited int64 `json:"rate_limited"`
+	// CountTokens is the number of count_tokens requests (anthropic
+	// dialect), which are not counted in Requests.
+	CountTokens int64 `json:"count_tokens"`
 	// LastModel is the model named by the last request's body, or in
 	// the gemini dialect by its path.
 	LastModel string `json:"last_model"`
@@ -67,6 +70,12 @@ func (h *Handler) Reset() {
 
 // record counts a request in Stats and returns its 1-based number.
 func (h *Handler) record(r *http.Request, model, key string, body []byte) int64 {
+	return h.recordAs(r, model, key, body, &h.st.stats.Requests)
+}
+
+// recordAs is record counting the request in counter (a field of
+// h.st.stats).
+func (h *Handler) recordAs(r *http.Request, model, key string, body []byte, counter *int64) int64 {
 	hdrs := make(map[string]string, len(r.Header))
 	for k, v := range r.Header {
 		hdrs[k] = strings.Join(v, ", ")
@@ -74,11 +83,11 @@ func (h *Handler) record(r *http.Request, model, key string, body []byte) int64 
 	h.st.mu.Lock()
 	defer h.st.mu.Unlock()
 	s := &h.st.stats
-	s.Requests++
+	*counter++
 	s.LastModel = model
 	s.LastAuthorization = r.Header.Get("Authorization")
 	s.LastAPIKey = key
 	s.LastHeaders = hdrs
 	s.LastBody = string(body)
-	return s.Requests
+	return *counter
 }

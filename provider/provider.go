@@ -137,6 +137,17 @@ type Provider interface {
 	Observe(status int, h http.Header, body []byte, now time.Time) Observation
 }
 
+// TokenCounter is a Provider that counts a Messages request's input tokens
+// the way its models do (Anthropic's POST /v1/messages/count_tokens:
+// https://docs.anthropic.com/en/api/messages-count-tokens).
+type TokenCounter interface {
+	// CountTokensRequest returns the upstream request that counts the
+	// tokens of body (a Messages count_tokens body) for model, with the
+	// client's headers of the format (header: anthropic-version,
+	// anthropic-beta). Its answer is {"input_tokens": n}.
+	CountTokensRequest(ctx context.Context, model string, body []byte, header http.Header) (*http.Request, error)
+}
+
 // Plan is one attempt: the upstream request and how its answer is read.
 type Plan interface {
 	// Request is the upstream HTTP request: the provider's URL, its key and

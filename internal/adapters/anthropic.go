@@ -83,10 +83,32 @@ func (p *Anthropic) Plan(ctx context.Context, model string, r *provider.Request)
 	return chatPlan(req, model, r, false, anthropicReader{}), nil
 }
 
+// CountTokensRequest implements provider.TokenCounter: POST
+// {base_url}/messages/count_tokens with the upstream model, the key, and
+// the client's API version and beta features.
+func (p *Anthropic) CountTokensRequest(ctx context.Context, model string, body []byte, header http.Header) (*http.Request, error) {
+	body, err := provider.SetModel(body, model)
+	if err != nil {
+		return nil, err
+	}
+	req, err := p.postTo(ctx, "/messages/count_tokens", body, false)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	return req, nil
+}
+
 // post builds a POST of a Messages body with the provider's key and API
 // version; nothing of the client's.
 func (p *Anthropic) post(ctx context.Context, body []byte, stream bool) (*http.Request, error) {
-	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/messages", body, stream, "X-Api-Key", "")
+	return p.postTo(ctx, "/messages", body, stream)
+}
+
+func (p *Anthropic) postTo(ctx context.Context, op string, body []byte, stream bool) (*http.Request, error) {
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+op, body, stream, "X-Api-Key", "")
 	if err != nil {
 		return nil, err
 	}

@@ -79,6 +79,7 @@ const (
 	UnsupportedEncoding                 // a Content-Encoding body
 	ModelNotFound                       // no such model group
 	ModelNotSupported                   // the group has no deployment that serves the API
+	NotFound                            // a path the router does not serve
 	// The router's own answers (router.Error).
 	Unsupported    // no deployment could express the request
 	ContextTooLong // the request is larger than every deployment's context window

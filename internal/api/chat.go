@@ -148,6 +148,7 @@ var chatErrors = map[Code][2]string{
 	UnsupportedEncoding: {"invalid_request_error", "unsupported_encoding"},
 	ModelNotFound:       {"invalid_request_error", "model_not_found"},
 	ModelNotSupported:   {"invalid_request_error", "model_not_supported"},
+	NotFound:            {"invalid_request_error", "unknown_url"},
 	Unsupported:         {"invalid_request_error", "unsupported_request"},
 	ContextTooLong:      {"invalid_request_error", "context_length_exceeded"},
 	RateLimited:         {"rate_limit_error", "rate_limit_exceeded"},

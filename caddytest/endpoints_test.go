@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// count_tokens: counted by an Anthropic deployment of the group, passed on
+// as it answered; with none, the router's estimate, marked as one.
+func TestCountTokens(t *testing.T) {
+	load(t, `
+http://localhost:9080 {
+	llm_router /v1/* {
+		provider claude {
+			type anthropic
+			base_url http://localhost:9081/v1
+			api_key sk-ant
+		}
+		provider oai {
+			type openai
+			base_url http://localhost:9082/v1
+			api_key sk-oai
+		}
+		model claude {
+			deployment claude count-model
+		}
+		model gpt {
+			deployment oai count-gpt
+		}
+	}
+}
+http://localhost:9081 {
+	llm_mock {
+		dialect anthropic
+		api_key sk-ant
+	}
+}
+http://localhost:9082 {
+	llm_mock
+}
+`)
+	body := `{"model":"claude","messages":[{"role":"user","content":"Count these words, please."}]}`
+	post := func(body string) (*http.Response, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, routerURL+"/v1/messages/count_tokens", strings.NewReader(body))
+		req.Header.Set("anthropic-version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%d %s", resp.StatusCode, raw)
+		}
+		return resp, out
+	}
+	before := stats(t, 9081).CountTokens
+	resp, out := post(body)
+	// The mock counts (body with the upstream model) bytes / 4.
+	upstream := strings.Replace(body, `"claude"`, `"count-model"`, 1)
+	if resp.StatusCode != 200 || out["input_tokens"] != float64((len(upstream)+3)/4) ||
+		resp.Header.Get("X-LLM-Router-Deployment") != "claude/count-model" || resp.Header.Get("X-LLM-Router-Token-Count") != "" {
+		t.Errorf("expected the provider's count, got %d %v %v", resp.StatusCode, out, resp.Header)
+	}
+	if n := stats(t, 9081).CountTokens; n != before+1 {
+		t.Errorf("expected one count_tokens at the provider, got %d", n-before)
+	}
+	if h := stats(t, 9081).LastHeaders["Anthropic-Version"]; h != "2023-06-01" {
+		t.Errorf("expected the client's anthropic-version upstream, got %q", h)
+	}
+
+	resp, out = post(`{"model":"gpt","messages":[{"role":"user","content":"Count these words, please."}]}`)
+	if resp.StatusCode != 200 || resp.Header.Get("X-LLM-Router-Token-Count") != "estimate" {
+		t.Errorf("expected the router's estimate, marked, got %d %v", resp.StatusCode, resp.Header)
+	}
+	if n, _ := out["input_tokens"].(float64); n < 5 || n > 40 {
+		t.Errorf("expected an estimate of the text's tokens, got %v", out)
+	}
+
+	resp, out = post(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)
+	if resp.StatusCode != 404 || out["type"] != "error" {
+		t.Errorf("expected a Messages 404, got %d %v", resp.StatusCode, out)
+	}
+	resp, out = post(`{"model":"claude","messages":[]}`)
+	if resp.StatusCode != 400 || out["type"] != "error" {
+		t.Errorf("expected a Messages 400, got %d %v", resp.StatusCode, out)
+	}
+}
+
+// A path under the router's matcher that it does not serve is a 404 that
+// names what it serves, in the client's format; never an empty 200.
+func TestUnknownEndpointIs404(t *testing.T) {
+	load(t, twoProviders("", "unk", "unk-a", "unk-b", "", ""))
+	for _, c := range []struct {
+		path, anthropic string
+		openai          bool
+	}{
+		{"/v1/completions", "", true},
+		{"/v1/audio/speech", "", true},
+		{"/v1/messages/batches", "2023-06-01", false},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, routerURL+c.path, strings.NewReader(`{"model":"unk"}`))
+		if c.anthropic != "" {
+			req.Header.Set("anthropic-version", c.anthropic)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out struct {
+			Type  string `json:"type"`
+			Error struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &out)
+		if resp.StatusCode != 404 || !strings.Contains(out.Error.Message, "/responses") ||
+			c.openai != (out.Type == "") || !c.openai && out.Error.Type != "not_found_error" {
+			t.Errorf("%s: expected a 404 listing the endpoints, got %d %s", c.path, resp.StatusCode, raw)
+		}
+	}
+}

@@ -222,6 +222,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					fallbacks = append(fallbacks, ref{name, line, d.File()})
 					continue
 				}
+				if d.Val() == "alias" {
+					args := d.RemainingArgs()
+					if len(args) == 0 {
+						return d.ArgErr()
+					}
+					g.Aliases = append(g.Aliases, args...)
+					continue
+				}
 				if d.Val() != "deployment" {
 					return d.Errf("unknown subdirective %s in model %s%s", d.Val(), name, suggest(d.Val(), modelKeys))
 				}
@@ -257,6 +265,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return fmt.Errorf("deployment names unknown provider %s (configured: %s), at %s:%d",
 				r.provider, strings.Join(sortedKeys(h.ProvidersRaw), ", "), r.file, r.line)
 		}
+	}
+	if err := namesProblem(h.Models); err != nil {
+		return d.Err(err.Error())
 	}
 	if name, err := fallbackProblem(h.Models); err != nil {
 		for _, r := range fallbacks {

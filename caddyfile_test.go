@@ -85,6 +85,12 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"did you mean fallback_group", "llm_router {\n" + providers + "\n model a {\n fallback b\n deployment p x\n }\n}", `(did you mean "fallback_group"?)`},
 		{"no api_key", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n }\n model m { deployment p x } }", "provider p: needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama), at Testfile:2"},
 		{"empty credential header", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n header Authorization \"Bearer \"\n }\n model m { deployment p x } }", "provider p: needs an api_key"},
+		{"alias twice", "llm_router {\n" + providers + "\n model a {\n alias x\n deployment p x\n }\n model b {\n alias x\n deployment p y\n }\n}", `model b: alias "x" is already the name or an alias of model a`},
+		{"alias of a group", "llm_router {\n" + providers + "\n model a {\n alias b\n deployment p x\n }\n model b {\n deployment p y\n }\n}", `alias "b" is already the name or an alias of model b`},
+		{"alias pattern", "llm_router {\n" + providers + "\n model a {\n alias a-*\n deployment p x\n }\n}", "is a pattern; aliases are exact names"},
+		{"alias arity", "llm_router {\n" + providers + "\n model a {\n alias\n deployment p x\n }\n}", "wrong argument count"},
+		{"bad pattern", "llm_router {\n" + providers + "\n model claude-[ {\n deployment p x\n }\n}", "model claude-[: a malformed pattern"},
+		{"openai responses", "llm_router {\n provider p {\n type openai\n api_key none\n base_url http://h/v1\n responses sometimes\n }\n model m { deployment p x } }", `responses: "sometimes" is neither native nor chat`},
 		{"bad header", "llm_router {\n provider p {\n type openai\n api_key none\n base_url http://h\n header \"Bad Name\" v\n }\n model m {\n deployment p x\n }\n}", "not a valid header name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,7 +50,7 @@ func (h *Handler) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		a.WriteError(w, e)
 		return
 	}
-	group, ok := h.groups[model]
+	group, ok := h.lookup.group(model)
 	if !ok {
 		a.WriteError(w, api.ModelNotFoundError(model))
 		return

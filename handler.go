@@ -44,7 +44,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			// GET .../models/{id}: one model group, as the SDKs' models.retrieve asks.
 			if i := strings.LastIndex(path, "/models/"); i >= 0 {
 				id := path[i+len("/models/"):]
-				_, ok := h.groups[id]
+				_, ok := h.lookup.group(id)
 				return api.WriteModel(w, id, ok)
 			}
 		}
@@ -70,7 +70,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, e)
 		return nil
 	}
-	group, ok := h.groups[model]
+	group, ok := h.lookup.group(model)
 	switch {
 	case !ok:
 		a.WriteError(w, api.ModelNotFoundError(model))
@@ -90,7 +90,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			" (previous_response_id), whose provider account alone keeps that state, so no other deployment can serve it: " + e.Message
 		res.Err = &c
 	}
-	h.annotate(r, model, res)
+	h.annotate(r, group.Name, res) // the group's name: a pattern bounds the metrics' labels
 	if res.Err != router.ErrClientGone {
 		setRouterHeaders(w, res)
 	}

@@ -131,7 +131,8 @@ type Handler struct {
 	providers map[string]ProviderModule
 	types     map[string]string // provider name -> type
 	groups    map[string]*router.Group
-	names     []string // model group names, sorted
+	names     []string // model group names and aliases, sorted (GET /v1/models)
+	lookup    names    // the group of the name a client sent
 	meta      map[*router.Deployment]deploymentMeta
 	router    *router.Router
 	states    []stateRef // the capacity states taken from the pool
@@ -184,6 +185,11 @@ type ModelGroup struct {
 	// X-LLM-Router-Group response header names the group that answered.
 	// Default: none.
 	FallbackGroup string `json:"fallback_group,omitempty"`
+	// Aliases are more exact names a client may send for this group
+	// (dated model ids, another gateway's names). The group's own name may
+	// be a pattern instead (claude-sonnet-*; see names.go): exact names and
+	// aliases win over patterns. Default: none.
+	Aliases []string `json:"aliases,omitempty"`
 }
 
 // Deployment is a provider x an upstream model within a model group.
@@ -252,13 +258,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			g.Deployments = append(g.Deployments, d)
 			limits[d.State] = limits[d.State].tightest(dc.RPM, dc.TPM)
 		}
-		h.names = append(h.names, name)
 	}
 	for name, g := range h.groups {
 		if fb := h.Models[name].FallbackGroup; fb != "" {
 			g.Fallback = h.groups[fb]
 		}
 	}
+	h.lookup = newNames(h.groups, h.Models)
+	h.names = h.lookup.list()
 	// A deployment listed in several groups is one account and model: its
 	// declared limits are the tightest any group states.
 	for st, l := range limits {
@@ -415,6 +422,9 @@ func (h *Handler) validate() error {
 		return errors.New("a provider needs a name")
 	}
 	if _, err := fallbackProblem(h.Models); err != nil {
+		return err
+	}
+	if err := namesProblem(h.Models); err != nil {
 		return err
 	}
 	for _, name := range sortedKeys(h.Models) {

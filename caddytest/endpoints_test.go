@@ -128,3 +128,65 @@ func TestUnknownEndpointIs404(t *testing.T) {
 		}
 	}
 }
+
+// Model names as agents send them: a pattern takes dated ids, an alias an
+// exact other name, for chat, messages and responses alike; /v1/models
+// lists the names.
+func TestModelPatternsAndAliases(t *testing.T) {
+	load(t, `
+http://localhost:9080 {
+	llm_router /v1/* {
+		provider a {
+			type openai
+			base_url http://localhost:9081/v1
+			api_key sk-a
+		}
+		model claude-sonnet-* {
+			alias sonnet
+			deployment a pattern-upstream
+		}
+	}
+}
+http://localhost:9081 {
+	llm_mock
+}
+`)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"claude-sonnet-4-5-20250929","messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/messages", `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/responses", `{"model":"claude-sonnet-4-6","input":"hi"}`},
+	} {
+		resp, err := http.Post(routerURL+c.path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-LLM-Router-Group") != "claude-sonnet-*" {
+			t.Errorf("%s: expected the pattern's group to answer, got %d %v %s", c.path, resp.StatusCode, resp.Header, body)
+		}
+		if m := stats(t, 9081).LastModel; m != "pattern-upstream" {
+			t.Errorf("%s: expected the deployment's upstream model, got %q", c.path, m)
+		}
+	}
+	resp, err := http.Post(routerURL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"claude-opus-4","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("expected a name no group takes to be a 404, got %d", resp.StatusCode)
+	}
+	resp, _ = http.Get(routerURL + "/v1/models")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"id":"claude-sonnet-*"`) || !strings.Contains(string(body), `"id":"sonnet"`) {
+		t.Errorf("expected the pattern and the alias listed, got %s", body)
+	}
+	resp, _ = http.Get(routerURL + "/v1/models/claude-sonnet-4-5-20250929")
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("expected a dated id the pattern takes to exist, got %d", resp.StatusCode)
+	}
+}

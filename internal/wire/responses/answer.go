@@ -41,6 +41,47 @@ type OutputItem struct {
 	Args    *string      `json:"arguments,omitempty"`
 }
 
+// MarshalJSON implements json.Marshaler: a message item always has its
+// content array (clients such as Codex CLI read a message without one as
+// no message), a function_call none.
+func (it OutputItem) MarshalJSON() ([]byte, error) {
+	type plain OutputItem
+	if it.Type != "message" {
+		return json.Marshal(plain(it))
+	}
+	content := it.Content
+	if content == nil {
+		content = []OutputPart{}
+	}
+	it.Content = nil
+	return json.Marshal(struct {
+		plain
+		Content []OutputPart `json:"content"`
+	}{plain(it), content})
+}
+
+// MarshalJSON implements json.Marshaler: an output_text part always has
+// its text and annotations.
+func (p OutputPart) MarshalJSON() ([]byte, error) {
+	type plain OutputPart
+	if p.Type != "output_text" {
+		return json.Marshal(plain(p))
+	}
+	text, ann := "", p.Annotations
+	if p.Text != nil {
+		text = *p.Text
+	}
+	if ann == nil {
+		ann = []json.RawMessage{}
+	}
+	p.Text, p.Annotations = nil, nil
+	return json.Marshal(struct {
+		plain
+		Text        string            `json:"text"`
+		Annotations []json.RawMessage `json:"annotations"`
+	}{plain(p), text, ann})
+}
+
 // OutputPart is a part of an output message: output_text or refusal.
 type OutputPart struct {
 	Type        string            `json:"type"`

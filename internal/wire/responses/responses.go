@@ -130,6 +130,17 @@ type Tool struct {
 	Description string          `json:"description,omitempty"`
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
 	Strict      *bool           `json:"strict,omitempty"`
+	// Tools are a namespace tool's functions.
+	Tools []Tool `json:"tools,omitempty"`
+}
+
+// hostedTools are OpenAI's own tools, which OpenAI runs: a translation
+// leaves them out (the model answers without them), as an agent would
+// with a model that lacks them.
+var hostedTools = map[string]bool{
+	"web_search": true, "web_search_preview": true, "web_search_preview_2025_03_11": true,
+	"file_search": true, "code_interpreter": true, "image_generation": true,
+	"computer_use_preview": true, "mcp": true, "local_shell": true, "custom": true,
 }
 
 // Reasoning is reasoning: {"effort":"minimal|low|medium|high","summary"}.
@@ -173,9 +184,13 @@ var ErrNeedsState = errors.New("a Responses request with previous_response_id or
 // tool_calls; function_call_output items tool messages; reasoning items are
 // dropped (they are the provider's own). max_output_tokens becomes
 // max_completion_tokens, reasoning.effort reasoning_effort, text.format
-// response_format; metadata is dropped. A stream asks for usage. Errors
-// wrap ErrRequest (invalid JSON, no model, no input, an unknown item or
-// part, a tool other than a function tool), or are ErrNeedsState.
+// response_format; metadata, include, store and prompt_cache_key are
+// dropped. Function tools are translated, a namespace's functions too;
+// OpenAI's hosted tools (web_search, file_search, code_interpreter,
+// image_generation, computer use, mcp, local_shell, custom) are left out,
+// since no other provider runs them. A stream asks for usage. Errors wrap
+// ErrRequest (invalid JSON, no model, no input, an unknown item or part,
+// an unknown tool type), or are ErrNeedsState.
 func ToChat(body []byte) ([]byte, error) {
 	var r Request
 	if err := json.Unmarshal(body, &r); err != nil {
@@ -228,14 +243,10 @@ func ToChat(body []byte) ([]byte, error) {
 		return nil, badRequest("input: nothing to answer")
 	}
 	for i, t := range r.Tools {
-		if t.Type != "function" {
-			return nil, badRequest("tools[%d]: tool type %q is OpenAI's own; only function tools can be served by this model group's other providers", i, t.Type)
+		var err error
+		if c.Tools, err = addTool(c.Tools, t, fmt.Sprintf("tools[%d]", i)); err != nil {
+			return nil, err
 		}
-		if t.Name == "" {
-			return nil, badRequest("tools[%d].name: field required", i)
-		}
-		c.Tools = append(c.Tools, chat.Tool{Type: "function",
-			Function: chat.Function{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
 	}
 	if len(r.ToolChoice) > 0 {
 		tc, err := toolChoice(r.ToolChoice)
@@ -245,6 +256,31 @@ func ToChat(body []byte) ([]byte, error) {
 		c.ToolChoice = tc
 	}
 	return json.Marshal(c)
+}
+
+// addTool adds a function tool, or a namespace's functions (under their
+// own names); OpenAI's hosted tools are left out; any other type is an
+// error.
+func addTool(tools []chat.Tool, t Tool, at string) ([]chat.Tool, error) {
+	switch {
+	case t.Type == "function":
+		if t.Name == "" {
+			return nil, badRequest("%s.name: field required", at)
+		}
+		return append(tools, chat.Tool{Type: "function",
+			Function: chat.Function{Name: t.Name, Description: t.Description, Parameters: t.Parameters}}), nil
+	case t.Type == "namespace":
+		for j, f := range t.Tools {
+			var err error
+			if tools, err = addTool(tools, f, fmt.Sprintf("%s.tools[%d]", at, j)); err != nil {
+				return nil, err
+			}
+		}
+		return tools, nil
+	case hostedTools[t.Type]:
+		return tools, nil
+	}
+	return nil, badRequest("%s: tool type %q cannot be served by this model group's providers (function tools can)", at, t.Type)
 }
 
 // responseFormat is text.format as response_format.

@@ -18,7 +18,8 @@ func TestToChat(t *testing.T) {
 	body := `{"model":"g","instructions":"Be brief.","stream":true,"max_output_tokens":64,"temperature":0.2,
 	"reasoning":{"effort":"low"},"text":{"format":{"type":"json_schema","name":"answer","schema":{"type":"object"},"strict":true}},
 	"metadata":{"k":"v"},"tool_choice":{"type":"function","name":"shell"},"parallel_tool_calls":false,
-	"tools":[{"type":"function","name":"shell","description":"Run","parameters":{"type":"object"}}],
+	"tools":[{"type":"function","name":"shell","description":"Run","parameters":{"type":"object"}},{"type":"web_search","external_web_access":false},
+	 {"type":"namespace","name":"agents","tools":[{"type":"function","name":"spawn","parameters":{}}]}],
 	"input":[
 	 {"role":"developer","content":"Use tools."},
 	 {"type":"message","role":"user","content":[{"type":"input_text","text":"List "},{"type":"input_text","text":"files."},
@@ -47,7 +48,7 @@ func TestToChat(t *testing.T) {
 		string(rf.JSONSchema.Schema) != `{"type":"object"}` || rf.JSONSchema.Strict == nil || !*rf.JSONSchema.Strict {
 		t.Errorf("response_format: %s", out)
 	}
-	if len(c.Tools) != 1 || c.Tools[0].Function.Name != "shell" || string(c.ToolChoice) != `{"type":"function","function":{"name":"shell"}}` {
+	if len(c.Tools) != 2 || c.Tools[0].Function.Name != "shell" || c.Tools[1].Function.Name != "spawn" || string(c.ToolChoice) != `{"type":"function","function":{"name":"shell"}}` {
 		t.Errorf("tools: %s", out)
 	}
 	type m struct{ role, text string }
@@ -84,7 +85,6 @@ func TestToChat(t *testing.T) {
 // it; a continuation of provider state is ErrNeedsState.
 func TestToChatRefuses(t *testing.T) {
 	for body, want := range map[string]string{
-		`{"model":"g","input":"x","tools":[{"type":"web_search"}]}`:                     `tool type "web_search" is OpenAI's own`,
 		`{"model":"g","input":[{"type":"item_reference","id":"x"}]}`:                    "item_reference",
 		`{"model":"g","input":[{"type":"computer_call"}]}`:                              `item type "computer_call"`,
 		`{"model":"g","input":[{"role":"tool","content":"x"}]}`:                         `unsupported role "tool"`,
@@ -191,6 +191,15 @@ func TestChatEncoder(t *testing.T) {
 		"response.completed"}
 	if strings.Join(types, " ") != strings.Join(want, " ") {
 		t.Fatalf("events:\n got %v\nwant %v", types, want)
+	}
+	if item := data[2]["item"].(map[string]any); item["content"] == nil {
+		t.Errorf("a message item opens with its content array (Codex CLI needs it): %v", item)
+	}
+	if part := data[3]["part"].(map[string]any); part["annotations"] == nil || part["text"] != "" {
+		t.Errorf("an output_text part has its text and annotations: %v", part)
+	}
+	if item := data[9]["item"].(map[string]any); item["content"] != nil || item["arguments"] != "" {
+		t.Errorf("a function_call item has arguments, no content: %v", item)
 	}
 	if data[6]["text"] != "Hello" || data[12]["arguments"] != `{"a":1}` || data[9]["output_index"] != float64(1) {
 		t.Errorf("done events: %v %v %v", data[6], data[12], data[9])

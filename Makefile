@@ -8,12 +8,20 @@
 #              (about 7 minutes on an idle 2-core machine); results in
 #              bench/results/
 # make demo    the demo of README.md
+# make agents  the coding agents as clients: installs Claude Code and Codex
+#              CLI from npm at the pinned versions below into .agents/, and
+#              runs each through the router against llm_mock providers
+#              (caddytest/agents_test.go; under a minute after the install)
 
 GO ?= go
 BENCH_FLAGS ?=
 MODULES = . caddytest bench
 
-.PHONY: bench check demo test
+AGENTS_DIR ?= $(CURDIR)/.agents
+CLAUDE_CODE_VERSION = 2.1.332
+CODEX_VERSION = 0.171.0
+
+.PHONY: agents bench check demo test
 
 test:
 	$(GO) test -race ./...
@@ -23,6 +31,7 @@ check:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	cd caddytest && $(GO) vet -tags agents ./...
 	$(MAKE) test
 
 bench:
@@ -32,3 +41,9 @@ bench:
 
 demo:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example
+
+agents:
+	mkdir -p $(AGENTS_DIR)
+	npm install --prefix $(AGENTS_DIR) --no-audit --no-fund --no-save \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
+	cd caddytest && AGENTS_DIR=$(AGENTS_DIR) $(GO) test -tags agents -run TestAgents -count=1 -v .

@@ -1,6 +1,7 @@
 package mockllm
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -93,6 +94,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Reply, err = oneArg(d)
 		case "api_key":
 			h.APIKey, err = oneArg(d)
+		case "tool_call":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.Errf("tool_call takes <name> <arguments as a JSON object>")
+			}
+			if !json.Valid([]byte(args[1])) || args[1][0] != '{' {
+				return d.Errf("tool_call: arguments %q are not a JSON object", args[1])
+			}
+			h.ToolCall = &ToolCall{Name: args[0], Arguments: json.RawMessage(args[1])}
 		case "rate_limit":
 			h.RateLimit, err = parseRateLimit(d)
 		case "fault":

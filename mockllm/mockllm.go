@@ -150,6 +150,13 @@ type Handler struct {
 	// Default: "Hello from llm_mock.".
 	Reply string `json:"reply,omitempty"`
 
+	// ToolCall scripts a tool round trip (see toolcall.go): a request
+	// whose conversation does not end with a tool's result is answered
+	// with one call of this tool (openai, anthropic and the Responses API;
+	// not gemini); the one that brings the result gets Reply.
+	// Default: none.
+	ToolCall *ToolCall `json:"tool_call,omitempty"`
+
 	// APIKey, when set, is required with every API request, where the
 	// dialect expects it: "Authorization: Bearer <key>" (openai),
 	// "x-api-key: <key>" (anthropic), "x-goog-api-key: <key>" or the

@@ -244,6 +244,10 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	switch {
 	case embeddings:
 		h.writePlain(w, h.embedding(a), a.fault)
+	case h.wantsToolCall(c.ep, body) && stream:
+		h.writeToolCallStream(w, a, c.ep)
+	case h.wantsToolCall(c.ep, body):
+		h.writePlain(w, h.toolCallAnswer(a, c.ep), a.fault)
 	case stream:
 		h.stream(w, r, &p, a, h.streamFormat(a, c))
 	case c.ep == epResponses:

@@ -192,3 +192,54 @@ func TestOpenAIGoSDKResponsesNativeAndContinued(t *testing.T) {
 		t.Errorf("expected a 400 on previous_response_id saying why, got %v", err)
 	}
 }
+
+// A function-calling round trip with the SDK, translated: the model's call
+// comes back as a function_call item; the SDK sends the call and its output
+// back as input items, and the answer follows.
+func TestOpenAIGoSDKResponsesFunctionCall(t *testing.T) {
+	load(t, twoProviders("", "fcall", "fcall-a", "fcall-b",
+		"tool_call get_weather `{\"city\":\"Paris\"}`\n reply \"It is sunny in Paris.\"", ""))
+	client := openai.NewClient(option.WithBaseURL(routerURL+"/v1/"), option.WithAPIKey("client-key"), option.WithMaxRetries(0))
+	tools := []responses.ToolUnionParam{responses.ToolParamOfFunction("get_weather",
+		map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}, false)}
+	input := responses.ResponseInputParam{responses.ResponseInputItemParamOfMessage("Weather in Paris?", responses.EasyInputMessageRoleUser)}
+	first, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
+		Model: "fcall", Tools: tools, Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Output) != 1 || first.Output[0].Type != "function_call" {
+		t.Fatalf("expected one function_call item, got %+v", first.Output)
+	}
+	call := first.Output[0].AsFunctionCall()
+	if call.Name != "get_weather" || call.Arguments != `{"city":"Paris"}` || call.CallID == "" {
+		t.Fatalf("expected get_weather(Paris) with a call id, got %+v", call)
+	}
+	if s := stats(t, 9081); !strings.Contains(s.LastBody, `"name":"get_weather"`) {
+		t.Errorf("expected the tool sent upstream as a function tool, got %s", s.LastBody)
+	}
+	callParam := call.ToParam()
+	input = append(input, responses.ResponseInputItemUnionParam{OfFunctionCall: &callParam},
+		responses.ResponseInputItemUnionParam{OfFunctionCallOutput: &responses.ResponseInputItemFunctionCallOutputParam{
+			CallID: openai.String(call.CallID),
+			Output: responses.ResponseInputItemFunctionCallOutputOutputUnionParam{OfString: openai.String(`{"sky":"sunny"}`)}}})
+	stream := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{
+		Model: "fcall", Tools: tools, Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input}})
+	var done responses.Response
+	for stream.Next() {
+		if ev := stream.Current(); ev.Type == "response.completed" {
+			done = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if done.OutputText() != "It is sunny in Paris." {
+		t.Errorf("expected the answer after the tool's output, got %q", done.OutputText())
+	}
+	s := stats(t, 9081)
+	if !strings.Contains(s.LastBody, `"role":"tool"`) || !strings.Contains(s.LastBody, `"tool_call_id":"`+call.CallID+`"`) ||
+		!strings.Contains(s.LastBody, `sunny`) {
+		t.Errorf("expected the call and its output upstream as Chat tool messages, got %s", s.LastBody)
+	}
+}

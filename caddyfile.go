@@ -127,6 +127,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_attempts must be at least 1, got %d", n)
 			}
 			h.MaxAttempts = int(n)
+		case "affinity":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Affinity = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
 		case "priority":
 			if !d.NextArg() {
 				return d.ArgErr()

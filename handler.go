@@ -83,7 +83,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, e)
 		return nil
 	}
+	affinity := h.affinityKey(r, req, group.Name)
+	h.prefer(req, group, affinity)
 	res := h.router.ServeGroup(r.Context(), group, req)
+	h.remember(affinity, res)
 	if e, ok := res.Err.(*router.Error); ok && req.Pinned != nil {
 		c := *e
 		c.Message = "this request continues a response of deployment " + req.Pinned.Name +

@@ -89,6 +89,16 @@ type Handler struct {
 	// Default: 5.
 	Priority string `json:"priority,omitempty"`
 
+	// Affinity keeps a conversation on the deployment that served it last
+	// while that deployment has capacity (the provider's prompt cache stays
+	// warm), moving it only when capacity says so: a placeholder resolved
+	// per request, such as {http.request.header.X-Session-Id}, or "body"
+	// for the body's prompt_cache_key, else user (Chat Completions,
+	// Responses), else metadata.user_id (Messages). An empty value: no
+	// affinity for that request. Remembered per model group for an hour
+	// of quiet, 100,000 conversations at most. Default: none.
+	Affinity string `json:"affinity,omitempty"`
+
 	// Reserve keeps a share of every known rate-limit window (stated by
 	// the provider or declared) for requests of a minimum priority: lower
 	// priorities wait for the next window, or get a 429 at once when it

@@ -37,8 +37,15 @@ type anthropicText struct {
 }
 
 type anthropicUsage struct {
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	InputTokens          int `json:"input_tokens"`
+	CacheReadInputTokens int `json:"cache_read_input_tokens,omitempty"`
+	OutputTokens         int `json:"output_tokens"`
+}
+
+// anthropicUsage is a's usage in Anthropic's form, with output tokens:
+// input_tokens counts what was not read from the cache.
+func (a answer) anthropicUsage(output int) anthropicUsage {
+	return anthropicUsage{InputTokens: a.prompt - a.cached, CacheReadInputTokens: a.cached, OutputTokens: output}
 }
 
 // anthropicMessageStart is a stream's message_start event.
@@ -95,7 +102,7 @@ func (h *Handler) anthropicMessage(a answer) []byte {
 		Model:      a.model,
 		Content:    []anthropicText{{Type: "text", Text: h.reply}},
 		StopReason: &stopEndTurn,
-		Usage:      anthropicUsage{InputTokens: a.prompt, OutputTokens: a.completion},
+		Usage:      a.anthropicUsage(a.completion),
 	}
 	return appendJSON(make([]byte, 0, 256+len(h.reply)), &m)
 }
@@ -121,7 +128,7 @@ func (s *anthropicStream) head(b []byte) []byte {
 		Content: []anthropicText{},
 		// Anthropic reports 1 output token in message_start; the count
 		// in message_delta is the total, not an increment.
-		Usage: anthropicUsage{InputTokens: s.a.prompt, OutputTokens: 1},
+		Usage: s.a.anthropicUsage(1),
 	}})
 	b = append(b, "\n\n"...)
 	b = append(b, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)

@@ -86,7 +86,7 @@ const (
 //
 //	GET  .../models             one model, Model or "mock", in the dialect's format
 //	GET  .../llm_mock/stats     what reached the provider (see Stats)
-//	POST .../llm_mock/reset     zero the counters and the rate-limit window
+//	POST .../llm_mock/reset     zero the counters, the rate-limit window and the prompt cache
 //
 // Anything else, including the API paths of the other dialects, goes
 // to the next handler in Caddy, or gets 404 from the plain
@@ -203,6 +203,7 @@ type state struct {
 	rlStart     time.Time // zero until the first request
 	rlRequests  int
 	rlTokens    int
+	prefixes    map[[32]byte]struct{} // the prompt cache's prefixes (cache.go)
 	shutdownChs map[*http.Server]chan struct{}
 }
 

@@ -30,9 +30,25 @@ type openaiMessage struct {
 }
 
 type openaiUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	PromptTokensDetails *openaiPromptDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// openaiPromptDetails is usage.prompt_tokens_details: the cached prompt
+// tokens (see Handler.cachedTokens).
+type openaiPromptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// usage is a's usage in OpenAI's form.
+func (a answer) usage() openaiUsage {
+	u := openaiUsage{PromptTokens: a.prompt, CompletionTokens: a.completion, TotalTokens: a.prompt + a.completion}
+	if a.cached > 0 {
+		u.PromptTokensDetails = &openaiPromptDetails{CachedTokens: a.cached}
+	}
+	return u
 }
 
 // chatChunk is one event of a Chat Completions stream.
@@ -136,7 +152,8 @@ func (s *openaiStream) chunk(b []byte, i int, piece string, _ bool) []byte {
 func (s *openaiStream) end(b []byte) []byte {
 	ev := s.ev
 	ev.Choices[0].FinishReason = &finishStop
-	ev.Usage = &openaiUsage{PromptTokens: s.a.prompt, CompletionTokens: s.a.completion, TotalTokens: s.a.prompt + s.a.completion}
+	u := s.a.usage()
+	ev.Usage = &u
 	b = append(b, "data: "...)
 	b = appendJSON(b, &ev)
 	return append(b, "\n\ndata: [DONE]\n\n"...)
@@ -158,7 +175,7 @@ func (h *Handler) completion(a answer) []byte {
 			Message:      openaiMessage{Role: "assistant", Content: h.reply},
 			FinishReason: "stop",
 		}},
-		Usage: openaiUsage{PromptTokens: a.prompt, CompletionTokens: a.completion, TotalTokens: a.prompt + a.completion},
+		Usage: a.usage(),
 	}
 	return appendJSON(make([]byte, 0, 256+len(h.reply)), &c)
 }

@@ -78,7 +78,10 @@ type mockResponse struct {
 }
 
 type responsesUsage struct {
-	InputTokens  int `json:"input_tokens"`
+	InputTokens        int `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
 	OutputTokens int `json:"output_tokens"`
 	TotalTokens  int `json:"total_tokens"`
 }
@@ -96,6 +99,7 @@ func (h *Handler) responseObject(a answer, id, status string, text string, usage
 	}
 	if usage {
 		r.Usage = &responsesUsage{InputTokens: a.prompt, OutputTokens: a.completion, TotalTokens: a.prompt + a.completion}
+		r.Usage.InputTokensDetails.CachedTokens = a.cached
 	}
 	return r
 }

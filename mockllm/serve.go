@@ -206,6 +206,9 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		completion: completion,
 		fault:      h.pickFault(n, stream),
 	}
+	if !embeddings && h.dialect != dlGemini {
+		a.cached = min(h.cachedTokens(body), prompt)
+	}
 	if f := a.fault; f != nil {
 		h.st.mu.Lock()
 		h.st.stats.Faults++
@@ -340,6 +343,7 @@ type answer struct {
 	model      string
 	prompt     int
 	completion int
+	cached     int // of prompt, read from the prompt cache (Handler.cachedTokens)
 	fault      *Fault
 }
 

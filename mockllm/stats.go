@@ -65,6 +65,7 @@ func (h *Handler) Reset() {
 	h.st.stats = Stats{}
 	h.st.rlStart = time.Time{}
 	h.st.rlRequests, h.st.rlTokens = 0, 0
+	h.st.prefixes = nil
 	h.st.mu.Unlock()
 }
 

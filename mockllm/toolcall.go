@@ -77,13 +77,13 @@ func (h *Handler) toolCallAnswer(a answer, ep int) []byte {
 	case h.dialect == dlAnthropic:
 		return appendJSON(nil, map[string]any{"id": anthropicMessageID(h.st.ids.Add(1)), "type": "message", "role": "assistant",
 			"model": a.model, "content": []any{map[string]any{"type": "tool_use", "id": "toolu_mock" + n, "name": tc.Name, "input": tc.Arguments}},
-			"stop_reason": "tool_use", "stop_sequence": nil, "usage": anthropicUsage{InputTokens: a.prompt, OutputTokens: a.completion}})
+			"stop_reason": "tool_use", "stop_sequence": nil, "usage": a.anthropicUsage(a.completion)})
 	}
 	return appendJSON(nil, map[string]any{"id": "chatcmpl-mock-" + n, "object": "chat.completion", "created": h.now().Unix(),
 		"model": a.model, "choices": []any{map[string]any{"index": 0, "finish_reason": "tool_calls",
 			"message": map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
 				"id": "call_mock" + n, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": args}}}}}},
-		"usage": openaiUsage{PromptTokens: a.prompt, CompletionTokens: a.completion, TotalTokens: a.prompt + a.completion}})
+		"usage": a.usage()})
 }
 
 // writeToolCallStream sends the scripted call as a stream: the call's
@@ -119,7 +119,7 @@ func (h *Handler) writeToolCallStream(w http.ResponseWriter, a answer, ep int) {
 	case h.dialect == dlAnthropic:
 		ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": anthropicMessageID(h.st.ids.Add(1)),
 			"type": "message", "role": "assistant", "model": a.model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
-			"usage": anthropicUsage{InputTokens: a.prompt, OutputTokens: 1}}})
+			"usage": a.anthropicUsage(1)}})
 		ev("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
 			"content_block": map[string]any{"type": "tool_use", "id": "toolu_mock" + n, "name": tc.Name, "input": map[string]any{}}})
 		ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
@@ -144,7 +144,7 @@ func (h *Handler) writeToolCallStream(w http.ResponseWriter, a answer, ep int) {
 			"type": "function", "function": map[string]any{"name": tc.Name, "arguments": ""}}}}, nil, nil))
 		ev("", chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": args}}}}, nil, nil))
 		ev("", chunk(map[string]any{}, "tool_calls",
-			openaiUsage{PromptTokens: a.prompt, CompletionTokens: a.completion, TotalTokens: a.prompt + a.completion}))
+			a.usage()))
 		b = append(b, "data: [DONE]\n\n"...)
 	}
 	w.Header().Set("Content-Type", "text/event-stream")

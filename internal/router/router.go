@@ -19,6 +19,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -102,6 +103,10 @@ type Request struct {
 	// Responses previous_response_id). The request waits for it within the
 	// deadline when it is cooling, and never fails over to another.
 	Pinned *Deployment
+	// Prefer, when set, is the deployment that served the request's
+	// conversation last (affinity): taken whenever it is usable now, over
+	// the ranking, so that its prompt cache stays warm.
+	Prefer *Deployment
 	// exact caches the prompt's o200k_base count (estimate.Exact), nil
 	// until counted.
 	exact atomic.Pointer[exactCount]
@@ -478,6 +483,9 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			continue
 		}
 		k := probe(cands[:ready])
+		if k < 0 && req.Prefer != nil {
+			k = slices.IndexFunc(cands[:ready], func(c scored) bool { return group[c.i] == req.Prefer })
+		}
 		if k < 0 {
 			r.score(group, cands[:ready])
 			k = r.pick(group, cands[:ready])

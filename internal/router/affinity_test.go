@@ -12,7 +12,9 @@ import (
 // pinned request goes to its deployment only, waiting for it rather than
 // failing over.
 func TestPreferAndPin(t *testing.T) {
-	ok := func() *script { return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}} }
+	ok := func() *script {
+		return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	}
 	clock := newFakeClock()
 	a, b := deployment("a", ok()), deployment("b", ok())
 	a.Quality, b.Quality = 0.9, 0.1

@@ -98,7 +98,7 @@ func runBench(args []string) int {
 	fs.Float64Var(&o.noise, "noise", 25, "measure a run again when other processes used more than this % of a CPU meanwhile")
 	fs.IntVar(&o.retries, "retries", 2, "how many times a noisy run is measured again")
 	fs.DurationVar(&o.busyBudget, "busy-budget", 90*time.Second, "longest total time spent waiting for other processes to calm down or measuring noisy runs again")
-	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, memory, failover, contention, profile")
+	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, memory, failover, contention, affinity, profile")
 	fs.IntVar(&o.profileRate, "profile-rate", 0, "rate of the profiled runs (0: the head-to-head rate, else the highest rate reverse_proxy and router-1 sustained)")
 	fs.DurationVar(&o.profileDur, "profile-duration", 5*time.Second, "length of each CPU and allocation profile")
 	pin := fs.Bool("pin", true, "pin the Caddy under test to its own CPUs, apart from the load generator and upstreams (taskset)")
@@ -183,6 +183,7 @@ type results struct {
 	Memory         []memoryRow     `json:"open_streams"`
 	Failover       []failoverRow   `json:"failover"`
 	Contention     []contentionRow `json:"contention"`
+	Affinity       []affinityRow   `json:"affinity"`
 	GoBench        []goBench       `json:"go_benchmarks"`
 	Profiles       []profileInfo   `json:"profiles"`
 	Targets        []target        `json:"targets"`
@@ -215,6 +216,7 @@ func (b *bench) run() error {
 		{"memory", true, b.openStreamsRun},
 		{"failover", true, b.failover},
 		{"contention", true, b.contention},
+		{"affinity", true, b.affinity},
 		{"profile", o.profile, b.profiles},
 	}
 	for _, s := range steps {

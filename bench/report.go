@@ -426,6 +426,11 @@ func (b *bench) report() string {
 		s.WriteString("\n" + contentionTable(b.res.Contention))
 	}
 
+	if len(b.res.Affinity) > 0 {
+		s.WriteString("\n## Affinity\n\nTwo deployments of equal rank on llm_mocks that report cached input tokens for a conversation prefix they saw before (as providers' prompt caches do); 20 conversations of 6 turns about a document of their own (about 1,000 tokens), each turn resending the conversation with a new question. `off`: the router spreads near-ties; `body`: `affinity body` (the body's `user` names the conversation).\n\n")
+		s.WriteString(affinityTable(b.res.Affinity))
+	}
+
 	if len(b.res.GoBench) > 0 {
 		s.WriteString("\n## Go benchmarks\n\n")
 		units := map[string]bool{}

@@ -9,11 +9,13 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
+	"github.com/llmrouter/caddy-llm-router/internal/fleet"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
-// Which deployment made each Responses API response: a request with
+// Which deployment made each Responses API response (in fleet mode, also
+// in the fleet's store: a continuation may reach another instance): a request with
 // previous_response_id continues state that only the provider account
 // which made that response keeps (OpenAI keeps a response 30 days:
 // https://platform.openai.com/docs/guides/conversation-state), so it is
@@ -51,8 +53,26 @@ func (h *Handler) responsesAPI(a api.Responses) api.Responses {
 			o.identity = h.meta[d].identity
 		}
 		responseOwners().Add(id, o)
+		if h.store != nil {
+			h.store.RememberOwner(id, o.identity, o.name, ResponseOwnersTTL)
+		}
 	}
 	return a
+}
+
+// owner finds which deployment made the response id: this instance's
+// memory, else the fleet's (fleet mode). identity is the deployment's
+// identity ("" for a translated response) or, from the fleet, its
+// DeploymentID; fromFleet says which.
+func (h *Handler) owner(id string) (o responseOwner, fromFleet, ok bool) {
+	if o, ok := responseOwners().Get(id); ok {
+		return o, false, true
+	}
+	if h.store == nil {
+		return responseOwner{}, false, false
+	}
+	did, name, ok := h.store.Owner(id)
+	return responseOwner{identity: did, name: name}, true, ok
 }
 
 // pin finds the deployment of group (or its fallback groups) that holds
@@ -66,7 +86,7 @@ func (h *Handler) pin(req *router.Request, group *router.Group, model string) *a
 	if prev == "" {
 		return nil
 	}
-	o, ok := responseOwners().Get(prev)
+	o, fromFleet, ok := h.owner(prev)
 	if !ok {
 		return nil
 	}
@@ -77,7 +97,11 @@ func (h *Handler) pin(req *router.Request, group *router.Group, model string) *a
 	}
 	for g := range group.Chain() {
 		for _, d := range g.Deployments {
-			if h.meta[d].identity == o.identity {
+			identity := h.meta[d].identity
+			if fromFleet {
+				identity = fleet.DeploymentID(identity)
+			}
+			if identity == o.identity {
 				req.Pinned = d
 				return nil
 			}

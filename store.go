@@ -213,7 +213,7 @@ func (h *Handler) cleanupStore() {
 
 // storeMetrics count the fleet store's health, across reloads:
 //
-//	llm_router_store_errors_total{op}     Redis operations that failed or timed out (spend, reserve, probe, publish, sync, subscribe, queue)
+//	llm_router_store_errors_total{op}     Redis operations that failed or timed out (spend, reserve, probe, publish, sync, subscribe, queue, owner)
 //	llm_router_store_fallbacks_total{op}  request-path decisions made on local state alone, Redis unavailable (reserve, probe)
 //	llm_router_store_up                   1 while the store answers, 0 while it does not
 type storeMetrics struct {

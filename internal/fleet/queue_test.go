@@ -162,3 +162,27 @@ func TestFleetQueueForgetsWhatIsGone(t *testing.T) {
 		}
 	})
 }
+
+// Which deployment made a response is shared: one instance remembers it,
+// another reads it; an unknown id is unknown.
+func TestOwnersAreShared(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+		a.store.RememberOwner("resp_1", testIdentity, "p/model", time.Minute)
+		a.store.RememberOwner("resp_2", "", "q/model", time.Minute)
+		eventually(t, 5*time.Second, "the owner written", func() bool {
+			_, _, ok := b.store.Owner("resp_2")
+			return ok
+		})
+		if id, name, ok := b.store.Owner("resp_1"); !ok || id != DeploymentID(testIdentity) || name != "p/model" {
+			t.Errorf("expected resp_1 made by %s (p/model), got %q %q %v", DeploymentID(testIdentity), id, name, ok)
+		}
+		if id, name, ok := b.store.Owner("resp_2"); !ok || id != "" || name != "q/model" {
+			t.Errorf("expected resp_2 translated by q/model, got %q %q %v", id, name, ok)
+		}
+		if _, _, ok := b.store.Owner("resp_unknown"); ok {
+			t.Error("expected an unknown response unknown")
+		}
+	})
+}

@@ -84,7 +84,7 @@ type Options struct {
 // for concurrent use.
 type Observer interface {
 	// Error reports a failed or timed-out Redis operation: op is one of
-	// reserve, spend, probe, publish, sync, subscribe, queue.
+	// reserve, spend, probe, publish, sync, subscribe, queue, owner.
 	Error(op string)
 	// Fallback reports a request-path decision made on local state alone
 	// because the store could not answer: op is reserve, spend or probe.
@@ -128,6 +128,7 @@ type Store struct {
 	queues             map[string]*Queue   // by key
 	pending            map[*binding]*pending
 	releases           []release
+	owners             []ownerWrite // Responses API owners for the writer (owners.go)
 	ps                 *redis.PubSub
 	closed             bool
 }
@@ -497,6 +498,7 @@ func (s *Store) writeLoop() {
 		s.pending = map[*binding]*pending{}
 		s.mu.Unlock()
 		releases := s.takeReleases()
+		owners := s.takeOwners()
 		if s.health.Load() == healthDown {
 			// Dropped: the resynchronization after the outage publishes
 			// every state's newest knowledge.
@@ -507,6 +509,9 @@ func (s *Store) writeLoop() {
 			s.fail("publish", err)
 		} else {
 			s.writeReleases(ctx, releases)
+			if err := s.writeOwners(ctx, owners); err != nil {
+				s.fail("publish", err)
+			}
 		}
 		cancel()
 	}

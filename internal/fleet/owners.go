@@ -1,0 +1,101 @@
+package fleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Which deployment made each Responses API response, shared by the fleet:
+// a continuation (previous_response_id) may reach any instance, and only
+// the deployment that made the response can serve it. Keys:
+// <prefix>resp:<hash of the response id>, holding "<deployment id>\n<its
+// name>" (the id empty for a response the router translated), expiring
+// with the provider's retention.
+
+type ownerWrite struct {
+	key, value string
+	ttl        time.Duration
+}
+
+// maxOwnerWrites bounds the owners waiting for the writer; past it the
+// oldest are dropped (the instance still remembers them itself).
+const maxOwnerWrites = 10_000
+
+func (s *Store) ownerKey(responseID string) string {
+	sum := sha256.Sum256([]byte("llm_router response\x00" + responseID))
+	return s.prefix + "resp:" + hex.EncodeToString(sum[:16])
+}
+
+// RememberOwner records, for ttl, that the response responseID was made by
+// the deployment of identity (see DeploymentID; "" for a response no
+// provider keeps) named name. It is written in the background: the
+// request path does not wait for Redis.
+func (s *Store) RememberOwner(responseID, identity, name string, ttl time.Duration) {
+	id := ""
+	if identity != "" {
+		id = DeploymentID(identity)
+	}
+	w := ownerWrite{key: s.ownerKey(responseID), value: id + "\n" + name, ttl: ttl}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if len(s.owners) >= maxOwnerWrites {
+		s.owners = s.owners[1:]
+	}
+	s.owners = append(s.owners, w)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Owner returns the deployment id (see DeploymentID; "" for a response no
+// provider keeps) and name of the deployment that made responseID,
+// ok false when the fleet does not know it or cannot tell (Redis slow or
+// down: bounded by Options.Timeout).
+func (s *Store) Owner(responseID string) (deploymentID, name string, ok bool) {
+	if !s.available() {
+		return "", "", false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	v, err := s.client.Get(ctx, s.ownerKey(responseID)).Result()
+	if err != nil {
+		if !errors.Is(err, redis.Nil) {
+			s.obs.Error("owner")
+		}
+		return "", "", false
+	}
+	deploymentID, name, ok = strings.Cut(v, "\n")
+	return deploymentID, name, ok
+}
+
+func (s *Store) takeOwners() []ownerWrite {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.owners
+	s.owners = nil
+	return o
+}
+
+// writeOwners writes the owners in one pipeline.
+func (s *Store) writeOwners(ctx context.Context, owners []ownerWrite) error {
+	if len(owners) == 0 {
+		return nil
+	}
+	pipe := s.client.Pipeline()
+	for _, o := range owners {
+		pipe.Set(ctx, o.key, o.value, o.ttl)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}

@@ -127,6 +127,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_attempts must be at least 1, got %d", n)
 			}
 			h.MaxAttempts = int(n)
+		case "pass_through":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			h.PassThrough = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
 		case "affinity":
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -276,6 +284,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	if err := namesProblem(h.Models); err != nil {
 		return d.Err(err.Error())
+	}
+	if _, ok := h.ProvidersRaw[h.PassThrough]; h.PassThrough != "" && !ok {
+		return d.Errf("pass_through names unknown provider %q (configured: %s)", h.PassThrough, strings.Join(sortedKeys(h.ProvidersRaw), ", "))
 	}
 	if name, err := fallbackProblem(h.Models); err != nil {
 		for _, r := range fallbacks {

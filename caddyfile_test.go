@@ -85,6 +85,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"did you mean fallback_group", "llm_router {\n" + providers + "\n model a {\n fallback b\n deployment p x\n }\n}", `(did you mean "fallback_group"?)`},
 		{"no api_key", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n }\n model m { deployment p x } }", "provider p: needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama), at Testfile:2"},
 		{"empty credential header", "llm_router {\n provider p {\n type openai\n base_url http://h/v1\n header Authorization \"Bearer \"\n }\n model m { deployment p x } }", "provider p: needs an api_key"},
+		{"pass_through unknown", "llm_router {\n pass_through nope\n" + providers + "\n model m {\n deployment p x\n }\n}", `pass_through names unknown provider "nope" (configured: p)`},
 		{"alias twice", "llm_router {\n" + providers + "\n model a {\n alias x\n deployment p x\n }\n model b {\n alias x\n deployment p y\n }\n}", `model b: alias "x" is already the name or an alias of model a`},
 		{"alias of a group", "llm_router {\n" + providers + "\n model a {\n alias b\n deployment p x\n }\n model b {\n deployment p y\n }\n}", `alias "b" is already the name or an alias of model b`},
 		{"alias pattern", "llm_router {\n" + providers + "\n model a {\n alias a-*\n deployment p x\n }\n}", "is a pattern; aliases are exact names"},

@@ -116,9 +116,13 @@ func (h *Handler) countAt(ctx context.Context, tc provider.TokenCounter, model s
 const servedEndpoints = "POST .../chat/completions, .../responses, .../messages, .../messages/count_tokens and .../embeddings, GET .../models"
 
 // serveUnknown answers a path under the router's matcher that it does not
-// serve: 404, in the Messages format for a client that speaks it (it
+// serve: through the pass_through provider when there is one; else 404, in the Messages format for a client that speaks it (it
 // sends anthropic-version), else OpenAI's.
 func (h *Handler) serveUnknown(w http.ResponseWriter, r *http.Request) {
+	if h.passProxy != nil {
+		h.passProxy.ServeHTTP(w, r)
+		return
+	}
 	path := r.URL.Path
 	if len(path) > 100 {
 		path = path[:100] + "..."

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strings"
@@ -99,6 +100,14 @@ type Handler struct {
 	// of quiet, 100,000 conversations at most. Default: none.
 	Affinity string `json:"affinity,omitempty"`
 
+	// PassThrough names a provider that takes, as they came, the requests
+	// under the router's matcher that it does not serve itself (audio,
+	// images, files, batches, ...): the path under the provider's API root,
+	// its key in place of the client's credentials, streamed answers
+	// flushed as they come; no failover, no capacity accounting. Default:
+	// none (such requests get a 404 that lists what the router serves).
+	PassThrough string `json:"pass_through,omitempty"`
+
 	// Reserve keeps a share of every known rate-limit window (stated by
 	// the provider or declared) for requests of a minimum priority: lower
 	// priorities wait for the next window, or get a 429 at once when it
@@ -139,7 +148,8 @@ type Handler struct {
 	Store *StoreConfig `json:"store,omitempty"`
 
 	providers map[string]ProviderModule
-	types     map[string]string // provider name -> type
+	passProxy *httputil.ReverseProxy // PassThrough's
+	types     map[string]string      // provider name -> type
 	groups    map[string]*router.Group
 	names     []string // model group names and aliases, sorted (GET /v1/models)
 	lookup    names    // the group of the name a client sent
@@ -252,6 +262,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionProviders(ctx); err != nil {
+		return err
+	}
+	if err := h.provisionPassThrough(); err != nil {
 		return err
 	}
 	h.groups = make(map[string]*router.Group, len(h.Models))
@@ -436,6 +449,9 @@ func (h *Handler) validate() error {
 	}
 	if err := namesProblem(h.Models); err != nil {
 		return err
+	}
+	if _, ok := h.ProvidersRaw[h.PassThrough]; h.PassThrough != "" && !ok {
+		return fmt.Errorf("pass_through names unknown provider %q (configured: %s)", h.PassThrough, strings.Join(sortedKeys(h.ProvidersRaw), ", "))
 	}
 	for _, name := range sortedKeys(h.Models) {
 		if err := h.Models[name].validate(); err != nil {

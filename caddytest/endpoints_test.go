@@ -190,3 +190,42 @@ http://localhost:9081 {
 		t.Errorf("expected a dated id the pattern takes to exist, got %d", resp.StatusCode)
 	}
 }
+
+// pass_through: what the router does not serve goes to one provider as it
+// came, under its API root, with the provider's key and never the client's.
+func TestPassThrough(t *testing.T) {
+	load(t, `
+http://localhost:9080 {
+	llm_router /v1/* {
+		pass_through oai
+		provider oai {
+			type openai
+			base_url http://localhost:9083/v1
+			api_key sk-pass-through
+		}
+		model m {
+			deployment oai m-up
+		}
+	}
+}
+http://localhost:9083 {
+	respond "path={http.request.uri} auth={http.request.header.Authorization} xkey={http.request.header.X-Api-Key} body={http.request.body}" 201
+}
+`)
+	req, _ := http.NewRequest(http.MethodPost, routerURL+"/v1/audio/speech?voice=alloy", strings.NewReader(`{"input":"hi"}`))
+	req.Header.Set("Authorization", "Bearer client-secret")
+	req.Header.Set("X-Api-Key", "client-secret-2")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `path=/v1/audio/speech?voice=alloy auth=Bearer sk-pass-through xkey= body={"input":"hi"}`
+	if resp.StatusCode != 201 || string(body) != want {
+		t.Errorf("expected %q (201), got %d %q", want, resp.StatusCode, body)
+	}
+	if strings.Contains(string(body), "client-secret") {
+		t.Error("the client's credentials reached the provider")
+	}
+}

@@ -113,7 +113,7 @@ func (h *Handler) countAt(ctx context.Context, tc provider.TokenCounter, model s
 
 // servedEndpoints lists what the router answers, for the 404 of any other
 // path under its matcher.
-const servedEndpoints = "POST .../chat/completions, .../responses, .../messages, .../messages/count_tokens and .../embeddings, GET .../models"
+const servedEndpoints = "POST .../chat/completions, .../responses, .../messages, .../messages/count_tokens, .../embeddings and .../completions, GET .../models"
 
 // serveUnknown answers a path under the router's matcher that it does not
 // serve: through the pass_through provider when there is one; else 404, in the Messages format for a client that speaks it (it

@@ -100,7 +100,7 @@ func TestUnknownEndpointIs404(t *testing.T) {
 		path, anthropic string
 		openai          bool
 	}{
-		{"/v1/completions", "", true},
+		{"/v1/images/generations", "", true},
 		{"/v1/audio/speech", "", true},
 		{"/v1/messages/batches", "2023-06-01", false},
 	} {
@@ -227,5 +227,43 @@ http://localhost:9083 {
 	}
 	if strings.Contains(string(body), "client-secret") {
 		t.Error("the client's credentials reached the provider")
+	}
+}
+
+// Legacy completions go to the group's OpenAI-format deployments as they
+// came, with failover, streamed or not; a group with none answers 400.
+func TestLegacyCompletions(t *testing.T) {
+	load(t, twoProviders("", "legacy", "legacy-a", "legacy-b",
+		"fault rate_limit {\n header Retry-After 30\n }", "reply \"Once upon a time.\"\n chunks 3"))
+	resp, err := http.Post(routerURL+"/v1/completions", "application/json", strings.NewReader(`{"model":"legacy","prompt":"Tell a story","max_tokens":20}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":"Once upon a time."`) ||
+		resp.Header.Get("X-LLM-Router-Deployment") != "b/legacy-b" || resp.Header.Get("X-LLM-Router-Attempts") != "2" {
+		t.Errorf("expected b's completion after a's 429, got %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	if s := stats(t, 9082); !strings.Contains(s.LastBody, `"prompt":"Tell a story"`) || s.LastModel != "legacy-b" {
+		t.Errorf("expected the body as it came, with b's model, got %q %s", s.LastModel, s.LastBody)
+	}
+	resp, err = http.Post(routerURL+"/v1/completions", "application/json", strings.NewReader(`{"model":"legacy","prompt":"Tell a story","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.Count(string(body), `"text":`) < 3 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Errorf("expected the completion streamed, got %d %s", resp.StatusCode, body)
+	}
+	resp, err = http.Post(routerURL+"/v1/completions", "application/json", strings.NewReader(`{"model":"legacy"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "prompt") {
+		t.Errorf("expected a 400 naming prompt, got %d %s", resp.StatusCode, body)
 	}
 }

@@ -180,6 +180,39 @@ func (h *Handler) completion(a answer) []byte {
 	return appendJSON(make([]byte, 0, 256+len(h.reply)), &c)
 }
 
+// textCompletion is the non-streamed answer of legacy completions.
+func (h *Handler) textCompletion(a answer) []byte {
+	return appendJSON(nil, map[string]any{"id": "cmpl-mock-" + strconv.FormatUint(h.st.ids.Add(1), 10),
+		"object": "text_completion", "created": h.now().Unix(), "model": a.model,
+		"choices": []any{map[string]any{"text": h.reply, "index": 0, "logprobs": nil, "finish_reason": "stop"}},
+		"usage":   a.usage()})
+}
+
+// completionsStream is a legacy completions stream: data: chunks whose
+// choice carries text, a final one with finish_reason and usage, [DONE].
+type completionsStream struct{ *openaiStream }
+
+func (s *completionsStream) chunk(b []byte, _ int, piece string, _ bool) []byte {
+	return s.event(b, map[string]any{"text": piece, "index": 0, "logprobs": nil, "finish_reason": nil}, nil)
+}
+
+func (s *completionsStream) end(b []byte) []byte {
+	u := s.a.usage()
+	b = s.event(b, map[string]any{"text": "", "index": 0, "logprobs": nil, "finish_reason": "stop"}, &u)
+	return append(b, "data: [DONE]\n\n"...)
+}
+
+func (s *completionsStream) event(b []byte, choice map[string]any, usage *openaiUsage) []byte {
+	ev := map[string]any{"id": s.ev.ID, "object": "text_completion", "created": s.ev.Created, "model": s.ev.Model,
+		"choices": []any{choice}}
+	if usage != nil {
+		ev["usage"] = usage
+	}
+	b = append(b, "data: "...)
+	b = appendJSON(b, ev)
+	return append(b, "\n\n"...)
+}
+
 func (h *Handler) embedding(a answer) []byte {
 	e := embeddingList{
 		Object: "list",

@@ -26,6 +26,7 @@ const (
 	epGenerate       // gemini :generateContent
 	epStreamGenerate // gemini :streamGenerateContent
 	epResponses      // openai Responses API
+	epCompletions    // openai legacy completions
 )
 
 // call is an API request routed to an endpoint.
@@ -87,6 +88,8 @@ func (h *Handler) route(r *http.Request) (call, bool) {
 			return call{ep: epEmbeddings}, true
 		case strings.HasSuffix(p, "/responses"):
 			return call{ep: epResponses}, true
+		case strings.HasSuffix(p, "/completions"):
+			return call{ep: epCompletions}, true
 		}
 	}
 	return call{}, false
@@ -255,6 +258,8 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		h.stream(w, r, &p, a, h.streamFormat(a, c))
 	case c.ep == epResponses:
 		h.writePlain(w, h.response(a), a.fault)
+	case c.ep == epCompletions:
+		h.writePlain(w, h.textCompletion(a), a.fault)
 	default:
 		h.writePlain(w, h.plainAnswer(a), a.fault)
 	}

@@ -40,6 +40,9 @@ func (h *Handler) streamFormat(a answer, c call) streamFormat {
 	if c.ep == epResponses {
 		return &responsesStream{h: h, a: a, id: h.newResponseID()}
 	}
+	if c.ep == epCompletions {
+		return &completionsStream{openaiStream: h.newOpenAIStream(a)}
+	}
 	return h.newOpenAIStream(a)
 }
 

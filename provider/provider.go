@@ -46,12 +46,15 @@ const (
 	Messages
 	// Responses is OpenAI's Responses API (POST .../responses).
 	Responses
+	// Completions is OpenAI's legacy completions (POST .../completions):
+	// served only by providers of the OpenAI format, as it came.
+	Completions
 )
 
-var formatNames = [...]string{Chat: "chat", Embeddings: "embeddings", Messages: "messages", Responses: "responses"}
+var formatNames = [...]string{Chat: "chat", Embeddings: "embeddings", Messages: "messages", Responses: "responses", Completions: "completions"}
 
 // String returns the format's name: "chat", "embeddings", "messages",
-// "responses".
+// "responses", "completions".
 func (f Format) String() string {
 	if int(f) < len(formatNames) {
 		return formatNames[f]

@@ -43,8 +43,11 @@ type Anthropic struct {
 	Endpoint provider.Endpoint
 }
 
-// Serves implements provider.Provider: Chat and Messages, no embeddings.
-func (*Anthropic) Serves(f provider.Format) bool { return f != provider.Embeddings }
+// Serves implements provider.Provider: every format but embeddings and
+// legacy completions.
+func (*Anthropic) Serves(f provider.Format) bool {
+	return f != provider.Embeddings && f != provider.Completions
+}
 
 // Plan implements provider.Provider. A translated request fails when it
 // holds what the Messages API cannot express (see messages.FromChat).

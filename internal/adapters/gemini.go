@@ -43,7 +43,9 @@ type Gemini struct {
 }
 
 // Serves implements provider.Provider: Chat and Messages, no embeddings.
-func (*Gemini) Serves(f provider.Format) bool { return f != provider.Embeddings }
+func (*Gemini) Serves(f provider.Format) bool {
+	return f != provider.Embeddings && f != provider.Completions // no legacy completions either
+}
 
 // Plan implements provider.Provider. model is a model name
 // ("gemini-2.5-flash", "models/..." accepted) or a tuned model

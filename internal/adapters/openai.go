@@ -67,6 +67,13 @@ func planOpenAIFamily(model string, r *provider.Request, responses bool, rd read
 			return nil, err
 		}
 		return &plan{req: req, format: provider.Embeddings, native: true, r: embeddingsReader{}}, nil
+	case r.Format == provider.Completions:
+		req, err := post("completions", r.Body, r.Stream)
+		if err != nil {
+			return nil, err
+		}
+		return &plan{req: req, format: provider.Completions, native: true, model: model,
+			choices: max(r.Choices, 1), includeUsage: r.IncludeUsage, r: completionsReader{}}, nil
 	case r.Format == provider.Responses && responses:
 		req, err := post("responses", r.Body, r.Stream)
 		if err != nil {
@@ -213,6 +220,88 @@ func (embeddingsReader) answer(_ *plan, body []byte) ([]byte, error) {
 }
 
 func (embeddingsReader) decoder(*plan) provider.EventDecoder { return &chatStream{choices: 1} }
+
+// completionsReader reads legacy completions, passed on as they came.
+type completionsReader struct{}
+
+// answer checks the body is a completion: a JSON object without an error
+// and with a non-empty choices array.
+func (completionsReader) answer(p *plan, body []byte) ([]byte, error) {
+	var c struct {
+		Choices []json.RawMessage `json:"choices"`
+		Error   json.RawMessage   `json:"error"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil {
+		return nil, errors.New("the answer is not a JSON completion")
+	}
+	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
+		return nil, errors.New("the answer is an error: " + parseErrorValue(c.Error).message)
+	}
+	if len(c.Choices) == 0 {
+		return nil, errors.New("the answer has no choices")
+	}
+	return withModel(body, p.model), nil
+}
+
+func (completionsReader) decoder(p *plan) provider.EventDecoder {
+	return &completionsStream{choices: p.choices, includeUsage: p.includeUsage}
+}
+
+// completionsStream decodes a legacy completions stream: chunks whose
+// choices carry text, relayed as they are, then [DONE].
+type completionsStream struct {
+	chatStream
+	choices      int
+	includeUsage bool
+}
+
+// Complete implements provider.EventDecoder.
+func (s *completionsStream) Complete() bool {
+	return s.finals >= max(s.choices, 1) && (s.usage || !s.includeUsage)
+}
+
+// Decode implements provider.EventDecoder.
+func (s *completionsStream) Decode(ev *provider.Event) (provider.Event, provider.EventKind, provider.Observation) {
+	data := bytes.TrimSpace(ev.Data)
+	switch {
+	case bytes.Equal(data, []byte("[DONE]")):
+		return provider.Event{}, provider.EventDone, provider.Observation{}
+	case len(data) == 0:
+		return provider.Event{}, provider.EventSkip, provider.Observation{}
+	}
+	var chunk struct {
+		Error   json.RawMessage `json:"error"`
+		Choices []struct {
+			Index        int     `json:"index"`
+			Text         string  `json:"text"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage json.RawMessage `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &chunk); err != nil {
+		return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
+	}
+	if len(chunk.Error) > 0 && !bytes.Equal(chunk.Error, []byte("null")) {
+		return provider.Event{}, provider.EventError, classifyStreamError(parseErrorValue(chunk.Error))
+	}
+	if len(chunk.Usage) > 0 && chunk.Usage[0] == '{' {
+		s.usage = true
+	}
+	kind := provider.EventSkip
+	if s.content {
+		kind = provider.EventData
+	}
+	for _, c := range chunk.Choices {
+		if c.Text != "" {
+			kind, s.content = provider.EventData, true
+		}
+		if c.FinishReason != nil && *c.FinishReason != "" {
+			kind, s.content = provider.EventFinal, true
+			s.finish(c.Index)
+		}
+	}
+	return provider.Event{Data: data}, kind, provider.Observation{}
+}
 
 // responsesReader reads Responses answers and streams, passed on as they
 // came.

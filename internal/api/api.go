@@ -8,6 +8,7 @@
 //	Embeddings  POST .../embeddings         OpenAI embeddings
 //	Messages    POST .../messages           Anthropic Messages
 //	Responses   POST .../responses          OpenAI Responses
+//	Completions POST .../completions        OpenAI legacy completions
 //
 // An answer comes from the router in the attempt's format (Result.Format):
 // the client's own when the provider took the request natively, passed on
@@ -59,6 +60,8 @@ func ForPath(path string) API {
 		return Messages{}
 	case strings.HasSuffix(path, "/responses"):
 		return Responses{}
+	case strings.HasSuffix(path, "/completions"):
+		return Completions{} // after chat/completions
 	}
 	return nil
 }

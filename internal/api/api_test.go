@@ -404,7 +404,8 @@ func TestReadBody(t *testing.T) {
 func TestForPath(t *testing.T) {
 	for path, want := range map[string]API{
 		"/v1/chat/completions": Chat{}, "/openai/v1/chat/completions/": Chat{}, "/v1/embeddings": Embeddings{},
-		"/v1/messages": Messages{}, "/v1/models": nil, "/v1/completions": nil,
+		"/v1/messages": Messages{}, "/v1/models": nil, "/v1/completions": Completions{}, "/v1/responses": Responses{},
+		"/v1/messages/count_tokens": nil, "/v1/audio/speech": nil,
 	} {
 		if got := ForPath(path); got != want {
 			t.Errorf("%s: expected %T, got %T", path, want, got)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -407,7 +408,7 @@ func TestForPath(t *testing.T) {
 		"/v1/messages": Messages{}, "/v1/models": nil, "/v1/completions": Completions{}, "/v1/responses": Responses{},
 		"/v1/messages/count_tokens": nil, "/v1/audio/speech": nil,
 	} {
-		if got := ForPath(path); got != want {
+		if got := ForPath(path); fmt.Sprintf("%T", got) != fmt.Sprintf("%T", want) {
 			t.Errorf("%s: expected %T, got %T", path, want, got)
 		}
 	}

@@ -14,6 +14,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// An instance's lease on a queue where it has requests waiting: renewed
+// every queueRenew, it ends queueLease after the last renewal. So the
+// places of an instance killed (or cut from Redis) stop counting within a
+// second.
+const (
+	queueLease = time.Second
+	queueRenew = 250 * time.Millisecond
+)
+
 // ErrNotQueued is returned by Queue.Ahead for a member the fleet's queue no
 // longer holds: its instance was taken for dead (it missed its heartbeats
 // while Redis was unreachable) or its time passed. The caller joins again.
@@ -30,14 +39,15 @@ var ErrNotQueued = errors.New("not in the fleet's queue")
 // A place held by a request that is gone must not count for long, or the
 // other instances answer 429s the fleet could serve. So:
 //   - each member is named by its instance ("<origin>-<seq>"), and an
-//     instance refreshes its lease on the queue at every poll
-//     (Options.PollInterval) while it has requests there; another
-//     instance's look sweeps the members of an instance whose lease ran out
-//     (3 poll intervals, at least 3 s: killed, or cut from Redis);
+//     instance renews its lease on the queue every queueRenew while it
+//     has requests there; another instance's look sweeps the members of
+//     an instance whose lease (queueLease) ran out: killed, or cut from
+//     Redis (its requests join again when they look next);
 //   - every member also stops counting a second after its deadline;
 //   - a Leave (or a Join whose answer was lost) that Redis did not
-//     confirm is tried again at the next poll, and Close takes this
-//     instance's members out.
+//     confirm is tried again at the next renewal; Close waits for the
+//     requests waiting here to leave (a config reload does not wait for
+//     them), then takes out what is left.
 //
 // Keys, with one hash tag per queue (one Redis Cluster slot):
 // <prefix>{q:<hash>}:waiting, the members scored by place; :expires, the
@@ -46,9 +56,9 @@ var ErrNotQueued = errors.New("not in the fleet's queue")
 // group's name and its deployments' identities: two configs that share a
 // store share a group's queue only when the group is the same.
 type Queue struct {
-	s                        *Store
-	key                      string
-	waiting, expires, living string
+	s                                *Store
+	key                              string
+	waiting, expires, living, tokens string
 
 	mu      sync.Mutex
 	joined  bool     // this instance joined it at least once
@@ -73,7 +83,7 @@ func (s *Store) Queue(name string, identities []string) *Queue {
 		return q
 	}
 	base := s.prefix + "{q:" + key + "}:"
-	q := &Queue{s: s, key: key, waiting: base + "waiting", expires: base + "expires", living: base + "alive"}
+	q := &Queue{s: s, key: key, waiting: base + "waiting", expires: base + "expires", living: base + "alive", tokens: base + "tokens"}
 	s.queues[key] = q
 	return q
 }
@@ -83,13 +93,15 @@ func (s *Store) Queue(name string, identities []string) *Queue {
 // instance's lease ran out; renew, which renews an instance's lease; keep,
 // which makes the keys outlive their members and leases.
 //
-//	KEYS[1] waiting, KEYS[2] expires, KEYS[3] alive
+//	KEYS[1] waiting, KEYS[2] expires, KEYS[3] alive, KEYS[4] tokens (a
+//	hash: each member's token estimate)
 const queueLib = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function drop(m)
   redis.call('ZREM', KEYS[1], m)
   redis.call('ZREM', KEYS[2], m)
+  redis.call('HDEL', KEYS[4], m)
 end
 local function dropOrigins(set)
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
@@ -119,9 +131,27 @@ local function keep(upto)
       upto = math.max(upto, tonumber(last))
     end
   end
-  for i = 1, 3 do
+  for i = 1, 4 do
     redis.call('PEXPIREAT', KEYS[i], upto)
   end
+end
+-- place returns {rank, tokens of those before} of member m ({-1, 0} when
+-- it is not there); the tokens only when withTokens is '1'.
+local function place(m, withTokens)
+  local r = redis.call('ZRANK', KEYS[1], m)
+  if not r then
+    return {-1, 0}
+  end
+  local t = 0
+  if withTokens == '1' then
+    for from = 0, r - 1, 500 do
+      local ms = redis.call('ZRANGE', KEYS[1], from, math.min(from + 499, r - 1))
+      for _, v in ipairs(redis.call('HMGET', KEYS[4], unpack(ms))) do
+        t = t + (tonumber(v) or 0)
+      end
+    end
+  end
+  return {r, t}
 end
 local function renew(origin, lease)
   redis.call('ZADD', KEYS[3], now + lease, origin)
@@ -129,28 +159,26 @@ end
 `
 
 // queueJoinScript renews the instance's lease and adds a waiting request;
-// it returns how many come before it.
+// it returns its place (see place).
 //
 //	ARGV[1] member, ARGV[2] score (its place: priority, then arrival),
-//	ARGV[3] how long it counts (ms), ARGV[4] origin, ARGV[5] lease (ms)
+//	ARGV[3] how long it counts (ms), ARGV[4] origin, ARGV[5] lease (ms),
+//	ARGV[6] its tokens, ARGV[7] '1' to sum the tokens before it
 var queueJoinScript = redis.NewScript(queueLib + `
 renew(ARGV[4], tonumber(ARGV[5]))
 sweep()
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[6])
 keep(now)
-return redis.call('ZRANK', KEYS[1], ARGV[1])
+return place(ARGV[1], ARGV[7])
 `)
 
-// queueAheadScript returns how many members come before ARGV[1], or -1
-// when it is not there.
+// queueAheadScript returns the place of ARGV[1] (see place); ARGV[2] '1'
+// sums the tokens before it.
 var queueAheadScript = redis.NewScript(queueLib + `
 sweep()
-local r = redis.call('ZRANK', KEYS[1], ARGV[1])
-if r then
-  return r
-end
-return -1
+return place(ARGV[1], ARGV[2])
 `)
 
 // queueRenewScript renews an instance's lease (when it has members here)
@@ -179,7 +207,7 @@ keep(now)
 return 1
 `)
 
-func (q *Queue) keys() []string { return []string{q.waiting, q.expires, q.living} }
+func (q *Queue) keys() []string { return []string{q.waiting, q.expires, q.living, q.tokens} }
 
 // placeScore orders waiting requests: a higher priority first, then the
 // earlier arrival (Unix ms; instances' clocks agree well enough for a
@@ -190,56 +218,70 @@ func placeScore(priority, maxPriority int, arrival time.Time) float64 {
 }
 
 // Join adds a request waiting on this instance, of priority (0 to
-// maxPriority) that arrived at arrival and waits at most wait. It returns
-// the request's member name, for Ahead and Leave, and how many wait before
-// it fleet-wide; or ErrUnavailable (the store is down) or Redis' error: the
-// caller counts its place on local state alone.
-func (q *Queue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration) (member string, ahead int64, err error) {
+// maxPriority) that arrived at arrival, waits at most wait and estimates
+// tokens. It returns the request's member name, for Ahead and Leave, how
+// many wait before it fleet-wide and (withTokens) their tokens; or
+// ErrUnavailable (the store is down) or Redis' error: the caller counts its
+// place on local state alone.
+func (q *Queue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error) {
 	s := q.s
 	if !s.available() {
-		return "", 0, ErrUnavailable
+		return "", 0, 0, ErrUnavailable
 	}
 	// Fixed width: one instance's members of one millisecond sort in the
 	// order they joined.
 	member = fmt.Sprintf("%s-%012x", s.origin, s.seq.Add(1))
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
-	ahead, err = queueJoinScript.Run(ctx, s.client, q.keys(), member,
+	p, err := queueJoinScript.Run(ctx, s.client, q.keys(), member,
 		placeScore(priority, maxPriority, arrival), max(wait, time.Millisecond).Milliseconds()+1000,
-		s.origin, s.keep.Milliseconds()).Int64()
+		s.origin, s.lease.Milliseconds(), max(tokens, 0), flag(withTokens)).Int64Slice()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.joined = true
+	if err == nil && len(p) != 2 {
+		err = errBadReply
+	}
 	if err != nil {
 		// Its answer may be lost while the member landed: take it out at
-		// the next poll.
+		// the next renewal.
 		q.stale = append(q.stale, member)
 		s.obs.Error("queue")
-		return "", 0, err
+		return "", 0, 0, err
 	}
 	q.members++
-	return member, ahead, nil
+	return member, p[0], p[1], nil
 }
 
-// Ahead returns how many requests wait before member, fleet-wide;
-// ErrNotQueued when the queue no longer holds it; ErrUnavailable or Redis'
-// error when the store cannot tell.
-func (q *Queue) Ahead(member string) (int64, error) {
+// Ahead returns how many requests wait before member, fleet-wide, and
+// (withTokens) their tokens; ErrNotQueued when the queue no longer holds
+// it; ErrUnavailable or Redis' error when the store cannot tell.
+func (q *Queue) Ahead(member string, withTokens bool) (ahead, tokensAhead int64, err error) {
 	s := q.s
 	if !s.available() {
-		return 0, ErrUnavailable
+		return 0, 0, ErrUnavailable
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
-	n, err := queueAheadScript.Run(ctx, s.client, q.keys(), member).Int64()
+	p, err := queueAheadScript.Run(ctx, s.client, q.keys(), member, flag(withTokens)).Int64Slice()
 	switch {
+	case err == nil && len(p) != 2:
+		err = errBadReply
+		fallthrough
 	case err != nil:
 		s.obs.Error("queue")
-		return 0, err
-	case n < 0:
-		return 0, ErrNotQueued
+		return 0, 0, err
+	case p[0] < 0:
+		return 0, 0, ErrNotQueued
 	}
-	return n, nil
+	return p[0], p[1], nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // Leave takes member out of the fleet's queue; when Redis does not
@@ -252,6 +294,7 @@ func (q *Queue) Leave(member string) {
 		pipe := s.client.TxPipeline()
 		pipe.ZRem(ctx, q.waiting, member)
 		pipe.ZRem(ctx, q.expires, member)
+		pipe.HDel(ctx, q.tokens, member)
 		_, err = pipe.Exec(ctx)
 		cancel()
 	}
@@ -264,6 +307,43 @@ func (q *Queue) Leave(member string) {
 			s.obs.Error("queue")
 		}
 	}
+}
+
+// renewLoop renews this instance's leases every queueRenew (renewQueues).
+func (s *Store) renewLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(queueRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.health.Load() == healthDown {
+			continue // the poller tries Redis again; the waiters count locally
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
+		if err := s.renewQueues(ctx); err != nil {
+			s.obs.Error("queue")
+		}
+		cancel()
+	}
+}
+
+// queued reports whether requests wait in a queue on this instance.
+func (s *Store) queued() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.queues {
+		q.mu.Lock()
+		n := q.members
+		q.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // renewQueues renews this instance's lease on each queue where it has
@@ -286,7 +366,7 @@ func (s *Store) renewQueues(ctx context.Context) error {
 		}
 		lease := int64(0)
 		if members > 0 {
-			lease = s.keep.Milliseconds()
+			lease = s.lease.Milliseconds()
 		}
 		args := make([]any, 0, 2+len(stale))
 		args = append(args, s.origin, lease)

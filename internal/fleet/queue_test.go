@@ -16,11 +16,14 @@ import (
 func TestFleetQueueCountsPlacesAcrossInstances(t *testing.T) {
 	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
 		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		// Leases that outlast the clock's jump below: here a request's own
+		// expiry is tested (TestFleetQueueForgetsWhatIsGone tests leases).
+		a.store.lease, b.store.lease = time.Minute, time.Minute
 		qa, qb := a.store.Queue("limited", []string{testIdentity}), b.store.Queue("limited", []string{testIdentity})
 		t0 := time.Now()
 		join := func(q *Queue, priority int, at time.Duration, wait time.Duration) string {
 			t.Helper()
-			m, _, err := q.Join(priority, 9, t0.Add(at), wait)
+			m, _, _, err := q.Join(priority, 9, t0.Add(at), wait, 10, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -31,31 +34,31 @@ func TestFleetQueueCountsPlacesAcrossInstances(t *testing.T) {
 		third := join(qa, 5, 2*time.Millisecond, time.Minute)
 		urgent := join(qb, 8, 3*time.Millisecond, time.Minute)
 		// Join tells the place it took.
-		if _, n, err := qa.Join(5, 9, t0.Add(4*time.Millisecond), time.Minute); err != nil || n != 4 {
-			t.Errorf("expected the fifth joined 4th in line, got %d (%v)", n, err)
+		if _, n, tok, err := qa.Join(5, 9, t0.Add(4*time.Millisecond), time.Minute, 7, true); err != nil || n != 4 || tok != 40 {
+			t.Errorf("expected the fifth joined 4th in line behind 40 tokens, got %d and %d (%v)", n, tok, err)
 		}
 		for _, c := range []struct {
 			q      *Queue
 			member string
 			want   int64
 		}{{qa, urgent, 0}, {qb, first, 1}, {qa, second, 2}, {qb, third, 3}} {
-			if n, err := c.q.Ahead(c.member); err != nil || n != c.want {
-				t.Errorf("expected %d ahead, got %d (%v)", c.want, n, err)
+			if n, tok, err := c.q.Ahead(c.member, true); err != nil || n != c.want || tok != 10*c.want {
+				t.Errorf("expected %d ahead with %d tokens, got %d and %d (%v)", c.want, 10*c.want, n, tok, err)
 			}
 		}
 		qb.Leave(urgent)
 		qa.Leave(first)
-		if n, _ := qa.Ahead(third); n != 1 {
-			t.Errorf("after two left: expected 1 ahead of the third, got %d", n)
+		if n, tok, _ := qa.Ahead(third, true); n != 1 || tok != 10 {
+			t.Errorf("after two left: expected 1 ahead of the third (10 tokens), got %d (%d)", n, tok)
 		}
-		if _, err := qa.Ahead(first); !errors.Is(err, ErrNotQueued) {
+		if _, _, err := qa.Ahead(first, false); !errors.Is(err, ErrNotQueued) {
 			t.Error("expected no place for a request that left")
 		}
 		// Another group's queue is another queue.
-		if _, err := a.store.Queue("other", []string{testIdentity}).Ahead(third); !errors.Is(err, ErrNotQueued) {
+		if _, _, err := a.store.Queue("other", []string{testIdentity}).Ahead(third, false); !errors.Is(err, ErrNotQueued) {
 			t.Errorf("expected nothing of another group, got %v", err)
 		}
-		if _, err := a.store.Queue("limited", []string{"another deployment"}).Ahead(third); !errors.Is(err, ErrNotQueued) {
+		if _, _, err := a.store.Queue("limited", []string{"another deployment"}).Ahead(third, false); !errors.Is(err, ErrNotQueued) {
 			t.Errorf("expected nothing of a group of that name with other deployments, got %v", err)
 		}
 		if a.store.Queue("limited", []string{testIdentity, testIdentity}) != qa {
@@ -67,12 +70,12 @@ func TestFleetQueueCountsPlacesAcrossInstances(t *testing.T) {
 		// An instance that died leaves its requests behind: they stop
 		// counting once their wait (and a second) is past.
 		gone := join(qb, 9, -time.Second, 100*time.Millisecond)
-		if n, _ := qa.Ahead(third); n != 2 {
+		if n, _, _ := qa.Ahead(third, false); n != 2 {
 			t.Errorf("expected the dead instance's request ahead, got %d", n)
 		}
 		m.SetTime(time.Now().Add(5 * time.Second))
 		join(qa, 0, time.Second, time.Minute) // any join sweeps
-		if n, _ := qa.Ahead(third); n != 1 {
+		if n, _, _ := qa.Ahead(third, false); n != 1 {
 			t.Errorf("expected the dead instance's request swept (%s), got %d ahead", gone, n)
 		}
 	})
@@ -93,7 +96,7 @@ func TestFleetQueueForgetsWhatIsGone(t *testing.T) {
 		t0 := time.Now()
 		join := func(q *Queue, at time.Duration) string {
 			t.Helper()
-			m, _, err := q.Join(5, 9, t0.Add(at), time.Hour)
+			m, _, _, err := q.Join(5, 9, t0.Add(at), time.Hour, 0, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +104,7 @@ func TestFleetQueueForgetsWhatIsGone(t *testing.T) {
 		}
 		ahead := func(q *Queue, member string) int64 {
 			t.Helper()
-			n, err := q.Ahead(member)
+			n, _, err := q.Ahead(member, false)
 			if err != nil {
 				t.Fatalf("Ahead: %v", err)
 			}
@@ -124,11 +127,13 @@ func TestFleetQueueForgetsWhatIsGone(t *testing.T) {
 			t.Errorf("expected the Leave done at the next poll, got %d ahead", n)
 		}
 
-		// A closed instance takes its members out.
+		// A closed instance (a reload that drops its store) keeps the
+		// places of its requests still waiting until they leave, then
+		// takes out what is left.
 		c := newInstance(t, url, time.Hour, 0, 0)
 		qc := c.store.Queue("limited", ids)
-		join(qc, -2*time.Millisecond)
-		join(qc, -time.Millisecond)
+		c1 := join(qc, -2*time.Millisecond)
+		c2 := join(qc, -time.Millisecond)
 		b2 := join(qb, 2*time.Millisecond)
 		if n := ahead(qb, b2); n != 3 {
 			t.Fatalf("expected 3 ahead, got %d", n)
@@ -136,28 +141,29 @@ func TestFleetQueueForgetsWhatIsGone(t *testing.T) {
 		if err := c.store.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if n := ahead(qb, b2); n != 1 {
-			t.Errorf("expected the closed instance's members gone, got %d ahead", n)
+		time.Sleep(2 * queueLease) // its leases are still renewed
+		if n := ahead(qb, b2); n != 3 {
+			t.Errorf("expected the closed instance's waiting requests still counted, got %d ahead", n)
 		}
+		qc.Leave(c1)
+		c.store.health.Store(healthDown) // c2's Leave goes unconfirmed...
+		qc.Leave(c2)
+		c.store.health.Store(healthUp)
+		eventually(t, 5*time.Second, "the closed instance's leftover taken out", func() bool { return ahead(qb, b2) == 1 })
 
-		if m == nil {
-			return // real Redis: its clock is not ours to move
-		}
-		// A killed instance (a, which renews no more) loses its members
-		// once its lease (3 poll intervals, capped at a minute) runs out;
-		// b, which renews at its poll, keeps its own.
+		// A killed instance (a, which renews no more: marked down) loses its
+		// members once its lease runs out; b, which renews, keeps its own.
 		a2 := join(qa, -time.Second)
 		if n := ahead(qb, b2); n != 2 {
 			t.Fatalf("expected 2 ahead, got %d", n)
 		}
-		m.SetTime(time.Now().Add(61 * time.Second))
-		if err := b.store.renewQueues(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		a.store.health.Store(healthDown)
+		time.Sleep(queueLease + 300*time.Millisecond)
 		if n := ahead(qb, b2); n != 1 {
 			t.Errorf("expected the killed instance's member swept, got %d ahead", n)
 		}
-		if _, err := qa.Ahead(a2); !errors.Is(err, ErrNotQueued) {
+		a.store.health.Store(healthUp)
+		if _, _, err := qa.Ahead(a2, false); !errors.Is(err, ErrNotQueued) {
 			t.Errorf("expected the swept member told it is not queued, got %v", err)
 		}
 	})

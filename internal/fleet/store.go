@@ -114,7 +114,8 @@ type Store struct {
 	prefix, channel    string
 	timeout, bgTimeout time.Duration
 	poll, keep         time.Duration
-	origin             string // this instance, in notifications and claims
+	lease              time.Duration // of its queues (queueLease)
+	origin             string        // this instance, in notifications and claims
 	log                *zap.Logger
 	obs                Observer
 	health             atomic.Int32
@@ -190,6 +191,7 @@ func New(o Options) (*Store, error) {
 		bgTimeout: bg,
 		poll:      o.PollInterval,
 		keep:      min(max(3*o.PollInterval, 3*time.Second), time.Minute),
+		lease:     queueLease,
 		origin:    hex.EncodeToString(id[:]),
 		log:       o.Logger,
 		obs:       o.Observer,
@@ -200,10 +202,11 @@ func New(o Options) (*Store, error) {
 		pending:   map[*binding]*pending{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go s.subscribeLoop()
 	go s.writeLoop()
 	go s.pollLoop()
+	go s.renewLoop()
 	return s, nil
 }
 
@@ -261,10 +264,30 @@ func (s *Store) Unbind(identity string, st *capacity.State) {
 // Up reports whether the store answered its last operation.
 func (s *Store) Up() bool { return s.health.Load() == healthUp }
 
+// maxCloseWait bounds how long Close lets requests still waiting in a
+// queue of this store keep it open.
+const maxCloseWait = 10 * time.Minute
+
 // Close stops the background work, unbinds the states (unless a newer
 // store has bound them), frees the probe claims this instance holds and
 // closes the connections. The states keep working on local knowledge.
+// While requests still wait in one of its queues (a config reload does not
+// wait for the old config's requests), the store goes on serving them in
+// the background and closes once they are gone (maxCloseWait at most).
 func (s *Store) Close() error {
+	if s.queued() {
+		go func() {
+			for end := time.Now().Add(maxCloseWait); s.queued() && time.Now().Before(end); {
+				time.Sleep(50 * time.Millisecond)
+			}
+			_ = s.close()
+		}()
+		return nil
+	}
+	return s.close()
+}
+
+func (s *Store) close() error {
 	s.cancel()
 	s.mu.Lock()
 	s.closed = true
@@ -352,13 +375,6 @@ func (s *Store) pollLoop() {
 			}
 		} else if err := s.pollOnce(); err != nil {
 			s.fail("sync", err)
-		}
-		if s.health.Load() == healthUp {
-			ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
-			if err := s.renewQueues(ctx); err != nil {
-				s.fail("queue", err)
-			}
-			cancel()
 		}
 		select {
 		case <-s.ctx.Done():

@@ -56,13 +56,14 @@ func (g *Group) Waits() (n int64, total time.Duration) {
 // queue against its share of the windows.
 type FleetQueue interface {
 	// Join adds a request waiting here, of priority (MinPriority to
-	// maxPriority) that arrived at arrival and waits at most wait; the
-	// member names it, and ahead is how many wait before it fleet-wide.
-	Join(priority, maxPriority int, arrival time.Time, wait time.Duration) (member string, ahead int64, err error)
-	// Ahead returns how many requests wait before member, fleet-wide; an
-	// error when the store cannot tell or no longer holds member (the
-	// request joins again at its next look).
-	Ahead(member string) (int64, error)
+	// maxPriority) that arrived at arrival, waits at most wait and
+	// estimates tokens; the member names it, ahead is how many wait before
+	// it fleet-wide and tokensAhead (withTokens) their tokens.
+	Join(priority, maxPriority int, arrival time.Time, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error)
+	// Ahead returns how many requests wait before member, fleet-wide, and
+	// (withTokens) their tokens; an error when the store cannot tell or no
+	// longer holds member (the request joins again at its next look).
+	Ahead(member string, withTokens bool) (ahead, tokensAhead int64, err error)
 	// Leave takes member out.
 	Leave(member string)
 }
@@ -144,9 +145,9 @@ type waiter struct {
 	// member names it in the fleet's queue (Group.Fleet); "" when not
 	// there. joined: member was just joined, and fleetAhead is its place
 	// (no need to ask again at this look).
-	member     string
-	joined     bool
-	fleetAhead int64
+	member                  string
+	joined                  bool
+	fleetAhead, fleetTokens int64
 
 	mu     sync.Mutex
 	slept  bool // it waited at least once (one answered 429 at once did not)
@@ -347,13 +348,9 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	ahead, tokensAhead := g.queue.place(me) // here: it is the head when none is ahead
 	fleetAhead, fleetTokens := ahead, tokensAhead
 	if fleet {
-		if n, ok := r.fleetPlace(g, me, now, deadline); ok {
-			// Its place in the fleet, against the fleet's windows; the
-			// tokens ahead at this instance's mean per request.
-			fleetAhead = n
-			if n != ahead {
-				fleetTokens = (tokensAhead + me.tokens) * n / (ahead + 1)
-			}
+		if n, tok, ok := r.fleetPlace(g, me, s.tokensBound, now, deadline); ok {
+			// Its place in the fleet, against the fleet's windows.
+			fleetAhead, fleetTokens = n, tok
 		} else {
 			fleet = false
 			s = supplyOf(g.Deployments, cands, need.Reserve, now, deadline, false)
@@ -406,24 +403,52 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 // fleetPlace returns how many requests wait before me in the fleet's queue
 // (g.Fleet), joining it first when me is not there (its first look, or its
 // member was refused or lost); ok false when the store cannot tell.
-func (r *Router) fleetPlace(g *Group, me *waiter, now, deadline time.Time) (ahead int64, ok bool) {
+func (r *Router) fleetPlace(g *Group, me *waiter, withTokens bool, now, deadline time.Time) (ahead, tokensAhead int64, ok bool) {
 	if me.member == "" {
-		m, n, err := g.Fleet.Join(me.priority, MaxPriority, me.since, deadline.Sub(now))
+		m, n, tok, err := g.Fleet.Join(me.priority, MaxPriority, me.since, deadline.Sub(now), me.tokens, withTokens)
 		if err != nil {
-			return 0, false
+			return 0, 0, false
 		}
-		me.member, me.joined, me.fleetAhead = m, true, n
+		me.member, me.joined, me.fleetAhead, me.fleetTokens = m, true, n, tok
 	}
 	if me.joined {
 		me.joined = false
-		return me.fleetAhead, true
+		return me.fleetAhead, me.fleetTokens, true
 	}
-	n, err := g.Fleet.Ahead(me.member)
+	n, tok, err := g.Fleet.Ahead(me.member, withTokens)
 	if err != nil {
 		leaveFleet(g, me) // it joins again at its next look
-		return 0, false
+		return 0, 0, false
 	}
-	return n, true
+	return n, tok, true
+}
+
+// fleetTurn decides whether me, a waiting request whose place is counted
+// fleet-wide, may take the capacity free now: only when fewer requests wait
+// before it, fleet-wide, than the free windows let start now, so that a
+// higher priority, or an earlier arrival, on another instance is served
+// first. When it may not, it sleeps until the forecast serves its place,
+// and gets its 429 at once when that is past its deadline. ok is true when
+// it may go now (or the store cannot tell: it goes on local order).
+func (r *Router) fleetTurn(ctx context.Context, g *Group, me *waiter, free []scored, need capacity.Need, now, deadline time.Time) (ok bool, err error) {
+	s := supplyOf(g.Deployments, free, need.Reserve, now, now, true)
+	if !s.requestsBound && !s.tokensBound {
+		return true, nil // nothing known bounds what may start now
+	}
+	n, tok, placed := r.fleetPlace(g, me, s.tokensBound, now, deadline)
+	if !placed {
+		return true, nil
+	}
+	if enough, _ := s.serves(n+1, tok+me.tokens); enough {
+		return true, nil
+	}
+	at := r.servableAt(g.Deployments, free, n+1, tok+me.tokens, need.Reserve, now, now, true)
+	if !at.Before(deadline) {
+		r.debug("the request's place in the fleet cannot be served before its deadline", zap.String("group", g.Name),
+			zap.Int64("ahead", n), zap.Duration("left", deadline.Sub(now)))
+		return false, r.unservable(g.Deployments, free, n+1, tok+me.tokens, need.Reserve, now, deadline, true)
+	}
+	return false, me.sleep(ctx, r.Clock, at.Sub(now))
 }
 
 // leaveFleet takes me out of the fleet's queue, if it is there.
@@ -536,10 +561,28 @@ func (r *Router) forecastLate(group []*Deployment, cands []scored, n, tokens int
 // says it could be (502 when deployments are out for failures, as
 // coolingError).
 func (r *Router) unservable(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, deadline time.Time, fleet bool) error {
-	// The earliest instant the forecast serves the place, no earlier than
-	// the first deployment is back: doubling, then halving the step to
-	// within 10 ms.
-	lo := deadline
+	hi := r.servableAt(group, cands, n, tokens, reserve, now, deadline, fleet)
+	for _, c := range cands {
+		if c.f.At.After(now) && c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
+			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
+				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(hi.Sub(now))}
+		}
+	}
+	e := rateLimitedError(hi.Sub(now))
+	e.Message = fmt.Sprintf("the deployments of this model cannot serve this request before its deadline (%d waiting before it); retry after the given time", n-1)
+	if n == 1 {
+		e.Message = "the deployments of this model cannot serve this request before its deadline; retry after the given time"
+	}
+	return e
+}
+
+// servableAt returns the earliest instant the candidates' windows forecast
+// n requests of tokens tokens started (the fleet's whole windows, fleet),
+// after from (an instant known not to suffice) and no earlier than the
+// first deployment is back: doubling, then halving the step to within
+// 10 ms; provider.MaxCooldown from now at most.
+func (r *Router) servableAt(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, from time.Time, fleet bool) time.Time {
+	lo := from
 	if at := earliest(cands).f.At; at.After(lo) {
 		lo = at
 	}
@@ -558,18 +601,7 @@ func (r *Router) unservable(group []*Deployment, cands []scored, n, tokens int64
 			lo = mid
 		}
 	}
-	for _, c := range cands {
-		if c.f.At.After(now) && c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
-			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
-				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(hi.Sub(now))}
-		}
-	}
-	e := rateLimitedError(hi.Sub(now))
-	e.Message = fmt.Sprintf("the deployments of this model cannot serve this request before its deadline (%d waiting before it); retry after the given time", n-1)
-	if n == 1 {
-		e.Message = "the deployments of this model cannot serve this request before its deadline; retry after the given time"
-	}
-	return e
+	return hi
 }
 
 // queueError answers a request that waited in the queue until its

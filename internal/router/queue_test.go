@@ -501,35 +501,37 @@ type fakeFleetQueue struct {
 	joins, lost int
 }
 
-func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration) (string, int64, error) {
+func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration, tokens int64, withTokens bool) (string, int64, int64, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.fail {
-		return "", 0, errors.New("store down")
+		return "", 0, 0, errors.New("store down")
 	}
 	q.seq++
 	q.joins++
 	m := fmt.Sprintf("m%d-%d", q.seq, arrival.UnixNano())
 	q.members = append(q.members, m)
-	return m, q.others + int64(len(q.members)-1), nil
+	n := q.others + int64(len(q.members)-1)
+	return m, n, 10 * n, nil
 }
 
-func (q *fakeFleetQueue) Ahead(member string) (int64, error) {
+func (q *fakeFleetQueue) Ahead(member string, withTokens bool) (int64, int64, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.fail {
-		return 0, errors.New("store down")
+		return 0, 0, errors.New("store down")
 	}
 	i := slices.Index(q.members, member)
 	if i < 0 {
-		return 0, errors.New("no such member")
+		return 0, 0, errors.New("no such member")
 	}
 	if q.sweep {
 		q.lost++
 		q.members = slices.Delete(q.members, i, i+1)
-		return 0, errors.New("no such member")
+		return 0, 0, errors.New("no such member")
 	}
-	return q.others + int64(i), nil
+	n := q.others + int64(i)
+	return n, 10 * n, nil
 }
 
 func (q *fakeFleetQueue) Leave(member string) {
@@ -543,11 +545,12 @@ func (q *fakeFleetQueue) Leave(member string) {
 
 // Fleet mode: a place is counted in the fleet's queue, against the fleet's
 // whole windows. With 15 requests of other instances ahead on 10 per 10 s
-// (deadline 25 s: 30 in all), 15 of a burst of 20 here are told at once;
-// the first 5 wait, and this instance's head is still served as the
-// windows open (it does not wait behind the others' requests, which their
-// instances serve). A store that cannot answer leaves the instance to its
-// own queue.
+// (deadline 25 s: windows at 10 and 20 s hold 20), 15 of a burst of 20
+// here are told at once; the first 5 wait, and take no capacity while
+// the others' requests are ahead of them fleet-wide (the others' requests
+// here never leave, so the 5 are told at 20 s that the window after,
+// at 30 s, is past their deadline). A store that cannot answer leaves the
+// instance to its own queue.
 func TestAPlaceIsCountedFleetWide(t *testing.T) {
 	r, g, p, c := limitedGroup(t)
 	fq := &fakeFleetQueue{others: 15}
@@ -562,20 +565,21 @@ func TestAPlaceIsCountedFleetWide(t *testing.T) {
 	simulate(t, c, len(out), func(i int) {
 		out[i] = outcomeOf(r.ServeGroup(context.Background(), g, userReq(strconv.Itoa(i), DefaultPriority)), c.Now().Sub(start))
 	})
-	ok, early := 0, 0
+	ok, early, at20 := 0, 0, 0
 	for i, o := range out {
 		switch {
 		case o.status == 200:
 			ok++
 		case o.status == 429 && o.at == 0:
 			early++
+		case o.status == 429 && o.at >= 20*time.Second && o.at < 21*time.Second:
+			at20++
 		default:
 			t.Errorf("request %d: unexpected %+v", i, o)
 		}
 	}
-	// Windows at 10 and 20 s before the deadline hold 20; 15 are others'.
-	if ok != 5 || early != 15 || p.got429 != 0 {
-		t.Errorf("expected 5 served and 15 told at once, got %d and %d (upstream 429s %d)", ok, early, p.got429)
+	if ok != 0 || early != 15 || at20 != 5 || p.got429 != 0 {
+		t.Errorf("expected 15 told at once and 5 at 20 s, none served, got %d, %d and %d served (upstream 429s %d)", early, at20, ok, p.got429)
 	}
 	if len(fq.members) != 0 || fq.left < 20 {
 		t.Errorf("expected every request out of the fleet's queue, %d left and %d still in", fq.left, len(fq.members))
@@ -600,6 +604,38 @@ func TestAPlaceIsCountedFleetWide(t *testing.T) {
 	}
 	if ok != 20 {
 		t.Errorf("store down: expected the 20 served by this instance's windows, got %d", ok)
+	}
+}
+
+// Fleet mode: a waiting request takes capacity only when the fleet's
+// queue has fewer requests before it than the window lets start now, so
+// that those ahead of it on other instances are served first. With 3
+// requests of other instances ahead (which here never leave) and a burst
+// of 20 on 10 per 10 s (deadline 35 s), this instance takes 7 of each
+// window at 10 and 20 s, leaving 3 for the others, and the last 6 at 30 s.
+func TestAFleetTurnLeavesRoomForThoseAhead(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	r.Deadline = 35 * time.Second
+	g.Fleet = &fakeFleetQueue{others: 3}
+	for range 10 {
+		r.ServeGroup(context.Background(), g, chatReq)
+	}
+	p.served = 0
+	out := make([]served, 20)
+	start := c.Now()
+	simulate(t, c, len(out), func(i int) {
+		out[i] = outcomeOf(r.ServeGroup(context.Background(), g, userReq(strconv.Itoa(i), DefaultPriority)), c.Now().Sub(start))
+	})
+	at := map[time.Duration]int{}
+	for i, o := range out {
+		if o.status != 200 {
+			t.Errorf("request %d: expected it served, got %+v", i, o)
+			continue
+		}
+		at[o.at.Truncate(10*time.Second)]++
+	}
+	if at[10*time.Second] != 7 || at[20*time.Second] != 7 || at[30*time.Second] != 6 || p.got429 != 0 {
+		t.Errorf("expected 7, 7 and 6 served at 10, 20 and 30 s, got %v (upstream 429s %d)", at, p.got429)
 	}
 }
 
@@ -643,13 +679,13 @@ func TestALostFleetPlaceIsJoinedAgain(t *testing.T) {
 	fq = &fakeFleetQueue{others: 3, sweep: true}
 	g.Fleet = fq
 	me := &waiter{priority: DefaultPriority, since: c.Now(), deadline: c.Now().Add(time.Minute)}
-	if n, ok := r.fleetPlace(g, me, c.Now(), me.deadline); !ok || n != 3 || fq.joins != 1 {
-		t.Errorf("first look: expected 3 ahead from the Join, got %d %v (%d joins)", n, ok, fq.joins)
+	if n, tok, ok := r.fleetPlace(g, me, true, c.Now(), me.deadline); !ok || n != 3 || tok != 30 || fq.joins != 1 {
+		t.Errorf("first look: expected 3 ahead (30 tokens) from the Join, got %d (%d) %v (%d joins)", n, tok, ok, fq.joins)
 	}
-	if _, ok := r.fleetPlace(g, me, c.Now(), me.deadline); ok || me.member != "" {
+	if _, _, ok := r.fleetPlace(g, me, true, c.Now(), me.deadline); ok || me.member != "" {
 		t.Errorf("second look: expected the lost member dropped, got ok %v, member %q", ok, me.member)
 	}
-	if n, ok := r.fleetPlace(g, me, c.Now(), me.deadline); !ok || n != 3 || fq.joins != 2 {
+	if n, _, ok := r.fleetPlace(g, me, true, c.Now(), me.deadline); !ok || n != 3 || fq.joins != 2 {
 		t.Errorf("third look: expected a new Join, got %d %v (%d joins)", n, ok, fq.joins)
 	}
 }

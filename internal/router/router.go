@@ -482,6 +482,14 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 			continue
 		}
+		if me != nil && g.Fleet != nil {
+			// Its turn in the fleet's queue, not only in this instance's.
+			if ok, err := r.fleetTurn(ctx, g, me, cands[:ready], need, now, deadline); err != nil {
+				return res.fail(err, w)
+			} else if !ok {
+				continue
+			}
+		}
 		k := probe(cands[:ready])
 		if k < 0 && req.Prefer != nil {
 			k = slices.IndexFunc(cands[:ready], func(c scored) bool { return group[c.i] == req.Prefer })

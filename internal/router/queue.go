@@ -148,6 +148,9 @@ type waiter struct {
 	member                  string
 	joined                  bool
 	fleetAhead, fleetTokens int64
+	// naps counts its short looks while those ahead fleet-wide take free
+	// capacity (fleetTurn).
+	naps int
 
 	mu     sync.Mutex
 	slept  bool // it waited at least once (one answered 429 at once did not)
@@ -423,6 +426,15 @@ func (r *Router) fleetPlace(g *Group, me *waiter, withTokens bool, now, deadline
 	return n, tok, true
 }
 
+// fleetNap is how long a waiting request whose turn in the fleet has not
+// come, while capacity is free, waits before it looks again, fleetNaps
+// times at most per window (those ahead of it are taking that capacity);
+// then it sleeps until the forecast serves its place.
+const (
+	fleetNap  = 20 * time.Millisecond
+	fleetNaps = 5
+)
+
 // fleetTurn decides whether me, a waiting request whose place is counted
 // fleet-wide, may take the capacity free now: only when fewer requests wait
 // before it, fleet-wide, than the free windows let start now, so that a
@@ -440,8 +452,16 @@ func (r *Router) fleetTurn(ctx context.Context, g *Group, me *waiter, free []sco
 		return true, nil
 	}
 	if enough, _ := s.serves(n+1, tok+me.tokens); enough {
+		me.naps = 0
 		return true, nil
 	}
+	if s.requests > 0 && me.naps < fleetNaps {
+		// Capacity is free now, but those ahead of it may be taking it
+		// (they hold their places until they spent): look again shortly.
+		me.naps++
+		return false, me.sleep(ctx, r.Clock, fleetNap)
+	}
+	me.naps = 0
 	at := r.servableAt(g.Deployments, free, n+1, tok+me.tokens, need.Reserve, now, now, true)
 	if !at.Before(deadline) {
 		r.debug("the request's place in the fleet cannot be served before its deadline", zap.String("group", g.Name),

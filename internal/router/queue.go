@@ -427,12 +427,12 @@ func (r *Router) fleetPlace(g *Group, me *waiter, withTokens bool, now, deadline
 }
 
 // fleetNap is how long a waiting request whose turn in the fleet has not
-// come, while capacity is free, waits before it looks again, fleetNaps
-// times at most per window (those ahead of it are taking that capacity);
+// come, while capacity is free, waits before it looks again, FleetNaps
+// times at most per window (Router.FleetNaps: those ahead of it are taking that capacity);
 // then it sleeps until the forecast serves its place.
 const (
-	fleetNap  = 20 * time.Millisecond
-	fleetNaps = 5
+	fleetNap         = 20 * time.Millisecond
+	DefaultFleetNaps = 5
 )
 
 // fleetTurn decides whether me, a waiting request whose place is counted
@@ -455,7 +455,7 @@ func (r *Router) fleetTurn(ctx context.Context, g *Group, me *waiter, free []sco
 		me.naps = 0
 		return true, nil
 	}
-	if s.requests > 0 && me.naps < fleetNaps {
+	if s.requests > 0 && me.naps < r.FleetNaps {
 		// Capacity is free now, but those ahead of it may be taking it
 		// (they hold their places until they spent): look again shortly.
 		me.naps++

@@ -177,6 +177,10 @@ type Router struct {
 	Weights Weights
 	// Reserve keeps a share of each window for high priorities.
 	Reserve Reserve
+	// FleetNaps is how many times a window a waiting request whose turn in
+	// the fleet's queue has not come looks again while capacity is free
+	// (see fleetTurn); New sets DefaultFleetNaps.
+	FleetNaps int
 	// Rand returns a number in [0, 1) to share near-ties; safe for
 	// concurrent use unless the router serves one request at a time.
 	Rand     func() float64
@@ -219,6 +223,7 @@ func New() *Router {
 		Rand:        rand.Float64,
 		Clock:       RealClock{},
 		Logger:      zap.NewNop(),
+		FleetNaps:   DefaultFleetNaps,
 	}
 }
 

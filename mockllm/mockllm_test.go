@@ -397,7 +397,7 @@ func TestUnservedPaths(t *testing.T) {
 	s := serve(t, Handler{}, nil)
 	for _, tt := range []struct{ method, path string }{
 		{http.MethodGet, "/v1/chat/completions"},
-		{http.MethodPost, "/v1/completions"},
+		{http.MethodPost, "/v1/images/generations"},
 		{http.MethodPost, "/v1/models"},
 		{http.MethodPost, "/v1/messages"},
 		{http.MethodPost, "/v1beta/models/gemini-x:generateContent"},

@@ -31,6 +31,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,9 @@ const (
 	DefaultKeyPrefix    = "llm_router:"
 	DefaultTimeout      = 50 * time.Millisecond
 	DefaultPollInterval = time.Second
+	// DefaultPoolSize is the least number of connections to Redis (per
+	// node), unless the URL says pool_size=.
+	DefaultPoolSize = 64
 )
 
 // probeTTL bounds how long a half-open probe's claim outlives an instance
@@ -170,6 +174,11 @@ func New(o Options) (*Store, error) {
 	opt.Protocol = 2
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if opt.PoolSize == 0 {
+		// A burst makes each waiting request ask Redis (its place, its
+		// budget): go-redis' 10 per CPU would time out on the pool.
+		opt.PoolSize = max(DefaultPoolSize, 10*runtime.GOMAXPROCS(0))
+	}
 	opt.MaxRetries = -1
 	opt.MaxRedirects = 3  // a cluster's MOVED and ASK answers
 	opt.DialerRetries = 1 // the poller tries again every PollInterval

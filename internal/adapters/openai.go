@@ -269,29 +269,19 @@ func (s *completionsStream) Decode(ev *provider.Event) (provider.Event, provider
 	case len(data) == 0:
 		return provider.Event{}, provider.EventSkip, provider.Observation{}
 	}
-	var chunk struct {
-		Error   json.RawMessage `json:"error"`
-		Choices []struct {
-			Index        int     `json:"index"`
-			Text         string  `json:"text"`
-			FinishReason *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage json.RawMessage `json:"usage"`
-	}
-	if err := json.Unmarshal(data, &chunk); err != nil {
-		return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
-	}
-	if len(chunk.Error) > 0 && !bytes.Equal(chunk.Error, []byte("null")) {
-		return provider.Event{}, provider.EventError, classifyStreamError(parseErrorValue(chunk.Error))
-	}
-	if len(chunk.Usage) > 0 && chunk.Usage[0] == '{' {
-		s.usage = true
+	choices, obs, ok := decodeChunk[struct {
+		Index        int     `json:"index"`
+		Text         string  `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+	}](&s.chatStream, data)
+	if !ok {
+		return provider.Event{}, provider.EventError, obs
 	}
 	kind := provider.EventSkip
 	if s.content {
 		kind = provider.EventData
 	}
-	for _, c := range chunk.Choices {
+	for _, c := range choices {
 		if c.Text != "" {
 			kind, s.content = provider.EventData, true
 		}
@@ -430,25 +420,15 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 		}
 		return provider.Event{Data: data}, s.contentKind(data), provider.Observation{}
 	}
-	var chunk struct {
-		Error   json.RawMessage `json:"error"`
-		Choices []struct {
-			Index        int     `json:"index"`
-			FinishReason *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage json.RawMessage `json:"usage"`
-	}
-	if err := json.Unmarshal(data, &chunk); err != nil {
-		return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
-	}
-	if len(chunk.Error) > 0 && !bytes.Equal(chunk.Error, []byte("null")) {
-		return provider.Event{}, provider.EventError, classifyStreamError(parseErrorValue(chunk.Error))
-	}
-	if len(chunk.Usage) > 0 && chunk.Usage[0] == '{' {
-		s.usage = true
+	choices, obs, ok := decodeChunk[struct {
+		Index        int     `json:"index"`
+		FinishReason *string `json:"finish_reason"`
+	}](s, data)
+	if !ok {
+		return provider.Event{}, provider.EventError, obs
 	}
 	kind := s.contentKind(data)
-	for _, c := range chunk.Choices {
+	for _, c := range choices {
 		if c.FinishReason != nil && *c.FinishReason == "error" {
 			return provider.Event{}, provider.EventError, streamBroken("finish_reason error")
 		}
@@ -459,6 +439,27 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 		}
 	}
 	return provider.Event{Data: data}, kind, provider.Observation{}
+}
+
+// decodeChunk decodes a streamed chunk (chat or legacy completions) for
+// its choices, of type C; ok false with what the stream broke on for a
+// chunk that is not JSON or carries an error. It notes usage in s.
+func decodeChunk[C any](s *chatStream, data []byte) (choices []C, obs provider.Observation, ok bool) {
+	var chunk struct {
+		Error   json.RawMessage `json:"error"`
+		Choices []C             `json:"choices"`
+		Usage   json.RawMessage `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &chunk); err != nil {
+		return nil, streamBroken("invalid JSON event in stream"), false
+	}
+	if len(chunk.Error) > 0 && !bytes.Equal(chunk.Error, []byte("null")) {
+		return nil, classifyStreamError(parseErrorValue(chunk.Error)), false
+	}
+	if len(chunk.Usage) > 0 && chunk.Usage[0] == '{' {
+		s.usage = true
+	}
+	return chunk.Choices, provider.Observation{}, true
 }
 
 // contentKind is the kind of a valid chunk that is not final: EventData

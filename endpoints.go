@@ -15,6 +15,7 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/estimate"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -29,10 +30,11 @@ const countTokensTimeout = 10 * time.Second
 
 // serveCountTokens answers POST .../messages/count_tokens: counted by the
 // first deployment of the group (then its fallback groups) whose provider
-// counts tokens (anthropic), passed on as it answered; the provider's
-// client error (a 4xx but 429) is passed on too. When none is configured
-// or none answers (rate-limited, down, drained), the router's estimate,
-// marked by HeaderTokenCount. Errors in the Messages format.
+// counts tokens (anthropic), passed on as it answered (its secrets
+// redacted); the provider's client error (a 4xx but 429) is passed on too.
+// When none is configured or none answers (rate-limited, down, drained)
+// within the router's deadline (10 s at most each), the router's
+// estimate, marked by HeaderTokenCount. Errors in the Messages format.
 func (h *Handler) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 	a := api.Messages{}
 	if r.Method != http.MethodPost {
@@ -56,13 +58,17 @@ func (h *Handler) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	header := api.MessagesHeaders(r.Header)
+	// The whole count within the router's deadline, as any request.
+	ctx, cancel := context.WithTimeout(r.Context(), h.router.Deadline)
+	defer cancel()
 	for g := range group.Chain() {
 		for _, d := range g.Deployments {
 			tc, ok := d.Provider.(provider.TokenCounter)
-			if !ok || d.State.Disabled() {
+			if !ok || d.State.Disabled() || ctx.Err() != nil {
 				continue
 			}
-			status, answer := h.countAt(r.Context(), tc, d.Model, d.Transport, body, header)
+			status, answer := h.countAt(ctx, tc, d.Model, d.Transport, body, header)
+			answer = router.RedactBody(answer, d)
 			if status == http.StatusOK || status >= 400 && status < 500 && status != http.StatusTooManyRequests &&
 				status != http.StatusUnauthorized && status != http.StatusForbidden && status != http.StatusNotFound {
 				w.Header().Set(HeaderDeployment, d.Name)

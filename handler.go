@@ -39,7 +39,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			path := strings.TrimSuffix(r.URL.Path, "/")
 			if strings.HasSuffix(path, "/models") {
-				return api.WriteModels(w, h.names)
+				return api.WriteModels(w, h.models)
 			}
 			// GET .../models/{id}: one model group, as the SDKs' models.retrieve asks.
 			if i := strings.LastIndex(path, "/models/"); i >= 0 {

@@ -151,7 +151,8 @@ type Handler struct {
 	passProxy *httputil.ReverseProxy // PassThrough's
 	types     map[string]string      // provider name -> type
 	groups    map[string]*router.Group
-	names     []string // model group names and aliases, sorted (GET /v1/models)
+	names     []string // model group names, sorted
+	models    []string // the names GET /v1/models lists: groups and aliases, sorted
 	lookup    names    // the group of the name a client sent
 	meta      map[*router.Deployment]deploymentMeta
 	router    *router.Router
@@ -288,7 +289,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	h.lookup = newNames(h.groups, h.Models)
-	h.names = h.lookup.list()
+	h.names = sortedKeys(h.groups)
+	h.models = h.lookup.list()
 	// A deployment listed in several groups is one account and model: its
 	// declared limits are the tightest any group states.
 	for st, l := range limits {

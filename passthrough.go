@@ -1,15 +1,20 @@
 package llmrouter
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 // passKeyHeaders gives each built-in provider type's key header and its
@@ -51,17 +56,14 @@ func (h *Handler) provisionPassThrough() error {
 	basePath := strings.TrimSuffix(base.Path, "/")
 	h.passProxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			// The client's path under the provider's API root: /v1/audio/speech
-			// to https://api.openai.com/v1/audio/speech.
-			path := pr.In.URL.Path
-			if basePath != "" && strings.HasPrefix(path, basePath+"/") {
-				path = path[len(basePath):]
-			}
 			out := *base
-			out.Path = basePath + path
+			out.Path = passPath(basePath, pr.In.URL.Path)
 			out.RawPath = ""
 			q := base.Query()
 			for k, vs := range pr.In.URL.Query() {
+				if clientQueryCredentials[strings.ToLower(k)] {
+					continue // the provider's key goes in its header
+				}
 				for _, v := range vs {
 					q.Add(k, v)
 				}
@@ -79,13 +81,92 @@ func (h *Handler) provisionPassThrough() error {
 				pr.Out.Header.Set(key[0], key[1]+ep.APIKey)
 			}
 		},
-		Transport:     cfg.transport,
+		Transport:     headerDeadline{rt: cfg.transport, d: durationOr(h.Deadline, router.DefaultDeadline)},
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			h.logger.Debug("pass_through: the provider could not be reached", zap.String("provider", name), zap.Error(err))
-			api.Chat{}.WriteError(w, api.Errorf(http.StatusBadGateway, api.Unavailable, "",
-				"pass_through: provider %s could not be reached", name))
+			e := api.Errorf(http.StatusBadGateway, api.Unavailable, "", "pass_through: provider %s could not be reached", name)
+			if errors.Is(err, errHeaderDeadline) {
+				e = api.Errorf(http.StatusGatewayTimeout, api.Deadline, "", "pass_through: provider %s did not answer within the deadline", name)
+			}
+			if r.Header.Get("Anthropic-Version") != "" {
+				api.Messages{}.WriteError(w, e)
+				return
+			}
+			api.Chat{}.WriteError(w, e)
 		},
 	}
 	return nil
+}
+
+// clientQueryCredentials are query parameters that carry a client's key
+// (Gemini clients send ?key=): never passed on.
+var clientQueryCredentials = map[string]bool{"key": true, "api_key": true, "api-key": true, "access_token": true}
+
+// passPath maps the client's path to the provider's: the part after the
+// client's API root, found by the base path's last segment, under the
+// base path (/v1/audio/speech to /api/v1/audio/speech for a base_url
+// ending in /api/v1; /v1beta/files to /v1beta/files for one ending in
+// /v1beta); a path without that segment goes under the base path whole.
+func passPath(basePath, path string) string {
+	if last := basePath[strings.LastIndexByte(basePath, '/')+1:]; last != "" {
+		seg := "/" + last
+		for i := 0; i < len(path); {
+			j := strings.Index(path[i:], seg)
+			if j < 0 {
+				break
+			}
+			end := i + j + len(seg)
+			if end == len(path) || path[end] == '/' {
+				return basePath + path[end:]
+			}
+			i = end
+		}
+	}
+	return basePath + path
+}
+
+// errHeaderDeadline is a pass_through provider that sent no response
+// headers within the deadline.
+var errHeaderDeadline = errors.New("no response headers within the deadline")
+
+// headerDeadline bounds a pass_through exchange until its response
+// headers (the router's deadline); the body, once it flows (a long
+// download, a stream), is not cut.
+type headerDeadline struct {
+	rt http.RoundTripper
+	d  time.Duration
+}
+
+func (h headerDeadline) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(req.Context())
+	fired := make(chan struct{})
+	t := time.AfterFunc(h.d, func() { close(fired); cancel() })
+	resp, err := h.rt.RoundTrip(req.WithContext(ctx))
+	if !t.Stop() {
+		<-fired
+		if err == nil {
+			resp.Body.Close()
+		}
+		cancel()
+		return nil, errHeaderDeadline
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a pass_through exchange's context with its body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }

@@ -8,6 +8,37 @@ import (
 	"testing"
 )
 
+// A provider's count_tokens answer is passed on with its key redacted.
+func TestCountTokensRedacts(t *testing.T) {
+	load(t, `
+http://localhost:9080 {
+	llm_router /v1/* {
+		provider claude {
+			type anthropic
+			base_url http://localhost:9083/v1
+			api_key sk-ant-api03-secretsecretsecretsecret
+		}
+		model claude {
+			deployment claude count-model
+		}
+	}
+}
+http://localhost:9083 {
+	respond `+"`"+`{"type":"error","error":{"type":"invalid_request_error","message":"invalid x-api-key sk-ant-api03-secretsecretsecretsecret"}}`+"`"+` 400
+}
+`)
+	resp, err := http.Post(routerURL+"/v1/messages/count_tokens", "application/json",
+		strings.NewReader(`{"model":"claude","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || strings.Contains(string(body), "secretsecret") || !strings.Contains(string(body), "[redacted]") {
+		t.Errorf("expected the provider's 400 with its key redacted, got %d %s", resp.StatusCode, body)
+	}
+}
+
 // count_tokens: counted by an Anthropic deployment of the group, passed on
 // as it answered; with none, the router's estimate, marked as one.
 func TestCountTokens(t *testing.T) {
@@ -189,6 +220,25 @@ http://localhost:9081 {
 	if resp.StatusCode != 200 {
 		t.Errorf("expected a dated id the pattern takes to exist, got %d", resp.StatusCode)
 	}
+	// The admin endpoint, its actions and the metrics name groups, never
+	// aliases.
+	for _, c := range []struct{ method, url, want string }{
+		{http.MethodGet, "http://localhost:2999/llm_router/deployments", `"a/pattern-upstream"`},
+		{http.MethodPost, "http://localhost:2999/llm_router/deployments/a/pattern-upstream/disable", ""},
+		{http.MethodPost, "http://localhost:2999/llm_router/deployments/a/pattern-upstream/enable", ""},
+		{http.MethodGet, "http://localhost:2999/metrics", `model_group="claude-sonnet-*"`},
+	} {
+		req, _ := http.NewRequest(c.method, c.url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.method, c.url, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), c.want) {
+			t.Errorf("%s %s: expected 200 with %q, got %d %.300s", c.method, c.url, c.want, resp.StatusCode, body)
+		}
+	}
 }
 
 // pass_through: what the router does not serve goes to one provider as it
@@ -212,7 +262,7 @@ http://localhost:9083 {
 	respond "path={http.request.uri} auth={http.request.header.Authorization} xkey={http.request.header.X-Api-Key} body={http.request.body}" 201
 }
 `)
-	req, _ := http.NewRequest(http.MethodPost, routerURL+"/v1/audio/speech?voice=alloy", strings.NewReader(`{"input":"hi"}`))
+	req, _ := http.NewRequest(http.MethodPost, routerURL+"/v1/audio/speech?voice=alloy&key=client-secret-3", strings.NewReader(`{"input":"hi"}`))
 	req.Header.Set("Authorization", "Bearer client-secret")
 	req.Header.Set("X-Api-Key", "client-secret-2")
 	resp, err := http.DefaultClient.Do(req)

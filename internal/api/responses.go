@@ -140,9 +140,10 @@ func (x Responses) newStream(from provider.Format) streamWriter {
 // (response.completed among them: the decoder relays it as the stream's
 // end), and a response.failed numbered after them when the stream fails.
 type nativeResponses struct {
-	next     int
-	remember func(id string, d *router.Deployment, native bool)
-	d        *router.Deployment
+	next      int
+	id, model string // of the provider's response, from response.created
+	remember  func(id string, d *router.Deployment, native bool)
+	d         *router.Deployment
 }
 
 func (s *nativeResponses) event(w io.Writer, ev provider.Event) error {
@@ -151,18 +152,23 @@ func (s *nativeResponses) event(w io.Writer, ev provider.Event) error {
 			s.next = n + 1
 		}
 	}
-	if s.remember != nil {
+	if s.id == "" {
 		// response.created names the response first.
 		if start, end, _ := jsonbody.FindMember(ev.Data, "response"); start >= 0 && ev.Data[start] == '{' {
 			if id, ok := jsonbody.GetString(ev.Data[start:end], "id"); ok && id != "" {
-				s.remember(id, s.d, true)
-				s.remember = nil
+				s.id = id
+				s.model, _ = jsonbody.GetString(ev.Data[start:end], "model")
+				if s.remember != nil {
+					s.remember(id, s.d, true)
+				}
 			}
 		}
 	}
-	name := ev.Name
+	// Named by its data's type, which is what the router read it as (a
+	// provider's event: line may say otherwise).
+	name, _ := jsonbody.GetString(ev.Data, "type")
 	if name == "" {
-		name, _ = jsonbody.GetString(ev.Data, "type")
+		name = ev.Name
 	}
 	return provider.WriteEvent(w, name, ev.Data)
 }
@@ -170,7 +176,7 @@ func (s *nativeResponses) event(w io.Writer, ev provider.Event) error {
 func (*nativeResponses) done(io.Writer) error { return nil }
 
 func (s *nativeResponses) failed(w io.Writer, e *router.StreamError) error {
-	_, err := w.Write(responses.FailedEvent(s.next, failureCode(e), streamFailure(e)))
+	_, err := w.Write(responses.FailedEvent(s.next, s.id, s.model, failureCode(e), streamFailure(e)))
 	return err
 }
 

@@ -55,6 +55,11 @@ func (o *outcome) redact(secrets []string) {
 	o.body = redactBody(o.body, secrets)
 }
 
+// RedactBody removes d's secrets, and anything shaped like a key, from a
+// body of d's provider that the router passes on outside an attempt
+// (count_tokens).
+func RedactBody(body []byte, d *Deployment) []byte { return redactBody(body, d.Secrets) }
+
 // redactBody is redact for a JSON body passed on as it came. A body with
 // escapes ("sk\u002dproj...", "abc\/def") is decoded, redacted string by
 // string and encoded again, so that no escaped secret gets through.

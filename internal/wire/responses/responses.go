@@ -194,6 +194,10 @@ var ErrNeedsState = errors.New("a Responses request with previous_response_id or
 func ToChat(body []byte) ([]byte, error) {
 	var r Request
 	if err := json.Unmarshal(body, &r); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, badRequest("%s: expected %s, got a JSON %s", te.Field, kindOf(te.Type.Kind().String()), te.Value)
+		}
 		return nil, badRequest("%v", err)
 	}
 	if r.Model == "" {
@@ -446,6 +450,21 @@ func outputText(raw json.RawMessage) (string, error) {
 		return b.String(), nil
 	}
 	return "", errors.New("output: must be a string or an array of parts")
+}
+
+// kindOf names a Go kind as JSON does.
+func kindOf(k string) string {
+	switch k {
+	case "slice", "array":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	}
+	return "a number"
 }
 
 func cmpOr(s, def string) string {

@@ -96,6 +96,8 @@ func TestToChatRefuses(t *testing.T) {
 		`{"model":"g","input":""}`:                                                      "input",
 		`{"input":"x"}`:                                                                 "model",
 		`{"model":"g","input":7}`:                                                       "input",
+		`{"model":"g","input":"x","tools":"shell"}`:                                     "tools: expected an array, got a JSON string",
+		`{"model":"g","input":"x","temperature":"hot"}`:                                 "temperature: expected a number, got a JSON string",
 	} {
 		_, err := ToChat([]byte(body))
 		if !errors.Is(err, ErrRequest) || !strings.Contains(err.Error(), want) {
@@ -212,6 +214,28 @@ func TestChatEncoder(t *testing.T) {
 	}
 }
 
+// Tool calls streamed without an index (some servers): a new id is a new
+// call, a delta without an id more of the open one.
+func TestChatEncoderCallsWithoutIndex(t *testing.T) {
+	e := NewChatEncoder()
+	var sse string
+	for _, c := range []string{
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{\"a\""}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":":1}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"c2","function":{"name":"g","arguments":"{}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+	} {
+		sse += string(e.Chunk([]byte(c)))
+	}
+	sse += string(e.Done())
+	_, data := events(t, sse)
+	out := data[len(data)-1]["response"].(map[string]any)["output"].([]any)
+	if len(out) != 2 || out[0].(map[string]any)["arguments"] != `{"a":1}` || out[1].(map[string]any)["call_id"] != "c2" ||
+		out[1].(map[string]any)["arguments"] != "{}" {
+		t.Errorf("expected two calls, f({\"a\":1}) and g({}), got %v", out)
+	}
+}
+
 // A stream that fails after it began ends with response.failed, never a
 // response.completed; one cut by length ends response.incomplete.
 func TestChatEncoderEnds(t *testing.T) {
@@ -223,6 +247,10 @@ func TestChatEncoderEnds(t *testing.T) {
 		last["error"].(map[string]any)["message"] != "cut" || strings.Contains(sse, "response.completed") {
 		t.Errorf("failed: %v", types)
 	}
+	item := last["output"].([]any)[0].(map[string]any)
+	if item["status"] != "incomplete" || item["content"].([]any)[0].(map[string]any)["text"] != "Hi" {
+		t.Errorf("expected what was streamed in the failed response, got %v", item)
+	}
 	e = NewChatEncoder()
 	sse = string(e.Chunk([]byte(`{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"length"}]}`))) + string(e.Done())
 	types, data = events(t, sse)
@@ -231,11 +259,11 @@ func TestChatEncoderEnds(t *testing.T) {
 		t.Errorf("incomplete: %v", types)
 	}
 	// The router's own failure after a native relay continues its numbering.
-	_, data = events(t, string(FailedEvent(0, "rate_limit_exceeded", "x")))
-	if data[0]["type"] != "response.failed" {
-		t.Errorf("FailedEvent: %v", data)
+	_, data = events(t, string(FailedEvent(0, "resp_p", "gpt", "rate_limit_exceeded", "x")))
+	if r := data[0]["response"].(map[string]any); data[0]["type"] != "response.failed" || r["id"] != "resp_p" || r["model"] != "gpt" {
+		t.Errorf("FailedEvent: expected the provider's response failed, got %v", data)
 	}
-	if !strings.Contains(string(FailedEvent(7, "c", "m")), `"sequence_number":7`) {
+	if !strings.Contains(string(FailedEvent(7, "", "", "c", "m")), `"sequence_number":7`) {
 		t.Error("expected FailedEvent numbered 7")
 	}
 }

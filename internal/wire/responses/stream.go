@@ -125,8 +125,19 @@ func (e *ChatEncoder) textDelta(out []byte, d string) []byte {
 // arguments.
 func (e *ChatEncoder) toolCall(out []byte, tc chat.ToolCall) []byte {
 	idx := 0
-	if tc.Index != nil {
+	switch {
+	case tc.Index != nil:
 		idx = *tc.Index
+	case tc.ID != "" && (e.open < 0 || e.resp.Output[e.open].Type != "function_call" || e.resp.Output[e.open].CallID != tc.ID):
+		// No index (some servers): a new id is a new call.
+		idx = -1 - len(e.args)
+	case e.open >= 0 && e.resp.Output[e.open].Type == "function_call":
+		// No index, no id: more of the open call.
+		for k, oi := range e.args {
+			if oi == e.open {
+				idx = k
+			}
+		}
 	}
 	oi, ok := e.args[idx]
 	if !ok {
@@ -211,6 +222,15 @@ func (e *ChatEncoder) Failed(code, message string) []byte {
 		out = e.start(out, "")
 	}
 	e.finished = true
+	if e.open >= 0 {
+		// What was streamed of the open item, which did not end.
+		it := &e.resp.Output[e.open]
+		it.Status = "incomplete"
+		if it.Type == "message" {
+			text := e.text.String()
+			it.Content = []OutputPart{{Type: "output_text", Text: &text}}
+		}
+	}
 	e.resp.Status = "failed"
 	e.resp.Error = &ErrorObject{Code: code, Message: message}
 	e.resp.Usage = e.usage
@@ -218,10 +238,11 @@ func (e *ChatEncoder) Failed(code, message string) []byte {
 }
 
 // FailedEvent is the response.failed event that ends a natively relayed
-// stream which failed after it began: the provider's own events carried
-// the sequence numbers up to next.
-func FailedEvent(next int, code, message string) []byte {
-	e := &ChatEncoder{seq: next, started: true, open: -1, resp: newResponse("", "", "in_progress")}
+// stream which failed after it began, for the response id and model the
+// provider's response.created named ("" for fresh ones): its events
+// carried the sequence numbers up to next.
+func FailedEvent(next int, id, model, code, message string) []byte {
+	e := &ChatEncoder{seq: next, started: true, open: -1, resp: newResponse(id, model, "in_progress")}
 	return e.Failed(code, message)
 }
 

@@ -83,6 +83,10 @@ func (h *Handler) provisionPassThrough() error {
 		},
 		Transport:     headerDeadline{rt: cfg.transport, d: durationOr(h.Deadline, router.DefaultDeadline)},
 		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del("Server") // Caddy sends its own
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			h.logger.Debug("pass_through: the provider could not be reached", zap.String("provider", name), zap.Error(err))
 			e := api.Errorf(http.StatusBadGateway, api.Unavailable, "", "pass_through: provider %s could not be reached", name)

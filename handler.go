@@ -87,6 +87,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.prefer(req, group, affinity)
 	res := h.router.ServeGroup(r.Context(), group, req)
 	h.remember(affinity, res)
+	h.rememberConversation(req, res)
+	h.logDropped(req, res)
 	if e, ok := res.Err.(*router.Error); ok && req.Pinned != nil {
 		c := *e
 		c.Message = "this request continues a response of deployment " + req.Pinned.Name +

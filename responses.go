@@ -1,17 +1,20 @@
 package llmrouter
 
 import (
+	"bytes"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
+	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/fleet"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Which deployment made each Responses API response (in fleet mode, also
@@ -82,18 +85,28 @@ func (h *Handler) owner(id string) (o responseOwner, fromFleet, ok bool) {
 // it knows it. A response no deployment of the group can continue is a
 // 400 that says why.
 func (h *Handler) pin(req *router.Request, group *router.Group, model string) *api.Error {
-	prev, _ := jsonbody.GetString(req.Body, "previous_response_id")
-	if prev == "" {
+	if req.Format != provider.Responses {
 		return nil
 	}
-	o, fromFleet, ok := h.owner(prev)
+	// A continuation names the response it continues, or the conversation
+	// (the Conversations API's) whose state it adds to.
+	param, what := "previous_response_id", ""
+	key, _ := jsonbody.GetString(req.Body, param)
+	if key != "" {
+		what = "the response " + strconv.Quote(key)
+	} else if conv := conversationID(req.Body); conv != "" {
+		param, key, what = "conversation", conversationKey(conv), "the conversation "+strconv.Quote(conv)
+	} else {
+		return nil
+	}
+	o, fromFleet, ok := h.owner(key)
 	if !ok {
 		return nil
 	}
 	if o.identity == "" {
-		return api.Errorf(http.StatusBadRequest, api.InvalidValue, "previous_response_id",
-			"the response %s was made by deployment %s through Chat Completions, and no provider keeps its state: send the whole conversation as input instead of previous_response_id",
-			strconv.Quote(prev), o.name)
+		return api.Errorf(http.StatusBadRequest, api.InvalidValue, param,
+			"%s was made by deployment %s through Chat Completions, and no provider keeps its state: send the whole conversation as input instead of %s",
+			what, o.name, param)
 	}
 	for g := range group.Chain() {
 		for _, d := range g.Deployments {
@@ -107,7 +120,68 @@ func (h *Handler) pin(req *router.Request, group *router.Group, model string) *a
 			}
 		}
 	}
-	return api.Errorf(http.StatusBadRequest, api.InvalidValue, "previous_response_id",
-		"the response %s was made by deployment %s, which model group %s no longer has; its state stays with that provider account: send the whole conversation as input instead",
-		strconv.Quote(prev), o.name, strconv.Quote(model))
+	return api.Errorf(http.StatusBadRequest, api.InvalidValue, param,
+		"%s was made by deployment %s, which model group %s no longer has; its state stays with that provider account: send the whole conversation as input instead",
+		what, o.name, strconv.Quote(model))
+}
+
+// conversationID is a Responses request's conversation: a string, or an
+// object's id; "" when none.
+func conversationID(body []byte) string {
+	start, end, _ := jsonbody.FindMember(body, "conversation")
+	switch {
+	case start < 0:
+		return ""
+	case body[start] == '"':
+		s, _ := jsonbody.String(body[start:end])
+		return s
+	case body[start] == '{':
+		id, _ := jsonbody.GetString(body[start:end], "id")
+		return id
+	}
+	return ""
+}
+
+// conversationKey is how a conversation is remembered among response ids.
+func conversationKey(id string) string { return "conversation\x00" + id }
+
+// rememberConversation notes which deployment served a request that added
+// to a conversation (the Conversations API's, which lives at one provider
+// account): its next requests go there.
+func (h *Handler) rememberConversation(req *router.Request, res *router.Result) {
+	if req.Format != provider.Responses || res.Deployment == nil || res.Err != nil ||
+		res.Stream == nil && res.Status >= 300 || res.Format != provider.Responses {
+		return
+	}
+	if conv := conversationID(req.Body); conv != "" && len(conv) <= 256 {
+		o := responseOwner{identity: h.meta[res.Deployment].identity, name: res.Deployment.Name}
+		responseOwners().Add(conversationKey(conv), o)
+		if h.store != nil {
+			h.store.RememberOwner(conversationKey(conv), o.identity, o.name, ResponseOwnersTTL)
+		}
+	}
+}
+
+// logDropped logs at debug level what a Messages request lost on its way
+// to a deployment that is not Anthropic's (translated to Chat
+// Completions): thinking blocks and cache_control markers, which are hints
+// to Anthropic's models and caches that other providers cannot take.
+func (h *Handler) logDropped(req *router.Request, res *router.Result) {
+	if req.Format != provider.Messages || res.Deployment == nil || res.Format == provider.Messages {
+		return
+	}
+	ce := h.logger.Check(zap.DebugLevel, "translated to Chat Completions without what it cannot express")
+	if ce == nil {
+		return
+	}
+	var dropped []string
+	if bytes.Contains(req.Body, []byte(`"thinking"`)) || bytes.Contains(req.Body, []byte(`"redacted_thinking"`)) {
+		dropped = append(dropped, "thinking")
+	}
+	if bytes.Contains(req.Body, []byte(`"cache_control"`)) {
+		dropped = append(dropped, "cache_control")
+	}
+	if len(dropped) > 0 {
+		ce.Write(zap.String("deployment", res.Deployment.Name), zap.Strings("dropped", dropped))
+	}
 }

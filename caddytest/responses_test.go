@@ -139,6 +139,24 @@ func TestOpenAIGoSDKResponsesNativeAndContinued(t *testing.T) {
 	if got := stats(t, 9082).Requests; got != 1 {
 		t.Errorf("expected b asked once, got %d", got)
 	}
+	// A request adding to a conversation (the Conversations API's) is
+	// served by b while a fails: the conversation is b's from then on.
+	conv := func() string {
+		t.Helper()
+		resp, err := http.Post(routerURL+"/v1/responses", "application/json",
+			strings.NewReader(`{"model":"native","conversation":{"id":"conv_abc"},"input":"More."}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("conversation: expected 200, got %d", resp.StatusCode)
+		}
+		return resp.Header.Get("X-LLM-Router-Deployment")
+	}
+	if d := conv(); d != "b/native-b" {
+		t.Fatalf("expected b to serve the conversation while a fails, got %q", d)
+	}
 
 	// a is back and ranks first for a new conversation...
 	deadline := time.Now().Add(10 * time.Second)
@@ -153,7 +171,11 @@ func TestOpenAIGoSDKResponsesNativeAndContinued(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// ...but the continuation of b's response goes to b, streamed.
+	// ...but the conversation stays with b...
+	if d := conv(); d != "b/native-b" {
+		t.Errorf("expected the conversation kept on b, got %q", d)
+	}
+	// ...and the continuation of b's response goes to b, streamed.
 	stream := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{
 		Model:              "native",
 		PreviousResponseID: openai.String(first.ID),

@@ -86,10 +86,15 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 		err = errBadReply
 	}
 	if err != nil {
+		if s.busy(err) {
+			s.obs.Error("reserve")
+			return s.timeout, nil // Redis is loaded, not down: try again shortly
+		}
 		s.fail("reserve", err)
 		s.obs.Fallback("reserve")
 		return 0, err
 	}
+	s.answered()
 	if res[0] == 1 {
 		return 0, nil
 	}
@@ -121,10 +126,15 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		err = errBadReply
 	}
 	if err != nil {
+		if s.busy(err) {
+			s.obs.Error("spend")
+			return s.timeout, none, nil // Redis is loaded, not down: try again shortly
+		}
 		s.fail("spend", err)
 		s.obs.Fallback("spend")
 		return 0, none, err
 	}
+	s.answered()
 	left := none
 	left.Instances = int(res[6])
 	if bu.Requests.Limit >= 0 {

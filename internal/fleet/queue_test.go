@@ -3,10 +3,12 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // The fleet's queue counts each waiting request's place across instances:
@@ -191,4 +193,32 @@ func TestOwnersAreShared(t *testing.T) {
 			t.Error("expected an unknown response unknown")
 		}
 	})
+}
+
+// A budget call that times out while Redis answered others within the
+// last second is load, not an outage: refused for a moment, not decided
+// on local state.
+func TestBusyIsNotDown(t *testing.T) {
+	s := &Store{}
+	s.health.Store(healthUp)
+	timeout := fmt.Errorf("spend: %w", context.DeadlineExceeded)
+	if s.busy(timeout) {
+		t.Error("expected no answer yet to mean down, not busy")
+	}
+	s.answered()
+	if !s.busy(timeout) || !s.busy(redis.ErrPoolTimeout) {
+		t.Error("expected a timeout right after an answer to be busy")
+	}
+	if s.busy(errors.New("connection refused")) {
+		t.Error("expected a refused connection not to be busy")
+	}
+	s.health.Store(healthDown)
+	if s.busy(timeout) {
+		t.Error("expected a store known down not to be busy")
+	}
+	s.health.Store(healthUp)
+	s.lastAnswer.Store(time.Now().Add(-2 * busyWindow).UnixNano())
+	if s.busy(timeout) {
+		t.Error("expected a timeout long after the last answer not to be busy")
+	}
 }

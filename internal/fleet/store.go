@@ -123,6 +123,7 @@ type Store struct {
 	log                *zap.Logger
 	obs                Observer
 	health             atomic.Int32
+	lastAnswer         atomic.Int64 // Unix ns of the request path's last answer from Redis (busy)
 	seq                atomic.Uint64
 	ctx                context.Context
 	cancel             context.CancelFunc
@@ -321,6 +322,26 @@ func (s *Store) close() error {
 		cancel()
 	}
 	return s.client.Close()
+}
+
+// busyWindow is how recently Redis must have answered the request path for
+// a timed-out budget call to count as load rather than an outage.
+const busyWindow = time.Second
+
+// answered records an answer from Redis on the request path.
+func (s *Store) answered() { s.lastAnswer.Store(time.Now().UnixNano()) }
+
+// busy reports whether err, a failed budget call, is a timeout while Redis
+// answered other calls within busyWindow: a burst that queues on Redis or
+// on the pool, not an outage. The call is then refused for a moment
+// (the request tries again) rather than decided on local state, which
+// would let each instance spend the whole budget again: under a burst of
+// 2000 that drew a hundred upstream 429s.
+func (s *Store) busy(err error) bool {
+	var ne net.Error
+	timeout := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.As(err, &ne) && ne.Timeout()
+	return timeout && s.health.Load() == healthUp && time.Since(time.Unix(0, s.lastAnswer.Load())) < busyWindow
 }
 
 // available reports whether the request path may ask Redis.

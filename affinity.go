@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
+	"github.com/llmrouter/caddy-llm-router/internal/fleet"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
@@ -73,24 +74,38 @@ func (h *Handler) prefer(req *router.Request, group *router.Group, key string) {
 	if key == "" || req.Pinned != nil {
 		return
 	}
-	identity, ok := affinities().Get(key)
-	if !ok {
-		return
-	}
-	for g := range group.Chain() {
-		for _, d := range g.Deployments {
-			if h.meta[d].identity == identity {
-				req.Prefer = d
-				return
-			}
-		}
+	if identity, ok := affinities().Get(key); ok {
+		req.Prefer = h.deploymentOf(group, identity, false)
 	}
 }
 
 // remember notes the deployment that served the conversation.
 func (h *Handler) remember(key string, res *router.Result) {
-	if key == "" || res.Deployment == nil || res.Err != nil || res.Stream == nil && res.Status >= 300 {
-		return
+	if key != "" && answered(res) {
+		affinities().Add(key, h.meta[res.Deployment].identity)
 	}
-	affinities().Add(key, h.meta[res.Deployment].identity)
+}
+
+// answered reports whether a deployment answered res successfully (a
+// 2xx, or a committed stream).
+func answered(res *router.Result) bool {
+	return res.Deployment != nil && res.Err == nil && (res.Stream != nil || res.Status < 300)
+}
+
+// deploymentOf returns the deployment of group, or of its fallback
+// groups, of the given identity (see Handler.meta; its fleet.DeploymentID
+// when hashed), nil when none.
+func (h *Handler) deploymentOf(group *router.Group, identity string, hashed bool) *router.Deployment {
+	for g := range group.Chain() {
+		for _, d := range g.Deployments {
+			id := h.meta[d].identity
+			if hashed {
+				id = fleet.DeploymentID(id)
+			}
+			if id == identity {
+				return d
+			}
+		}
+	}
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
-	"github.com/llmrouter/caddy-llm-router/internal/fleet"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -55,12 +54,18 @@ func (h *Handler) responsesAPI(a api.Responses) api.Responses {
 		if native {
 			o.identity = h.meta[d].identity
 		}
-		responseOwners().Add(id, o)
-		if h.store != nil {
-			h.store.RememberOwner(id, o.identity, o.name, ResponseOwnersTTL)
-		}
+		h.rememberOwner(id, o)
 	}
 	return a
+}
+
+// rememberOwner remembers o as the owner of key (a response id, or a
+// conversationKey), here and, in fleet mode, in the fleet's store.
+func (h *Handler) rememberOwner(key string, o responseOwner) {
+	responseOwners().Add(key, o)
+	if h.store != nil {
+		h.store.RememberOwner(key, o.identity, o.name, ResponseOwnersTTL)
+	}
 }
 
 // owner finds which deployment made the response id: this instance's
@@ -108,17 +113,9 @@ func (h *Handler) pin(req *router.Request, group *router.Group, model string) *a
 			"%s was made by deployment %s through Chat Completions, and no provider keeps its state: send the whole conversation as input instead of %s",
 			what, o.name, param)
 	}
-	for g := range group.Chain() {
-		for _, d := range g.Deployments {
-			identity := h.meta[d].identity
-			if fromFleet {
-				identity = fleet.DeploymentID(identity)
-			}
-			if identity == o.identity {
-				req.Pinned = d
-				return nil
-			}
-		}
+	if d := h.deploymentOf(group, o.identity, fromFleet); d != nil {
+		req.Pinned = d
+		return nil
 	}
 	return api.Errorf(http.StatusBadRequest, api.InvalidValue, param,
 		"%s was made by deployment %s, which model group %s no longer has; its state stays with that provider account: send the whole conversation as input instead",
@@ -149,16 +146,11 @@ func conversationKey(id string) string { return "conversation\x00" + id }
 // to a conversation (the Conversations API's, which lives at one provider
 // account): its next requests go there.
 func (h *Handler) rememberConversation(req *router.Request, res *router.Result) {
-	if req.Format != provider.Responses || res.Deployment == nil || res.Err != nil ||
-		res.Stream == nil && res.Status >= 300 || res.Format != provider.Responses {
+	if req.Format != provider.Responses || !answered(res) || res.Format != provider.Responses {
 		return
 	}
 	if conv := conversationID(req.Body); conv != "" && len(conv) <= 256 {
-		o := responseOwner{identity: h.meta[res.Deployment].identity, name: res.Deployment.Name}
-		responseOwners().Add(conversationKey(conv), o)
-		if h.store != nil {
-			h.store.RememberOwner(conversationKey(conv), o.identity, o.name, ResponseOwnersTTL)
-		}
+		h.rememberOwner(conversationKey(conv), responseOwner{identity: h.meta[res.Deployment].identity, name: res.Deployment.Name})
 	}
 }
 

@@ -91,8 +91,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.logDropped(req, res)
 	if e, ok := res.Err.(*router.Error); ok && req.Pinned != nil {
 		c := *e
-		c.Message = "this request continues a response of deployment " + req.Pinned.Name +
-			" (previous_response_id), whose provider account alone keeps that state, so no other deployment can serve it: " + e.Message
+		c.Message = "this request continues state that deployment " + req.Pinned.Name +
+			" made (its previous_response_id or conversation), which that provider account alone keeps, so no other deployment can serve it: " + e.Message
 		res.Err = &c
 	}
 	h.annotate(r, group.Name, res) // the group's name: a pattern bounds the metrics' labels

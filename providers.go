@@ -111,6 +111,18 @@ type ProviderConfig struct {
 	// or provisioned, not configured.
 	NoKey bool `json:"-"`
 
+	// DerivedBaseURL says the type derives base_url from settings of its
+	// own (a cloud's region) when it is not configured: base_url is then
+	// optional, and the type sets BaseURL before provisioning. Set by the
+	// provider type, not configured.
+	DerivedBaseURL bool `json:"-"`
+
+	// Account tells this account apart from others at the same base_url
+	// and key (a cloud project, a credentials profile or role) in the
+	// deployment's identity, which keys what the router learned of it; set
+	// by the provider type before Provision returns, never a secret.
+	Account string `json:"-"`
+
 	endpoint    provider.Endpoint
 	transport   http.RoundTripper
 	owned       *reverseproxy.HTTPTransport
@@ -299,15 +311,23 @@ func (c *ProviderConfig) provisionTransport(ctx caddy.Context, https bool) error
 	return nil
 }
 
+// WrapTransport puts wrap around the transport Provision loaded, for a
+// type that authenticates each request itself (signs it, adds a fresh
+// token): wrap's RoundTripper sees the upstream request last, after the
+// router set everything else on it. Call it after Provision.
+func (c *ProviderConfig) WrapTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+	c.transport = wrap(c.transport)
+}
+
 // validate checks what can be checked before provisioning, for the JSON
 // and the Caddyfile paths alike: a base_url, timeouts not negative, header
 // names and values HTTP allows (a header value's placeholders are replaced
 // later, and checked by the transport).
 func (c *ProviderConfig) validate() error {
-	if c.BaseURL == "" {
+	if c.BaseURL == "" && !c.DerivedBaseURL {
 		return errors.New("needs a base_url")
 	}
-	if !strings.Contains(c.BaseURL, "{") { // else checked once replaced, at Provision
+	if c.BaseURL != "" && !strings.Contains(c.BaseURL, "{") { // else checked once replaced, at Provision
 		if _, err := checkBaseURL(c.BaseURL, c.BaseURL); err != nil {
 			return err
 		}
@@ -372,7 +392,11 @@ func (c *ProviderConfig) Cleanup() error {
 // as a fingerprint.
 func (c *ProviderConfig) identity(typ, model string) string {
 	sum := sha256.Sum256([]byte(c.endpoint.APIKey))
-	return strings.Join([]string{typ, c.endpoint.BaseURL, hex.EncodeToString(sum[:6]), model}, "|")
+	parts := []string{typ, c.endpoint.BaseURL, hex.EncodeToString(sum[:6]), model}
+	if c.Account != "" {
+		parts = append(parts[:3], c.Account, model)
+	}
+	return strings.Join(parts, "|")
 }
 
 // ParseProviderBlock parses a provider's Caddyfile block, the tokens

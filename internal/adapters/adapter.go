@@ -57,8 +57,20 @@ func (p *plan) Native() bool { return p.native }
 // Answer implements provider.Plan.
 func (p *plan) Answer(body []byte) ([]byte, error) { return p.r.answer(p, body) }
 
-// Stream implements provider.Plan.
-func (p *plan) Stream(body io.Reader) provider.Stream { return provider.SSE(body, p.r.decoder(p)) }
+// Stream implements provider.Plan: server-sent events, unless the reader
+// reads another framing (framedReader).
+func (p *plan) Stream(body io.Reader) provider.Stream {
+	if f, ok := p.r.(framedReader); ok {
+		return f.stream(p, body)
+	}
+	return provider.SSE(body, p.r.decoder(p))
+}
+
+// framedReader is a reader whose streams are not server-sent events
+// (Bedrock's AWS event stream).
+type framedReader interface {
+	stream(p *plan, body io.Reader) provider.Stream
+}
 
 // chatPlan returns a plan whose answers are read into Chat; native when
 // Chat is the provider's own format.

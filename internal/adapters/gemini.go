@@ -559,7 +559,7 @@ func classifyGemini(status int, e gemErrorBody) (provider.Class, time.Duration) 
 		status = e.Code
 	}
 	msg := strings.ToLower(e.Message)
-	perDay, keyInvalid := strings.Contains(msg, "per day"), strings.Contains(msg, "api key not valid")
+	perDay, keyInvalid := strings.Contains(msg, "per day") || strings.Contains(msg, "per_day"), strings.Contains(msg, "api key not valid")
 	wait := time.Duration(provider.Unknown)
 	for _, d := range e.Details {
 		if d.Reason == "API_KEY_INVALID" {

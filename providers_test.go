@@ -192,7 +192,7 @@ func TestThirdPartyProviderType(t *testing.T) {
 		`provider e {
 			type palm
 			base_url http://h
-		}`: `unknown provider type "palm" (known: anthropic, azure, echo_test, gemini, openai)`,
+		}`: `unknown provider type "palm" (known: anthropic, azure, bedrock, echo_test, gemini, openai, vertex)`,
 		`provider e {
 			type echo_test
 			api_key none
@@ -202,7 +202,7 @@ func TestThirdPartyProviderType(t *testing.T) {
 		}`: "duplicate subdirective type in provider",
 		`provider e {
 			base_url http://h
-		}`: "provider e needs a type (anthropic, azure, echo_test, gemini, openai), at Testfile:2",
+		}`: "provider e needs a type (anthropic, azure, bedrock, echo_test, gemini, openai, vertex), at Testfile:2",
 		`provider f {
 			type openai
 			api_key none

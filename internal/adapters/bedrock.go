@@ -351,6 +351,10 @@ func bedrockErrorName(t string) string {
 func classifyBedrock(status int, typ, msg string) provider.Class {
 	switch typ {
 	case "ThrottlingException":
+		if strings.Contains(msg, "per day") {
+			// "Too many tokens per day": the daily quota, not a rate.
+			return provider.QuotaExhausted
+		}
 		return provider.RateLimited
 	case "ServiceQuotaExceededException":
 		// The account's quota for the model (tokens or requests per minute,
@@ -366,8 +370,13 @@ func classifyBedrock(status int, typ, msg string) provider.Class {
 		"InvalidClientTokenId", "SignatureDoesNotMatch":
 		return provider.Auth
 	case "ValidationException":
-		if bedrockContextLength(msg) {
+		switch {
+		case bedrockContextLength(msg):
 			return provider.ContextLength
+		case strings.Contains(msg, "model identifier is invalid"):
+			// This deployment's model id is wrong: its failure, not the
+			// client's (as ResourceNotFound).
+			return provider.Server
 		}
 		return provider.ClientError
 	case "ModelTimeoutException", "ModelErrorException", "ModelStreamErrorException",

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -479,5 +481,49 @@ func TestBedrockObserve(t *testing.T) {
 	}
 	if o := p.Observe(200, http.Header{}, nil, now); o.Class != provider.OK {
 		t.Errorf("200: %+v", o)
+	}
+}
+
+// The event-stream fixtures (testdata/streams/bedrock-*.bin, framed by the
+// AWS SDK's encoder from the documented events; see testdata/README.md)
+// read to the text they carry, or to the throttle they end with.
+func TestBedrockStreamFixtures(t *testing.T) {
+	p := newBedrock()
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("testdata", "streams", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	text := func(d drained) string {
+		var res streamResult
+		res.ids, res.models = map[string]bool{}, map[string]bool{}
+		for _, ev := range d.events {
+			res.accumulate(t, ev.Data)
+		}
+		return res.content + "|" + res.finish
+	}
+	for _, tt := range []struct{ file, model, want string }{
+		{"bedrock-invoke-stream.bin", "anthropic.claude-3-haiku-20240307-v1:0", "Hello|stop"},
+		{"bedrock-converse-stream.bin", "amazon.nova-pro-v1:0", ""},
+	} {
+		pl, err := p.Plan(context.Background(), tt.model, chatReq([]byte(`{"model":"g","stream":true,"messages":[{"role":"user","content":"hi"}]}`), true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := pl.Stream(bytes.NewReader(read(tt.file)))
+		d := drain(s)
+		if d.err != nil || d.errObs != nil || !s.Complete() {
+			t.Fatalf("%s: %v %+v complete %v", tt.file, d.err, d.errObs, s.Complete())
+		}
+		if got := text(d); tt.want != "" && got != tt.want || !strings.HasSuffix(got, "|stop") || strings.HasPrefix(got, "|") {
+			t.Errorf("%s: %q", tt.file, got)
+		}
+	}
+	pl, _ := p.Plan(context.Background(), "anthropic.claude-3-haiku-20240307-v1:0", chatReq([]byte(`{"model":"g","stream":true,"messages":[{"role":"user","content":"hi"}]}`), true))
+	d := drain(pl.Stream(bytes.NewReader(read("bedrock-stream-throttled.bin"))))
+	if d.errObs == nil || d.errObs.Class != provider.RateLimited || !strings.Contains(d.errObs.Message, "Too many tokens") {
+		t.Errorf("throttled: %+v %v", d.errObs, d.err)
 	}
 }

@@ -177,6 +177,10 @@ func byName(name string, ep provider.Endpoint) provider.Provider {
 		return &Anthropic{Endpoint: ep}
 	case "gemini":
 		return &Gemini{Endpoint: ep}
+	case "bedrock":
+		return &Bedrock{Endpoint: ep}
+	case "vertex":
+		return &Vertex{Endpoint: ep, Project: "p", Location: "us-east5"}
 	}
 	panic("no provider type " + name)
 }

@@ -47,7 +47,7 @@ func TestVertexPlans(t *testing.T) {
 	jsontest.Same(t, planBody(t, pl), `{"max_tokens":20,"messages":[{"role":"user","content":"hi"}],"anthropic_version":"vertex-2023-10-16"}`)
 
 	for model, want := range map[string]string{
-		"gemini-2.5-flash": root + "google/models/gemini-2.5-flash:streamGenerateContent",
+		"gemini-2.5-flash":                        root + "google/models/gemini-2.5-flash:streamGenerateContent",
 		"publishers/google/models/gemini-2.5-pro": root + "google/models/gemini-2.5-pro:streamGenerateContent",
 	} {
 		pl, err = p.Plan(context.Background(), model, chatReq([]byte(`{"model":"g","stream":true,"messages":[{"role":"user","content":"hi"}]}`), true))

@@ -1,0 +1,397 @@
+package llmrouter
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// isolateAWS keeps the test away from the machine's AWS configuration:
+// no shared files, no instance metadata, only what the test sets.
+func isolateAWS(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+		"AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// verifySigV4 checks a received request's SigV4 signature the way AWS
+// does: the signed headers only, re-signed with the SDK's signer at the
+// request's own time, compared.
+func verifySigV4(r *http.Request, body []byte, akid, secret, region string) error {
+	auth := r.Header.Get("Authorization")
+	var cred, signed, sig string
+	for _, f := range strings.Split(strings.TrimPrefix(auth, "AWS4-HMAC-SHA256 "), ", ") {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "Credential":
+			cred = v
+		case "SignedHeaders":
+			signed = v
+		case "Signature":
+			sig = v
+		}
+	}
+	scope := strings.Split(cred, "/")
+	if len(scope) != 5 || scope[0] != akid || scope[2] != region || scope[3] != "bedrock" {
+		return fmt.Errorf("credential scope %q", cred)
+	}
+	at, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
+	if err != nil {
+		return err
+	}
+	u := *r.URL
+	u.Scheme, u.Host = "http", r.Host
+	re, _ := http.NewRequest(r.Method, u.String(), strings.NewReader(string(body)))
+	re.ContentLength = int64(len(body))
+	for _, h := range strings.Split(signed, ";") {
+		if h != "host" && h != "content-length" {
+			re.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
+		}
+	}
+	re.Header.Del("Authorization")
+	hash := r.Header.Get("X-Amz-Content-Sha256")
+	if hash == "" {
+		hash = fmt.Sprintf("%x", sha256.Sum256(body))
+	}
+	creds := aws.Credentials{AccessKeyID: akid, SecretAccessKey: secret, SessionToken: r.Header.Get("X-Amz-Security-Token")}
+	if err := v4.NewSigner().SignHTTP(r.Context(), creds, re, hash, scope[3], scope[2], at); err != nil {
+		return err
+	}
+	if !strings.Contains(re.Header.Get("Authorization"), "Signature="+sig) || sig == "" {
+		return fmt.Errorf("signature mismatch")
+	}
+	return nil
+}
+
+// A bedrock provider signs each request with SigV4 (service bedrock, its
+// region) with the credentials of the environment, re-signing a request
+// the router sends again; a signature made with another secret does not
+// verify. A Bedrock API key goes as a bearer token instead.
+func TestBedrockSignsWithTheCredentialChain(t *testing.T) {
+	isolateAWS(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+	var mu sync.Mutex
+	var verified, refused int
+	var paths []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		paths = append(paths, r.URL.EscapedPath())
+		if r.Header.Get("Authorization") == "Bearer ABSK-test-key" {
+			verified++
+		} else if err := verifySigV4(r, body, "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-west-2"); err != nil {
+			refused++
+			w.Header().Set("X-Amzn-Errortype", "InvalidSignatureException")
+			w.WriteHeader(403)
+			_, _ = w.Write([]byte(`{"message":"The request signature we calculated does not match the signature you provided."}`))
+			return
+		} else {
+			verified++
+		}
+		if strings.Contains(string(body), `"model"`) || !strings.Contains(string(body), `"anthropic_version":"bedrock-2023-05-31"`) {
+			w.WriteHeader(400)
+			return
+		}
+		_, _ = w.Write([]byte(`{"id":"msg_bdrk_1","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"Signed."}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}}`))
+	}))
+	defer upstream.Close()
+
+	var h Handler
+	err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider aws {
+			type bedrock
+			region us-west-2
+			base_url ` + upstream.URL + `
+		}
+		provider awskey {
+			type bedrock
+			region us-west-2
+			base_url ` + upstream.URL + `
+			api_key ABSK-test-key
+		}
+		model claude {
+			deployment aws us.anthropic.claude-sonnet-4-5-20250929-v1:0
+		}
+		model keyed {
+			deployment awskey anthropic.claude-3-haiku-20240307-v1:0
+		}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(h.ProvidersRaw["aws"], &cfg); err != nil || cfg["type"] != "bedrock" || cfg["region"] != "us-west-2" {
+		t.Fatalf("JSON %s", h.ProvidersRaw["aws"])
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	for _, model := range []string{"claude", "keyed"} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"`+model+`","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`))
+		if err := h.ServeHTTP(w, r, nil); err != nil {
+			t.Fatal(err)
+		}
+		if w.Code != 200 || !strings.Contains(w.Body.String(), "Signed.") {
+			t.Errorf("%s: %d %s", model, w.Code, w.Body)
+		}
+	}
+	mu.Lock()
+	if verified != 2 || refused != 0 || paths[0] != "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke" {
+		t.Errorf("verified %d refused %d paths %v", verified, refused, paths)
+	}
+	mu.Unlock()
+	// The identity of a bedrock deployment names its account, never a secret.
+	for _, ref := range h.states {
+		if strings.Contains(ref.key, "wJalr") || strings.Contains(ref.key, "ABSK") || !strings.Contains(ref.key, "region=us-west-2") {
+			t.Errorf("identity %q", ref.key)
+		}
+	}
+
+	// Another secret: the signature does not verify (the check can fail).
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+	var h2 Handler
+	if err := h2.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider aws {
+			type bedrock
+			region us-west-2
+			base_url ` + upstream.URL + `
+		}
+		model claude {
+			deployment aws us.anthropic.claude-sonnet-4-5-20250929-v1:0
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Cleanup()
+	w := httptest.NewRecorder()
+	_ = h2.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"claude","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`)), nil)
+	mu.Lock()
+	defer mu.Unlock()
+	if w.Code == 200 || refused == 0 {
+		t.Errorf("a wrong secret: %d, refused %d", w.Code, refused)
+	}
+	if strings.Contains(w.Body.String(), "not-the-secret") || strings.Contains(w.Body.String(), "AKIDEXAMPLE") {
+		t.Errorf("the answer shows a credential: %s", w.Body)
+	}
+}
+
+// Without credentials anywhere, the attempt fails at the transport (the
+// router fails over), quickly, and says why without a secret.
+func TestBedrockWithoutCredentials(t *testing.T) {
+	isolateAWS(t)
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider aws {
+			type bedrock
+			region eu-west-1
+		}
+		model claude {
+			deployment aws anthropic.claude-3-haiku-20240307-v1:0
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	p := h.providers["aws"].(*Bedrock)
+	if p.Bedrock.Endpoint.BaseURL != "https://bedrock-runtime.eu-west-1.amazonaws.com" {
+		t.Errorf("base URL %s", p.Bedrock.Endpoint.BaseURL)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "https://bedrock-runtime.eu-west-1.amazonaws.com/model/x/invoke", strings.NewReader("{}"))
+	start := time.Now()
+	_, err := p.transport.RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), "AWS credentials") || time.Since(start) > 5*time.Second {
+		t.Errorf("no credentials: %v after %v", err, time.Since(start))
+	}
+}
+
+// Configuration errors of the bedrock type, at load.
+func TestBedrockConfigErrors(t *testing.T) {
+	isolateAWS(t)
+	for input, want := range map[string]string{
+		"type bedrock\nregion":                     "wrong argument count",
+		"type bedrock\nregion a b":                 "wrong argument count",
+		"type bedrock\nregion us-east-1\nzone x":   "unknown subdirective zone",
+		"type bedrock\nprofile p\nprofile q":       "duplicate subdirective profile",
+		"type bedrock\nrole_arn":                   "wrong argument count",
+		"type bedrock\nbase_url ftp://x\nregion r": "must be an absolute http or https URL",
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\nprovider aws {\n" + input + "\n}\nmodel m {\ndeployment aws x\n}\n}"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", input, err, want)
+		}
+	}
+	for raw, want := range map[string]string{
+		`{"type":"bedrock"}`: "bedrock: no region",
+		`{"type":"bedrock","region":"us-east-1","profile":"nope"}`: "failed to get shared config profile, nope",
+	} {
+		h := handlerFromJSON(t, `{"providers":{"a":`+raw+`},"models":{"m":{"deployments":[{"provider":"a","model":"x"}]}}}`)
+		err := h.Provision(newCaddyContext(t))
+		h.Cleanup()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", raw, err, want)
+		}
+	}
+}
+
+// tokenServer is a fake OAuth token endpoint for service-account
+// credentials (the JWT bearer grant): it issues numbered tokens that last
+// lifetime.
+type tokenServer struct {
+	*httptest.Server
+	issued atomic.Int64
+}
+
+func newTokenServer(t *testing.T, lifetime time.Duration) *tokenServer {
+	ts := &tokenServer{}
+	ts.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil || r.Form.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" ||
+			strings.Count(r.Form.Get("assertion"), ".") != 2 {
+			w.WriteHeader(400)
+			_, _ = w.Write([]byte(`{"error":"invalid_grant"}`))
+			return
+		}
+		n := ts.issued.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"access_token":"ya29.test-%d","expires_in":%d,"token_type":"Bearer"}`, n, int(lifetime.Seconds()))
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// serviceAccountFile writes a service account's JSON key whose token_uri
+// is tokenURL.
+func serviceAccountFile(t *testing.T, tokenURL string) string {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKCS8PrivateKey(key)
+	sa, _ := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "test-project", "private_key_id": "k1",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": "router@test-project.iam.gserviceaccount.com", "client_id": "1",
+		"token_uri": tokenURL,
+	})
+	path := filepath.Join(t.TempDir(), "sa.json")
+	if err := os.WriteFile(path, sa, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A vertex provider sends each request with an access token from the
+// token endpoint its service account names, reuses it while it lasts and
+// fetches a new one once it has expired.
+func TestVertexTokensFromServiceAccount(t *testing.T) {
+	tokens := newTokenServer(t, time.Second)
+	var mu sync.Mutex
+	var seen []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		_, _ = w.Write([]byte(`{"candidates":[{"content":{"role":"model","parts":[{"text":"From Vertex."}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":3,"totalTokenCount":5}}`))
+	}))
+	defer upstream.Close()
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccountFile(t, tokens.URL+"/token"))
+
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider gcp {
+			type vertex
+			project my-project
+			region us-central1
+			base_url ` + upstream.URL + `/v1
+		}
+		model gemini {
+			deployment gcp gemini-2.5-flash
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	ask := func() {
+		w := httptest.NewRecorder()
+		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"gemini","messages":[{"role":"user","content":"hi"}]}`)), nil)
+		if w.Code != 200 || !strings.Contains(w.Body.String(), "From Vertex.") {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	ask()
+	time.Sleep(1100 * time.Millisecond) // the first token has expired
+	ask()
+	mu.Lock()
+	defer mu.Unlock()
+	const path = "/v1/projects/my-project/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent"
+	if len(seen) != 2 || seen[0] != path+" Bearer ya29.test-1" || !strings.HasPrefix(seen[1], path+" Bearer ya29.test-") || seen[1] == seen[0] {
+		t.Errorf("requests %q", seen)
+	}
+	if tokens.issued.Load() < 2 {
+		t.Errorf("tokens issued %d, want a new one after expiry", tokens.issued.Load())
+	}
+}
+
+// Configuration errors of the vertex type.
+func TestVertexConfigErrors(t *testing.T) {
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "missing.json"))
+	for input, want := range map[string]string{
+		"type vertex\nregion us-east5":                       "vertex: needs a project",
+		"type vertex\nproject p":                             "vertex: needs a region",
+		"type vertex\nproject p\nregion r\napi_key k":        "not an api_key",
+		"type vertex\nproject p\nregion r\ncredentials_file": "wrong argument count",
+		"type vertex\nproject p\nregion r\nproject q":        "duplicate subdirective project",
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\nprovider g {\n" + input + "\n}\nmodel m {\ndeployment g x\n}\n}"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", input, err, want)
+		}
+	}
+	h := handlerFromJSON(t, `{"providers":{"g":{"type":"vertex","project":"p","region":"global"}},"models":{"m":{"deployments":[{"provider":"g","model":"x"}]}}}`)
+	err := h.Provision(newCaddyContext(t))
+	h.Cleanup()
+	if err == nil || !strings.Contains(err.Error(), "vertex: finding Google credentials") || !strings.Contains(err.Error(), "missing.json") {
+		t.Errorf("no credentials: %v", err)
+	}
+}

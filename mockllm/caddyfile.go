@@ -28,7 +28,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	llm_mock [<matcher>] {
-//	    dialect           openai|anthropic|gemini
+//	    dialect           openai|anthropic|gemini|bedrock|vertex
 //	    model             <name>
 //	    latency           <duration>
 //	    first_token_delay <duration>
@@ -36,6 +36,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    chunk_interval    <duration>
 //	    reply             <text>
 //	    api_key           <key>
+//	    aws_credentials   <access_key_id> <secret_access_key>
+//	    token_lifetime    <duration>
+//	    tool_call         <name> <arguments as a JSON object>
 //	    rate_limit {
 //	        requests <count>
 //	        tokens   <count>
@@ -51,6 +54,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        after       <chunks>
 //	        retry_delay <duration>
 //	        quota_id    <id>
+//	        quota       requests|tokens|tokens_per_day|shared|per_minute|per_day
 //	    }
 //	}
 //
@@ -58,7 +62,11 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // (repeatable, tried in order) and header inside fault (repeatable).
 // The block may be omitted for a mock with all defaults. dialect
 // defaults to openai; unknown dialects are rejected here and by
-// Validate. The fields are documented on Handler, RateLimit and Fault.
+// Validate, as are aws_credentials outside the bedrock dialect,
+// token_lifetime outside vertex, api_key in vertex and a quota of
+// another dialect (bedrock: requests, tokens, tokens_per_day; vertex:
+// shared, per_minute, per_day). The fields are documented on Handler,
+// AWSCredentials, RateLimit and Fault.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
@@ -78,7 +86,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "dialect":
 			h.Dialect, err = oneArg(d)
 			if err == nil && dialectOf(h.Dialect) < 0 {
-				err = d.Errf("unknown dialect %q (want openai, anthropic or gemini)", h.Dialect)
+				err = d.Errf("unknown dialect %q (want openai, anthropic, gemini, bedrock or vertex)", h.Dialect)
 			}
 		case "model":
 			h.Model, err = oneArg(d)
@@ -94,6 +102,17 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Reply, err = oneArg(d)
 		case "api_key":
 			h.APIKey, err = oneArg(d)
+		case "aws_credentials":
+			var id, secret string
+			if !d.AllArgs(&id, &secret) {
+				return d.Errf("aws_credentials takes <access_key_id> <secret_access_key>")
+			}
+			h.AWSCredentials = &AWSCredentials{AccessKeyID: id, SecretAccessKey: secret}
+		case "token_lifetime":
+			h.TokenLifetime, err = durationArg(d)
+			if err == nil && h.TokenLifetime == 0 {
+				err = d.Errf("token_lifetime must be positive")
+			}
 		case "tool_call":
 			args := d.RemainingArgs()
 			if len(args) != 2 {
@@ -207,6 +226,11 @@ func parseFault(d *caddyfile.Dispenser) (Fault, error) {
 			f.RetryDelay, err = durationArg(d)
 		case "quota_id":
 			f.QuotaID, err = oneArg(d)
+		case "quota":
+			f.Quota, err = oneArg(d)
+			if err == nil && (f.Quota == "" || !knownQuota(f.Quota)) {
+				err = d.Errf("fault %s: unknown quota %q (want requests, tokens, tokens_per_day, shared, per_minute or per_day)", f.Kind, f.Quota)
+			}
 		default:
 			return f, d.Errf("fault %s: unrecognized subdirective %q", f.Kind, name)
 		}

@@ -92,6 +92,46 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			{Kind: FaultRateLimit, Every: 2, RetryDelay: caddy.Duration(42 * time.Second), QuotaID: "GenerateRequestsPerDayPerProjectPerModel-FreeTier"},
 			{Kind: FaultRateLimit, RetryDelay: caddy.Duration(1500 * time.Millisecond)},
 		}}},
+		{"bedrock", `llm_mock {
+			dialect         bedrock
+			api_key         {env.BEDROCK_API_KEY}
+			aws_credentials AKIAMOCK "sec/ret+key"
+			fault rate_limit {
+				quota       tokens
+				retry_delay 3s
+			}
+			fault rate_limit {
+				quota tokens_per_day
+			}
+			fault error_event {
+				status 429
+				after  2
+			}
+		}`, Handler{Dialect: DialectBedrock, APIKey: "{env.BEDROCK_API_KEY}",
+			AWSCredentials: &AWSCredentials{AccessKeyID: "AKIAMOCK", SecretAccessKey: "sec/ret+key"},
+			Faults: []Fault{
+				{Kind: FaultRateLimit, Quota: QuotaTokens, RetryDelay: caddy.Duration(3 * time.Second)},
+				{Kind: FaultRateLimit, Quota: QuotaTokensDay},
+				{Kind: FaultErrorEvent, Status: 429, After: intp(2)},
+			}}},
+		{"vertex", `llm_mock {
+			dialect        vertex
+			token_lifetime 90s
+			fault rate_limit {
+				quota    per_day
+				quota_id online_prediction_requests_per_base_model
+			}
+			fault rate_limit {
+				quota shared
+			}
+			fault rate_limit {
+				quota per_minute
+			}
+		}`, Handler{Dialect: DialectVertex, TokenLifetime: caddy.Duration(90 * time.Second), Faults: []Fault{
+			{Kind: FaultRateLimit, Quota: QuotaPerDay, QuotaID: "online_prediction_requests_per_base_model"},
+			{Kind: FaultRateLimit, Quota: QuotaShared},
+			{Kind: FaultRateLimit, Quota: QuotaPerMinute},
+		}}},
 		{"rate limit partial and day duration", `llm_mock {
 			rate_limit {
 				tokens 10
@@ -231,7 +271,45 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		}`, "wrong argument count"},
 		{"unknown dialect", `llm_mock {
 			dialect cohere
-		}`, `unknown dialect "cohere" (want openai, anthropic or gemini)`},
+		}`, `unknown dialect "cohere" (want openai, anthropic, gemini, bedrock or vertex)`},
+		{"aws_credentials one argument", `llm_mock {
+			aws_credentials AKIA
+		}`, "aws_credentials takes <access_key_id> <secret_access_key>"},
+		{"aws_credentials three arguments", `llm_mock {
+			aws_credentials AKIA secret token
+		}`, "aws_credentials takes <access_key_id> <secret_access_key>"},
+		{"duplicate aws_credentials", `llm_mock {
+			aws_credentials a b
+			aws_credentials c d
+		}`, `duplicate subdirective "aws_credentials"`},
+		{"token_lifetime bad", `llm_mock {
+			token_lifetime forever
+		}`, `token_lifetime: bad duration "forever"`},
+		{"token_lifetime zero", `llm_mock {
+			token_lifetime 0s
+		}`, "token_lifetime must be positive"},
+		{"token_lifetime negative", `llm_mock {
+			token_lifetime -1m
+		}`, "token_lifetime must not be negative"},
+		{"token_lifetime without value", `llm_mock {
+			token_lifetime
+		}`, "wrong argument count"},
+		{"fault unknown quota", `llm_mock {
+			fault rate_limit {
+				quota hourly
+			}
+		}`, `fault rate_limit: unknown quota "hourly" (want requests, tokens, tokens_per_day, shared, per_minute or per_day)`},
+		{"fault quota without value", `llm_mock {
+			fault rate_limit {
+				quota
+			}
+		}`, "wrong argument count"},
+		{"fault duplicate quota", `llm_mock {
+			fault rate_limit {
+				quota tokens
+				quota requests
+			}
+		}`, `fault rate_limit: duplicate subdirective "quota"`},
 		{"dialect without name", `llm_mock {
 			dialect
 		}`, "wrong argument count"},
@@ -325,6 +403,74 @@ func TestCaddyfileAdapt(t *testing.T) {
 	}
 	if h.Faults[0].Headers.Get("Retry-After") != "1" || time.Duration(h.Latency) != 10*time.Millisecond {
 		t.Errorf("unexpected round trip %+v", h)
+	}
+}
+
+// TestCaddyfileAdaptClouds adapts bedrock and vertex mocks to the JSON
+// fields documented, and rejects settings of the other dialect.
+func TestCaddyfileAdaptClouds(t *testing.T) {
+	for _, c := range []struct{ block, want, wantErr string }{
+		{`dialect bedrock
+		aws_credentials AKIAMOCK secret
+		api_key abc
+		fault rate_limit {
+			quota tokens
+		}`, `{"api_key":"abc","aws_credentials":{"access_key_id":"AKIAMOCK","secret_access_key":"secret"},"dialect":"bedrock","faults":[{"kind":"rate_limit","quota":"tokens"}],"handler":"llm_mock"}`, ""},
+		{`dialect vertex
+		token_lifetime 2m
+		fault rate_limit {
+			quota per_minute
+		}`, `{"dialect":"vertex","faults":[{"kind":"rate_limit","quota":"per_minute"}],"handler":"llm_mock","token_lifetime":120000000000}`, ""},
+		{`dialect vertex
+		aws_credentials a b`, "", "aws_credentials is only used by the bedrock dialect"},
+		{`dialect bedrock
+		token_lifetime 1m`, "", "token_lifetime is only used by the vertex dialect"},
+		{`dialect vertex
+		api_key k`, "", "api_key is not used by the vertex dialect"},
+		{`dialect vertex
+		fault rate_limit {
+			quota tokens
+		}`, "", `quota "tokens" is not a vertex quota`},
+		{`dialect bedrock
+		fault rate_limit {
+			quota per_day
+		}`, "", `quota "per_day" is not a bedrock quota`},
+		{`fault rate_limit {
+			quota tokens
+		}`, "", "quota is only used by the bedrock and vertex dialects"},
+	} {
+		input := "{\n\tadmin off\n}\n\n:8080 {\n\tllm_mock {\n\t\t" + c.block + "\n\t}\n}\n"
+		adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
+		out, _, err := adapter.Adapt([]byte(input), nil)
+		if err != nil {
+			t.Fatalf("adapt: %v", err)
+		}
+		// The handler's object: from the "handle" list it opens to the
+		// first "}" after its "handler" (its fields are sorted, so the
+		// ones after "handler" hold no object).
+		got := string(out)
+		i := strings.Index(got, `"handler":"llm_mock"`)
+		if i < 0 {
+			t.Fatalf("no llm_mock handler in %s", got)
+		}
+		start := strings.LastIndex(got[:i], `"handle":[`) + len(`"handle":[`)
+		end := i + strings.IndexByte(got[i:], '}') + 1
+		js := got[start:end]
+		if c.want != "" && js != c.want {
+			t.Errorf("expected handler JSON %s, got %s", c.want, js)
+		}
+		var h Handler
+		if err := json.Unmarshal([]byte(js), &h); err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		err = h.Setup()
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("expected %s to validate, got %v", js, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("expected an error about %q for %s, got %v", c.wantErr, js, err)
+		}
+		_ = h.Close()
 	}
 }
 

@@ -34,7 +34,11 @@ type Fault struct {
 	//     error: OpenAI's rate_limit_exceeded; Anthropic's
 	//     rate_limit_error with a retry-after header; Gemini's
 	//     RESOURCE_EXHAUSTED with QuotaFailure (QuotaID) and RetryInfo
-	//     (RetryDelay). See RetryDelay for Retry-After.
+	//     (RetryDelay); Bedrock's ThrottlingException (Quota: too many
+	//     requests, tokens or tokens per day); Vertex's RESOURCE_EXHAUSTED (Quota:
+	//     dynamic shared quota, per-minute or per-day project quota)
+	//     with a RetryInfo when RetryDelay is set, for both publishers.
+	//     See RetryDelay for Retry-After.
 	//   - status: Status (default 500) with the dialect's error body:
 	//     an OpenAI server_error "mock status <code>"; an Anthropic
 	//     error whose type matches the status (400
@@ -47,26 +51,46 @@ type Fault struct {
 	//     UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND, 409
 	//     ABORTED, 429 RESOURCE_EXHAUSTED, 499 CANCELLED, 500 INTERNAL,
 	//     501 UNIMPLEMENTED, 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED;
-	//     other 4xx FAILED_PRECONDITION, others UNKNOWN).
+	//     other 4xx FAILED_PRECONDITION, others UNKNOWN; vertex: the
+	//     google.rpc error for the google publisher, the Anthropic error
+	//     for the anthropic one); a Bedrock exception, named in
+	//     x-amzn-ErrorType, whose message is {"message": ...} (400
+	//     ValidationException "Input is too long for requested model.",
+	//     403 AccessDeniedException, 404 ResourceNotFoundException, 408
+	//     ModelTimeoutException, 424 ModelErrorException, 429
+	//     ThrottlingException, 500 InternalServerException, 503 and 529
+	//     ServiceUnavailableException "Bedrock is unable to process your
+	//     request."; other 4xx ValidationException, others
+	//     InternalServerException).
 	//   - hang: never answer; the handler returns when the client goes
 	//     away, and aborts the connection when the server shuts down or
 	//     the handler is cleaned up.
 	//   - cut: streams send After content chunks then abort the
 	//     connection without their end ([DONE], message_stop, Gemini's
-	//     finishReason); plain answers send headers with the full
-	//     Content-Length and half the body, then abort. Clients read an
-	//     unexpected EOF.
+	//     finishReason; bedrock event streams send the first half of the
+	//     next message first, so the cut is mid-frame); plain answers
+	//     send headers with the full Content-Length and half the body,
+	//     then abort. Clients read an unexpected EOF.
 	//   - error_event: streams send After content chunks, then an error
 	//     event and end without their normal end: OpenAI's data: event
 	//     holding a server_error; Anthropic's "event: error" with an
 	//     overloaded_error; Gemini's data: event holding a 503
-	//     UNAVAILABLE google.rpc error ("The model is overloaded.").
-	//     Plain answers get Status (default 500 openai, 529 anthropic,
-	//     503 gemini) with that error.
+	//     UNAVAILABLE google.rpc error ("The model is overloaded.");
+	//     vertex: Anthropic's or Gemini's as the publisher's; bedrock: an
+	//     event-stream exception message (:message-type exception) whose
+	//     :exception-type fits Status: serviceUnavailableException
+	//     (unset, 503, 529), throttlingException (429),
+	//     internalServerException (500), modelTimeoutException (408),
+	//     validationException (400), else modelStreamErrorException; its
+	//     payload {"message": ...}. Plain answers get Status (default
+	//     500 openai, 529 anthropic and vertex's anthropic publisher, 503
+	//     gemini, vertex's google publisher and bedrock) with that error
+	//     (bedrock: the exception of a status fault of that code).
 	//   - keepalive: during FirstTokenDelay streams send a keep-alive
 	//     every 100ms: ": keep-alive" SSE comments (openai, gemini SSE),
-	//     "event: ping" events (anthropic), nothing for a Gemini stream
-	//     without ?alt=sse (a JSON array). It never selects plain
+	//     "event: ping" events (anthropic; bedrock invoke streams as
+	//     chunk messages), nothing for a Gemini stream without ?alt=sse
+	//     (a JSON array) or a Converse stream. It never selects plain
 	//     requests, so a later fault may apply to them.
 	//
 	// Required.
@@ -111,18 +135,68 @@ type Fault struct {
 
 	// RetryDelay is how long a rate_limit fault tells the client to
 	// wait: Retry-After in whole seconds, rounded up (openai,
-	// anthropic), or the RetryInfo retryDelay "<seconds>s" (gemini).
-	// Default: 0, which in the openai dialect sends no Retry-After (as
-	// before) and in the others the time until the RateLimit window
-	// ends, or 1m without a RateLimit. Unit: duration.
+	// anthropic, bedrock), or the RetryInfo retryDelay "<seconds>s"
+	// (gemini, vertex). Default: 0, which in the openai dialect sends
+	// no Retry-After (as before), in bedrock no Retry-After and in
+	// vertex no RetryInfo (as they do), and in the others the time
+	// until the RateLimit window ends, or 1m without a RateLimit.
+	// Unit: duration.
 	RetryDelay caddy.Duration `json:"retry_delay,omitempty"`
 
 	// QuotaID is the quotaId of the QuotaFailure violation in a gemini
 	// rate_limit fault's body, for example
 	// GenerateRequestsPerDayPerProjectPerModel-FreeTier to script a
-	// spent per-day quota. Ignored by other kinds and dialects.
-	// Default: GenerateRequestsPerMinutePerProjectPerModel-FreeTier.
+	// spent per-day quota; in the vertex dialect, the quota named by a
+	// per_minute or per_day Quota's message (after
+	// "aiplatform.googleapis.com/"). Ignored by other kinds and dialects.
+	// Default: GenerateRequestsPerMinutePerProjectPerModel-FreeTier
+	// (gemini); generate_content_requests_per_minute_per_project_per_base_model
+	// or generate_content_requests_per_day_per_project_per_base_model
+	// (vertex).
 	QuotaID string `json:"quota_id,omitempty"`
+
+	// Quota is which limit a rate_limit fault reports exhausted. In the
+	// bedrock dialect "requests" ("Too many requests, please wait
+	// before trying again."), "tokens" ("Too many tokens, please wait
+	// before trying again.") or "tokens_per_day" ("Too many tokens per
+	// day, please wait before trying again."); in the vertex dialect
+	// "shared" (the dynamic shared quota: "Resource exhausted. Please
+	// try again later. ..."), "per_minute" or "per_day" (a project
+	// quota of the base model: "Quota exceeded for
+	// aiplatform.googleapis.com/<quota> with base model: <model>. ...",
+	// <quota> as QuotaID says). Other dialects reject it.
+	// Default: "requests" (bedrock), "shared" (vertex).
+	Quota string `json:"quota,omitempty"`
+}
+
+// Values of Fault.Quota.
+const (
+	QuotaRequests  = "requests"       // bedrock
+	QuotaTokens    = "tokens"         // bedrock
+	QuotaTokensDay = "tokens_per_day" // bedrock
+	QuotaShared    = "shared"         // vertex
+	QuotaPerMinute = "per_minute"     // vertex
+	QuotaPerDay    = "per_day"        // vertex
+)
+
+// validateQuota checks Quota against dialect dl.
+func (f *Fault) validateQuota(dl int) error {
+	if f.Quota == "" {
+		return nil
+	}
+	switch dl {
+	case dlBedrock:
+		if f.Quota == QuotaRequests || f.Quota == QuotaTokens || f.Quota == QuotaTokensDay {
+			return nil
+		}
+		return fmt.Errorf("quota %q is not a bedrock quota (want requests, tokens or tokens_per_day)", f.Quota)
+	case dlVertex:
+		if f.Quota == QuotaShared || f.Quota == QuotaPerMinute || f.Quota == QuotaPerDay {
+			return nil
+		}
+		return fmt.Errorf("quota %q is not a vertex quota (want shared, per_minute or per_day)", f.Quota)
+	}
+	return fmt.Errorf("quota is only used by the bedrock and vertex dialects")
 }
 
 func (f *Fault) validate() error {
@@ -147,7 +221,19 @@ func (f *Fault) validate() error {
 	case f.RetryDelay < 0:
 		return fmt.Errorf("retry_delay must not be negative, got %s", time.Duration(f.RetryDelay))
 	}
+	if f.Quota != "" && !knownQuota(f.Quota) {
+		return fmt.Errorf("unknown quota %q (want requests, tokens, tokens_per_day, shared, per_minute or per_day)", f.Quota)
+	}
 	return nil
+}
+
+// knownQuota reports whether q is a value of Fault.Quota.
+func knownQuota(q string) bool {
+	switch q {
+	case QuotaRequests, QuotaTokens, QuotaTokensDay, QuotaShared, QuotaPerMinute, QuotaPerDay:
+		return true
+	}
+	return false
 }
 
 // pickFault returns the first fault active now that selects request n.
@@ -218,6 +304,28 @@ func (h *Handler) abandon(r *http.Request) {
 func (h *Handler) writeFaultRateLimit(w http.ResponseWriter, f *Fault, lim limitState, model string) {
 	code := statusOr(f.Status, http.StatusTooManyRequests)
 	retry := time.Duration(f.RetryDelay)
+	switch h.dialect {
+	case dlBedrock:
+		if retry > 0 && w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retry), 10))
+		}
+		msg := bedrockTooManyRequests
+		switch f.Quota {
+		case QuotaTokens:
+			msg = bedrockTooManyTokens
+		case QuotaTokensDay:
+			msg = bedrockTooManyTokensDay
+		}
+		writeBedrockFault(w, f, code, "ThrottlingException", msg)
+		return
+	case dlVertex:
+		body := []byte(f.Body)
+		if f.Body == "" {
+			body = vertexQuotaError(code, f.Quota, f.QuotaID, model, retry)
+		}
+		writeBody(w, code, body)
+		return
+	}
 	if retry <= 0 && h.dialect != dlOpenAI {
 		retry = DefaultRateLimitWindow
 		if lim.on {
@@ -249,23 +357,40 @@ func (h *Handler) writeFaultRateLimit(w http.ResponseWriter, f *Fault, lim limit
 	writeBody(w, code, body)
 }
 
-// statusBody is the error body of a status fault.
-func (h *Handler) statusBody(code int) []byte {
-	switch h.dialect {
-	case dlAnthropic:
+// writeStatusFault answers with the error of a status fault (or a plain
+// bedrock error_event) of status code, in the format of wire.
+func (h *Handler) writeStatusFault(w http.ResponseWriter, f *Fault, code, wire int) {
+	if h.dialect == dlBedrock {
+		typ, msg := bedrockStatusError(code)
+		writeBedrockFault(w, f, code, typ, msg)
+		return
+	}
+	body := []byte(f.Body)
+	if f.Body == "" {
+		body = h.statusBody(code, wire)
+	}
+	writeBody(w, code, body)
+}
+
+// statusBody is the error body of a status fault (not bedrock).
+func (h *Handler) statusBody(code, wire int) []byte {
+	switch wire {
+	case wireAnthropic:
 		return anthropicStatusError(code)
-	case dlGemini:
+	case wireGemini:
 		return googleError(code, geminiStatusMessage(code))
 	}
 	return errorBody("mock status "+strconv.Itoa(code), "server_error", "")
 }
 
 // errorEventStatus is the default status of a plain error_event answer.
-func (h *Handler) errorEventStatus() int {
-	switch h.dialect {
-	case dlAnthropic:
+func (h *Handler) errorEventStatus(wire int) int {
+	switch {
+	case h.dialect == dlBedrock:
+		return http.StatusServiceUnavailable
+	case wire == wireAnthropic:
 		return statusOverloaded
-	case dlGemini:
+	case wire == wireGemini:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -273,14 +398,17 @@ func (h *Handler) errorEventStatus() int {
 
 // errorPayload is the error an error_event fault sends: in a stream
 // the payload of the error event, else the body.
-func (h *Handler) errorPayload(f *Fault) []byte {
+func (h *Handler) errorPayload(f *Fault, wire int) []byte {
 	if f.Body != "" {
 		return []byte(f.Body)
 	}
-	switch h.dialect {
-	case dlAnthropic:
+	switch {
+	case h.dialect == dlBedrock:
+		_, msg := bedrockStreamException(f.Status)
+		return bedrockMessage(msg)
+	case wire == wireAnthropic:
 		return anthropicError("overloaded_error", "Overloaded")
-	case dlGemini:
+	case wire == wireGemini:
 		return []byte(geminiOverloadedEvent)
 	}
 	return errorBody("The server had an error while processing your request.", "server_error", "")

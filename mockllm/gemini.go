@@ -37,9 +37,9 @@ func geminiRoute(r *http.Request) (call, bool) {
 	}
 	switch method {
 	case "generateContent":
-		return call{ep: epGenerate, model: model}, true
+		return call{ep: epGenerate, wire: wireGemini, model: model}, true
 	case "streamGenerateContent":
-		return call{ep: epStreamGenerate, model: model, array: r.URL.Query().Get("alt") != "sse"}, true
+		return call{ep: epStreamGenerate, wire: wireGemini, model: model, array: r.URL.Query().Get("alt") != "sse"}, true
 	}
 	return call{}, false
 }

@@ -1,6 +1,10 @@
 // Package mockllm is a scripted fake LLM provider, OpenAI-compatible
-// by default and optionally speaking Anthropic's Messages API or
-// Gemini's generateContent API (Handler.Dialect).
+// by default and optionally speaking Anthropic's Messages API, Gemini's
+// generateContent API, the Amazon Bedrock runtime API (InvokeModel with
+// Anthropic bodies, Converse, their event-stream variants, SigV4 or API
+// key authentication) or Google Vertex AI (Gemini and Anthropic
+// publisher models, OAuth 2 access tokens from a fake token endpoint)
+// (Handler.Dialect).
 //
 // It serves chat answers (plain and streamed), Embeddings and the
 // model list with canned answers, and injects the failures a router
@@ -34,7 +38,8 @@ import (
 // middleware and the plain http.Handler. The rest of the package:
 // serve.go (routing, request handling), ratelimit.go, faults.go,
 // stream.go (streamed answers, pacing), stats.go, and the dialects'
-// wire formats in openai.go, anthropic.go and gemini.go.
+// wire formats in openai.go, anthropic.go, gemini.go, bedrock.go (with
+// its SigV4 check in sigv4.go) and vertex.go.
 
 func init() {
 	caddy.RegisterModule(Handler{})
@@ -46,6 +51,7 @@ const (
 	DefaultReply           = "Hello from llm_mock."
 	DefaultRateLimitWindow = time.Minute
 	DefaultModelID         = "mock"
+	DefaultTokenLifetime   = time.Hour
 
 	// keepAliveInterval is how often the keepalive fault writes an SSE
 	// comment while the first token is delayed.
@@ -61,6 +67,8 @@ const (
 	DialectOpenAI    = "openai"
 	DialectAnthropic = "anthropic"
 	DialectGemini    = "gemini"
+	DialectBedrock   = "bedrock"
+	DialectVertex    = "vertex"
 )
 
 // Handler is a fake LLM provider. Paths are matched by suffix, so any
@@ -82,6 +90,31 @@ const (
 //	POST .../models/{model}:streamGenerateContent   with ?alt=sse an SSE stream of
 //	                                                them, else a streamed JSON array
 //
+// In the bedrock dialect ({modelId} is one path segment, escaped: a
+// model id such as us.anthropic.claude-sonnet-4-5-20250929-v1:0, or an
+// ARN with its "/" sent as %2F; see bedrock.go):
+//
+//	POST .../model/{modelId}/invoke                        an Anthropic Messages body
+//	POST .../model/{modelId}/invoke-with-response-stream   (Anthropic models only) answered
+//	                                                       as the anthropic dialect does,
+//	                                                       the stream's events wrapped in
+//	                                                       application/vnd.amazon.eventstream
+//	POST .../model/{modelId}/converse                      the Converse API, any model
+//	POST .../model/{modelId}/converse-stream               ConverseStream (event stream)
+//
+// In the vertex dialect (see vertex.go):
+//
+//	POST .../projects/{p}/locations/{l}/publishers/google/models/{model}:generateContent
+//	POST .../projects/{p}/locations/{l}/publishers/google/models/{model}:streamGenerateContent
+//	                            as the gemini dialect
+//	POST .../projects/{p}/locations/{l}/publishers/anthropic/models/{model}:rawPredict
+//	POST .../projects/{p}/locations/{l}/publishers/anthropic/models/{model}:streamRawPredict
+//	                            a Messages body without "model", with anthropic_version
+//	                            "vertex-2023-10-16"; answered as the anthropic dialect does
+//	POST .../token              the OAuth 2 token endpoint of a service account's
+//	                            JWT bearer grant; its access tokens authenticate
+//	                            every other vertex request
+//
 // And in every dialect:
 //
 //	GET  .../models             one model, Model or "mock", in the dialect's format
@@ -98,20 +131,26 @@ const (
 // chunks (0 for embeddings).
 //
 // An answer to an API request (chat completions, embeddings, messages,
-// generateContent) is decided in this order: the request is counted
-// in Stats; Latency passes; a wrong API key gets 401 (gemini: 403
-// when no key is sent); an unparsable body gets 400; RateLimit may
-// answer 429; the first active matching fault applies; otherwise the
-// normal answer is sent. Errors are in the dialect's own format.
+// generateContent, invoke, converse, rawPredict) is decided in this
+// order: the request is counted in Stats; Latency passes; a wrong API
+// key gets 401 (gemini: 403 when no key is sent; bedrock: 403 for bad
+// credentials or signature; vertex: 401 for a missing, unknown or
+// expired access token); an unparsable body gets 400; a body the
+// provider's schema rejects gets 400 (bedrock, vertex's anthropic
+// publisher); RateLimit may answer 429; the first active matching fault
+// applies; otherwise the normal answer is sent. Errors are in the
+// dialect's own format.
 //
 // Use without Caddy: Setup then HTTPHandler; Close releases requests
 // still waiting.
 type Handler struct {
 	// Dialect is the wire format and API the mock serves: "openai"
-	// (Chat Completions, Embeddings), "anthropic" (Messages API) or
-	// "gemini" (generateContent). It decides the paths served, how the
-	// API key is sent, the answer and stream formats, the error bodies
-	// and the rate-limit headers. Default: "openai".
+	// (Chat Completions, Embeddings), "anthropic" (Messages API),
+	// "gemini" (generateContent), "bedrock" (Amazon Bedrock runtime:
+	// InvokeModel, Converse) or "vertex" (Google Vertex AI: Gemini and
+	// Anthropic models). It decides the paths served, how the API key
+	// is sent, the answer and stream formats, the error bodies and the
+	// rate-limit headers. Default: "openai".
 	Dialect string `json:"dialect,omitempty"`
 
 	// Model is the model name put in answers and in the model list.
@@ -153,20 +192,47 @@ type Handler struct {
 	// ToolCall scripts a tool round trip (see toolcall.go): a request
 	// whose conversation does not end with a tool's result is answered
 	// with one call of this tool (openai, anthropic and the Responses API;
-	// not gemini); the one that brings the result gets Reply.
+	// bedrock's invoke and vertex's rawPredict as anthropic; bedrock's
+	// Converse when its toolConfig offers the tool; not Gemini models);
+	// the one that brings the result gets Reply.
 	// Default: none.
 	ToolCall *ToolCall `json:"tool_call,omitempty"`
 
 	// APIKey, when set, is required with every API request, where the
-	// dialect expects it: "Authorization: Bearer <key>" (openai),
-	// "x-api-key: <key>" (anthropic), "x-goog-api-key: <key>" or the
-	// query parameter ?key=<key> (gemini; the header wins when both are
-	// sent). Other requests get 401 with the dialect's authentication
-	// error (gemini: 403 PERMISSION_DENIED when no key is sent at all,
-	// 401 UNAUTHENTICATED for a wrong one). Placeholders such as
-	// {env.MOCK_KEY} are replaced at provision.
+	// dialect expects it: "Authorization: Bearer <key>" (openai; bedrock,
+	// where it is a Bedrock API key and AWSCredentials are accepted
+	// too), "x-api-key: <key>" (anthropic), "x-goog-api-key: <key>" or
+	// the query parameter ?key=<key> (gemini; the header wins when both
+	// are sent). Other requests get 401 with the dialect's
+	// authentication error (gemini: 403 PERMISSION_DENIED when no key
+	// is sent at all, 401 UNAUTHENTICATED for a wrong one; bedrock: 403,
+	// see AWSCredentials). Not allowed in the vertex dialect, which
+	// always wants an access token from its token endpoint.
+	// Placeholders such as {env.MOCK_KEY} are replaced at provision.
 	// Default: empty (no authentication).
 	APIKey string `json:"api_key,omitempty"`
+
+	// AWSCredentials (bedrock dialect only), when set, make every API
+	// request carry either an AWS Signature Version 4 made with these
+	// credentials for the service "bedrock" (any region, any session
+	// token) or, when APIKey is set, "Authorization: Bearer <APIKey>".
+	// The signature is checked as AWS does, by signing the request
+	// again with the SDK's signer: the escaped path as received, the
+	// signed headers only, the body's SHA-256. Other requests get 403
+	// with x-amzn-ErrorType MissingAuthenticationTokenException (no
+	// Authorization), UnrecognizedClientException (unknown access key
+	// id or API key), IncompleteSignatureException (a malformed
+	// Authorization or no X-Amz-Date) or InvalidSignatureException.
+	// The request time is not checked against the clock.
+	// Placeholders are replaced at provision. Default: none.
+	AWSCredentials *AWSCredentials `json:"aws_credentials,omitempty"`
+
+	// TokenLifetime (vertex dialect only) is the lifetime of the access
+	// tokens the token endpoint issues: their expires_in, in whole
+	// seconds rounded up. A token is accepted until its issue time plus
+	// TokenLifetime plus 1s, on the clock of the handler checking it.
+	// Default: 1h. Unit: duration.
+	TokenLifetime caddy.Duration `json:"token_lifetime,omitempty"`
 
 	// RateLimit imposes a provider-side rate limit. Every answer then
 	// carries the dialect's rate-limit headers: OpenAI's x-ratelimit-*,
@@ -180,10 +246,11 @@ type Handler struct {
 	// Default: none.
 	Faults []Fault `json:"faults,omitempty"`
 
-	dialect int      // Dialect as one of the dl* values
-	apiKey  string   // APIKey with placeholders replaced
-	reply   string   // Reply, or DefaultReply
-	pieces  []string // reply split in Chunks pieces
+	dialect int            // Dialect as one of the dl* values
+	apiKey  string         // APIKey with placeholders replaced
+	awsKey  AWSCredentials // AWSCredentials with placeholders replaced
+	reply   string         // Reply, or DefaultReply
+	pieces  []string       // reply split in Chunks pieces
 
 	now    func() time.Time // clock for windows and "created"; tests inject it
 	logger *zap.Logger
@@ -241,7 +308,15 @@ func (h *Handler) setup() {
 		h.now = time.Now
 	}
 	h.dialect = dialectOf(h.Dialect)
-	h.apiKey = caddy.NewReplacer().ReplaceAll(h.APIKey, "")
+	repl := caddy.NewReplacer()
+	h.apiKey = repl.ReplaceAll(h.APIKey, "")
+	h.awsKey = AWSCredentials{}
+	if c := h.AWSCredentials; c != nil {
+		h.awsKey = AWSCredentials{
+			AccessKeyID:     repl.ReplaceAll(c.AccessKeyID, ""),
+			SecretAccessKey: repl.ReplaceAll(c.SecretAccessKey, ""),
+		}
+	}
 	h.reply = h.replyText()
 	// A new slice: a copy of a set-up Handler shares the old one.
 	h.pieces = splitReply(h.reply, h.chunks())
@@ -253,11 +328,22 @@ func (h *Handler) setup() {
 }
 
 // Validate rejects unknown dialects, negative values, unknown fault
-// kinds and bad statuses.
+// kinds, bad statuses and settings of another dialect.
 func (h *Handler) Validate() error {
+	dl := dialectOf(h.Dialect)
 	switch {
-	case dialectOf(h.Dialect) < 0:
-		return fmt.Errorf("unknown dialect %q (want openai, anthropic or gemini)", h.Dialect)
+	case dl < 0:
+		return fmt.Errorf("unknown dialect %q (want openai, anthropic, gemini, bedrock or vertex)", h.Dialect)
+	case h.AWSCredentials != nil && dl != dlBedrock:
+		return fmt.Errorf("aws_credentials is only used by the bedrock dialect")
+	case h.AWSCredentials != nil && (h.AWSCredentials.AccessKeyID == "" || h.AWSCredentials.SecretAccessKey == ""):
+		return fmt.Errorf("aws_credentials needs an access key id and a secret access key")
+	case h.TokenLifetime < 0:
+		return fmt.Errorf("token_lifetime must not be negative, got %s", time.Duration(h.TokenLifetime))
+	case h.TokenLifetime != 0 && dl != dlVertex:
+		return fmt.Errorf("token_lifetime is only used by the vertex dialect")
+	case h.APIKey != "" && dl == dlVertex:
+		return fmt.Errorf("api_key is not used by the vertex dialect: it takes access tokens from its token endpoint")
 	case h.Latency < 0:
 		return fmt.Errorf("latency must not be negative, got %s", time.Duration(h.Latency))
 	case h.FirstTokenDelay < 0:
@@ -279,6 +365,9 @@ func (h *Handler) Validate() error {
 	}
 	for i, f := range h.Faults {
 		if err := f.validate(); err != nil {
+			return fmt.Errorf("fault %d (%s): %w", i, f.Kind, err)
+		}
+		if err := f.validateQuota(dl); err != nil {
 			return fmt.Errorf("fault %d (%s): %w", i, f.Kind, err)
 		}
 	}
@@ -320,6 +409,8 @@ const (
 	dlOpenAI = iota
 	dlAnthropic
 	dlGemini
+	dlBedrock
+	dlVertex
 )
 
 // dialectOf maps a Dialect name to its number, -1 when unknown.
@@ -331,6 +422,10 @@ func dialectOf(name string) int {
 		return dlAnthropic
 	case DialectGemini:
 		return dlGemini
+	case DialectBedrock:
+		return dlBedrock
+	case DialectVertex:
+		return dlVertex
 	}
 	return -1
 }
@@ -340,6 +435,14 @@ func (h *Handler) chunks() int {
 		return h.Chunks
 	}
 	return DefaultChunks
+}
+
+// tokenLifetime is TokenLifetime or its default.
+func (h *Handler) tokenLifetime() time.Duration {
+	if h.TokenLifetime > 0 {
+		return time.Duration(h.TokenLifetime)
+	}
+	return DefaultTokenLifetime
 }
 
 func (h *Handler) replyText() string {

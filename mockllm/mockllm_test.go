@@ -1161,6 +1161,17 @@ func TestValidate(t *testing.T) {
 		{"unknown dialect", Handler{Dialect: "cohere"}, `unknown dialect "cohere"`},
 		{"dialect case", Handler{Dialect: "Gemini"}, "unknown dialect"},
 		{"retry delay", Handler{Faults: []Fault{{Kind: FaultRateLimit, RetryDelay: -1}}}, "retry_delay"},
+		{"bedrock", Handler{Dialect: DialectBedrock, APIKey: "k", AWSCredentials: &AWSCredentials{AccessKeyID: "a", SecretAccessKey: "s"},
+			Faults: []Fault{{Kind: FaultRateLimit, Quota: QuotaTokensDay}}}, ""},
+		{"vertex", Handler{Dialect: DialectVertex, TokenLifetime: 1, Faults: []Fault{{Kind: FaultRateLimit, Quota: QuotaPerDay}}}, ""},
+		{"aws credentials half", Handler{Dialect: DialectBedrock, AWSCredentials: &AWSCredentials{AccessKeyID: "a"}}, "aws_credentials needs"},
+		{"aws credentials elsewhere", Handler{AWSCredentials: &AWSCredentials{AccessKeyID: "a", SecretAccessKey: "s"}}, "only used by the bedrock dialect"},
+		{"token lifetime negative", Handler{Dialect: DialectVertex, TokenLifetime: -1}, "token_lifetime must not be negative"},
+		{"token lifetime elsewhere", Handler{Dialect: DialectGemini, TokenLifetime: 1}, "only used by the vertex dialect"},
+		{"api key in vertex", Handler{Dialect: DialectVertex, APIKey: "k"}, "api_key is not used by the vertex dialect"},
+		{"unknown quota", Handler{Dialect: DialectBedrock, Faults: []Fault{{Kind: FaultRateLimit, Quota: "hourly"}}}, "unknown quota"},
+		{"quota of another dialect", Handler{Dialect: DialectVertex, Faults: []Fault{{Kind: FaultRateLimit, Quota: QuotaTokens}}}, "not a vertex quota"},
+		{"quota elsewhere", Handler{Dialect: DialectGemini, Faults: []Fault{{Kind: FaultRateLimit, Quota: QuotaPerDay}}}, "only used by the bedrock and vertex"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,9 +24,14 @@ import (
 // google.rpc error with a QuotaFailure (quotaId
 // GenerateRequestsPerMinutePerProjectPerModel-FreeTier, or
 // GenerateContentInputTokensPerModelPerMinute-FreeTier when the tokens
-// limit is the one exceeded) and a RetryInfo. Retry-After, retry-after
-// and retryDelay are the whole seconds until the window ends, rounded
-// up.
+// limit is the one exceeded) and a RetryInfo; Bedrock's
+// ThrottlingException ("Too many requests, ..." or "Too many tokens,
+// ...", no Retry-After); Vertex's RESOURCE_EXHAUSTED per-minute quota
+// of the base model (generate_content_requests_per_minute_per_project_per_base_model
+// or generate_content_input_tokens_per_minute_per_base_model) with a
+// RetryInfo. Retry-After, retry-after and retryDelay are the whole
+// seconds until the window ends, rounded up. Only openai and anthropic
+// send rate-limit headers.
 type RateLimit struct {
 	// Requests is the number of requests allowed per window.
 	// Default: 0 (unlimited, no x-ratelimit-*-requests headers).
@@ -110,8 +115,8 @@ func (h *Handler) setLimitHeaders(hdr http.Header, ls limitState) {
 	case dlAnthropic:
 		setAnthropicLimitHeaders(hdr, ls)
 		return
-	case dlGemini:
-		return // Gemini sends no rate-limit headers
+	case dlGemini, dlBedrock, dlVertex:
+		return // they send no rate-limit headers
 	}
 	reset := ls.reset.Round(time.Millisecond).String()
 	if ls.requests > 0 {
@@ -139,6 +144,18 @@ func (h *Handler) writeRateLimited(w http.ResponseWriter, lim limitState, model 
 		writeBody(w, http.StatusTooManyRequests, anthropicRateLimitError(lim, h.window()))
 	case dlGemini:
 		writeBody(w, http.StatusTooManyRequests, geminiWindowQuotaError(lim, model))
+	case dlBedrock:
+		msg := bedrockTooManyRequests
+		if lim.exceeded == "tokens" {
+			msg = bedrockTooManyTokens
+		}
+		writeBedrockError(w, http.StatusTooManyRequests, "ThrottlingException"+bedrockCoral, msg)
+	case dlVertex:
+		quota := vertexRequestsPerMinute
+		if lim.exceeded == "tokens" {
+			quota = vertexTokensPerMinute
+		}
+		writeBody(w, http.StatusTooManyRequests, vertexQuotaError(http.StatusTooManyRequests, QuotaPerMinute, quota, model, lim.reset))
 	default:
 		w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(lim.reset), 10))
 		writeError(w, http.StatusTooManyRequests, "Rate limit reached for "+lim.exceeded, lim.exceeded, "rate_limit_exceeded")

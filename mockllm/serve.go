@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -27,13 +28,39 @@ const (
 	epStreamGenerate // gemini :streamGenerateContent
 	epResponses      // openai Responses API
 	epCompletions    // openai legacy completions
+	epInvoke         // bedrock InvokeModel
+	epInvokeStream   // bedrock InvokeModelWithResponseStream
+	epConverse       // bedrock Converse
+	epConverseStream // bedrock ConverseStream
+	epRawPredict     // vertex anthropic :rawPredict
+	epStreamRaw      // vertex anthropic :streamRawPredict
+)
+
+// Wire formats of answers: what an answer body and stream look like,
+// whatever the dialect (bedrock's invoke and vertex's rawPredict answer
+// Anthropic's Messages, vertex's generateContent Gemini's).
+const (
+	wireOpenAI = iota
+	wireAnthropic
+	wireGemini
+	wireConverse // bedrock Converse
 )
 
 // call is an API request routed to an endpoint.
 type call struct {
 	ep    int
-	model string // gemini: the model named by the path
+	wire  int    // the answer's wire format
+	model string // gemini, bedrock, vertex: the model named by the path
 	array bool   // gemini stream without ?alt=sse: a streamed JSON array
+}
+
+// streamed reports whether the endpoint streams whatever the body says.
+func (c call) streamed() bool {
+	switch c.ep {
+	case epStreamGenerate, epInvokeStream, epConverseStream, epStreamRaw:
+		return true
+	}
+	return false
 }
 
 // serve answers the paths the mock owns and reports whether it did.
@@ -48,6 +75,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) bool {
 		}
 		if h.dialect == dlAnthropic && strings.HasSuffix(p, "/messages/count_tokens") {
 			h.countTokens(w, r)
+			return true
+		}
+		if h.dialect == dlVertex && strings.HasSuffix(p, "/token") {
+			h.serveToken(w, r)
 			return true
 		}
 		c, ok := h.route(r)
@@ -76,10 +107,14 @@ func (h *Handler) route(r *http.Request) (call, bool) {
 	switch h.dialect {
 	case dlAnthropic:
 		if strings.HasSuffix(p, "/messages") {
-			return call{ep: epMessages}, true
+			return call{ep: epMessages, wire: wireAnthropic}, true
 		}
 	case dlGemini:
 		return geminiRoute(r)
+	case dlBedrock:
+		return bedrockRoute(r)
+	case dlVertex:
+		return vertexRoute(r)
 	default:
 		switch {
 		case strings.HasSuffix(p, "/chat/completions"):
@@ -106,6 +141,10 @@ func (h *Handler) serveModels(w http.ResponseWriter) {
 		b = anthropicModels(id)
 	case dlGemini:
 		b = geminiModels(id)
+	case dlBedrock:
+		b = bedrockModels(id)
+	case dlVertex:
+		b = vertexModels(id)
 	default:
 		b = openaiModels(id)
 	}
@@ -123,8 +162,9 @@ type apiRequest struct {
 }
 
 // serveAPI answers an API request: chat completions, embeddings,
-// messages or generateContent.
+// messages, generateContent, invoke, converse or rawPredict.
 func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
+	start := time.Now()
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer func() {
@@ -135,20 +175,29 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	body := buf.Bytes()
 	var req apiRequest
-	if h.dialect == dlGemini {
+	switch {
+	case c.wire == wireAnthropic && h.dialect == dlVertex:
+		// The model is in the path; "stream" in the body, or the
+		// method, streams.
+		if err == nil {
+			err = json.Unmarshal(body, &req)
+		}
+		req.Model, req.Stream = c.model, req.Stream || c.streamed()
+	case h.dialect != dlOpenAI && h.dialect != dlAnthropic:
 		// The model and streaming are in the path; the body only has
-		// to be a JSON object (a GenerateContentRequest).
+		// to be a JSON object (a GenerateContentRequest, an InvokeModel
+		// or Converse body, checked further by checkBody).
 		var obj struct{}
 		if err == nil {
 			err = json.Unmarshal(body, &obj)
 		}
-		req = apiRequest{Model: c.model, Stream: c.ep == epStreamGenerate}
-	} else if err == nil {
+		req = apiRequest{Model: c.model, Stream: c.streamed()}
+	case err == nil:
 		err = json.Unmarshal(body, &req)
 	}
 	embeddings := c.ep == epEmbeddings
 	key := h.requestKey(r)
-	n := h.record(r, req.Model, key, body)
+	n := h.record(r, req.Model, key, h.principal(r), body)
 
 	p := pacer{ctx: r.Context(), done: h.st.done}
 	defer p.stop()
@@ -162,14 +211,25 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		// On the mock's clock, which rate-limit resets are relative to.
 		hdr.Set("Date", h.now().UTC().Format(http.TimeFormat))
 	}
-	if h.apiKey != "" && key != h.apiKey {
-		h.setLimitHeaders(hdr, h.limit(0, false))
-		h.writeUnauthorized(w, key)
-		return
+	if h.dialect == dlBedrock {
+		hdr.Set("X-Amzn-Requestid", requestID(h.st.ids.Add(1)))
+	}
+	if res, checked := h.authenticate(r, key, body); checked {
+		h.countAuth(res.denied)
+		if res.denied {
+			h.setLimitHeaders(hdr, h.limit(0, false))
+			h.writeUnauthorized(w, key, res)
+			return
+		}
 	}
 	if err != nil {
 		h.setLimitHeaders(hdr, h.limit(0, false))
 		h.writeBadRequest(w)
+		return
+	}
+	if msg := h.checkBody(c, body); msg != "" {
+		h.setLimitHeaders(hdr, h.limit(0, false))
+		h.writeInvalid(w, msg)
 		return
 	}
 
@@ -208,8 +268,10 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		prompt:     prompt,
 		completion: completion,
 		fault:      h.pickFault(n, stream),
+		wire:       c.wire,
+		start:      start,
 	}
-	if !embeddings && h.dialect != dlGemini {
+	if !embeddings && (c.wire == wireOpenAI || c.wire == wireAnthropic) {
 		a.cached = min(h.cachedTokens(body), prompt)
 	}
 	if f := a.fault; f != nil {
@@ -232,16 +294,15 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 			h.writeFaultRateLimit(w, f, lim, model)
 			return
 		case FaultStatus:
-			code := statusOr(f.Status, http.StatusInternalServerError)
-			body := []byte(f.Body)
-			if f.Body == "" {
-				body = h.statusBody(code)
-			}
-			writeBody(w, code, body)
+			h.writeStatusFault(w, f, statusOr(f.Status, http.StatusInternalServerError), c.wire)
 			return
 		case FaultErrorEvent:
 			if !stream {
-				writeBody(w, statusOr(f.Status, h.errorEventStatus()), h.errorPayload(f))
+				if h.dialect == dlBedrock {
+					h.writeStatusFault(w, f, statusOr(f.Status, h.errorEventStatus(c.wire)), c.wire)
+					return
+				}
+				writeBody(w, statusOr(f.Status, h.errorEventStatus(c.wire)), h.errorPayload(f, c.wire))
 				return
 			}
 		}
@@ -250,10 +311,10 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	switch {
 	case embeddings:
 		h.writePlain(w, h.embedding(a), a.fault)
-	case h.wantsToolCall(c.ep, body) && stream:
-		h.writeToolCallStream(w, a, c.ep)
-	case h.wantsToolCall(c.ep, body):
-		h.writePlain(w, h.toolCallAnswer(a, c.ep), a.fault)
+	case h.wantsToolCall(c, body) && stream:
+		h.writeToolCallStream(w, a, c)
+	case h.wantsToolCall(c, body):
+		h.writePlain(w, h.toolCallAnswer(a, c), a.fault)
 	case stream:
 		h.stream(w, r, &p, a, h.streamFormat(a, c))
 	case c.ep == epResponses:
@@ -261,7 +322,10 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	case c.ep == epCompletions:
 		h.writePlain(w, h.textCompletion(a), a.fault)
 	default:
-		h.writePlain(w, h.plainAnswer(a), a.fault)
+		if c.ep == epInvoke {
+			setInvokeHeaders(hdr, a)
+		}
+		h.writePlain(w, h.plainAnswer(a, c), a.fault)
 	}
 }
 
@@ -275,10 +339,14 @@ func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
 		Model string `json:"model"`
 	}
 	_ = json.Unmarshal(body, &model)
-	h.recordAs(r, model.Model, key, body, &h.st.stats.CountTokens)
-	if h.apiKey != "" && key != h.apiKey {
-		h.writeUnauthorized(w, key)
-		return
+	h.recordAs(r, model.Model, key, "", body, &h.st.stats.CountTokens)
+	if h.apiKey != "" {
+		refused := !keyEqual(key, h.apiKey)
+		h.countAuth(refused)
+		if refused {
+			h.writeUnauthorized(w, key, authResult{})
+			return
+		}
 	}
 	if err != nil || !json.Valid(body) {
 		h.writeBadRequest(w)
@@ -298,6 +366,7 @@ func (h *Handler) requestKey(r *http.Request) string {
 		}
 		return r.URL.Query().Get("key")
 	}
+	// openai, bedrock (an API key), vertex (an access token)
 	k, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
 		return ""
@@ -305,8 +374,75 @@ func (h *Handler) requestKey(r *http.Request) string {
 	return k
 }
 
-func (h *Handler) writeUnauthorized(w http.ResponseWriter, key string) {
+// principal is who r authenticates as, whether or not its credentials
+// are valid: the access key id of a SigV4 signature (bedrock), the
+// service account an access token was issued to (vertex); else "".
+func (h *Handler) principal(r *http.Request) string {
 	switch h.dialect {
+	case dlBedrock:
+		if sig, err := parseSigV4(r.Header.Get("Authorization")); err == nil {
+			return sig.accessKeyID
+		}
+	case dlVertex:
+		if k, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			t, _ := lookupToken(k)
+			return t.principal
+		}
+	}
+	return ""
+}
+
+// authResult is the outcome of checking a request's credentials; the
+// zero value accepts. Bedrock refusals carry their exception.
+type authResult struct {
+	denied  bool
+	errType string // bedrock: the exception, for x-amzn-ErrorType
+	msg     string // bedrock: its message
+}
+
+// countAuth counts a credentials check in Stats.
+func (h *Handler) countAuth(refused bool) {
+	h.st.mu.Lock()
+	if refused {
+		h.st.stats.AuthRefused++
+	} else {
+		h.st.stats.AuthAccepted++
+	}
+	h.st.mu.Unlock()
+}
+
+// authenticate checks r's credentials (key is requestKey's answer, body
+// the request's body); checked is false when the mock requires none.
+func (h *Handler) authenticate(r *http.Request, key string, body []byte) (res authResult, checked bool) {
+	switch h.dialect {
+	case dlBedrock:
+		if h.apiKey == "" && h.awsKey.AccessKeyID == "" {
+			return authResult{}, false
+		}
+		return h.bedrockAuth(r, key, body), true
+	case dlVertex:
+		if !h.tokenValid(key) {
+			return authResult{denied: true}, true
+		}
+		return authResult{}, true
+	}
+	if h.apiKey == "" {
+		return authResult{}, false
+	}
+	return authResult{denied: !keyEqual(key, h.apiKey)}, true
+}
+
+// keyEqual compares a key sent with the expected one in constant time.
+func keyEqual(got, want string) bool {
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func (h *Handler) writeUnauthorized(w http.ResponseWriter, key string, res authResult) {
+	switch h.dialect {
+	case dlBedrock:
+		writeBedrockError(w, http.StatusForbidden, res.errType, res.msg)
+	case dlVertex:
+		writeBody(w, http.StatusUnauthorized, vertexError(http.StatusUnauthorized, vertexUnauthenticated))
 	case dlAnthropic:
 		writeBody(w, http.StatusUnauthorized, anthropicError("authentication_error", "invalid x-api-key"))
 	case dlGemini:
@@ -327,18 +463,48 @@ func (h *Handler) writeBadRequest(w http.ResponseWriter) {
 		writeBody(w, http.StatusBadRequest, anthropicError("invalid_request_error", "There was an issue with the format of your request: invalid JSON body"))
 	case dlGemini:
 		writeBody(w, http.StatusBadRequest, googleError(http.StatusBadRequest, "Invalid JSON payload received."))
+	case dlBedrock:
+		writeBedrockError(w, http.StatusBadRequest, "ValidationException"+bedrockCoral, "Malformed input request, please reformat your input and try again.")
+	case dlVertex:
+		writeBody(w, http.StatusBadRequest, vertexError(http.StatusBadRequest, "Invalid JSON payload received."))
 	default:
 		writeError(w, http.StatusBadRequest, "We could not parse the JSON body of your request.", "invalid_request_error", "")
 	}
 }
 
+// checkBody checks a JSON body against the provider's request schema
+// where the mock knows it (bedrock, vertex's anthropic publisher) and
+// returns why it is rejected, or "".
+func (h *Handler) checkBody(c call, body []byte) string {
+	switch {
+	case h.dialect == dlBedrock && c.wire == wireAnthropic:
+		return checkInvokeBody(c.model, body)
+	case h.dialect == dlBedrock:
+		return checkConverseBody(body)
+	case h.dialect == dlVertex && c.wire == wireAnthropic:
+		return checkVertexAnthropicBody(body)
+	}
+	return ""
+}
+
+// writeInvalid answers 400 for a body checkBody rejects.
+func (h *Handler) writeInvalid(w http.ResponseWriter, msg string) {
+	if h.dialect == dlBedrock {
+		writeBedrockError(w, http.StatusBadRequest, "ValidationException"+bedrockCoral, msg)
+		return
+	}
+	writeBody(w, http.StatusBadRequest, vertexError(http.StatusBadRequest, msg))
+}
+
 // plainAnswer is the non-streamed answer to a chat request.
-func (h *Handler) plainAnswer(a answer) []byte {
-	switch h.dialect {
-	case dlAnthropic:
+func (h *Handler) plainAnswer(a answer, c call) []byte {
+	switch c.wire {
+	case wireAnthropic:
 		return h.anthropicMessage(a)
-	case dlGemini:
+	case wireGemini:
 		return h.geminiResponse(a)
+	case wireConverse:
+		return h.converseResponse(a)
 	}
 	return h.completion(a)
 }
@@ -350,6 +516,8 @@ type answer struct {
 	completion int
 	cached     int // of prompt, read from the prompt cache (Handler.cachedTokens)
 	fault      *Fault
+	wire       int       // the call's wire format
+	start      time.Time // when the request arrived (real time), for latency metrics
 }
 
 // writePlain sends a non-streamed answer, or half of it then an abort

@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"context"
+	"encoding/binary"
 	"net/http"
 	"time"
 )
@@ -31,10 +32,14 @@ type streamFormat interface {
 
 // streamFormat returns the wire format of a's stream.
 func (h *Handler) streamFormat(a answer, c call) streamFormat {
-	switch h.dialect {
-	case dlAnthropic:
+	switch {
+	case h.dialect == dlBedrock && c.wire == wireConverse:
+		return newConverseStream(a)
+	case h.dialect == dlBedrock:
+		return newInvokeStream(a, &anthropicStream{a: a, id: h.st.ids.Add(1)})
+	case c.wire == wireAnthropic:
 		return &anthropicStream{a: a, id: h.st.ids.Add(1)}
-	case dlGemini:
+	case c.wire == wireGemini:
 		return &geminiStream{a: a, array: c.array}
 	}
 	if c.ep == epResponses {
@@ -53,9 +58,13 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 	hdr.Set("Content-Type", sf.contentType())
 	hdr.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
+	send := sendEvent
+	if sf.contentType() == eventStreamContentType {
+		send = sendFrames // flushed one message at a time
+	}
 	ev := sf.head(make([]byte, 0, 512))
 	if len(ev) > 0 {
-		if !sendEvent(w, rc, ev) {
+		if !send(w, rc, ev) {
 			return
 		}
 	} else if rc.Flush() != nil {
@@ -70,7 +79,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 			if left <= 0 {
 				break
 			}
-			if !sendEvent(w, rc, ka) {
+			if !send(w, rc, ka) {
 				return
 			}
 			if !p.wait(min(left, keepAliveInterval)) {
@@ -95,7 +104,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 	last := len(h.pieces) - 1
 	for i, piece := range h.pieces {
 		if i == strike {
-			h.strike(w, rc, sf, a.fault)
+			h.strike(w, rc, sf, a, send, func() []byte { return sf.chunk(nil, i, piece, false) })
 			return
 		}
 		if i > 0 && !p.wait(time.Duration(h.ChunkInterval)) {
@@ -103,26 +112,36 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 			return
 		}
 		ev = sf.chunk(ev[:0], i, piece, i == last && strike < 0)
-		if !sendEvent(w, rc, ev) {
+		if !send(w, rc, ev) {
 			return
 		}
 	}
 	if strike == len(h.pieces) {
-		h.strike(w, rc, sf, a.fault)
+		h.strike(w, rc, sf, a, send, func() []byte { return sf.end(nil) })
 		return
 	}
 	if ev = sf.end(ev[:0]); len(ev) > 0 {
-		sendEvent(w, rc, ev)
+		send(w, rc, ev)
 	}
 }
 
-// strike ends a stream with a cut or error_event fault.
-func (h *Handler) strike(w http.ResponseWriter, rc *http.ResponseController, sf streamFormat, f *Fault) {
+// strike ends a stream with a cut or error_event fault. next is what
+// the stream would have sent next: an event stream cut sends the first
+// half of its first message, so the cut falls mid-frame.
+func (h *Handler) strike(w http.ResponseWriter, rc *http.ResponseController, sf streamFormat, a answer,
+	send func(http.ResponseWriter, *http.ResponseController, []byte) bool, next func() []byte) {
+	f := a.fault
 	if f.Kind == FaultCut {
+		if sf.contentType() == eventStreamContentType {
+			if b := next(); len(b) >= 4 {
+				n := min(int(binary.BigEndian.Uint32(b)), len(b))
+				_, _ = w.Write(b[:n/2])
+			}
+		}
 		_ = rc.Flush()
 		panic(http.ErrAbortHandler)
 	}
-	sendEvent(w, rc, sf.errorEvent(nil, h.errorPayload(f)))
+	send(w, rc, sf.errorEvent(nil, h.errorPayload(f, a.wire)))
 }
 
 // keepAliveComment is the SSE comment of keepalive faults (openai,
@@ -134,6 +153,25 @@ func sendEvent(w http.ResponseWriter, rc *http.ResponseController, ev []byte) bo
 		return false
 	}
 	return rc.Flush() == nil
+}
+
+// sendFrames sends event-stream messages one by one, each flushed:
+// every message starts with its total length (a big-endian uint32).
+func sendFrames(w http.ResponseWriter, rc *http.ResponseController, ev []byte) bool {
+	for len(ev) >= 4 {
+		n := min(int(binary.BigEndian.Uint32(ev)), len(ev))
+		if n < 4 {
+			n = len(ev) // not a message: send it all
+		}
+		if !sendEvent(w, rc, ev[:n]) {
+			return false
+		}
+		ev = ev[n:]
+	}
+	if len(ev) > 0 {
+		return sendEvent(w, rc, ev)
+	}
+	return true
 }
 
 // pacer waits on one reusable timer, giving up when the request's

@@ -11,7 +11,11 @@ import (
 // tool, in the dialect's own form, plain or streamed; the request that
 // brings the result back gets the Reply. So an agent (Claude Code, Codex
 // CLI) pointed at a mock through the router runs one real tool round
-// trip. The gemini dialect does not script calls.
+// trip. Bedrock's invoke and vertex's rawPredict script calls as the
+// anthropic dialect does (their streams wrapped as the dialect wraps
+// them); Converse scripts them in its own form (bedrock.go), only for
+// requests whose toolConfig offers the tool. Gemini models (the gemini
+// dialect, vertex's google publisher) do not script calls.
 
 // ToolCall is a scripted tool call: the tool's name and its arguments (a
 // JSON object).
@@ -21,11 +25,15 @@ type ToolCall struct {
 }
 
 // wantsToolCall reports whether a request (its body, valid JSON) of
-// endpoint ep gets the scripted call: its conversation does not end with a
+// call c gets the scripted call: its conversation does not end with a
 // tool's result.
-func (h *Handler) wantsToolCall(ep int, body []byte) bool {
-	if h.ToolCall == nil || h.dialect == dlGemini {
+func (h *Handler) wantsToolCall(c call, body []byte) bool {
+	ep := c.ep
+	switch {
+	case h.ToolCall == nil || c.wire == wireGemini:
 		return false
+	case c.wire == wireConverse:
+		return h.converseWantsToolCall(body)
 	}
 	var r struct {
 		Messages []struct {
@@ -48,7 +56,7 @@ func (h *Handler) wantsToolCall(ep int, body []byte) bool {
 		return true
 	}
 	last := r.Messages[len(r.Messages)-1]
-	if h.dialect == dlAnthropic {
+	if c.wire == wireAnthropic {
 		var blocks []struct {
 			Type string `json:"type"`
 		}
@@ -64,17 +72,19 @@ func (h *Handler) wantsToolCall(ep int, body []byte) bool {
 }
 
 // toolCallAnswer is the scripted call as a non-streamed answer.
-func (h *Handler) toolCallAnswer(a answer, ep int) []byte {
+func (h *Handler) toolCallAnswer(a answer, c call) []byte {
 	n := strconv.FormatUint(h.st.ids.Add(1), 10)
 	tc := h.ToolCall
 	args := string(tc.Arguments)
 	switch {
-	case ep == epResponses:
+	case c.wire == wireConverse:
+		return h.converseToolCall(a, n)
+	case c.ep == epResponses:
 		r := h.responseObject(a, h.newResponseID(), "completed", "", true)
 		r.Output = []json.RawMessage{appendJSON(nil, map[string]any{"type": "function_call", "id": "fc_mock" + n,
 			"call_id": "call_mock" + n, "name": tc.Name, "arguments": args, "status": "completed"})}
 		return appendJSON(nil, r)
-	case h.dialect == dlAnthropic:
+	case c.wire == wireAnthropic:
 		return appendJSON(nil, map[string]any{"id": anthropicMessageID(h.st.ids.Add(1)), "type": "message", "role": "assistant",
 			"model": a.model, "content": []any{map[string]any{"type": "tool_use", "id": "toolu_mock" + n, "name": tc.Name, "input": tc.Arguments}},
 			"stop_reason": "tool_use", "stop_sequence": nil, "usage": a.anthropicUsage(a.completion)})
@@ -87,8 +97,13 @@ func (h *Handler) toolCallAnswer(a answer, ep int) []byte {
 }
 
 // writeToolCallStream sends the scripted call as a stream: the call's
-// start, its arguments in one delta, the end.
-func (h *Handler) writeToolCallStream(w http.ResponseWriter, a answer, ep int) {
+// start, its arguments in one delta (Converse: two), the end.
+func (h *Handler) writeToolCallStream(w http.ResponseWriter, a answer, c call) {
+	ep := c.ep
+	if c.wire == wireConverse {
+		h.writeConverseToolStream(w, a)
+		return
+	}
 	n := strconv.FormatUint(h.st.ids.Add(1), 10)
 	tc := h.ToolCall
 	args := string(tc.Arguments)
@@ -116,7 +131,7 @@ func (h *Handler) writeToolCallStream(w http.ResponseWriter, a answer, ep int) {
 		r := h.responseObject(a, s.id, "completed", "", true)
 		r.Output = []json.RawMessage{appendJSON(nil, done)}
 		b = s.event(b, "response.completed", map[string]any{"response": r})
-	case h.dialect == dlAnthropic:
+	case c.wire == wireAnthropic:
 		ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": anthropicMessageID(h.st.ids.Add(1)),
 			"type": "message", "role": "assistant", "model": a.model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
 			"usage": a.anthropicUsage(1)}})
@@ -146,6 +161,13 @@ func (h *Handler) writeToolCallStream(w http.ResponseWriter, a answer, ep int) {
 		ev("", chunk(map[string]any{}, "tool_calls",
 			a.usage()))
 		b = append(b, "data: [DONE]\n\n"...)
+	}
+	if h.dialect == dlBedrock {
+		// invoke-with-response-stream: the events as chunk messages.
+		s := newInvokeStream(a, nil)
+		s.firstByte()
+		h.writeFrames(w, s.frames(nil, b))
+		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")

@@ -114,7 +114,7 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	bearer := p.APIKey != ""
 	var awsCfg aws.Config
 	if !bearer || region == "" {
-		opts := []func(*config.LoadOptions) error{}
+		opts := []func(*config.LoadOptions) error{config.WithCredentialsCacheOptions(refreshEarly)}
 		if region != "" {
 			opts = append(opts, config.WithRegion(region))
 		}
@@ -150,7 +150,7 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	creds := awsCfg.Credentials
 	if role != "" {
 		creds = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(sts.NewFromConfig(awsCfg), role,
-			func(o *stscreds.AssumeRoleOptions) { o.RoleSessionName = "caddy-llm-router" }))
+			func(o *stscreds.AssumeRoleOptions) { o.RoleSessionName = "caddy-llm-router" }), refreshEarly)
 	}
 	if creds == nil {
 		return errors.New("bedrock: no AWS credentials provider")
@@ -160,6 +160,15 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	})
 	return nil
 }
+
+// credentialsExpiryWindow is how long before temporary AWS credentials
+// expire that they are replaced: a request signed just before expiry may
+// reach Bedrock after it.
+const credentialsExpiryWindow = time.Minute
+
+// refreshEarly has temporary credentials (a role's, an instance's, a web
+// identity's) fetched anew credentialsExpiryWindow before they expire.
+func refreshEarly(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = credentialsExpiryWindow }
 
 // bedrockService is the SigV4 signing name of Bedrock's runtime API.
 const bedrockService = "bedrock"

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -393,5 +394,87 @@ func TestVertexConfigErrors(t *testing.T) {
 	h.Cleanup()
 	if err == nil || !strings.Contains(err.Error(), "vertex: finding Google credentials") || !strings.Contains(err.Error(), "missing.json") {
 		t.Errorf("no credentials: %v", err)
+	}
+}
+
+// role_arn: the credentials found assume the role through STS
+// (AWS_ENDPOINT_URL points the SDK's STS client at a fake one), the
+// requests are signed with the role's temporary credentials and session
+// token, and credentials that expire within the expiry window are fetched
+// anew before the next request rather than used until they fail.
+func TestBedrockAssumesARole(t *testing.T) {
+	isolateAWS(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDBASE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "base-secret")
+	var assumed atomic.Int64
+	var mu sync.Mutex
+	var problems []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/" { // STS, signed with the base credentials
+			if err := r.ParseForm(); err != nil {
+				t.Error(err)
+			}
+			form, _ := url.ParseQuery(string(body))
+			mu.Lock()
+			if form.Get("Action") != "AssumeRole" || form.Get("RoleArn") != "arn:aws:iam::123456789012:role/router" ||
+				!strings.Contains(r.Header.Get("Authorization"), "Credential=AKIDBASE/") {
+				problems = append(problems, fmt.Sprintf("STS got %v %s", form, r.Header.Get("Authorization")))
+			}
+			mu.Unlock()
+			n := assumed.Add(1)
+			// Expires within the expiry window: fetched anew each time.
+			exp := time.Now().Add(credentialsExpiryWindow / 2).UTC().Format(time.RFC3339)
+			w.Header().Set("Content-Type", "text/xml")
+			fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials>`+
+				`<AccessKeyId>ASIAROLE%d</AccessKeyId><SecretAccessKey>role-secret-%d</SecretAccessKey><SessionToken>session-%d</SessionToken>`+
+				`<Expiration>%s</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/router/caddy-llm-router</Arn>`+
+				`<AssumedRoleId>AROA1:caddy-llm-router</AssumedRoleId></AssumedRoleUser></AssumeRoleResult><ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></AssumeRoleResponse>`,
+				n, n, n, exp)
+			return
+		}
+		n := assumed.Load()
+		mu.Lock()
+		if r.Header.Get("X-Amz-Security-Token") != fmt.Sprintf("session-%d", n) {
+			problems = append(problems, "session token "+r.Header.Get("X-Amz-Security-Token"))
+		}
+		if err := verifySigV4(r, body, fmt.Sprintf("ASIAROLE%d", n), fmt.Sprintf("role-secret-%d", n), "us-east-2"); err != nil {
+			problems = append(problems, "bedrock: "+err.Error())
+		}
+		mu.Unlock()
+		_, _ = w.Write([]byte(`{"output":{"message":{"role":"assistant","content":[{"text":"As the role."}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":3,"totalTokens":6}}`))
+	}))
+	defer upstream.Close()
+	t.Setenv("AWS_ENDPOINT_URL", upstream.URL)
+
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider aws {
+			type bedrock
+			region us-east-2
+			role_arn arn:aws:iam::123456789012:role/router
+			base_url ` + upstream.URL + `
+		}
+		model nova {
+			deployment aws amazon.nova-lite-v1:0
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	for i := 0; i < 2; i++ {
+		w := httptest.NewRecorder()
+		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"nova","messages":[{"role":"user","content":"hi"}]}`)), nil)
+		if w.Code != 200 || !strings.Contains(w.Body.String(), "As the role.") {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 || assumed.Load() != 2 {
+		t.Errorf("assumed %d times (want 2: each time the credentials were about to expire); %q", assumed.Load(), problems)
 	}
 }

@@ -3,7 +3,6 @@ package llmrouter
 import (
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -20,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/llmrouter/caddy-llm-router/mockllm"
 )
 
 // isolateAWS keeps the test away from the machine's AWS configuration:
@@ -41,53 +40,19 @@ func isolateAWS(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 }
 
-// verifySigV4 checks a received request's SigV4 signature the way AWS
-// does: the signed headers only, re-signed with the SDK's signer at the
-// request's own time, compared.
-func verifySigV4(r *http.Request, body []byte, akid, secret, region string) error {
-	auth := r.Header.Get("Authorization")
-	var cred, signed, sig string
-	for _, f := range strings.Split(strings.TrimPrefix(auth, "AWS4-HMAC-SHA256 "), ", ") {
-		k, v, _ := strings.Cut(f, "=")
-		switch k {
-		case "Credential":
-			cred = v
-		case "SignedHeaders":
-			signed = v
-		case "Signature":
-			sig = v
-		}
+// bedrockMock is llm_mock's bedrock dialect on a test server: it checks
+// each request's SigV4 signature with the AWS SDK's signer (or takes
+// apiKey as a Bedrock API key).
+func bedrockMock(t *testing.T, akid, secret, apiKey string) (*httptest.Server, *mockllm.Handler) {
+	t.Helper()
+	m := &mockllm.Handler{Dialect: "bedrock", Reply: "Signed.", APIKey: apiKey,
+		AWSCredentials: &mockllm.AWSCredentials{AccessKeyID: akid, SecretAccessKey: secret}}
+	if err := m.Setup(); err != nil {
+		t.Fatal(err)
 	}
-	scope := strings.Split(cred, "/")
-	if len(scope) != 5 || scope[0] != akid || scope[2] != region || scope[3] != "bedrock" {
-		return fmt.Errorf("credential scope %q", cred)
-	}
-	at, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
-	if err != nil {
-		return err
-	}
-	u := *r.URL
-	u.Scheme, u.Host = "http", r.Host
-	re, _ := http.NewRequest(r.Method, u.String(), strings.NewReader(string(body)))
-	re.ContentLength = int64(len(body))
-	for _, h := range strings.Split(signed, ";") {
-		if h != "host" && h != "content-length" {
-			re.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
-		}
-	}
-	re.Header.Del("Authorization")
-	hash := r.Header.Get("X-Amz-Content-Sha256")
-	if hash == "" {
-		hash = fmt.Sprintf("%x", sha256.Sum256(body))
-	}
-	creds := aws.Credentials{AccessKeyID: akid, SecretAccessKey: secret, SessionToken: r.Header.Get("X-Amz-Security-Token")}
-	if err := v4.NewSigner().SignHTTP(r.Context(), creds, re, hash, scope[3], scope[2], at); err != nil {
-		return err
-	}
-	if !strings.Contains(re.Header.Get("Authorization"), "Signature="+sig) || sig == "" {
-		return fmt.Errorf("signature mismatch")
-	}
-	return nil
+	srv := httptest.NewServer(m.HTTPHandler())
+	t.Cleanup(srv.Close)
+	return srv, m
 }
 
 // A bedrock provider signs each request with SigV4 (service bedrock, its
@@ -98,32 +63,7 @@ func TestBedrockSignsWithTheCredentialChain(t *testing.T) {
 	isolateAWS(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
-	var mu sync.Mutex
-	var verified, refused int
-	var paths []string
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		defer mu.Unlock()
-		paths = append(paths, r.URL.EscapedPath())
-		if r.Header.Get("Authorization") == "Bearer ABSK-test-key" {
-			verified++
-		} else if err := verifySigV4(r, body, "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-west-2"); err != nil {
-			refused++
-			w.Header().Set("X-Amzn-Errortype", "InvalidSignatureException")
-			w.WriteHeader(403)
-			_, _ = w.Write([]byte(`{"message":"The request signature we calculated does not match the signature you provided."}`))
-			return
-		} else {
-			verified++
-		}
-		if strings.Contains(string(body), `"model"`) || !strings.Contains(string(body), `"anthropic_version":"bedrock-2023-05-31"`) {
-			w.WriteHeader(400)
-			return
-		}
-		_, _ = w.Write([]byte(`{"id":"msg_bdrk_1","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"Signed."}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}}`))
-	}))
-	defer upstream.Close()
+	upstream, mock := bedrockMock(t, "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "ABSK-test-key")
 
 	var h Handler
 	err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
@@ -165,12 +105,22 @@ func TestBedrockSignsWithTheCredentialChain(t *testing.T) {
 		if w.Code != 200 || !strings.Contains(w.Body.String(), "Signed.") {
 			t.Errorf("%s: %d %s", model, w.Code, w.Body)
 		}
+		st := mock.Stats()
+		switch model {
+		case "claude": // signed in the configured region, for bedrock
+			if st.LastModel != "us.anthropic.claude-sonnet-4-5-20250929-v1:0" || st.LastPrincipal != "AKIDEXAMPLE" ||
+				!strings.Contains(st.LastAuthorization, "/us-west-2/bedrock/aws4_request") {
+				t.Errorf("%s: the mock saw %+v", model, st)
+			}
+		case "keyed":
+			if st.LastAuthorization != "Bearer ABSK-test-key" {
+				t.Errorf("%s: the mock saw %q", model, st.LastAuthorization)
+			}
+		}
 	}
-	mu.Lock()
-	if verified != 2 || refused != 0 || paths[0] != "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke" {
-		t.Errorf("verified %d refused %d paths %v", verified, refused, paths)
+	if st := mock.Stats(); st.AuthAccepted != 2 || st.AuthRefused != 0 {
+		t.Errorf("accepted %d refused %d", st.AuthAccepted, st.AuthRefused)
 	}
-	mu.Unlock()
 	// The identity of a bedrock deployment names its account, never a secret.
 	for _, ref := range h.states {
 		if strings.Contains(ref.key, "wJalr") || strings.Contains(ref.key, "ABSK") || !strings.Contains(ref.key, "region=us-west-2") {
@@ -199,10 +149,8 @@ func TestBedrockSignsWithTheCredentialChain(t *testing.T) {
 	defer h2.Cleanup()
 	w := httptest.NewRecorder()
 	_ = h2.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"claude","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`)), nil)
-	mu.Lock()
-	defer mu.Unlock()
-	if w.Code == 200 || refused == 0 {
-		t.Errorf("a wrong secret: %d, refused %d", w.Code, refused)
+	if w.Code == 200 || mock.Stats().AuthRefused != 1 {
+		t.Errorf("a wrong secret: %d, refused %d", w.Code, mock.Stats().AuthRefused)
 	}
 	if strings.Contains(w.Body.String(), "not-the-secret") || strings.Contains(w.Body.String(), "AKIDEXAMPLE") {
 		t.Errorf("the answer shows a credential: %s", w.Body)
@@ -407,45 +355,27 @@ func TestBedrockAssumesARole(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDBASE")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "base-secret")
 	var assumed atomic.Int64
-	var mu sync.Mutex
-	var problems []string
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var stsProblem atomic.Value
+	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if r.URL.Path == "/" { // STS, signed with the base credentials
-			if err := r.ParseForm(); err != nil {
-				t.Error(err)
-			}
-			form, _ := url.ParseQuery(string(body))
-			mu.Lock()
-			if form.Get("Action") != "AssumeRole" || form.Get("RoleArn") != "arn:aws:iam::123456789012:role/router" ||
-				!strings.Contains(r.Header.Get("Authorization"), "Credential=AKIDBASE/") {
-				problems = append(problems, fmt.Sprintf("STS got %v %s", form, r.Header.Get("Authorization")))
-			}
-			mu.Unlock()
-			n := assumed.Add(1)
-			// Expires within the expiry window: fetched anew each time.
-			exp := time.Now().Add(credentialsExpiryWindow / 2).UTC().Format(time.RFC3339)
-			w.Header().Set("Content-Type", "text/xml")
-			fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials>`+
-				`<AccessKeyId>ASIAROLE%d</AccessKeyId><SecretAccessKey>role-secret-%d</SecretAccessKey><SessionToken>session-%d</SessionToken>`+
-				`<Expiration>%s</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/router/caddy-llm-router</Arn>`+
-				`<AssumedRoleId>AROA1:caddy-llm-router</AssumedRoleId></AssumedRoleUser></AssumeRoleResult><ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></AssumeRoleResponse>`,
-				n, n, n, exp)
-			return
+		form, _ := url.ParseQuery(string(body))
+		if form.Get("Action") != "AssumeRole" || form.Get("RoleArn") != "arn:aws:iam::123456789012:role/router" ||
+			!strings.Contains(r.Header.Get("Authorization"), "Credential=AKIDBASE/") {
+			stsProblem.Store(fmt.Sprintf("STS got %v %s", form, r.Header.Get("Authorization")))
 		}
-		n := assumed.Load()
-		mu.Lock()
-		if r.Header.Get("X-Amz-Security-Token") != fmt.Sprintf("session-%d", n) {
-			problems = append(problems, "session token "+r.Header.Get("X-Amz-Security-Token"))
-		}
-		if err := verifySigV4(r, body, fmt.Sprintf("ASIAROLE%d", n), fmt.Sprintf("role-secret-%d", n), "us-east-2"); err != nil {
-			problems = append(problems, "bedrock: "+err.Error())
-		}
-		mu.Unlock()
-		_, _ = w.Write([]byte(`{"output":{"message":{"role":"assistant","content":[{"text":"As the role."}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":3,"totalTokens":6}}`))
+		n := assumed.Add(1)
+		// Expires within the expiry window: fetched anew each time.
+		exp := time.Now().Add(credentialsExpiryWindow / 2).UTC().Format(time.RFC3339)
+		w.Header().Set("Content-Type", "text/xml")
+		fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials>`+
+			`<AccessKeyId>ASIAROLE</AccessKeyId><SecretAccessKey>role-secret</SecretAccessKey><SessionToken>session-%d</SessionToken>`+
+			`<Expiration>%s</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/router/caddy-llm-router</Arn>`+
+			`<AssumedRoleId>AROA1:caddy-llm-router</AssumedRoleId></AssumedRoleUser></AssumeRoleResult><ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></AssumeRoleResponse>`,
+			n, exp)
 	}))
-	defer upstream.Close()
-	t.Setenv("AWS_ENDPOINT_URL", upstream.URL)
+	defer sts.Close()
+	t.Setenv("AWS_ENDPOINT_URL", sts.URL)
+	upstream, mock := bedrockMock(t, "ASIAROLE", "role-secret", "")
 
 	var h Handler
 	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
@@ -465,16 +395,18 @@ func TestBedrockAssumesARole(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Cleanup()
-	for i := 0; i < 2; i++ {
+	for i := 1; i <= 2; i++ {
 		w := httptest.NewRecorder()
 		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"nova","messages":[{"role":"user","content":"hi"}]}`)), nil)
-		if w.Code != 200 || !strings.Contains(w.Body.String(), "As the role.") {
+		if w.Code != 200 || !strings.Contains(w.Body.String(), "Signed.") {
 			t.Fatalf("%d %s", w.Code, w.Body)
 		}
+		// Signed with the role's keys and its latest session token.
+		if st := mock.Stats(); st.LastPrincipal != "ASIAROLE" || st.LastHeaders["X-Amz-Security-Token"] != fmt.Sprintf("session-%d", i) || st.AuthRefused != 0 {
+			t.Errorf("request %d: the mock saw %+v", i, st)
+		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(problems) > 0 || assumed.Load() != 2 {
-		t.Errorf("assumed %d times (want 2: each time the credentials were about to expire); %q", assumed.Load(), problems)
+	if p := stsProblem.Load(); p != nil || assumed.Load() != 2 {
+		t.Errorf("assumed %d times (want 2: each time the credentials were about to expire); %v", assumed.Load(), p)
 	}
 }

@@ -164,6 +164,25 @@ type drained struct {
 	err    error
 }
 
+// assemble reads the chunks of a drained Chat stream as an OpenAI client
+// would; a chunk without choices is the usage chunk.
+func assemble(t *testing.T, d drained) streamResult {
+	t.Helper()
+	res := streamResult{ids: map[string]bool{}, models: map[string]bool{}}
+	for _, ev := range d.events {
+		var u struct {
+			Choices []any
+			Usage   *chat.Usage
+		}
+		if err := json.Unmarshal(ev.Data, &u); err == nil && len(u.Choices) == 0 && u.Usage != nil {
+			res.usage = u.Usage // the usage chunk, as OpenAI sends it: no choices
+			continue
+		}
+		res.accumulate(t, ev.Data)
+	}
+	return res
+}
+
 // drain reads a stream to its end as the router does.
 func drain(s provider.Stream) drained {
 	var d drained
@@ -224,28 +243,9 @@ func TestBedrockInvokeStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d = drain(pl.Stream(bytes.NewReader(body.Bytes())))
-	var text strings.Builder
-	finish := ""
-	for _, ev := range d.events {
-		var c struct {
-			Choices []struct {
-				Delta        struct{ Content string }
-				FinishReason *string `json:"finish_reason"`
-			}
-		}
-		if err := json.Unmarshal(ev.Data, &c); err != nil {
-			t.Fatalf("chunk %s: %v", ev.Data, err)
-		}
-		for _, ch := range c.Choices {
-			text.WriteString(ch.Delta.Content)
-			if ch.FinishReason != nil {
-				finish = *ch.FinishReason
-			}
-		}
-	}
-	if text.String() != "Hello" || finish != "stop" {
-		t.Errorf("chat stream: %q finish %q", text.String(), finish)
+	res := assemble(t, drain(pl.Stream(bytes.NewReader(body.Bytes()))))
+	if res.content != "Hello" || res.finish != "stop" {
+		t.Errorf("chat stream: %q finish %q", res.content, res.finish)
 	}
 }
 
@@ -411,19 +411,7 @@ func TestConverseStream(t *testing.T) {
 		if d.err != nil || d.errObs != nil {
 			t.Fatalf("stream failed: %v %+v", d.err, d.errObs)
 		}
-		var res streamResult
-		res.ids, res.models = map[string]bool{}, map[string]bool{}
-		for _, ev := range d.events {
-			var u struct {
-				Choices []any
-				Usage   *chat.Usage
-			}
-			if err := json.Unmarshal(ev.Data, &u); err == nil && len(u.Choices) == 0 && u.Usage != nil {
-				res.usage = u.Usage // the usage chunk, as OpenAI sends it: no choices
-				continue
-			}
-			res.accumulate(t, ev.Data)
-		}
+		res := assemble(t, d)
 		if res.content != "Checking" || len(res.tools) != 1 || res.tools[0].name != "weather" || res.tools[0].id != "tooluse_1" ||
 			res.tools[0].args != `{"city":"Paris"}` || res.finish != "tool_calls" {
 			t.Errorf("usage %v: content %q tools %+v finish %q", includeUsage, res.content, res.tools, res.finish)
@@ -497,11 +485,7 @@ func TestBedrockStreamFixtures(t *testing.T) {
 		return b
 	}
 	text := func(d drained) string {
-		var res streamResult
-		res.ids, res.models = map[string]bool{}, map[string]bool{}
-		for _, ev := range d.events {
-			res.accumulate(t, ev.Data)
-		}
+		res := assemble(t, d)
 		return res.content + "|" + res.finish
 	}
 	for _, tt := range []struct{ file, model, want string }{

@@ -147,22 +147,12 @@ func (*Vertex) Observe(status int, h http.Header, body []byte, now time.Time) pr
 			return (*Anthropic)(nil).Observe(status, h, body, now)
 		}
 	}
-	ref := provider.RefTime(h, now)
-	o := provider.NewObservation(provider.OK)
-	o.RetryAfter = provider.RetryAfter(h, ref)
-	if status >= 200 && status < 300 {
-		return o
-	}
-	e := parseGeminiError(body)
-	var wait time.Duration
-	o.Class, wait = classifyGemini(status, e)
-	o.Message, o.Code = e.Message, e.Status
-	if o.RetryAfter < 0 && o.Class != provider.QuotaExhausted {
-		o.RetryAfter = wait
-	}
+	// Google's errors, as the Gemini API sends them.
+	o := (*Gemini)(nil).Observe(status, h, body, now)
 	if o.Class == provider.RateLimited && o.RetryAfter < 0 {
-		if metric := vertexQuotaMetric(e); strings.Contains(metric, "per_minute") || strings.Contains(metric, "perminute") {
+		if metric := vertexQuotaMetric(parseGeminiError(body)); strings.Contains(metric, "per_minute") || strings.Contains(metric, "perminute") {
 			// A per-minute quota: spent until the next minute begins.
+			ref := provider.RefTime(h, now)
 			reset := time.Minute - ref.Sub(ref.Truncate(time.Minute))
 			o.RetryAfter = reset
 			spent := provider.Window{Limit: provider.Unknown, Remaining: 0, Reset: reset}

@@ -38,7 +38,9 @@ var ErrNotQueued = errors.New("not in the fleet's queue")
 //
 // A place held by a request that is gone must not count for long, or the
 // other instances answer 429s the fleet could serve. So:
-//   - each member is named by its instance ("<origin>-<seq>"), and an
+//   - each member is named by its instance ("<origin>-<order>-<seq>":
+//     the instance's own order of arrival, then a number unique to the
+//     join), and an
 //     instance renews its lease on the queue every queueRenew while it
 //     has requests there; another instance's look sweeps the members of
 //     an instance whose lease (queueLease) ran out: killed, or cut from
@@ -219,18 +221,21 @@ func placeScore(priority, maxPriority int, arrival time.Time) float64 {
 
 // Join adds a request waiting on this instance, of priority (0 to
 // maxPriority) that arrived at arrival, waits at most wait and estimates
-// tokens. It returns the request's member name, for Ahead and Leave, how
+// tokens; order is the instance's own order of arrival in the group's
+// queue, which orders its requests of one priority and millisecond. It returns the request's member name, for Ahead and Leave, how
 // many wait before it fleet-wide and (withTokens) their tokens; or
 // ErrUnavailable (the store is down) or Redis' error: the caller counts its
 // place on local state alone.
-func (q *Queue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error) {
+func (q *Queue) Join(priority, maxPriority int, arrival time.Time, order uint64, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error) {
 	s := q.s
 	if !s.available() {
 		return "", 0, 0, ErrUnavailable
 	}
 	// Fixed width: one instance's members of one millisecond sort in the
-	// order they joined.
-	member = fmt.Sprintf("%s-%012x", s.origin, s.seq.Add(1))
+	// order they arrived there; the join's number keeps a member that
+	// joins again apart from its earlier self (a stale Leave of that one
+	// must not take this one out).
+	member = fmt.Sprintf("%s-%016x-%x", s.origin, order, s.seq.Add(1))
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	p, err := queueJoinScript.Run(ctx, s.client, q.keys(), member,

@@ -23,9 +23,11 @@ func TestFleetQueueCountsPlacesAcrossInstances(t *testing.T) {
 		a.store.lease, b.store.lease = time.Minute, time.Minute
 		qa, qb := a.store.Queue("limited", []string{testIdentity}), b.store.Queue("limited", []string{testIdentity})
 		t0 := time.Now()
+		order := uint64(0)
 		join := func(q *Queue, priority int, at time.Duration, wait time.Duration) string {
 			t.Helper()
-			m, _, _, err := q.Join(priority, 9, t0.Add(at), wait, 10, false)
+			order++
+			m, _, _, err := q.Join(priority, 9, t0.Add(at), order, wait, 10, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,7 +38,7 @@ func TestFleetQueueCountsPlacesAcrossInstances(t *testing.T) {
 		third := join(qa, 5, 2*time.Millisecond, time.Minute)
 		urgent := join(qb, 8, 3*time.Millisecond, time.Minute)
 		// Join tells the place it took.
-		if _, n, tok, err := qa.Join(5, 9, t0.Add(4*time.Millisecond), time.Minute, 7, true); err != nil || n != 4 || tok != 40 {
+		if _, n, tok, err := qa.Join(5, 9, t0.Add(4*time.Millisecond), 100, time.Minute, 7, true); err != nil || n != 4 || tok != 40 {
 			t.Errorf("expected the fifth joined 4th in line behind 40 tokens, got %d and %d (%v)", n, tok, err)
 		}
 		for _, c := range []struct {
@@ -56,6 +58,25 @@ func TestFleetQueueCountsPlacesAcrossInstances(t *testing.T) {
 		if _, _, err := qa.Ahead(first, false); !errors.Is(err, ErrNotQueued) {
 			t.Error("expected no place for a request that left")
 		}
+		// One instance's requests of one millisecond are in its own order
+		// of arrival, whatever order they joined the fleet's queue in
+		// (their Joins race): the later arrival joined first here.
+		same := t0.Add(10 * time.Millisecond)
+		later, _, _, err := qa.Join(5, 9, same, 201, time.Minute, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		earlier, _, _, err := qa.Join(5, 9, same, 200, time.Minute, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nl, _, _ := qa.Ahead(later, false)
+		ne, _, _ := qa.Ahead(earlier, false)
+		if ne+1 != nl {
+			t.Errorf("expected the earlier arrival just ahead of the later one, got %d and %d ahead", ne, nl)
+		}
+		qa.Leave(later)
+		qa.Leave(earlier)
 		// Another group's queue is another queue.
 		if _, _, err := a.store.Queue("other", []string{testIdentity}).Ahead(third, false); !errors.Is(err, ErrNotQueued) {
 			t.Errorf("expected nothing of another group, got %v", err)
@@ -96,9 +117,11 @@ func TestFleetQueueForgetsWhatIsGone(t *testing.T) {
 		ids := []string{testIdentity}
 		qa, qb := a.store.Queue("limited", ids), b.store.Queue("limited", ids)
 		t0 := time.Now()
+		order := uint64(0)
 		join := func(q *Queue, at time.Duration) string {
 			t.Helper()
-			m, _, _, err := q.Join(5, 9, t0.Add(at), time.Hour, 0, false)
+			order++
+			m, _, _, err := q.Join(5, 9, t0.Add(at), order, time.Hour, 0, false)
 			if err != nil {
 				t.Fatal(err)
 			}

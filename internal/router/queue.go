@@ -57,9 +57,13 @@ func (g *Group) Waits() (n int64, total time.Duration) {
 type FleetQueue interface {
 	// Join adds a request waiting here, of priority (MinPriority to
 	// maxPriority) that arrived at arrival, waits at most wait and
-	// estimates tokens; the member names it, ahead is how many wait before
-	// it fleet-wide and tokensAhead (withTokens) their tokens.
-	Join(priority, maxPriority int, arrival time.Time, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error)
+	// estimates tokens; order numbers this instance's requests of the
+	// group in the order they arrived, and orders those of one priority
+	// and arrival time as this instance's own queue does, so that its head
+	// is never counted behind requests queued after it here. The member
+	// names it, ahead is how many wait before it fleet-wide and
+	// tokensAhead (withTokens) their tokens.
+	Join(priority, maxPriority int, arrival time.Time, order uint64, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error)
 	// Ahead returns how many requests wait before member, fleet-wide, and
 	// (withTokens) their tokens; an error when the store cannot tell or no
 	// longer holds member (the request joins again at its next look).
@@ -109,6 +113,11 @@ type queue struct {
 	// its priority, so that a place once counted only shrinks (but for
 	// higher priorities).
 	arrivals uint64
+	// latest is the latest arrival time: a request that joins later is
+	// given no earlier one (its clock was read before another's joined),
+	// so that arrival times and numbers agree, as the fleet's queue
+	// orders by the one, then the other.
+	latest time.Time
 }
 
 // waiter is one request in a queue.
@@ -218,6 +227,10 @@ func (q *queue) join(w *waiter) {
 	defer q.mu.Unlock()
 	q.arrivals++
 	w.arrival = q.arrivals
+	if w.since.Before(q.latest) {
+		w.since = q.latest
+	}
+	q.latest = w.since
 	i, _ := slices.BinarySearchFunc(q.waiting, w, func(x, t *waiter) int {
 		if x.before(t) {
 			return -1
@@ -408,7 +421,7 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 // member was refused or lost); ok false when the store cannot tell.
 func (r *Router) fleetPlace(g *Group, me *waiter, withTokens bool, now, deadline time.Time) (ahead, tokensAhead int64, ok bool) {
 	if me.member == "" {
-		m, n, tok, err := g.Fleet.Join(me.priority, MaxPriority, me.since, deadline.Sub(now), me.tokens, withTokens)
+		m, n, tok, err := g.Fleet.Join(me.priority, MaxPriority, me.since, me.arrival, deadline.Sub(now), me.tokens, withTokens)
 		if err != nil {
 			return 0, 0, false
 		}

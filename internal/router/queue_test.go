@@ -501,7 +501,7 @@ type fakeFleetQueue struct {
 	joins, lost int
 }
 
-func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, wait time.Duration, tokens int64, withTokens bool) (string, int64, int64, error) {
+func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, order uint64, wait time.Duration, tokens int64, withTokens bool) (string, int64, int64, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.fail {
@@ -509,9 +509,12 @@ func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, wait
 	}
 	q.seq++
 	q.joins++
-	m := fmt.Sprintf("m%d-%d", q.seq, arrival.UnixNano())
-	q.members = append(q.members, m)
-	n := q.others + int64(len(q.members)-1)
+	// In place as the fleet's queue orders them: by priority, arrival,
+	// then the instance's own order (the tests' priorities are one).
+	m := fmt.Sprintf("m-%020d-%016x-%d", arrival.UnixNano(), order, q.seq)
+	i, _ := slices.BinarySearch(q.members, m)
+	q.members = slices.Insert(q.members, i, m)
+	n := q.others + int64(i)
 	return m, n, 10 * n, nil
 }
 

@@ -147,3 +147,19 @@ func TestAgentsCodex(t *testing.T) {
 		t.Errorf("failover: expected a asked twice (the second a 429) and b once with the tool's result, got %d and %d: %s", a.Requests, b.Requests, b.LastBody)
 	}
 }
+
+// Claude Code on Claude across clouds: a session whose tool call comes
+// from Bedrock (InvokeModel, signed) and which Vertex (rawPredict, with a
+// token) finishes when Bedrock throttles; Anthropic's API is rate-limited
+// throughout.
+func TestAgentsClaudeCodeOnTheClouds(t *testing.T) {
+	cloudCredentials(t, cloudSecret)
+	load(t, threeClouds("agent", "fault rate_limit {\n header Retry-After 30\n }",
+		claudeTool+"\n"+failFirst, claudeTool))
+	expect(t, "clouds", claude(t, "claude", "Print the marker"), "Hello from vertex.")
+	br, vx := cloudStats(t, 9082), cloudStats(t, 9083)
+	if br.Requests != 2 || br.AuthAccepted != 2 || vx.Requests != 1 || !strings.Contains(vx.LastBody, "tool-ran-ok") ||
+		!strings.Contains(vx.LastBody, `"anthropic_version":"vertex-2023-10-16"`) {
+		t.Errorf("expected bedrock asked twice (the second throttled) and vertex once with the tool's output, got %+v and %+v", br, vx)
+	}
+}

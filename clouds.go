@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -129,6 +130,10 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	}
 	if region == "" {
 		return errors.New("bedrock: no region: set `region` (or AWS_REGION)")
+	}
+	if !cloudName.MatchString(region) {
+		// It names the host the credentials go to.
+		return fmt.Errorf("bedrock: region %q is not an AWS region (such as us-east-1)", region)
 	}
 	if p.BaseURL == "" {
 		p.BaseURL = "https://bedrock-runtime." + region + ".amazonaws.com"
@@ -271,6 +276,14 @@ func (p *Vertex) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// cloudName is what a cloud's region or location may be: a DNS label
+// (us-east-1, us-east5, global), as it is part of the endpoint's host.
+var cloudName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// gcpProject is what a Google Cloud project id may be: lower-case letters,
+// digits and hyphens, or a domain-scoped one ("example.com:my-project").
+var gcpProject = regexp.MustCompile(`^([a-z0-9][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+
 // vertexScope is the OAuth scope of Vertex AI's API.
 const vertexScope = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -301,6 +314,13 @@ func (p *Vertex) Provision(ctx caddy.Context) error {
 	file := strings.TrimSpace(repl.ReplaceKnown(p.CredentialsFile, ""))
 	if project == "" || region == "" {
 		return errors.New("vertex: project and region must not be empty once their placeholders are replaced")
+	}
+	if !cloudName.MatchString(region) {
+		// It names the host the tokens go to.
+		return fmt.Errorf("vertex: region %q is not a Vertex AI location (such as us-east5, or global)", region)
+	}
+	if !gcpProject.MatchString(project) {
+		return fmt.Errorf("vertex: project %q is not a Google Cloud project id", project)
 	}
 	if p.BaseURL == "" {
 		if region == "global" {

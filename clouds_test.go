@@ -192,6 +192,7 @@ func TestBedrockWithoutCredentials(t *testing.T) {
 // Configuration errors of the bedrock type, at load.
 func TestBedrockConfigErrors(t *testing.T) {
 	isolateAWS(t)
+	t.Setenv("LLM_ROUTER_TEST_REGION", "us-east-1.evil.example")
 	for input, want := range map[string]string{
 		"type bedrock\nregion":                     "wrong argument count",
 		"type bedrock\nregion a b":                 "wrong argument count",
@@ -209,6 +210,11 @@ func TestBedrockConfigErrors(t *testing.T) {
 	for raw, want := range map[string]string{
 		`{"type":"bedrock"}`: "bedrock: no region",
 		`{"type":"bedrock","region":"us-east-1","profile":"nope"}`: "failed to get shared config profile, nope",
+		// The region names the host the credentials go to.
+		`{"type":"bedrock","region":"evil.example/x"}`:                       `bedrock: region "evil.example/x" is not an AWS region`,
+		`{"type":"bedrock","region":"{env.LLM_ROUTER_TEST_REGION}"}`:         `bedrock: region "us-east-1.evil.example" is not an AWS region`,
+		`{"type":"vertex","project":"my-project","region":"evil.example/x"}`: `vertex: region "evil.example/x" is not a Vertex AI location`,
+		`{"type":"vertex","project":"../../x","region":"us-east5"}`:          `vertex: project "../../x" is not a Google Cloud project id`,
 	} {
 		h := handlerFromJSON(t, `{"providers":{"a":`+raw+`},"models":{"m":{"deployments":[{"provider":"a","model":"x"}]}}}`)
 		err := h.Provision(newCaddyContext(t))
@@ -337,7 +343,7 @@ func TestVertexConfigErrors(t *testing.T) {
 			t.Errorf("%q: %v, want %q", input, err, want)
 		}
 	}
-	h := handlerFromJSON(t, `{"providers":{"g":{"type":"vertex","project":"p","region":"global"}},"models":{"m":{"deployments":[{"provider":"g","model":"x"}]}}}`)
+	h := handlerFromJSON(t, `{"providers":{"g":{"type":"vertex","project":"my-project","region":"global"}},"models":{"m":{"deployments":[{"provider":"g","model":"x"}]}}}`)
 	err := h.Provision(newCaddyContext(t))
 	h.Cleanup()
 	if err == nil || !strings.Contains(err.Error(), "vertex: finding Google credentials") || !strings.Contains(err.Error(), "missing.json") {

@@ -144,3 +144,20 @@ func FuzzParseReset(f *testing.F) {
 		}
 	})
 }
+
+// An event's name cannot carry a line break (it would begin fields of its
+// own for the client), and CR, LF and CRLF each end a data line, as the
+// client's reader splits them.
+func TestAppendEventKeepsOneEvent(t *testing.T) {
+	out := AppendEvent(nil, "ping\n\nevent: message_stop\r", []byte("a\rb\r\nc\nd"))
+	if string(out) != "event: pingevent: message_stop\ndata: a\ndata: b\ndata: c\ndata: d\n\n" {
+		t.Errorf("frames %q", out)
+	}
+	r := NewSSEReader(bytes.NewReader(out))
+	if ev, err := r.Next(); err != nil || ev.Name != "pingevent: message_stop" || string(ev.Data) != "a\nb\nc\nd" {
+		t.Errorf("read back %+v %v", ev, err)
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Errorf("expected one event, then the end: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 )
 
@@ -157,17 +158,36 @@ var eventBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); retur
 const maxPooledEvent = 64 << 10
 
 // AppendEvent appends one server-sent event to dst: "event: <name>\n" when
-// name is not empty, a "data: " line for each line of data, and the blank
-// line that ends it.
+// name is not empty (without line breaks: they would begin fields of
+// their own), a "data: " line for each line of data (ended by CR, LF or
+// CRLF), and the blank line that ends it.
 func AppendEvent(dst []byte, name string, data []byte) []byte {
 	if name != "" {
+		if strings.ContainsAny(name, "\r\n") {
+			// A line break would end the field and begin whatever
+			// follows it as fields of the client's stream.
+			name = strings.NewReplacer("\r", "", "\n", "").Replace(name)
+		}
 		dst = append(append(append(dst, "event: "...), name...), '\n')
 	}
+	// CR, LF and CRLF each end a line for the client (the SSE spec); a CR
+	// is rare (JSON may hold one as whitespace), so LF alone is looked for
+	// when there is none.
+	cr := bytes.IndexByte(data, '\r') >= 0
 	for {
 		line := data
-		i := bytes.IndexByte(data, '\n')
+		var i int
+		if cr {
+			i = bytes.IndexAny(data, "\r\n")
+		} else {
+			i = bytes.IndexByte(data, '\n')
+		}
 		if i >= 0 {
+			crlf := data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n'
 			line, data = data[:i], data[i+1:]
+			if crlf {
+				data = data[1:]
+			}
 		}
 		dst = append(append(append(dst, "data: "...), line...), '\n')
 		if i < 0 {

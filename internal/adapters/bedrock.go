@@ -2,12 +2,15 @@ package adapters
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -73,6 +76,9 @@ func bedrockAnthropic(model string) bool {
 func (p *Bedrock) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
 	if r.Format == provider.Embeddings || r.Format == provider.Completions {
 		return nil, errNoEmbeddings
+	}
+	if err := checkSegment(model, false); err != nil {
+		return nil, err
 	}
 	if bedrockAnthropic(model) {
 		op := "/invoke"
@@ -168,10 +174,31 @@ func (b bedrockInvokeReader) stream(p *plan, body io.Reader) provider.Stream {
 		if err := json.Unmarshal(payload, &chunk); err != nil || len(chunk.Bytes) == 0 {
 			return provider.Event{}, provider.EventError, streamBroken("invalid chunk event in stream")
 		}
-		name, _ := jsonbody.GetString(chunk.Bytes, "type")
-		return dec.Decode(&provider.Event{Name: name, Data: chunk.Bytes})
+		// The event is relayed as an SSE event: compacted, so that it is one
+		// data line (JSON may hold CR and LF as whitespace), and named by a
+		// type that is a plain word (a line break in it would begin fields
+		// of its own in the client's stream).
+		var data bytes.Buffer
+		if err := json.Compact(&data, chunk.Bytes); err != nil {
+			return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
+		}
+		name, _ := jsonbody.GetString(data.Bytes(), "type")
+		if !eventName.MatchString(name) {
+			return provider.Event{}, provider.EventError, streamBroken("stream event without a valid type")
+		}
+		return dec.Decode(&provider.Event{Name: name, Data: data.Bytes()})
 	})
 }
+
+// eventName is what an event's type may be: a plain word.
+var eventName = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
+
+// maxFrame bounds one event-stream message, in bytes: an InvokeModel chunk
+// carries one of Anthropic's events (at most provider.MaxEventSize)
+// base64-encoded (4/3 of it) in JSON, with headers. A longer message
+// (the prelude may claim up to 4 GiB) breaks the stream before anything
+// of it is read.
+const maxFrame = 2*provider.MaxEventSize + 64<<10
 
 // eventStream reads an AWS event stream
 // (application/vnd.amazon.eventstream: binary messages with headers and a
@@ -209,6 +236,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // io.ErrUnexpectedEOF; a message whose CRC fails is an error too.
 func (s *eventStream) Next() (provider.Event, provider.EventKind, provider.Observation, error) {
 	before := s.r.n
+	if p, err := s.r.r.Peek(8); err == nil {
+		// The prelude: the message's total length and its headers' length.
+		total, headers := binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:])
+		if total > maxFrame || total < 16 || headers > total-16 {
+			return provider.Event{}, provider.EventSkip, provider.Observation{}, errBadFrame
+		}
+	}
 	m, err := s.dec.Decode(&s.r, s.buf[:0])
 	if err != nil {
 		if errors.Is(err, io.EOF) && s.r.n != before {
@@ -242,6 +276,10 @@ func (s *eventStream) Next() (provider.Event, provider.EventKind, provider.Obser
 
 // Complete implements provider.Stream.
 func (s *eventStream) Complete() bool { return s.complete() }
+
+// errBadFrame breaks a stream whose next message claims a length no
+// message may have.
+var errBadFrame = errors.New("event stream message longer than allowed or malformed")
 
 // bedrockStreamError classifies an exception inside an event stream (it
 // began with a 200): its :exception-type ("throttlingException",

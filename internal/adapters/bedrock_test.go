@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -334,7 +335,22 @@ func TestChatToConverse(t *testing.T) {
 		"inferenceConfig":{"maxTokens":200,"temperature":0.2,"topP":0.9,"stopSequences":["END"]},
 		"toolConfig":{"tools":[{"toolSpec":{"name":"weather","description":"Weather now","inputSchema":{"json":{"type":"object","properties":{"city":{"type":"string"}}}}}}],"toolChoice":{"any":{}}}}`)
 
+	// A tool's result with text and an image: each a block of the result.
+	res := `{"model":"g","messages":[{"role":"user","content":"Look."},
+		{"role":"assistant","tool_calls":[{"id":"call_2","type":"function","function":{"name":"shot","arguments":"{}"}}]},
+		{"role":"tool","tool_call_id":"call_2","content":[{"type":"text","text":"r1"},{"type":"text","text":"r2"},{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4AAQ"}}]}],
+		"tools":[{"type":"function","function":{"name":"shot"}}]}`
+	pl, err = p.Plan(context.Background(), "amazon.nova-pro-v1:0", chatReq([]byte(res), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsontest.Same(t, planBody(t, pl), `{"messages":[{"role":"user","content":[{"text":"Look."}]},
+		{"role":"assistant","content":[{"toolUse":{"toolUseId":"call_2","name":"shot","input":{}}}]},
+		{"role":"user","content":[{"toolResult":{"toolUseId":"call_2","content":[{"text":"r1"},{"text":"r2"},{"image":{"format":"jpeg","source":{"bytes":"/9j/4AAQ"}}}]}}]}],
+		"toolConfig":{"tools":[{"toolSpec":{"name":"shot","inputSchema":{"json":{"type":"object","properties":{}}}}}]}}`)
+
 	for _, bad := range []struct{ body, want string }{
+		{`{"model":"g","messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"id":"","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`, "a tool call without an id"},
 		{`{"model":"g","n":2,"messages":[{"role":"user","content":"hi"}]}`, "n > 1"},
 		{`{"model":"g","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`, "data URLs"},
 		{`{"model":"g","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, "response_format"},
@@ -509,5 +525,82 @@ func TestBedrockStreamFixtures(t *testing.T) {
 	d := drain(pl.Stream(bytes.NewReader(read("bedrock-stream-throttled.bin"))))
 	if d.errObs == nil || d.errObs.Class != provider.RateLimited || !strings.Contains(d.errObs.Message, "Too many tokens") {
 		t.Errorf("throttled: %+v %v", d.errObs, d.err)
+	}
+}
+
+// A frame that claims more than a message may hold (up to 4 GiB in its
+// prelude) breaks the stream before any of it is read, as does a headers
+// length past the message's end; nothing grows with the claim.
+func TestBedrockStreamRefusesHugeFrames(t *testing.T) {
+	p := newBedrock()
+	for _, prelude := range [][]byte{
+		{0xff, 0xff, 0xff, 0xf0, 0, 0, 0, 0},    // total ~4 GiB
+		{0, 0, 0, 0x20, 0xff, 0xff, 0xff, 0xf0}, // headers past the end
+		{0, 0, 0, 0x08, 0, 0, 0, 0},             // shorter than a prelude and CRC
+		{0, 0x30, 0, 0, 0, 0, 0, 0x10},          // 3 MiB: over maxFrame
+	} {
+		pl, _ := p.Plan(context.Background(), "anthropic.claude-3-haiku-20240307-v1:0", chatReq([]byte(`{"model":"g","stream":true,"messages":[{"role":"user","content":"hi"}]}`), true))
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		// The rest of the body never ends: only the prelude is read.
+		d := drain(pl.Stream(io.MultiReader(bytes.NewReader(prelude), zeros{})))
+		runtime.ReadMemStats(&after)
+		if !errors.Is(d.err, errBadFrame) {
+			t.Errorf("prelude % x: err %v, want the frame refused", prelude, d.err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+			t.Errorf("prelude % x: %d bytes allocated", prelude, grew)
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// An InvokeModel chunk is relayed to a Messages client as one SSE event:
+// a type holding a line break (which would begin events of its own in the
+// client's stream) breaks the stream, and CR or LF whitespace inside the
+// JSON is compacted away.
+func TestBedrockChunksCannotForgeEvents(t *testing.T) {
+	p := newBedrock()
+	msgReq := &provider.Request{Format: provider.Messages, Stream: true, Body: []byte(`{"model":"c","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)}
+	plan := func() provider.Plan {
+		pl, err := p.Plan(context.Background(), "anthropic.claude-3-haiku-20240307-v1:0", msgReq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pl
+	}
+	var forged bytes.Buffer
+	chunkFrame(t, &forged, anthropicEvents[0])
+	chunkFrame(t, &forged, `{"type":"ping\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\nevent: x"}`)
+	d := drain(plan().Stream(&forged))
+	if d.errObs == nil || d.errObs.Class != provider.Server {
+		t.Errorf("a type with line breaks: %+v %v", d.errObs, d.err)
+	}
+	var spaced bytes.Buffer
+	chunkFrame(t, &spaced, "{\"type\":\"content_block_delta\",\r\n\"index\":0,\r\"delta\":{\"type\":\"text_delta\",\"text\":\"a\\r\\nb\"}}")
+	d = drain(plan().Stream(&spaced))
+	if d.errObs != nil || len(d.events) != 1 || string(d.events[0].Data) != `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\r\nb"}}` {
+		t.Errorf("whitespace: %+v %v", d.errObs, d.events)
+	}
+}
+
+// A model that cannot be one segment of the URL is not planned.
+func TestCloudModelsStayInTheirPath(t *testing.T) {
+	for _, model := range []string{"..", ".", ""} {
+		if _, err := newBedrock().Plan(context.Background(), model, chatReq([]byte(`{"model":"g","messages":[{"role":"user","content":"hi"}]}`), false)); err == nil {
+			t.Errorf("bedrock %q: planned", model)
+		}
+	}
+	for _, model := range []string{"..", "publishers/../models/x", "gemini:streamGenerateContent", "publishers/google/models/.."} {
+		if _, err := newVertex().Plan(context.Background(), model, chatReq([]byte(`{"model":"g","messages":[{"role":"user","content":"hi"}]}`), false)); err == nil {
+			t.Errorf("vertex %q: planned", model)
+		}
+	}
+	pl, err := newBedrock().Plan(context.Background(), "my model/with?odd#chars%", chatReq([]byte(`{"model":"g","messages":[{"role":"user","content":"hi"}]}`), false))
+	if err != nil || pl.Request().URL.EscapedPath() != "/model/my%20model%2Fwith%3Fodd%23chars%25/converse" {
+		t.Errorf("escaped: %v %v", err, pl)
 	}
 }

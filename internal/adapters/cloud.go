@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -54,6 +55,17 @@ func cloudMessages(body []byte, version string, stream bool, betas []string) ([]
 		out = append(append(out, `,"anthropic_beta":`...), b...)
 	}
 	return append(out, '}'), nil
+}
+
+// checkSegment refuses a model that cannot be one segment of a URL path
+// (it is path-escaped, but "." and ".." would still move the path), or,
+// with method, one that holds ":" (it would run into the ":method" that
+// follows it).
+func checkSegment(model string, method bool) error {
+	if model == "" || model == "." || model == ".." || method && strings.Contains(model, ":") {
+		return fmt.Errorf("model %q cannot be named in the provider's URL", model)
+	}
+	return nil
 }
 
 // anthropicBetas are the client's anthropic-beta features, one per value

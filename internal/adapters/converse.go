@@ -134,6 +134,9 @@ func chatToConverse(body []byte) ([]byte, error) {
 				}
 			}
 			for _, c := range m.ToolCalls {
+				if c.ID == "" {
+					return nil, fmt.Errorf("messages[%d]: a tool call without an id", i)
+				}
 				calls[c.ID] = true
 				blocks = append(blocks, cvBlock{ToolUse: &cvToolUse{
 					ToolUseID: c.ID, Name: c.Function.Name,
@@ -145,11 +148,15 @@ func chatToConverse(body []byte) ([]byte, error) {
 			if !calls[m.ToolCallID] {
 				return nil, fmt.Errorf("messages[%d]: tool result %q answers no earlier tool call", i, m.ToolCallID)
 			}
-			text := m.Content.String()
-			if text == "" {
-				text = " " // a result must hold content
+			// Text, images and documents, each a block, as a user's.
+			content, err := converseUserBlocks(m)
+			if err != nil {
+				return nil, fmt.Errorf("messages[%d]: %w", i, err)
 			}
-			add("user", []cvBlock{{ToolResult: &cvToolResult{ToolUseID: m.ToolCallID, Content: []cvBlock{{Text: text}}}}})
+			if len(content) == 0 {
+				content = []cvBlock{{Text: " "}} // a result must hold content
+			}
+			add("user", []cvBlock{{ToolResult: &cvToolResult{ToolUseID: m.ToolCallID, Content: content}}})
 		default:
 			return nil, fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
 		}

@@ -73,6 +73,12 @@ func (p *Vertex) Plan(ctx context.Context, model string, r *provider.Request) (p
 		return nil, errNoEmbeddings
 	}
 	publisher, name := vertexModel(model)
+	if err := checkSegment(publisher, true); err != nil {
+		return nil, err
+	}
+	if err := checkSegment(name, true); err != nil {
+		return nil, err
+	}
 	target := p.Endpoint.BaseURL + "/projects/" + url.PathEscape(p.Project) + "/locations/" + url.PathEscape(p.Location) +
 		"/publishers/" + url.PathEscape(publisher) + "/models/" + url.PathEscape(name)
 	if publisher == "anthropic" {

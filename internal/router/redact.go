@@ -29,6 +29,10 @@ var keyShapes = regexp.MustCompile(strings.Join([]string{
 	`\b(?:gsk_|hf_|xai-|pplx-|csk-|nvapi-)(?:[A-Za-z0-9_\-]{20,}|[A-Za-z0-9_\-]*[` + mask + `]+[A-Za-z0-9_\-` + mask + `]*)`,
 	// Google API keys (39 characters)
 	`\bAIza(?:[0-9A-Za-z_\-]{16,}|[0-9A-Za-z_\-]*[` + mask + `]+[0-9A-Za-z_\-` + mask + `]*)`,
+	// Google OAuth access tokens (Vertex AI's), and JWTs (a service
+	// account's signed assertion, an ID token)
+	`\bya29\.[A-Za-z0-9_\-]{8,}`,
+	`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*`,
 	// AWS access key IDs (20 characters)
 	`\b(?:AKIA|ASIA|ABIA|ACCA)(?:[0-9A-Z]{16}\b|[0-9A-Z]*[` + mask + `]+[0-9A-Z` + mask + `]*)`,
 	// bearer tokens

@@ -1280,6 +1280,19 @@ func TestEscapedAndMaskedKeysNeverLeave(t *testing.T) {
 
 // Redaction keeps what is not a key: model names, organizations, words,
 // trace and request IDs, markdown, regions, locales.
+// Google's OAuth access tokens (Vertex AI's) and JWTs (a service
+// account's signed assertion) are secrets whatever words surround them.
+func TestCloudTokensAreRedacted(t *testing.T) {
+	for _, msg := range []string{
+		"Request had invalid authentication credentials ya29.a0AfB_byC1234567890abcdefXYZ",
+		"auth: cannot fetch token: 400 assertion=eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJyb3V0ZXJAeCJ9.c2lnbmF0dXJlLXNpZ25hdHVyZQ",
+	} {
+		if got := redact(msg, nil); strings.Contains(got, "ya29.a0") || strings.Contains(got, "eyJpc3M") || !strings.Contains(got, redactedSecret) {
+			t.Errorf("%q became %q", msg, got)
+		}
+	}
+}
+
 func TestRedactionKeepsUsefulText(t *testing.T) {
 	for _, msg := range []string{
 		"The model pplx-70b-online has been deprecated",

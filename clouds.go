@@ -11,8 +11,10 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
 	"cloud.google.com/go/auth/httptransport"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -22,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 )
@@ -112,7 +115,9 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	if p.APIKey == "" && os.Getenv("AWS_BEARER_TOKEN_BEDROCK") != "" {
 		p.APIKey = "{env.AWS_BEARER_TOKEN_BEDROCK}"
 	}
-	bearer := p.APIKey != ""
+	// `api_key none` signs with SigV4 even when AWS_BEARER_TOKEN_BEDROCK
+	// is set.
+	bearer := p.APIKey != "" && !strings.EqualFold(strings.TrimSpace(p.APIKey), NoAPIKey)
 	var awsCfg aws.Config
 	if !bearer || region == "" {
 		opts := []func(*config.LoadOptions) error{config.WithCredentialsCacheOptions(refreshEarly)}
@@ -160,10 +165,28 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	if creds == nil {
 		return errors.New("bedrock: no AWS credentials provider")
 	}
+	failed := credentialsFailure(ctx.Logger(), "bedrock: cannot get AWS credentials to sign with (looked in the environment, the shared config and credentials files, web identity, the container and instance roles)")
 	p.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
-		return &sigV4Transport{base: rt, creds: creds, signer: v4.NewSigner(), region: region, now: time.Now}
+		return &sigV4Transport{base: rt, creds: creds, signer: v4.NewSigner(), region: region, now: time.Now, failed: failed}
 	})
 	return nil
+}
+
+// credentialsFailure returns what a cloud type's transport calls when it
+// cannot get credentials for a request: the attempt fails (its class is
+// transport: the router fails over, and tries the deployment again after
+// its backoff), and the operator is told at error level, at most once a
+// minute per provider, what failed. msg says where the credentials were
+// looked for; nothing of them is logged.
+func credentialsFailure(logger *zap.Logger, msg string) func(err error) error {
+	var last atomic.Int64
+	return func(err error) error {
+		now := time.Now().UnixNano()
+		if prev := last.Load(); now-prev >= int64(time.Minute) && last.CompareAndSwap(prev, now) {
+			logger.Error(msg, zap.Error(err))
+		}
+		return fmt.Errorf("%s: %w", msg, err)
+	}
 }
 
 // credentialsExpiryWindow is how long before temporary AWS credentials
@@ -188,6 +211,7 @@ type sigV4Transport struct {
 	signer *v4.Signer
 	region string
 	now    func() time.Time
+	failed func(error) error // credentialsFailure
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -203,7 +227,7 @@ func (t *sigV4Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	creds, err := t.creds.Retrieve(req.Context())
 	if err != nil {
-		return nil, fmt.Errorf("bedrock: getting AWS credentials to sign with: %w", err)
+		return nil, t.failed(err)
 	}
 	out := req.Clone(req.Context())
 	out.Body = io.NopCloser(bytes.NewReader(body))
@@ -341,15 +365,41 @@ func (p *Vertex) Provision(ctx caddy.Context) error {
 		Scopes:          []string{vertexScope},
 		CredentialsFile: file,
 	})
-	if err != nil {
-		return fmt.Errorf("vertex: finding Google credentials: %v (set credentials_file or GOOGLE_APPLICATION_CREDENTIALS, or run on Google Cloud)", err)
+	switch {
+	case err != nil && file != "":
+		return fmt.Errorf("vertex: reading credentials_file %s (a service account key or an external account configuration, JSON): %v", file, err)
+	case err != nil:
+		return fmt.Errorf("vertex: finding Google credentials: %v (looked for GOOGLE_APPLICATION_CREDENTIALS, gcloud's application_default_credentials.json, the metadata server of Google Cloud; or set credentials_file)", err)
 	}
 	client := &http.Client{Transport: p.transport}
 	if err := httptransport.AddAuthorizationMiddleware(client, creds); err != nil {
 		return fmt.Errorf("vertex: %v", err)
 	}
-	p.WrapTransport(func(http.RoundTripper) http.RoundTripper { return client.Transport })
+	p.WrapTransport(func(http.RoundTripper) http.RoundTripper {
+		return &tokenTransport{base: client.Transport, creds: creds,
+			failed: credentialsFailure(ctx.Logger(), "vertex: cannot get a Google access token (from the token endpoint or metadata server the credentials name)")}
+	})
 	return nil
+}
+
+// tokenTransport is Google's authorizing transport (base), after a look
+// at the token it will use: a failure to get one is told as
+// credentialsFailure tells it. (The token is cached: base finds it so.)
+type tokenTransport struct {
+	base   http.RoundTripper
+	creds  *auth.Credentials
+	failed func(error) error
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if _, err := t.creds.Token(req.Context()); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, t.failed(err)
+	}
+	return t.base.RoundTrip(req)
 }
 
 // Interface guards

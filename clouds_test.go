@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,9 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/llmrouter/caddy-llm-router/mockllm"
 )
@@ -414,5 +418,74 @@ func TestBedrockAssumesARole(t *testing.T) {
 	}
 	if p := stsProblem.Load(); p != nil || assumed.Load() != 2 {
 		t.Errorf("assumed %d times (want 2: each time the credentials were about to expire); %v", assumed.Load(), p)
+	}
+}
+
+// A cloud type that cannot get credentials fails the attempt (the router
+// fails over) and tells the operator at error level, at most once a
+// minute, without a credential.
+func TestCredentialsFailureIsToldOnceAMinute(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	failed := credentialsFailure(zap.New(core), "bedrock: cannot get AWS credentials to sign with")
+	for range 3 {
+		err := failed(errors.New("no EC2 IMDS role found"))
+		if err == nil || !strings.Contains(err.Error(), "cannot get AWS credentials to sign with: no EC2 IMDS role found") {
+			t.Errorf("error %v", err)
+		}
+	}
+	if all := logs.All(); len(all) != 1 || all[0].Level != zapcore.ErrorLevel || all[0].Message != "bedrock: cannot get AWS credentials to sign with" {
+		t.Errorf("logged %+v", all)
+	}
+}
+
+// `api_key none` signs with SigV4 even when AWS_BEARER_TOKEN_BEDROCK is
+// set (which otherwise makes a Bedrock API key the credentials).
+func TestBedrockAPIKeyNoneSigns(t *testing.T) {
+	isolateAWS(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret-of-the-example")
+	t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSK-from-the-environment")
+	upstream, mock := bedrockMock(t, "AKIDEXAMPLE", "secret-of-the-example", "ABSK-from-the-environment")
+	for _, c := range []struct{ key, want string }{{"", "Bearer ABSK-from-the-environment"}, {"api_key none", "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"}} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+			provider aws {
+				type bedrock
+				region us-east-1
+				base_url ` + upstream.URL + `
+				` + c.key + `
+			}
+			model nova {
+				deployment aws amazon.nova-lite-v1:0
+			}
+		}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Provision(newCaddyContext(t)); err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"nova","messages":[{"role":"user","content":"hi"}]}`)), nil)
+		h.Cleanup()
+		if st := mock.Stats(); w.Code != 200 || !strings.HasPrefix(st.LastAuthorization, c.want) {
+			t.Errorf("%q: %d, sent %q", c.key, w.Code, st.LastAuthorization)
+		}
+	}
+}
+
+// A typo of a type's own subdirective is answered with its name; one of
+// another type says which types take it.
+func TestProviderSubdirectiveHints(t *testing.T) {
+	for input, want := range map[string]string{
+		"type bedrock\nregoin us-east-1":            `unknown subdirective regoin in provider (did you mean "region"?)`,
+		"type vertex\ncredentials_fil x":            `(did you mean "credentials_file"?)`,
+		"type openai\napi_key none\nregion x":       "unknown subdirective region in provider (an option of type bedrock, vertex)",
+		"type anthropic\napi_key k\nresponses chat": "unknown subdirective responses in provider (an option of type openai)",
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\nprovider p {\nbase_url http://h\n" + input + "\n}\nmodel m {\ndeployment p x\n}\n}"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", input, err, want)
+		}
 	}
 }

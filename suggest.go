@@ -13,6 +13,12 @@ var (
 	modelKeys      = []string{"deployment", "fallback_group", "alias"}
 	deploymentKeys = []string{"cost_input", "cost_output", "quality", "context_window", "weight", "tier", "rpm", "tpm"}
 	storeKeys      = []string{"key_prefix", "timeout", "poll_interval"}
+	// typeKeys are the built-in types' own provider subdirectives, with
+	// the types that take them.
+	typeKeys = map[string]string{"responses": "openai", "region": "bedrock, vertex", "profile": "bedrock",
+		"role_arn": "bedrock", "project": "vertex", "credentials_file": "vertex"}
+	// anyProviderKeys are providerKeys and typeKeys, for suggestions.
+	anyProviderKeys = append(slices.Clone(providerKeys), "credentials_file", "profile", "project", "region", "responses", "role_arn")
 )
 
 // suggest returns ` (did you mean "x"?)` for the known name nearest to

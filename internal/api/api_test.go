@@ -513,3 +513,13 @@ func BenchmarkMessagesParse(b *testing.B) {
 		}
 	}
 }
+
+// A provider's code restated for an OpenAI client is in snake case.
+func TestSnakeCaseCodes(t *testing.T) {
+	for code, want := range map[string]string{"ValidationException": "validation_exception", "INVALID_ARGUMENT": "invalid_argument",
+		"context_length_exceeded": "context_length_exceeded", "ModelErrorException": "model_error_exception", "": ""} {
+		if got := snakeCase(code); got != want {
+			t.Errorf("%q: %q, want %q", code, got, want)
+		}
+	}
+}

@@ -192,7 +192,7 @@ func (Chat) restate(_ int, said *provider.Observation) []byte {
 		code = "overloaded"
 	}
 	if code == "" {
-		code = strings.ToLower(said.Code)
+		code = snakeCase(said.Code)
 	}
 	return chat.NewError(said.Message, typ, code, "")
 }
@@ -244,4 +244,24 @@ type model struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+}
+
+// snakeCase is a provider's error code in the snake case of OpenAI's
+// codes: "INVALID_ARGUMENT" is "invalid_argument", Bedrock's
+// "ValidationException" "validation_exception".
+func snakeCase(code string) string {
+	if strings.ToUpper(code) == code {
+		return strings.ToLower(code)
+	}
+	var b strings.Builder
+	for i, r := range code {
+		if 'A' <= r && r <= 'Z' {
+			if i > 0 && code[i-1] != '_' && code[i-1] != '-' {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

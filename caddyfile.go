@@ -55,6 +55,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        deployment <provider> <upstream model> [{
 //	            cost_input      <USD per 1M tokens>
 //	            cost_output     <USD per 1M tokens>
+//	            cost_cached_input <USD per 1M tokens>
 //	            quality         <0..1>
 //	            context_window  <tokens>
 //	            weight          <n>
@@ -372,7 +373,7 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 		}
 		seen[key] = true
 		switch key {
-		case "cost_input", "cost_output", "quality":
+		case "cost_input", "cost_output", "cost_cached_input", "quality":
 			f, err := parseFloat(d)
 			if err != nil {
 				return nil, err
@@ -380,6 +381,8 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 			switch key {
 			case "cost_input":
 				dep.CostInput = f
+			case "cost_cached_input":
+				dep.CostCachedInput = &f
 			case "cost_output":
 				dep.CostOutput = f
 			case "quality":

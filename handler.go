@@ -106,7 +106,51 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", name), zap.Error(err))
 	}
+	h.account(r, group.Name, res)
 	return nil
+}
+
+// account tells what the answer used and cost, once it was written (a
+// stream's usage is known at its end): the placeholders
+// {http.llm_router.input_tokens}, output_tokens, cached_input_tokens,
+// cache_write_tokens, reasoning_tokens and cost_usd, the same fields in
+// the access log (llm_input_tokens, ...), and the tokens and cost
+// metrics. Nothing is told of an answer whose provider stated no usage.
+func (h *Handler) account(r *http.Request, model string, res *router.Result) {
+	u, ok := res.Usage, res.UsageStated
+	if res.Stream != nil {
+		u, ok = res.Stream.Usage()
+	}
+	if !ok || res.Deployment == nil {
+		return
+	}
+	cost := res.Deployment.Cost(u)
+	fields := []struct {
+		name string
+		n    int64
+	}{{"input_tokens", u.InputTokens}, {"output_tokens", u.OutputTokens}, {"cached_input_tokens", u.CachedInputTokens},
+		{"cache_write_tokens", u.CacheWriteTokens}, {"reasoning_tokens", u.ReasoningTokens}}
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
+	for _, f := range fields {
+		if repl != nil {
+			repl.Set("http.llm_router."+f.name, f.n)
+		}
+		if extra != nil {
+			extra.Set(zap.Int64("llm_"+f.name, f.n))
+		}
+	}
+	if repl != nil {
+		repl.Set("http.llm_router.cost_usd", strconv.FormatFloat(cost, 'f', -1, 64))
+	}
+	if extra != nil {
+		extra.Set(zap.Float64("llm_cost_usd", cost))
+	}
+	group := model
+	if res.Group != nil {
+		group = res.Group.Name
+	}
+	h.metrics.usage(group, res.Deployment.Name, u, cost)
 }
 
 // priority resolves the request's priority (Handler.Priority): the

@@ -28,6 +28,8 @@ import (
 //	llm_router_queue_wait_seconds{model_group}                  how long requests waited in the queue (only those that waited)
 //	llm_router_unpredicted_429_total{deployment}                upstream 429s the budget did not predict
 //	llm_router_circuit_state{deployment}                        0 closed, 1 half-open, 2 open, read at scrape
+//	llm_router_tokens_total{model_group, deployment, kind}      tokens the answers used, as their providers counted them: kind input, output, cached_input, cache_write, reasoning
+//	llm_router_cost_usd_total{model_group, deployment}          what they cost, USD, at the deployment's prices
 type metrics struct {
 	requests  *prometheus.CounterVec
 	attempts  *prometheus.CounterVec
@@ -38,6 +40,8 @@ type metrics struct {
 	queue     *prometheus.GaugeVec
 	queueWait *prometheus.HistogramVec
 	surprises *prometheus.CounterVec
+	tokens    *prometheus.CounterVec
+	cost      *prometheus.CounterVec
 	states    stateCollector
 }
 
@@ -83,6 +87,12 @@ func getMetrics() *metrics {
 			surprises: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 				Name: "unpredicted_429_total", Help: "Upstream 429s that the router's budget did not predict, by deployment."},
 				[]string{"deployment"}),
+			tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "tokens_total", Help: "Tokens the answers used, as their providers counted them, by model group, deployment and kind (input, output, cached_input, cache_write, reasoning; cached_input and cache_write are part of input, reasoning of output)."},
+				[]string{"model_group", "deployment", "kind"}),
+			cost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "cost_usd_total", Help: "What the answers cost, in USD at the deployment's cost_input, cost_cached_input and cost_output, by model group and deployment."},
+				[]string{"model_group", "deployment"}),
 		}
 	})
 	return theMetrics
@@ -92,7 +102,7 @@ func getMetrics() *metrics {
 // them already (a reload) is fine.
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.fallbacks, m.latency, m.ttft,
-		m.queue, m.queueWait, m.surprises, &m.states} {
+		m.queue, m.queueWait, m.surprises, m.tokens, m.cost, &m.states} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -105,6 +115,22 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 func (m *metrics) request(group, deployment string, status int) {
 	m.requests.WithLabelValues(group, deployment, strconv.Itoa(status)).Inc()
+}
+
+// usage counts what one answer of deployment in group used and cost.
+func (m *metrics) usage(group, deployment string, u provider.Usage, cost float64) {
+	for _, k := range []struct {
+		kind string
+		n    int64
+	}{{"input", u.InputTokens}, {"output", u.OutputTokens}, {"cached_input", u.CachedInputTokens},
+		{"cache_write", u.CacheWriteTokens}, {"reasoning", u.ReasoningTokens}} {
+		if k.n > 0 {
+			m.tokens.WithLabelValues(group, deployment, k.kind).Add(float64(k.n))
+		}
+	}
+	if cost > 0 {
+		m.cost.WithLabelValues(group, deployment).Add(cost)
+	}
 }
 
 // fallback counts a request for group that went on to its fallback group

@@ -223,6 +223,9 @@ type Deployment struct {
 	CostInput float64 `json:"cost_input,omitempty"`
 	// CostOutput is the price of output tokens, USD per 1M tokens. Default: 0 (unknown).
 	CostOutput float64 `json:"cost_output,omitempty"`
+	// CostCachedInput is the price of input tokens read from the
+	// provider's prompt cache, USD per 1M tokens. Default: CostInput.
+	CostCachedInput *float64 `json:"cost_cached_input,omitempty"`
 	// Quality is the operator's judgment of the model, 0..1. Default: 0.
 	Quality float64 `json:"quality,omitempty"`
 	// ContextWindow is the model's context window, in tokens; after a
@@ -402,6 +405,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		IdleTimeout:   durationOr(cfg.IdleTimeout, router.DefaultIdleTimeout),
 		CostInput:     dc.CostInput,
 		CostOutput:    dc.CostOutput,
+		CostCached:    costCached(dc),
 		Quality:       dc.Quality,
 		ContextWindow: dc.ContextWindow,
 		ExactTokens:   estimate.O200k(dc.Model),
@@ -571,6 +575,8 @@ func (d *Deployment) validate() error {
 		return fmt.Errorf("deployment on %s has no upstream model", d.Provider)
 	case !(d.Quality >= 0 && d.Quality <= 1):
 		return fmt.Errorf("quality must be within 0..1, got %v", d.Quality)
+	case d.CostCachedInput != nil && (!finite(*d.CostCachedInput) || *d.CostCachedInput < 0):
+		return errors.New("cost_cached_input must not be negative")
 	case !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 ||
 		d.ContextWindow < 0 || d.Weight < 0 || d.RPM < 0 || d.TPM < 0 || d.Tier < 0:
 		return errors.New("cost, context_window, weight, tier, rpm and tpm must not be negative")
@@ -634,3 +640,12 @@ var (
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// costCached is a deployment's price of cached input tokens: its
+// cost_cached_input, else its cost_input.
+func costCached(dc *Deployment) float64 {
+	if dc.CostCachedInput != nil {
+		return *dc.CostCachedInput
+	}
+	return dc.CostInput
+}

@@ -58,8 +58,9 @@ func TestAzureChatRequest(t *testing.T) {
 		t.Errorf("Azure takes api-key, expected no Authorization header, got %v", req.Header)
 	}
 	body, _ := io.ReadAll(req.Body)
-	if string(body) != `{"model":"gpt4o-prod","messages":[{"role":"user","content":"hi"}],"stream":true}` {
-		t.Errorf("expected the client's body with the deployment as model, got %s", body)
+	// The usage chunk asked for: the router counts every stream's tokens.
+	if string(body) != `{"stream_options":{"include_usage":true},"model":"gpt4o-prod","messages":[{"role":"user","content":"hi"}],"stream":true}` {
+		t.Errorf("expected the client's body with the deployment as model and the usage asked for, got %s", body)
 	}
 	// Without a key, no api-key header at all.
 	req, _ = chatRequest(byName("azure", provider.Endpoint{BaseURL: "https://x.openai.azure.com/openai"}), "d", []byte(`{}`), false)

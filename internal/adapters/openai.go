@@ -68,7 +68,11 @@ func planOpenAIFamily(model string, r *provider.Request, responses bool, rd read
 		}
 		return &plan{req: req, format: provider.Embeddings, native: true, r: embeddingsReader{}}, nil
 	case r.Format == provider.Completions:
-		req, err := post("completions", r.Body, r.Stream)
+		body, err := askUsage(r.Body, r)
+		if err != nil {
+			return nil, err
+		}
+		req, err := post("completions", body, r.Stream)
 		if err != nil {
 			return nil, err
 		}
@@ -85,11 +89,26 @@ func planOpenAIFamily(model string, r *provider.Request, responses bool, rd read
 	if err != nil {
 		return nil, err
 	}
+	if body, err = askUsage(body, r); err != nil {
+		return nil, err
+	}
 	req, err := post("chat/completions", body, r.Stream)
 	if err != nil {
 		return nil, err
 	}
 	return chatPlan(req, model, r, true, rd), nil
+}
+
+// askUsage asks for the usage chunk of a stream the client did not ask it
+// for (stream_options.include_usage: the router counts every answer's
+// tokens; the chunk is kept from the client, see
+// provider.NewUsageCounter). A body that asked already, or no stream, is
+// sent as it is.
+func askUsage(body []byte, r *provider.Request) ([]byte, error) {
+	if !r.Stream || r.IncludeUsage {
+		return body, nil
+	}
+	return jsonbody.SetRaw(body, "stream_options", []byte(`{"include_usage":true}`))
 }
 
 // openAIPost builds a POST of body, with model set, to url with the

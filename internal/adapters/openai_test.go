@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"os"
@@ -26,8 +27,18 @@ func TestChatRequestCarriesOnlyProviderCredentials(t *testing.T) {
 		t.Errorf("unexpected headers %v", req.Header)
 	}
 	body, _ := io.ReadAll(req.Body)
-	if string(body) != `{"model":"gpt-4o-mini","stream":true}` {
-		t.Errorf("expected the upstream model in the body, got %s", body)
+	if string(body) != `{"stream_options":{"include_usage":true},"model":"gpt-4o-mini","stream":true}` {
+		t.Errorf("expected the upstream model in the body and the usage asked for, got %s", body)
+	}
+	// A client that asked for usage itself: its body as it came.
+	r := chatReq([]byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`), true)
+	r.IncludeUsage = true
+	pl, err := (&OpenAI{Endpoint: provider.Endpoint{BaseURL: "https://api.example.com/v1"}}).Plan(context.Background(), "gpt-4o-mini", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := io.ReadAll(pl.Request().Body); string(body) != `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true}}` {
+		t.Errorf("a client's own include_usage: %s", body)
 	}
 }
 

@@ -91,6 +91,9 @@ type State struct {
 
 	declared declared
 
+	// ledger: what its answers used and cost, its failovers.
+	ledger ledger
+
 	// fleet is the state's side of fleet mode (fleet.go).
 	fleet fleetLink
 }
@@ -692,11 +695,14 @@ type Snapshot struct {
 	LastClass           *provider.Class `json:"last_class,omitempty"` // nil before the first attempt
 	LastAt              time.Time       `json:"last_at,omitzero"`
 	LastMessage         string          `json:"last_message,omitempty"`
+	// Usage is what its answers used and cost, and its failovers.
+	Usage UsageReport `json:"usage"`
 }
 
 // Snapshot returns a copy of the state as seen at now.
 func (s *State) Snapshot(now time.Time) Snapshot {
 	f := s.Features(now, 0, false)
+	usage := s.Usage(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := Snapshot{
@@ -727,5 +733,6 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 		last := s.lastClass
 		snap.LastClass = &last
 	}
+	snap.Usage = usage
 	return snap
 }

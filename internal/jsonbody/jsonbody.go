@@ -23,11 +23,16 @@ var ErrNotObject = errors.New("request body is not a JSON object")
 // 4 KB chat body is rewritten with one copy. body must be valid JSON (the
 // handler has parsed it); a body that is not an object returns an error.
 func SetString(body []byte, key, value string) ([]byte, error) {
+	return SetRaw(body, key, strconv.AppendQuote(make([]byte, 0, len(value)+2), value))
+}
+
+// SetRaw is SetString with a value given as JSON text (an object, a
+// number...), which must be valid.
+func SetRaw(body []byte, key string, quoted []byte) ([]byte, error) {
 	start, end, err := FindMember(body, key)
 	if err != nil {
 		return nil, err
 	}
-	quoted := strconv.AppendQuote(make([]byte, 0, len(value)+2), value)
 	if start < 0 {
 		// Insert right after '{'.
 		open := SkipSpace(body, 0)
@@ -45,6 +50,47 @@ func SetString(body []byte, key, value string) ([]byte, error) {
 	out = append(out, body[:start]...)
 	out = append(out, quoted...)
 	return append(out, body[end:]...), nil
+}
+
+// Without returns body, a JSON object, without its top-level member key
+// (every one of that name), and whether it had one; body itself when not.
+// Nothing else of body is re-encoded. key holds no ',' nor '{'.
+func Without(body []byte, key string) ([]byte, bool) {
+	var spans [][2]int // key start .. value end, of each member to drop
+	err := EachMember(body, func(k []byte, vStart, vEnd int) bool {
+		if string(k) == key {
+			// The key begins after the '{' or ',' before it.
+			j := vStart - 1
+			for j > 0 && body[j] != ',' && body[j] != '{' {
+				j--
+			}
+			spans = append(spans, [2]int{j + 1, vEnd})
+		}
+		return true
+	})
+	if err != nil || len(spans) == 0 {
+		return body, false
+	}
+	out := make([]byte, 0, len(body))
+	at := 0
+	for _, s := range spans {
+		out = append(out, body[at:s[0]]...)
+		at = s[1]
+		// Drop the comma that followed it, or else the one before it.
+		k := SkipSpace(body, at)
+		if k < len(body) && body[k] == ',' {
+			at = k + 1
+		} else if n := len(out); n > 0 {
+			trim := len(out)
+			for trim > 0 && (out[trim-1] == ' ' || out[trim-1] == '\t' || out[trim-1] == '\n' || out[trim-1] == '\r') {
+				trim--
+			}
+			if trim > 0 && out[trim-1] == ',' {
+				out = out[:trim-1]
+			}
+		}
+	}
+	return append(out, body[at:]...), true
 }
 
 // GetString returns the top-level string member key of a JSON object, and

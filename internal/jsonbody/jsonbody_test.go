@@ -186,3 +186,22 @@ func BenchmarkCheckKeysMany(b *testing.B) {
 		}
 	}
 }
+
+func TestWithout(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a":1,"usage":{"x":[1,2]},"b":2}`: `{"a":1,"b":2}`,
+		`{"usage":{"x":1},"b":2}`:           `{"b":2}`,
+		`{"a":1, "usage" : null }`:          `{"a":1 }`,
+		`{"usage":1}`:                       `{}`,
+		`{"a":"usage","b":{"usage":1}}`:     `{"a":"usage","b":{"usage":1}}`,
+		`{"usage":1,"a":2,"usage":3}`:       `{"a":2}`,
+	} {
+		got, _ := Without([]byte(in), "usage")
+		if string(got) != want {
+			t.Errorf("%s: %s, want %s", in, got, want)
+		}
+	}
+	if _, ok := Without([]byte(`{"a":1}`), "usage"); ok {
+		t.Error("no usage: nothing removed")
+	}
+}

@@ -122,7 +122,7 @@ func (a *attempt) exchange(req *Request) *outcome {
 	case !req.Stream:
 		return a.answer(resp)
 	}
-	return a.firstContent(resp)
+	return a.firstContent(resp, req)
 }
 
 // begin starts an attempt's clock and timer.
@@ -218,10 +218,11 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 // and pings do not count; an error event before any content is a failure
 // like an error status, and the router may still fail over. What a native
 // stream sends before (message_start) is held for the client until then.
-func (a *attempt) firstContent(resp *http.Response) *outcome {
+func (a *attempt) firstContent(resp *http.Response, req *Request) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
-	s := &Stream{r: a.r, d: a.d, claim: a.out.claim, queue: a.out.queue, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel}
+	s := &Stream{r: a.r, d: a.d, claim: a.out.claim, queue: a.out.queue, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel,
+		usage: provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage)}
 	if s.in == nil {
 		resp.Body.Close()
 		return a.fail(provider.Server, errors.New("the provider type reads no stream"))

@@ -61,7 +61,9 @@ type Deployment struct {
 	// IdleTimeout bounds the silence between two events of a stream.
 	IdleTimeout time.Duration
 	// CostInput and CostOutput are USD per 1M tokens; 0 = unknown.
-	CostInput, CostOutput float64
+	// CostCached is the price of input tokens read from the prompt cache
+	// (USD per 1M tokens).
+	CostInput, CostOutput, CostCached float64
 	// Quality is the operator's judgment, 0..1.
 	Quality float64
 	// ContextWindow is the largest prompt plus output, in tokens; 0 = unknown.
@@ -273,8 +275,14 @@ type Result struct {
 	// Error is the provider's client error (class, code, message) when
 	// Status is one, for client APIs that restate it in their format.
 	Error *provider.Observation
-	// Stream is a committed streaming answer: relay it with Stream.Relay.
+	// Stream is a committed streaming answer: relay it with Stream.Relay
+	// (its usage is known once relayed: Stream.Usage).
 	Stream *Stream
+	// Usage is what a non-streaming answer used, as its provider counted
+	// it, when UsageStated (the deployment's State has recorded it, and
+	// its cost: Deployment.Cost).
+	Usage       provider.Usage
+	UsageStated bool
 	// Err is set when the router answers with an error of its own (*Error),
 	// or ErrClientGone.
 	Err error
@@ -537,8 +545,11 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		r.logPending(w, d)
 		out := a.exchange(req)
 		w.per[i].tried = true
-		if last := cmp.Or(w.last, w.prior); last != nil && r.Observer != nil {
-			r.Observer.Failover(last.d, last.obs.Class)
+		if last := cmp.Or(w.last, w.prior); last != nil {
+			last.d.State.RecordFailover(last.obs.Class)
+			if r.Observer != nil {
+				r.Observer.Failover(last.d, last.obs.Class)
+			}
 		}
 		w.prior = nil
 		res.Attempts++
@@ -620,6 +631,11 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	case provider.OK:
 		res.Deployment, res.Format = d, out.format
 		res.Status, res.Body, res.Stream = out.status, out.body, out.stream
+		if out.stream == nil {
+			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
+				d.State.RecordUsage(r.Clock.Now(), res.Usage, d.Cost(res.Usage))
+			}
+		}
 		res.fail(nil, w)
 		return true
 	case provider.ClientError:
@@ -1002,4 +1018,12 @@ func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Re
 		msg = fmt.Sprintf("the deployments tried (%d of %d) failed; retry later", tried, len(group))
 	}
 	return &Error{Status: http.StatusBadGateway, Class: provider.Server, Message: msg}
+}
+
+// Cost is what an answer that used u cost on d, in USD: its input tokens
+// at CostInput (those read from the prompt cache at CostCached), its
+// output tokens at CostOutput, all per 1M tokens.
+func (d *Deployment) Cost(u provider.Usage) float64 {
+	cached := min(u.CachedInputTokens, u.InputTokens)
+	return (float64(u.InputTokens-cached)*d.CostInput + float64(cached)*d.CostCached + float64(u.OutputTokens)*d.CostOutput) / 1e6
 }

@@ -34,12 +34,21 @@ type Stream struct {
 	pendingBytes int
 	first        provider.Event
 	once         sync.Once
+	// usage reads the usage of what is relayed, in the stream's format.
+	usage *provider.UsageCounter
 }
+
+// Usage is what the relayed answer used, as its provider counted it
+// (whole once Relay returned); ok false when it stated none.
+func (s *Stream) Usage() (u provider.Usage, ok bool) { return s.usage.Usage() }
 
 // Close releases the upstream stream and the deployment's claim; Relay
 // calls it.
 func (s *Stream) Close() {
 	s.once.Do(func() {
+		if u, ok := s.usage.Usage(); ok {
+			s.d.State.RecordUsage(s.r.Clock.Now(), u, s.d.Cost(u))
+		}
 		s.d.State.ReleaseAttempt(s.claim)
 		if s.queue != nil {
 			s.queue.kickHead() // capacity may be back
@@ -72,8 +81,15 @@ func (e *StreamError) Error() string { return e.Message }
 // client went away.
 func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 	defer s.Close()
+	relay := func(ev provider.Event, done bool) error {
+		ev, ok := s.usage.Relay(ev)
+		if !ok {
+			return nil
+		}
+		return event(ev, done)
+	}
 	for _, ev := range s.pending {
-		if err := event(ev, false); err != nil {
+		if err := relay(ev, false); err != nil {
 			return err
 		}
 	}
@@ -81,7 +97,7 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 	// The first content may be progress with nothing to relay (a thinking
 	// delta for a Chat Completions client).
 	if len(s.first.Data) > 0 {
-		if err := event(s.first, false); err != nil {
+		if err := relay(s.first, false); err != nil {
 			return err
 		}
 	}
@@ -111,7 +127,7 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 			return s.failed(obs, "stream failed: "+msg)
 		}
 		if len(ev.Data) > 0 {
-			if err := event(ev, false); err != nil {
+			if err := relay(ev, false); err != nil {
 				return err
 			}
 		}

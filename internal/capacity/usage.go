@@ -1,0 +1,102 @@
+package capacity
+
+import (
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// Spend is what a deployment's answers used: the tokens their providers
+// counted, and what they cost at the deployment's prices.
+type Spend struct {
+	// Answers counts the answers whose usage the provider stated.
+	Answers int64 `json:"answers"`
+	provider.Usage
+	// CostUSD is their cost in USD (0 when the deployment has no prices).
+	CostUSD float64 `json:"cost_usd"`
+}
+
+func (s *Spend) add(u provider.Usage, cost float64) {
+	s.Answers++
+	s.InputTokens += u.InputTokens
+	s.CachedInputTokens += u.CachedInputTokens
+	s.CacheWriteTokens += u.CacheWriteTokens
+	s.OutputTokens += u.OutputTokens
+	s.ReasoningTokens += u.ReasoningTokens
+	s.CostUSD += cost
+}
+
+func (s *Spend) plus(o Spend) {
+	s.Answers += o.Answers
+	s.InputTokens += o.InputTokens
+	s.CachedInputTokens += o.CachedInputTokens
+	s.CacheWriteTokens += o.CacheWriteTokens
+	s.OutputTokens += o.OutputTokens
+	s.ReasoningTokens += o.ReasoningTokens
+	s.CostUSD += o.CostUSD
+}
+
+// ledger keeps a deployment's spend since the process started (it lives
+// with the State, across reloads) and by minute over the last hour, and
+// the attempts it failed over from, by class.
+type ledger struct {
+	total     Spend
+	minutes   [60]Spend
+	minuteOf  [60]int64 // the Unix minute each slot holds
+	failovers [16]int64 // by provider.Class
+}
+
+// UsageReport is a deployment's spend, for display (admin API, status page).
+type UsageReport struct {
+	// Total is since the process started; LastHour over the last 60
+	// minutes (by whole minutes).
+	Total    Spend `json:"total"`
+	LastHour Spend `json:"last_hour"`
+	// Failovers counts the attempts on the deployment that failed and were
+	// failed over from, by class ("rate_limited", "overloaded", ...).
+	Failovers map[string]int64 `json:"failovers"`
+}
+
+// RecordUsage adds one answer's usage u, which cost cost USD, at now.
+func (s *State) RecordUsage(now time.Time, u provider.Usage, cost float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := &s.ledger
+	l.total.add(u, cost)
+	m := now.Unix() / 60
+	i := m % 60
+	if l.minuteOf[i] != m {
+		l.minutes[i], l.minuteOf[i] = Spend{}, m
+	}
+	l.minutes[i].add(u, cost)
+}
+
+// RecordFailover counts an attempt on the deployment that failed with
+// class and was failed over from.
+func (s *State) RecordFailover(class provider.Class) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(class) < len(s.ledger.failovers) {
+		s.ledger.failovers[class]++
+	}
+}
+
+// Usage reports the spend as of now.
+func (s *State) Usage(now time.Time) UsageReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := &s.ledger
+	r := UsageReport{Total: l.total, Failovers: map[string]int64{}}
+	m := now.Unix() / 60
+	for i := range l.minutes {
+		if m-l.minuteOf[i] < 60 && l.minuteOf[i] <= m {
+			r.LastHour.plus(l.minutes[i])
+		}
+	}
+	for c, n := range l.failovers {
+		if n > 0 {
+			r.Failovers[provider.Class(c).String()] = n
+		}
+	}
+	return r
+}

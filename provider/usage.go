@@ -1,0 +1,207 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+)
+
+// Usage is what one answer used, in tokens, as its provider counted it.
+type Usage struct {
+	// InputTokens counts every input token: those read from the prompt
+	// cache and those written to it too.
+	InputTokens int64 `json:"input_tokens"`
+	// CachedInputTokens are the input tokens read from the provider's
+	// prompt cache (OpenAI's cached_tokens, Anthropic's
+	// cache_read_input_tokens); CacheWriteTokens those written to it
+	// (Anthropic's cache_creation_input_tokens). Both are part of
+	// InputTokens.
+	CachedInputTokens int64 `json:"cached_input_tokens"`
+	CacheWriteTokens  int64 `json:"cache_write_tokens"`
+	// OutputTokens counts every output token, reasoning included;
+	// ReasoningTokens those the model reasoned with (OpenAI's
+	// reasoning_tokens), where the provider says.
+	OutputTokens    int64 `json:"output_tokens"`
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+}
+
+// Total is input plus output tokens.
+func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+
+// The usage objects of the formats, as their answers and stream events
+// carry them: Chat Completions, legacy completions and embeddings
+// ("usage": prompt_tokens...), Messages (input_tokens, cache_*), Responses
+// (input_tokens, *_details).
+type wireUsage struct {
+	// Chat Completions, completions, embeddings
+	PromptTokens        *int64 `json:"prompt_tokens"`
+	CompletionTokens    int64  `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+	// Messages, Responses
+	InputTokens              *int64 `json:"input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
+	InputTokensDetails       *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+}
+
+// usage reads a usage object of format f into u: only what it states
+// (a Messages stream's message_delta states output alone).
+func (w *wireUsage) into(f Format, u *Usage) {
+	switch f {
+	case Messages:
+		if w.InputTokens != nil || w.CacheReadInputTokens != 0 || w.CacheCreationInputTokens != 0 {
+			u.InputTokens = nonNeg(w.InputTokens) + max(w.CacheReadInputTokens, 0) + max(w.CacheCreationInputTokens, 0)
+			u.CachedInputTokens, u.CacheWriteTokens = max(w.CacheReadInputTokens, 0), max(w.CacheCreationInputTokens, 0)
+		}
+		if w.OutputTokens != nil {
+			u.OutputTokens = nonNeg(w.OutputTokens)
+		}
+	case Responses:
+		u.InputTokens, u.OutputTokens = nonNeg(w.InputTokens), nonNeg(w.OutputTokens)
+		if w.InputTokensDetails != nil {
+			u.CachedInputTokens = max(w.InputTokensDetails.CachedTokens, 0)
+		}
+		if w.OutputTokensDetails != nil {
+			u.ReasoningTokens = max(w.OutputTokensDetails.ReasoningTokens, 0)
+		}
+	default:
+		u.InputTokens, u.OutputTokens = nonNeg(w.PromptTokens), max(w.CompletionTokens, 0)
+		if w.PromptTokensDetails != nil {
+			u.CachedInputTokens = max(w.PromptTokensDetails.CachedTokens, 0)
+		}
+		if w.CompletionTokensDetails != nil {
+			u.ReasoningTokens = max(w.CompletionTokensDetails.ReasoningTokens, 0)
+		}
+	}
+}
+
+func nonNeg(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return max(*p, 0)
+}
+
+// UsageOf reads the usage of a whole answer (a non-streamed body) in
+// format f; ok is false when it states none.
+func UsageOf(f Format, body []byte) (u Usage, ok bool) {
+	var a struct {
+		Usage *wireUsage `json:"usage"`
+	}
+	if json.Unmarshal(body, &a) != nil || a.Usage == nil {
+		return Usage{}, false
+	}
+	a.Usage.into(f, &u)
+	return u, true
+}
+
+// UsageCounter reads the usage of a streamed answer in its format from
+// the events relayed, one at a time: a Chat Completions chunk's "usage"
+// (the last one stated), a Messages stream's message_start and
+// message_delta, a Responses stream's response.completed (or incomplete,
+// or failed). It reads only events that may carry usage, so that the
+// others cost a byte search.
+type UsageCounter struct {
+	f     Format
+	hide  bool
+	usage Usage
+	seen  bool
+}
+
+// NewUsageCounter returns a counter for a stream in format f. hide says
+// that the client did not ask for usage in its Chat Completions (or legacy
+// completions) stream (stream_options.include_usage), which the router
+// asked the provider for: Relay keeps it from the client.
+func NewUsageCounter(f Format, hide bool) *UsageCounter {
+	return &UsageCounter{f: f, hide: hide && (f == Chat || f == Completions)}
+}
+
+// Relay reads ev as Add does and returns what of it goes to the client:
+// with hide, a chunk that is only usage (no choices) goes nowhere, and
+// another one goes without its usage.
+func (c *UsageCounter) Relay(ev Event) (Event, bool) {
+	c.Add(ev)
+	if c == nil || !c.hide || !bytes.Contains(ev.Data, usageKey) {
+		return ev, true
+	}
+	var e struct {
+		Choices []json.RawMessage `json:"choices"`
+	}
+	if json.Unmarshal(ev.Data, &e) == nil && len(e.Choices) == 0 {
+		return Event{}, false
+	}
+	if out, ok := jsonbody.Without(ev.Data, "usage"); ok {
+		ev.Data = out
+	}
+	return ev, true
+}
+
+var usageKey = []byte(`"usage"`)
+
+// Add reads one relayed event.
+func (c *UsageCounter) Add(ev Event) {
+	if c == nil || !bytes.Contains(ev.Data, usageKey) {
+		return
+	}
+	switch c.f {
+	case Messages:
+		var e struct {
+			Message *struct {
+				Usage *wireUsage `json:"usage"`
+			} `json:"message"`
+			Usage *wireUsage `json:"usage"`
+		}
+		if json.Unmarshal(ev.Data, &e) != nil {
+			return
+		}
+		if e.Message != nil && e.Message.Usage != nil { // message_start
+			e.Message.Usage.into(Messages, &c.usage)
+			c.seen = true
+		}
+		if e.Usage != nil { // message_delta: the output so far, sometimes the input again
+			e.Usage.into(Messages, &c.usage)
+			c.seen = true
+		}
+	case Responses:
+		var e struct {
+			Response *struct {
+				Usage *wireUsage `json:"usage"`
+			} `json:"response"`
+		}
+		if json.Unmarshal(ev.Data, &e) == nil && e.Response != nil && e.Response.Usage != nil {
+			c.usage = Usage{}
+			e.Response.Usage.into(Responses, &c.usage)
+			c.seen = true
+		}
+	default:
+		var e struct {
+			Usage *wireUsage `json:"usage"`
+		}
+		if json.Unmarshal(ev.Data, &e) == nil && e.Usage != nil {
+			c.usage = Usage{}
+			e.Usage.into(c.f, &c.usage)
+			c.seen = true
+		}
+	}
+}
+
+// Usage returns the usage read so far; ok is false when no event stated
+// any.
+func (c *UsageCounter) Usage() (Usage, bool) {
+	if c == nil {
+		return Usage{}, false
+	}
+	return c.usage, c.seen
+}

@@ -1,0 +1,92 @@
+package provider
+
+import (
+	"strings"
+	"testing"
+)
+
+// Each format's usage, as its answers state it: all input (cached read
+// and written included), output (reasoning included), and the details.
+func TestUsageOf(t *testing.T) {
+	for _, c := range []struct {
+		f    Format
+		body string
+		want Usage
+	}{
+		{Chat, `{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":50,"total_tokens":150,"prompt_tokens_details":{"cached_tokens":60},"completion_tokens_details":{"reasoning_tokens":20}}}`,
+			Usage{InputTokens: 100, CachedInputTokens: 60, OutputTokens: 50, ReasoningTokens: 20}},
+		{Completions, `{"usage":{"prompt_tokens":7,"completion_tokens":3}}`, Usage{InputTokens: 7, OutputTokens: 3}},
+		{Embeddings, `{"data":[],"usage":{"prompt_tokens":12,"total_tokens":12}}`, Usage{InputTokens: 12}},
+		{Messages, `{"type":"message","usage":{"input_tokens":10,"cache_read_input_tokens":200,"cache_creation_input_tokens":30,"output_tokens":40}}`,
+			Usage{InputTokens: 240, CachedInputTokens: 200, CacheWriteTokens: 30, OutputTokens: 40}},
+		{Responses, `{"object":"response","usage":{"input_tokens":90,"input_tokens_details":{"cached_tokens":64},"output_tokens":33,"output_tokens_details":{"reasoning_tokens":12},"total_tokens":123}}`,
+			Usage{InputTokens: 90, CachedInputTokens: 64, OutputTokens: 33, ReasoningTokens: 12}},
+		{Chat, `{"usage":{"prompt_tokens":-5,"completion_tokens":-1}}`, Usage{}}, // a provider's garbage counts nothing
+	} {
+		got, ok := UsageOf(c.f, []byte(c.body))
+		if !ok || got != c.want {
+			t.Errorf("%s %s: %+v %v, want %+v", c.f, c.body, got, ok, c.want)
+		}
+	}
+	for _, body := range []string{`{"choices":[]}`, `not json`, `{"usage":null}`} {
+		if _, ok := UsageOf(Chat, []byte(body)); ok {
+			t.Errorf("%s: usage stated", body)
+		}
+	}
+}
+
+// A stream's usage: the last Chat chunk that states it; a Messages
+// stream's message_start (input, cache) then message_delta (output so
+// far); a Responses stream's response.completed.
+func TestUsageCounter(t *testing.T) {
+	c := NewUsageCounter(Messages, false)
+	for _, d := range []string{
+		`{"type":"message_start","message":{"id":"m","usage":{"input_tokens":20,"cache_read_input_tokens":100,"output_tokens":1}}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"the usage of it"}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":42}}`,
+	} {
+		c.Add(Event{Data: []byte(d)})
+	}
+	if u, ok := c.Usage(); !ok || u != (Usage{InputTokens: 120, CachedInputTokens: 100, OutputTokens: 42}) {
+		t.Errorf("messages: %+v %v", u, ok)
+	}
+	c = NewUsageCounter(Responses, false)
+	c.Add(Event{Name: "response.created", Data: []byte(`{"type":"response.created","response":{"usage":null}}`)})
+	c.Add(Event{Data: []byte(`{"type":"response.completed","response":{"usage":{"input_tokens":9,"output_tokens":4}}}`)})
+	if u, ok := c.Usage(); !ok || u != (Usage{InputTokens: 9, OutputTokens: 4}) {
+		t.Errorf("responses: %+v %v", u, ok)
+	}
+	c = NewUsageCounter(Chat, false)
+	if _, ok := c.Usage(); ok {
+		t.Error("nothing read: no usage")
+	}
+}
+
+// A Chat stream whose client did not ask for usage: the usage chunk is
+// counted and kept from it, and a finish chunk goes without its usage; a
+// client that asked gets them as they came; other formats are never
+// touched.
+func TestUsageCounterHides(t *testing.T) {
+	finish := `{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}`
+	only := `{"id":"x","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}`
+	c := NewUsageCounter(Chat, true)
+	ev, ok := c.Relay(Event{Data: []byte(finish)})
+	if !ok || strings.Contains(string(ev.Data), "usage") || !strings.Contains(string(ev.Data), `"finish_reason":"stop"`) {
+		t.Errorf("finish chunk: %s %v", ev.Data, ok)
+	}
+	if _, ok := c.Relay(Event{Data: []byte(only)}); ok {
+		t.Error("a usage-only chunk reached a client that did not ask for it")
+	}
+	if u, _ := c.Usage(); u.OutputTokens != 3 {
+		t.Errorf("counted %+v", u)
+	}
+	c = NewUsageCounter(Chat, false)
+	if ev, ok := c.Relay(Event{Data: []byte(only)}); !ok || string(ev.Data) != only {
+		t.Errorf("asked for: %s %v", ev.Data, ok)
+	}
+	c = NewUsageCounter(Messages, true)
+	msg := `{"type":"message_delta","delta":{},"usage":{"output_tokens":4}}`
+	if ev, ok := c.Relay(Event{Data: []byte(msg)}); !ok || string(ev.Data) != msg {
+		t.Errorf("messages: %s %v", ev.Data, ok)
+	}
+}

@@ -397,6 +397,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 	h.states = append(h.states, stateRef{key, st.(*capacity.State)})
 	d := &router.Deployment{
 		Name:          dc.Provider + "/" + dc.Model,
+		ProviderType:  h.types[dc.Provider],
 		Model:         dc.Model,
 		Provider:      p,
 		Transport:     cfg.transport,

@@ -114,10 +114,11 @@ func UsageOf(f Format, body []byte) (u Usage, ok bool) {
 // or failed). It reads only events that may carry usage, so that the
 // others cost a byte search.
 type UsageCounter struct {
-	f     Format
-	hide  bool
-	usage Usage
-	seen  bool
+	f      Format
+	hide   bool
+	usage  Usage
+	seen   bool
+	finish []string
 }
 
 // NewUsageCounter returns a counter for a stream in format f. hide says
@@ -152,7 +153,13 @@ var usageKey = []byte(`"usage"`)
 
 // Add reads one relayed event.
 func (c *UsageCounter) Add(ev Event) {
-	if c == nil || !bytes.Contains(ev.Data, usageKey) {
+	if c == nil {
+		return
+	}
+	if bytes.Contains(ev.Data, finishKey) || bytes.Contains(ev.Data, stopKey) || c.f == Responses && bytes.Contains(ev.Data, usageKey) {
+		c.finish = appendFinish(c.finish, c.f, ev.Data, true)
+	}
+	if !bytes.Contains(ev.Data, usageKey) {
 		return
 	}
 	switch c.f {
@@ -195,6 +202,71 @@ func (c *UsageCounter) Add(ev Event) {
 			c.seen = true
 		}
 	}
+}
+
+// FinishReasons returns why the streamed answer's choices ended, as the
+// format says it (finish_reason, stop_reason, a response's status), in
+// the order read.
+func (c *UsageCounter) FinishReasons() []string {
+	if c == nil {
+		return nil
+	}
+	return c.finish
+}
+
+var (
+	finishKey = []byte(`"finish_reason":"`)
+	stopKey   = []byte(`"stop_reason":"`)
+)
+
+// FinishReasons reads why a whole answer (a non-streamed body) in format
+// f ended: each choice's finish_reason, a message's stop_reason, a
+// response's status.
+func FinishReasons(f Format, body []byte) []string { return appendFinish(nil, f, body, false) }
+
+// appendFinish adds the finish reasons data states (a whole answer, or a
+// stream event) to out.
+func appendFinish(out []string, f Format, data []byte, event bool) []string {
+	var e struct {
+		Choices []struct {
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		StopReason *string `json:"stop_reason"`
+		Delta      *struct {
+			StopReason *string `json:"stop_reason"`
+		} `json:"delta"`
+		Status   string `json:"status"`
+		Response *struct {
+			Status string `json:"status"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(data, &e) != nil {
+		return out
+	}
+	add := func(s *string) {
+		if s != nil && *s != "" {
+			out = append(out, *s)
+		}
+	}
+	switch f {
+	case Messages:
+		add(e.StopReason)
+		if e.Delta != nil {
+			add(e.Delta.StopReason)
+		}
+	case Responses:
+		switch {
+		case event && e.Response != nil && e.Response.Status != "" && e.Response.Status != "in_progress" && e.Response.Status != "queued":
+			out = append(out[:0], e.Response.Status)
+		case !event && e.Status != "":
+			out = append(out, e.Status)
+		}
+	default:
+		for _, c := range e.Choices {
+			add(c.FinishReason)
+		}
+	}
+	return out
 }
 
 // Usage returns the usage read so far; ok is false when no event stated

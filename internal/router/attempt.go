@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -56,6 +58,7 @@ type outcome struct {
 	queue  *queue           // the group's queue, woken when the attempt ends
 	url    string           // the URL requested, for the logs: scheme, host and path (no query: it may hold a key)
 	took   time.Duration    // until the answer was read, or a stream's first content
+	span   trace.Span       // the attempt's trace span; nil when the request is not traced
 }
 
 // release ends the attempt's claim on its deployment and wakes the head

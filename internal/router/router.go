@@ -28,6 +28,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/estimate"
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -60,6 +61,9 @@ type Deployment struct {
 	TTFTTimeout time.Duration
 	// IdleTimeout bounds the silence between two events of a stream.
 	IdleTimeout time.Duration
+	// ProviderType is the provider's type ("openai", "bedrock", ...), for
+	// traces' gen_ai.provider.name.
+	ProviderType string
 	// CostInput and CostOutput are USD per 1M tokens; 0 = unknown.
 	// CostCached is the price of input tokens read from the prompt cache
 	// (USD per 1M tokens).
@@ -283,6 +287,10 @@ type Result struct {
 	// its cost: Deployment.Cost).
 	Usage       provider.Usage
 	UsageStated bool
+
+	// lastEnd is when the request's last attempt ended (or it began):
+	// what a trace tells as the wait before the next.
+	lastEnd time.Time
 	// Err is set when the router answers with an error of its own (*Error),
 	// or ErrClientGone.
 	Err error
@@ -326,8 +334,8 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 // has a Fallback, goes on to that group (and its fallback, in turn) with
 // what is left of the deadline and the attempts.
 func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result {
-	res := &Result{}
-	deadline := r.Clock.Now().Add(r.Deadline)
+	res := &Result{lastEnd: r.Clock.Now()}
+	deadline := res.lastEnd.Add(r.Deadline)
 	var pending, prior *outcome // of the group before: its last failed attempt, if not yet logged; its last failed one
 	var best Result             // the failure to answer with if no group serves (betterFailure)
 	tooLarge := true            // every group failed for the prompt's size
@@ -344,7 +352,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 		if res.Group != nil {
 			r.debug("falling back to another model group", zap.String("from", res.Group.Name), zap.String("to", hop.Name),
 				zap.Int("attempts", res.Attempts))
-			*res = Result{Attempts: res.Attempts, FailoverReason: res.FailoverReason}
+			*res = Result{Attempts: res.Attempts, FailoverReason: res.FailoverReason, lastEnd: res.lastEnd}
 		}
 		r.serve(ctx, hop, req, res, &w, deadline)
 		res.Group = hop
@@ -543,7 +551,13 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		}
 		a.out.claim, a.out.queue = claim, &g.queue
 		r.logPending(w, d)
+		from := provider.OK
+		if last := cmp.Or(w.last, w.prior); last != nil {
+			from = last.obs.Class
+		}
+		a.out.span = startSpan(ctx, d, req, a.plan, res.Attempts+1, from, r.Clock.Now().Sub(res.lastEnd))
 		out := a.exchange(req)
+		res.lastEnd = r.Clock.Now()
 		w.per[i].tried = true
 		if last := cmp.Or(w.last, w.prior); last != nil {
 			last.d.State.RecordFailover(last.obs.Class)
@@ -608,6 +622,8 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		if out.stream == nil {
 			out.release() // the attempt ended unobserved
 		}
+		endSpan(out.span, provider.Transport, map[ending]string{clientGone: "the client went away", pastDeadline: "the request's deadline passed"}[out.end],
+			provider.Usage{}, false, nil, "")
 		if out.end == clientGone {
 			res.fail(ErrClientGone, w)
 		} else {
@@ -635,14 +651,20 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
 				d.State.RecordUsage(r.Clock.Now(), res.Usage, d.Cost(res.Usage))
 			}
+			model, _ := jsonbody.GetString(out.body, "model")
+			endSpan(out.span, class, "", res.Usage, res.UsageStated, provider.FinishReasons(out.format, out.body), model)
+		} else {
+			out.stream.span = out.span // ended with the stream
 		}
 		res.fail(nil, w)
 		return true
 	case provider.ClientError:
+		endSpan(out.span, class, out.obs.Message, provider.Usage{}, false, nil, "")
 		res.passOn(out)
 		res.fail(nil, w)
 		return true
 	}
+	endSpan(out.span, class, out.obs.Message, provider.Usage{}, false, nil, "")
 	if class == provider.RateLimited {
 		r.unpredicted(out)
 	}

@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -36,6 +38,10 @@ type Stream struct {
 	once         sync.Once
 	// usage reads the usage of what is relayed, in the stream's format.
 	usage *provider.UsageCounter
+	// span is the attempt's trace span, ended with the stream (nil: not
+	// traced); failure says how the stream broke, if it did.
+	span    trace.Span
+	failure *provider.Observation
 }
 
 // Usage is what the relayed answer used, as its provider counted it
@@ -46,9 +52,15 @@ func (s *Stream) Usage() (u provider.Usage, ok bool) { return s.usage.Usage() }
 // calls it.
 func (s *Stream) Close() {
 	s.once.Do(func() {
-		if u, ok := s.usage.Usage(); ok {
+		u, ok := s.usage.Usage()
+		if ok {
 			s.d.State.RecordUsage(s.r.Clock.Now(), u, s.d.Cost(u))
 		}
+		class, msg := provider.OK, ""
+		if s.failure != nil {
+			class, msg = s.failure.Class, s.failure.Message
+		}
+		endSpan(s.span, class, msg, u, ok, s.usage.FinishReasons(), "")
 		s.d.State.ReleaseAttempt(s.claim)
 		if s.queue != nil {
 			s.queue.kickHead() // capacity may be back
@@ -168,6 +180,7 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 func (s *Stream) failed(obs provider.Observation, msg string) error {
 	obs.Message = redact(msg, s.d.Secrets)
 	msg = obs.Message
+	s.failure = &obs
 	observed := s.d.State.ObserveAttempt(s.claim, s.r.Clock.Now(), obs, s.r.Policy)
 	if !s.r.logDisabled(s.d, obs, observed) {
 		s.r.Logger.Warn("stream failed after it began",

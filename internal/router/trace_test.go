@@ -1,0 +1,127 @@
+package router
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// spanAttrs is a span's attributes by key.
+func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	out := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		out[kv.Key] = kv.Value
+	}
+	return out
+}
+
+// Each upstream attempt of a traced request is a client span, a child of
+// the request's, with the GenAI semantic conventions' attributes and the
+// router's: the rate-limited first attempt is an error of type
+// rate_limited; the second says it fails over from it, and what the
+// answer used and why it finished. A streamed answer's span ends with the
+// stream, with its usage.
+func TestAttemptsAreTraced(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	const answered = `{"id":"x","object":"chat.completion","model":"up-2025","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":8}}}`
+	limited := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "20")}}
+	ok := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, answered)}}
+	group := []*Deployment{deployment("a", limited), deployment("b", ok)}
+	group[0].Quality, group[0].ProviderType, group[1].ProviderType = 1, "openai", "anthropic"
+	r := newRouter(newFakeClock())
+
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "POST /v1/chat/completions")
+	if res := r.Serve(ctx, group, chatReq); res.Err != nil || res.Deployment != group[1] {
+		t.Fatalf("%+v", res)
+	}
+	parent.End()
+	spans := exp.GetSpans().Snapshots()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans, want the request's and two attempts'", len(spans))
+	}
+	first, second := spans[0], spans[1]
+	for i, s := range []sdktrace.ReadOnlySpan{first, second} {
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanKind() != trace.SpanKindClient || s.Name() != "chat "+group[i].Model {
+			t.Errorf("span %d: %q kind %v parent %v", i, s.Name(), s.SpanKind(), s.Parent().SpanID())
+		}
+	}
+	a, b := spanAttrs(first), spanAttrs(second)
+	if a["gen_ai.operation.name"].AsString() != "chat" || a["gen_ai.provider.name"].AsString() != "openai" ||
+		a["gen_ai.request.model"].AsString() != "a-up" || a["llm_router.deployment"].AsString() != "a" ||
+		a["llm_router.attempt"].AsInt64() != 1 || a["error.type"].AsString() != "rate_limited" ||
+		a["server.address"].AsString() != "a.invalid" || a["server.port"].AsInt64() != 80 || first.Status().Code != codes.Error {
+		t.Errorf("first attempt: %v %v", a, first.Status())
+	}
+	if _, ok := a["llm_router.failover_reason"]; ok {
+		t.Error("the first attempt fails over from nothing")
+	}
+	if b["gen_ai.provider.name"].AsString() != "anthropic" || b["llm_router.attempt"].AsInt64() != 2 ||
+		b["llm_router.failover_reason"].AsString() != "rate_limited" || b["gen_ai.usage.input_tokens"].AsInt64() != 12 ||
+		b["gen_ai.usage.output_tokens"].AsInt64() != 5 || b["llm_router.usage.cached_input_tokens"].AsInt64() != 8 ||
+		!slices.Equal(b["gen_ai.response.finish_reasons"].AsStringSlice(), []string{"stop"}) ||
+		b["gen_ai.response.model"].AsString() != "up-2025" || second.Status().Code == codes.Error {
+		t.Errorf("second attempt: %v", b)
+	}
+	if _, ok := b["error.type"]; ok {
+		t.Error("the answered attempt has no error type")
+	}
+
+	// A stream: its span ends when it was relayed, with its usage.
+	exp.Reset()
+	sse := "data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n" +
+		"data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n" +
+		"data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n"
+	streaming := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, sse, "Content-Type", "text/event-stream")}}
+	d := deployment("c", streaming)
+	ctx, parent = tp.Tracer("test").Start(context.Background(), "request")
+	res := r.Serve(ctx, []*Deployment{d}, &Request{Request: wire([]byte(`{"model":"fast","stream":true,"messages":[{"role":"user","content":"hi"}]}`), true), Tokens: 10})
+	if res.Stream == nil {
+		t.Fatalf("%+v", res)
+	}
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Errorf("%d spans ended before the stream was relayed", n)
+	}
+	var relayed []string
+	if err := res.Stream.Relay(func(ev provider.Event, done bool) error { relayed = append(relayed, string(ev.Data)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	spans = exp.GetSpans().Snapshots()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	c := spanAttrs(spans[0])
+	if c["gen_ai.usage.output_tokens"].AsInt64() != 7 || !slices.Equal(c["gen_ai.response.finish_reasons"].AsStringSlice(), []string{"length"}) ||
+		c["llm_router.stream"].AsBool() != true {
+		t.Errorf("stream span: %v", c)
+	}
+	if u, ok := res.Stream.Usage(); !ok || u.OutputTokens != 7 || d.State.Usage(r.Clock.Now()).Total.OutputTokens != 7 {
+		t.Errorf("stream usage %+v %v; recorded %+v", u, ok, d.State.Usage(r.Clock.Now()))
+	}
+	for _, ev := range relayed {
+		if strings.Contains(ev, `"usage"`) {
+			t.Errorf("the client did not ask for usage, got %s", ev)
+		}
+	}
+
+	// Without a request span: no spans at all.
+	exp.Reset()
+	if res := r.Serve(context.Background(), []*Deployment{deployment("d", ok)}, chatReq); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Errorf("%d spans of an untraced request", n)
+	}
+}

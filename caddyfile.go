@@ -239,6 +239,17 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					fallbacks = append(fallbacks, ref{name, line, d.File()})
 					continue
 				}
+				if d.Val() == "budget" {
+					if g.Budget != nil {
+						return d.Errf("duplicate subdirective budget in model %s", name)
+					}
+					b, err := parseBudget(d)
+					if err != nil {
+						return err
+					}
+					g.Budget = b
+					continue
+				}
 				if d.Val() == "alias" {
 					args := d.RemainingArgs()
 					if len(args) == 0 {
@@ -409,6 +420,12 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 				return nil, d.Errf("tier must be from 1 to 100, got %d", n)
 			}
 			dep.Tier = int(n)
+		case "budget":
+			b, err := parseBudget(d)
+			if err != nil {
+				return nil, err
+			}
+			dep.Budget = b
 		case "rpm":
 			n, err := parseInt(d)
 			if err != nil {

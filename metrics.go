@@ -182,12 +182,18 @@ var (
 		[]string{"deployment", "kind"}, nil)
 	circuitDesc = prometheus.NewDesc("llm_router_circuit_state",
 		"Circuit of the deployment: 0 closed, 1 half-open, 2 open.", []string{"deployment"}, nil)
+	budgetDesc = prometheus.NewDesc("llm_router_budget_usd",
+		"A deployment's or model group's budget, USD per its period.", []string{"scope", "name"}, nil)
+	budgetSpentDesc = prometheus.NewDesc("llm_router_budget_spent_usd",
+		"What was spent of a deployment's or model group's budget in its current window, USD.", []string{"scope", "name"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (*stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- remainingDesc
 	ch <- circuitDesc
+	ch <- budgetDesc
+	ch <- budgetSpentDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -206,6 +212,18 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(snap.RemainingTokens), d.dep.Name, "tokens")
 		// The gauge's values are the Circuit's: closed 0, half-open 1, open 2.
 		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, float64(snap.Circuit), d.dep.Name)
+		if b := d.dep.Spending.Report(now); b != nil {
+			ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, b.BudgetUSD, "deployment", d.dep.Name)
+			ch <- prometheus.MustNewConstMetric(budgetSpentDesc, prometheus.GaugeValue, b.SpentUSD, "deployment", d.dep.Name)
+		}
+	}
+	seen = map[string]bool{}
+	for _, g := range liveGroupSpendings() {
+		if b := g.spending.Report(now); b != nil && !seen[g.name] {
+			seen[g.name] = true
+			ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, b.BudgetUSD, "model_group", g.name)
+			ch <- prometheus.MustNewConstMetric(budgetSpentDesc, prometheus.GaugeValue, b.SpentUSD, "model_group", g.name)
+		}
 	}
 }
 

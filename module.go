@@ -160,6 +160,8 @@ type Handler struct {
 	metrics   *metrics
 	logger    *zap.Logger
 	store     *fleetStore // fleet mode (store.go); nil for store memory
+	// spendingKeys are the budgets' spendings taken from the pool.
+	spendingKeys []string
 }
 
 // ReserveConfig is the reserve: Percent of each window kept for
@@ -211,6 +213,9 @@ type ModelGroup struct {
 	// be a pattern instead (claude-sonnet-*; see names.go): exact names and
 	// aliases win over patterns. Default: none.
 	Aliases []string `json:"aliases,omitempty"`
+	// Budget is the group's spending limit (Budget): once spent, requests
+	// for the group are answered 429 until it renews. Default: none.
+	Budget *Budget `json:"budget,omitempty"`
 }
 
 // Deployment is a provider x an upstream model within a model group.
@@ -226,6 +231,9 @@ type Deployment struct {
 	// CostCachedInput is the price of input tokens read from the
 	// provider's prompt cache, USD per 1M tokens. Default: CostInput.
 	CostCachedInput *float64 `json:"cost_cached_input,omitempty"`
+	// Budget is the deployment's spending limit (Budget): once spent, it is
+	// skipped as a spent quota until it renews. Default: none.
+	Budget *Budget `json:"budget,omitempty"`
 	// Quality is the operator's judgment of the model, 0..1. Default: 0.
 	Quality float64 `json:"quality,omitempty"`
 	// ContextWindow is the model's context window, in tokens; after a
@@ -324,6 +332,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.router.Observer = h.metrics
 	// Fleet mode: share the capacity states through the store (store.go).
 	if err := h.provisionStore(ctx); err != nil {
+		return err
+	}
+	if err := h.provisionBudgets(); err != nil {
 		return err
 	}
 	addLive(h)
@@ -553,6 +564,9 @@ func (g *ModelGroup) validate() error {
 	if g == nil || len(g.Deployments) == 0 {
 		return errors.New("has no deployment")
 	}
+	if err := g.Budget.validate(); err != nil {
+		return err
+	}
 	for i, d := range g.Deployments {
 		if d == nil {
 			return errors.New("empty deployment")
@@ -578,6 +592,8 @@ func (d *Deployment) validate() error {
 		return fmt.Errorf("quality must be within 0..1, got %v", d.Quality)
 	case d.CostCachedInput != nil && (!finite(*d.CostCachedInput) || *d.CostCachedInput < 0):
 		return errors.New("cost_cached_input must not be negative")
+	case d.Budget.validate() != nil:
+		return d.Budget.validate()
 	case !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 ||
 		d.ContextWindow < 0 || d.Weight < 0 || d.RPM < 0 || d.TPM < 0 || d.Tier < 0:
 		return errors.New("cost, context_window, weight, tier, rpm and tpm must not be negative")
@@ -597,6 +613,7 @@ func (h *Handler) Cleanup() error {
 		}
 	}
 	h.states = nil
+	h.cleanupBudgets()
 	h.cleanupStore() // fleet mode (store.go)
 	return nil
 }

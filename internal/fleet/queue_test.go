@@ -245,3 +245,31 @@ func TestBusyIsNotDown(t *testing.T) {
 		t.Error("expected a timeout long after the last answer not to be busy")
 	}
 }
+
+// A budget's spending is one total for the fleet, which expires after
+// its window.
+func TestFleetSpending(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+		ctx := context.Background()
+		if total, err := a.store.AddSpend(ctx, "budget:group|g:42", 1.25, time.Minute); err != nil || total != 1.25 {
+			t.Fatalf("a: %v %v", total, err)
+		}
+		if total, err := b.store.AddSpend(ctx, "budget:group|g:42", 0.5, time.Minute); err != nil || total != 1.75 {
+			t.Errorf("b: %v %v", total, err)
+		}
+		if v, err := a.store.Spend(ctx, "budget:group|g:42"); err != nil || v != 1.75 {
+			t.Errorf("read: %v %v", v, err)
+		}
+		if v, err := a.store.Spend(ctx, "budget:group|g:43"); err != nil || v != 0 {
+			t.Errorf("another window: %v %v", v, err)
+		}
+		if m != nil {
+			m.FastForward(2 * time.Minute)
+			if v, _ := a.store.Spend(ctx, "budget:group|g:42"); v != 0 {
+				t.Errorf("after its window: %v", v)
+			}
+		}
+	})
+}

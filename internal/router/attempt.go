@@ -56,6 +56,7 @@ type outcome struct {
 	stream *Stream
 	claim  capacity.Attempt // when it was sent (what a success speaks for), whether it is the probe
 	queue  *queue           // the group's queue, woken when the attempt ends
+	group  *Group           // the group it was made for
 	url    string           // the URL requested, for the logs: scheme, host and path (no query: it may hold a key)
 	took   time.Duration    // until the answer was read, or a stream's first content
 	span   trace.Span       // the attempt's trace span; nil when the request is not traced
@@ -225,7 +226,7 @@ func (a *attempt) firstContent(resp *http.Response, req *Request) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
 	s := &Stream{r: a.r, d: a.d, claim: a.out.claim, queue: a.out.queue, body: resp.Body, in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel,
-		usage: provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage)}
+		usage: provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage), group: a.out.group}
 	if s.in == nil {
 		resp.Body.Close()
 		return a.fail(provider.Server, errors.New("the provider type reads no stream"))

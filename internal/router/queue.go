@@ -29,7 +29,10 @@ type Group struct {
 	// Fleet is the group's queue as a fleet of instances sees it (fleet
 	// mode); nil: this instance's queue alone counts places.
 	Fleet FleetQueue
-	queue queue
+	// Spending is the group's budget and what its answers spent (nil:
+	// none): a group whose budget is spent answers 429 until it renews.
+	Spending *capacity.Spending
+	queue    queue
 	// waits and waited count the requests that waited in the queue and
 	// the time they spent there (nanoseconds).
 	waits, waited atomic.Int64

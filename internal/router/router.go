@@ -61,6 +61,10 @@ type Deployment struct {
 	TTFTTimeout time.Duration
 	// IdleTimeout bounds the silence between two events of a stream.
 	IdleTimeout time.Duration
+	// Spending is the deployment's budget and what its answers spent (nil:
+	// none): once spent, the deployment is out until it renews, as a spent
+	// quota.
+	Spending *capacity.Spending
 	// ProviderType is the provider's type ("openai", "bedrock", ...), for
 	// traces' gen_ai.provider.name.
 	ProviderType string
@@ -448,6 +452,17 @@ func fallsBack(res *Result) bool {
 // serve is ServeGroup's loop: it returns res once answered or failed.
 func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk, deadline time.Time) *Result {
 	group := g.Deployments
+	if over, until := g.Spending.Over(r.Clock.Now()); over {
+		msg := "model group " + g.Name + ": " + capacity.BudgetMessage(g.Spending.Limit(), until)
+		r.debug("the group's budget is spent", zap.String("group", g.Name), zap.Time("renews", until))
+		return res.fail(&Error{Status: http.StatusTooManyRequests, Class: provider.QuotaExhausted, Message: msg,
+			RetryAfter: max(until.Sub(r.Clock.Now()), time.Second)}, w)
+	}
+	for _, d := range group {
+		if over, until := d.Spending.Over(r.Clock.Now()); over {
+			d.State.Exhaust(r.Clock.Now(), until, capacity.BudgetMessage(d.Spending.Limit(), until))
+		}
+	}
 	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
 	var me *waiter // while the request waits in g's queue
 	defer func() {
@@ -549,7 +564,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			r.leaveQueue(g, me) // its turn came: the next one may look
 			me = nil
 		}
-		a.out.claim, a.out.queue = claim, &g.queue
+		a.out.claim, a.out.queue, a.out.group = claim, &g.queue, g
 		r.logPending(w, d)
 		from := provider.OK
 		if last := cmp.Or(w.last, w.prior); last != nil {
@@ -649,7 +664,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		res.Status, res.Body, res.Stream = out.status, out.body, out.stream
 		if out.stream == nil {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
-				d.State.RecordUsage(r.Clock.Now(), res.Usage, d.Cost(res.Usage))
+				spend(r.Clock.Now(), d, out.group, res.Usage)
 			}
 			model, _ := jsonbody.GetString(out.body, "model")
 			endSpan(out.span, class, "", res.Usage, res.UsageStated, provider.FinishReasons(out.format, out.body), model)
@@ -1048,4 +1063,18 @@ func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Re
 func (d *Deployment) Cost(u provider.Usage) float64 {
 	cached := min(u.CachedInputTokens, u.InputTokens)
 	return (float64(u.InputTokens-cached)*d.CostInput + float64(cached)*d.CostCached + float64(u.OutputTokens)*d.CostOutput) / 1e6
+}
+
+// spend records what an answer of d, for group g, used: in d's usage and,
+// at its cost, against d's budget and g's; a deployment whose budget it
+// spends is out until that renews.
+func spend(now time.Time, d *Deployment, g *Group, u provider.Usage) {
+	cost := d.Cost(u)
+	d.State.RecordUsage(now, u, cost)
+	if over, until := d.Spending.Add(now, cost); over {
+		d.State.Exhaust(now, until, capacity.BudgetMessage(d.Spending.Limit(), until))
+	}
+	if g != nil {
+		g.Spending.Add(now, cost)
+	}
 }

@@ -42,6 +42,7 @@ type Stream struct {
 	// traced); failure says how the stream broke, if it did.
 	span    trace.Span
 	failure *provider.Observation
+	group   *Group // whose budget the answer counts against
 }
 
 // Usage is what the relayed answer used, as its provider counted it
@@ -54,7 +55,7 @@ func (s *Stream) Close() {
 	s.once.Do(func() {
 		u, ok := s.usage.Usage()
 		if ok {
-			s.d.State.RecordUsage(s.r.Clock.Now(), u, s.d.Cost(u))
+			spend(s.r.Clock.Now(), s.d, s.group, u)
 		}
 		class, msg := provider.OK, ""
 		if s.failure != nil {

@@ -2,10 +2,12 @@ package router
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -13,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -123,5 +126,49 @@ func TestAttemptsAreTraced(t *testing.T) {
 	}
 	if n := len(exp.GetSpans()); n != 0 {
 		t.Errorf("%d spans of an untraced request", n)
+	}
+}
+
+// A deployment whose budget its answers spent is out until the budget
+// renews, as a spent quota: the next request goes to another deployment
+// at once. A group whose budget is spent answers 429 until it renews,
+// with no attempt.
+func TestBudgets(t *testing.T) {
+	const costly = `{"id":"x","object":"chat.completion","model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000000,"completion_tokens":0}}`
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, costly)}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, costly)}}
+	group := []*Deployment{deployment("a", a), deployment("b", b)}
+	group[0].Quality = 1
+	group[0].CostInput, group[1].CostInput = 2, 2 // $2 per 1M input tokens: each answer costs $2
+	clock := newFakeClock()
+	group[0].Spending = capacity.NewSpending(capacity.SpendLimit{USD: 3, Period: time.Hour}, nil, "a")
+	g := NewGroup("g", group)
+	g.Spending = capacity.NewSpending(capacity.SpendLimit{USD: 5, Period: time.Hour}, nil, "g")
+	r := newRouter(clock)
+	for i, want := range []string{"a", "a", "b"} {
+		res := r.ServeGroup(context.Background(), g, chatReq)
+		if res.Err != nil || res.Deployment.Name != want || res.Attempts != 1 {
+			t.Fatalf("request %d: %+v, want %s at once", i, res, want)
+		}
+	}
+	snap := group[0].State.Snapshot(clock.Now())
+	if snap.Circuit != capacity.Open || snap.OpenReason != provider.QuotaExhausted || !strings.Contains(snap.LastMessage, "budget of $3 per 1h0m0s spent") {
+		t.Errorf("a after its budget: %+v", snap)
+	}
+	// $6 spent of the group's $5: 429 until the hour ends, nothing sent.
+	calls := a.calls.Load() + b.calls.Load()
+	res := r.ServeGroup(context.Background(), g, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != 429 || e.Class != provider.QuotaExhausted || e.RetryAfter <= 0 || e.RetryAfter > time.Hour ||
+		!strings.Contains(e.Message, "model group g: budget of $5") || a.calls.Load()+b.calls.Load() != calls {
+		t.Errorf("group over budget: %+v %v", res, res.Err)
+	}
+	if sp := g.Spending.Report(clock.Now()); sp.SpentUSD != 6 {
+		t.Errorf("group spent %+v", sp)
+	}
+	// The next window: both serve again.
+	clock.Advance(time.Hour)
+	if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil || res.Deployment.Name != "a" {
+		t.Errorf("next window: %+v %v", res, res.Err)
 	}
 }

@@ -8,6 +8,11 @@
 #              (about 7 minutes on an idle 2-core machine); results in
 #              bench/results/
 # make demo    the demo of README.md
+# make status-check  the status page in headless Chromium (Debian's chromium):
+#              builds the development Caddy, runs the demo (ports 8080,
+#              9001-9003, 2019), sends the README's requests, checks the
+#              rendered page and saves docs/status.png
+#              (scripts/status-check.sh; about 30 s with a warm build cache)
 # make agents  the coding agents as clients: installs Claude Code and Codex
 #              CLI from npm at the pinned versions below into .agents/, and
 #              runs each through the router against llm_mock providers
@@ -21,7 +26,7 @@ AGENTS_DIR ?= $(CURDIR)/.agents
 CLAUDE_CODE_VERSION = 2.1.332
 CODEX_VERSION = 0.171.0
 
-.PHONY: agents bench check demo test
+.PHONY: agents bench check demo status-check test
 
 test:
 	$(GO) test -race ./...
@@ -41,6 +46,9 @@ bench:
 
 demo:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example
+
+status-check:
+	GO=$(GO) bash scripts/status-check.sh
 
 agents:
 	mkdir -p $(AGENTS_DIR)

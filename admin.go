@@ -113,6 +113,9 @@ type GroupStatus struct {
 	// config loaded, and MeanWaitMS their mean wait in milliseconds.
 	Waited     int64   `json:"waited"`
 	MeanWaitMS float64 `json:"mean_wait_ms"`
+	// Budget is the group's budget and what was spent of it in its
+	// current window; absent without one.
+	Budget *capacity.SpendingReport `json:"budget,omitempty"`
 }
 
 // liveGroups lists the model groups of every live handler, sorted by name
@@ -124,7 +127,7 @@ func liveGroups() []GroupStatus {
 	for h := range live.handlers {
 		for _, name := range h.names {
 			g := h.groups[name]
-			st := GroupStatus{Name: name, Queued: g.Queued()}
+			st := GroupStatus{Name: name, Queued: g.Queued(), Budget: g.Spending.Report(time.Now())}
 			n, total := g.Waits()
 			if st.Waited = n; n > 0 {
 				st.MeanWaitMS = float64(total.Milliseconds()) / float64(n)
@@ -146,28 +149,41 @@ type DeploymentStatus struct {
 	BaseURL string `json:"base_url"`
 	// ModelGroups lists the groups that use the deployment.
 	ModelGroups []string `json:"model_groups"`
+	// Budget is the deployment's budget and what was spent of it in its
+	// current window; absent without one.
+	Budget *capacity.SpendingReport `json:"budget,omitempty"`
 	capacity.Snapshot
+}
+
+// report is the body of GET /llm_router/deployments, and of the status
+// page's JSON (status.go): every live deployment and model group. It holds
+// no key.
+type report struct {
+	Deployments []DeploymentStatus `json:"deployments"`
+	ModelGroups []GroupStatus      `json:"model_groups"`
+}
+
+// statusReport builds the report of the live handlers as seen at now; both
+// lists are empty, never null, when no llm_router is loaded.
+func statusReport(now time.Time) report {
+	out := report{Deployments: []DeploymentStatus{}, ModelGroups: liveGroups()}
+	for _, ld := range liveDeployments() {
+		out.Deployments = append(out.Deployments, DeploymentStatus{
+			Name: ld.dep.Name, Type: ld.meta.typ, BaseURL: ld.meta.baseURL,
+			ModelGroups: ld.groups, Snapshot: ld.dep.State.Snapshot(now), Budget: ld.dep.Spending.Report(now),
+		})
+	}
+	return out
 }
 
 func handleDeployments(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method not allowed")}
 	}
-	now := time.Now()
-	out := struct {
-		Deployments []DeploymentStatus `json:"deployments"`
-		ModelGroups []GroupStatus      `json:"model_groups"`
-	}{Deployments: []DeploymentStatus{}, ModelGroups: liveGroups()}
-	for _, ld := range liveDeployments() {
-		out.Deployments = append(out.Deployments, DeploymentStatus{
-			Name: ld.dep.Name, Type: ld.meta.typ, BaseURL: ld.meta.baseURL,
-			ModelGroups: ld.groups, Snapshot: ld.dep.State.Snapshot(now),
-		})
-	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return enc.Encode(statusReport(time.Now()))
 }
 
 // handleDeploymentAction serves POST /llm_router/deployments/<name>/<action>

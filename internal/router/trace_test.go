@@ -172,3 +172,15 @@ func TestBudgets(t *testing.T) {
 		t.Errorf("next window: %+v %v", res, res.Err)
 	}
 }
+
+// An answer's cost: uncached input at CostInput, cached at CostCached,
+// output at CostOutput, per 1M tokens.
+func TestCost(t *testing.T) {
+	d := &Deployment{CostInput: 2, CostCached: 0.5, CostOutput: 8}
+	if got := d.Cost(provider.Usage{InputTokens: 100, CachedInputTokens: 60, OutputTokens: 10}); got != (40*2+60*0.5+10*8)/1e6 {
+		t.Errorf("cost %v", got)
+	}
+	if got := d.Cost(provider.Usage{InputTokens: 5, CachedInputTokens: 50}); got != 5*0.5/1e6 {
+		t.Errorf("cached more than input (a provider's odd count): %v", got)
+	}
+}

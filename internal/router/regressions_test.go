@@ -92,7 +92,7 @@ func within(t *testing.T, serve func() *Result) *Result {
 	case res := <-done:
 		return res
 	case <-time.After(10 * time.Second):
-		t.Fatal("the router did not return within 10 s: it loops on a deployment it cannot plan for")
+		t.Fatal("the router did not return within 10 s: it loops (on a deployment it cannot plan for, or cannot acquire)")
 		return nil
 	}
 }

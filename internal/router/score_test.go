@@ -150,11 +150,18 @@ func TestHalfOpenProbeLetsOneRequestThrough(t *testing.T) {
 	release := make(chan struct{})
 	probing := make(chan struct{})
 	var once sync.Once
-	a := &script{replies: []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
-		once.Do(func() { close(probing) })
-		<-release
+	// Only the first call (the probe) waits for release: a second probe,
+	// a bug, answers at once, so that the test fails with a message
+	// rather than waiting forever.
+	a := &script{}
+	a.replies = []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
+		first := false
+		once.Do(func() { first = true; close(probing) })
+		if first {
+			<-release
+		}
 		return reply(200, okBody)(req)
-	}}}
+	}}
 	b := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
 	group := []*Deployment{deployment("a", a), deployment("b", b)}
 	group[0].Quality = 1 // a first whenever it is usable
@@ -167,7 +174,7 @@ func TestHalfOpenProbeLetsOneRequestThrough(t *testing.T) {
 	<-probing
 	// While the probe is out, others go to b.
 	for i := 0; i < 3; i++ {
-		if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[1] {
+		if res := within(t, func() *Result { return r.Serve(context.Background(), group, chatReq) }); res.Deployment != group[1] {
 			t.Errorf("while a's probe is out, expected b, got %v", res.Deployment)
 		}
 	}
@@ -179,7 +186,7 @@ func TestHalfOpenProbeLetsOneRequestThrough(t *testing.T) {
 		t.Errorf("expected exactly one probe, got %d", n)
 	}
 	// Closed again: a takes the next request.
-	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[0] {
+	if res := within(t, func() *Result { return r.Serve(context.Background(), group, chatReq) }); res.Deployment != group[0] {
 		t.Errorf("expected a after its probe succeeded, got %v", res.Deployment)
 	}
 }

@@ -28,7 +28,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/llmrouter/caddy-llm-router"
-	_ "github.com/llmrouter/caddy-llm-router/mockllm"
+	"github.com/llmrouter/caddy-llm-router/mockllm"
 )
 
 // Options of a run.
@@ -298,10 +298,15 @@ func one(client *http.Client, url string, stream bool, o Options, res *Result) t
 	case resp.StatusCode != http.StatusOK:
 		atomic.AddInt64(&res.Other, 1)
 	case stream:
-		switch streamEnd(resp.Body) {
-		case "done":
+		end, text := streamEnd(resp.Body)
+		switch {
+		case end == "done" && text == mockllm.DefaultReply:
 			atomic.AddInt64(&res.Successes, 1)
-		case "error":
+		case end == "done":
+			// Ended as whole, but not the answer the providers wrote: a
+			// truncated or garbled answer presented as complete.
+			atomic.AddInt64(&res.Truncated, 1)
+		case end == "error":
 			atomic.AddInt64(&res.InBandErrors, 1)
 		default:
 			atomic.AddInt64(&res.Truncated, 1)
@@ -313,7 +318,7 @@ func one(client *http.Client, url string, stream bool, o Options, res *Result) t
 				Message struct{ Content string } `json:"message"`
 			} `json:"choices"`
 		}
-		if err != nil || json.Unmarshal(raw, &c) != nil || len(c.Choices) == 0 || c.Choices[0].Message.Content == "" {
+		if err != nil || json.Unmarshal(raw, &c) != nil || len(c.Choices) == 0 || c.Choices[0].Message.Content != mockllm.DefaultReply {
 			atomic.AddInt64(&res.Truncated, 1)
 		} else {
 			atomic.AddInt64(&res.Successes, 1)
@@ -324,25 +329,34 @@ func one(client *http.Client, url string, stream bool, o Options, res *Result) t
 
 // streamEnd reads a stream to its end: "done" after [DONE], "error" after
 // an in-band error event, "" for anything else (a cut that looks complete
-// or not).
-func streamEnd(r io.Reader) string {
+// or not); and the text its chunks carried.
+func streamEnd(r io.Reader) (end, text string) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	last := ""
+	var b strings.Builder
 	for sc.Scan() {
 		if data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: ")); ok {
 			last = string(data)
+			var c struct {
+				Choices []struct {
+					Delta struct{ Content string } `json:"delta"`
+				} `json:"choices"`
+			}
+			if json.Unmarshal(data, &c) == nil && len(c.Choices) > 0 {
+				b.WriteString(c.Choices[0].Delta.Content)
+			}
 		}
 	}
 	switch {
 	case sc.Err() != nil:
-		return ""
+		return "", b.String()
 	case last == "[DONE]":
-		return "done"
+		return "done", b.String()
 	case strings.HasPrefix(last, `{"error"`):
-		return "error"
+		return "error", b.String()
 	}
-	return ""
+	return "", b.String()
 }
 
 // peakRSS reads the process's peak resident set (VmHWM), in KiB.

@@ -66,8 +66,10 @@ func parseBudget(d *caddyfile.Dispenser) (*Budget, error) {
 	return b, nil
 }
 
-// spendings keeps the budgets' spending across config reloads, by scope
-// and budget: a reload that keeps a budget keeps what was spent of it.
+// spendings keeps the budgets' spending across config reloads, by scope:
+// a reload keeps what was spent in the current window, against the budget
+// it states (a raised budget lets the deployment back at once, a lowered
+// one may be spent already; a new period starts a new window).
 var spendings = caddy.NewUsagePool()
 
 type pooledSpending struct{ *capacity.Spending }
@@ -80,7 +82,7 @@ func (h *Handler) spending(scope string, b *Budget) (*capacity.Spending, error) 
 	if b == nil {
 		return nil, nil
 	}
-	key := scope + "|" + strconv.FormatFloat(b.USD, 'f', -1, 64) + "|" + time.Duration(b.Per).String()
+	key := scope
 	var store capacity.SpendStore
 	if h.store != nil {
 		store = h.store.Store
@@ -93,6 +95,7 @@ func (h *Handler) spending(scope string, b *Budget) (*capacity.Spending, error) 
 	}
 	h.spendingKeys = append(h.spendingKeys, key)
 	s := v.(pooledSpending).Spending
+	s.SetLimit(b.limit())
 	s.SetStore(store)
 	return s, nil
 }
@@ -100,14 +103,29 @@ func (h *Handler) spending(scope string, b *Budget) (*capacity.Spending, error) 
 // provisionBudgets gives each deployment and group with a budget its
 // spending, after the fleet store (which shares it).
 func (h *Handler) provisionBudgets() error {
+	// One deployment (account and model), one budget: it may be listed in
+	// several groups, without a budget or with the same one.
+	budgets := map[string]*Budget{}
+	where := map[string]string{}
+	for _, name := range h.names {
+		for _, dc := range h.Models[name].Deployments {
+			id := h.providers[dc.Provider].ProviderSettings().identity(h.types[dc.Provider], dc.Model)
+			if b := dc.Budget; b != nil {
+				if prev, ok := budgets[id]; ok && *prev != *b {
+					return fmt.Errorf("deployment %s/%s has two budgets (in model %s and model %s): give it one", dc.Provider, dc.Model, where[id], name)
+				}
+				budgets[id], where[id] = b, name
+			}
+		}
+	}
 	for name, g := range h.groups {
 		mg := h.Models[name]
 		var err error
 		if g.Spending, err = h.spending("group|"+name, mg.Budget); err != nil {
 			return err
 		}
-		for i, d := range g.Deployments {
-			if d.Spending, err = h.spending("deployment|"+h.meta[d].identity, mg.Deployments[i].Budget); err != nil {
+		for _, d := range g.Deployments {
+			if d.Spending, err = h.spending("deployment|"+h.meta[d].identity, budgets[h.meta[d].identity]); err != nil {
 				return err
 			}
 		}

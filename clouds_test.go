@@ -539,3 +539,51 @@ func TestBudgetConfig(t *testing.T) {
 		}
 	}
 }
+
+// A budget changed by a reload keeps what was spent in its window; one
+// deployment has one budget, in whichever groups list it.
+func TestBudgetReloads(t *testing.T) {
+	load := func(budget, other string) (*Handler, error) {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+			provider p {
+				type openai
+				base_url http://127.0.0.1:1/v1
+				api_key none
+			}
+			model m {
+				deployment p x {
+					budget ` + budget + `
+				}
+			}
+			model n {
+				deployment p x ` + other + `
+			}
+		}`)); err != nil {
+			return nil, err
+		}
+		return &h, h.Provision(newCaddyContext(t))
+	}
+	h1, err := load("1 per 1h", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sp := h1.groups["m"].Deployments[0].Spending
+	if sp == nil || h1.groups["n"].Deployments[0].Spending != sp {
+		t.Fatalf("one deployment, one budget: %p %p", sp, h1.groups["n"].Deployments[0].Spending)
+	}
+	sp.Add(now, 0.75)
+	h2, err := load("2 per 1h", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1.Cleanup()
+	defer h2.Cleanup()
+	if r := h2.groups["m"].Deployments[0].Spending.Report(now); r.SpentUSD != 0.75 || r.BudgetUSD != 2 {
+		t.Errorf("after the reload: %+v, want 0.75 spent of 2", r)
+	}
+	if _, err := load("1 per 1h", "{\nbudget 2 per 1h\n}"); err == nil || !strings.Contains(err.Error(), "deployment p/x has two budgets (in model m and model n): give it one") {
+		t.Errorf("two budgets: %v", err)
+	}
+}

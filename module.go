@@ -590,8 +590,10 @@ func (d *Deployment) validate() error {
 		return fmt.Errorf("deployment on %s has no upstream model", d.Provider)
 	case !(d.Quality >= 0 && d.Quality <= 1):
 		return fmt.Errorf("quality must be within 0..1, got %v", d.Quality)
-	case d.CostCachedInput != nil && (!finite(*d.CostCachedInput) || *d.CostCachedInput < 0):
-		return errors.New("cost_cached_input must not be negative")
+	case d.CostCachedInput != nil && (!finite(*d.CostCachedInput) || *d.CostCachedInput < 0 || *d.CostCachedInput > maxPrice):
+		return fmt.Errorf("cost_cached_input must be from 0 to %g USD per 1M tokens", float64(maxPrice))
+	case d.CostInput > maxPrice || d.CostOutput > maxPrice:
+		return fmt.Errorf("cost_input and cost_output must be at most %g USD per 1M tokens", float64(maxPrice))
 	case d.Budget.validate() != nil:
 		return d.Budget.validate()
 	case !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 ||
@@ -667,3 +669,7 @@ func costCached(dc *Deployment) float64 {
 	}
 	return dc.CostInput
 }
+
+// maxPrice bounds a price, USD per 1M tokens: a typo of many zeros must not
+// make an answer's cost infinite.
+const maxPrice = 1e6

@@ -418,13 +418,13 @@ const statusScript = `
       c("cost_usd", usd(s.cost_usd || 0)));
   }
 
-  // budgetText says a budget object (spent_usd, budget_usd, per_seconds,
+  // budgetText says a budget object (spent_usd, budget_usd, period_seconds,
   // resets_at), when the router reports one.
   function budgetText(b, now) {
     var spent = b.spent_usd, cap = b.budget_usd, parts;
     if (typeof cap === "number" && typeof spent === "number") {
       parts = [usd(Math.max(0, cap - spent)) + " / ", field("budget.budget_usd", cap, usd(cap)), " left",
-        known(b.per_seconds) ? " per " + per(b.per_seconds) : null, " (", field("budget.spent_usd", spent, usd(spent)), " spent)"];
+        known(b.period_seconds) ? " per " + per(b.period_seconds) : null, " (", field("budget.spent_usd", spent, usd(spent)), " spent)"];
     } else {
       parts = [field("budget.spent_usd", spent, usd(spent)), " spent"];
     }

@@ -56,14 +56,37 @@ type wireUsage struct {
 	} `json:"output_tokens_details"`
 }
 
-// usage reads a usage object of format f into u: only what it states
-// (a Messages stream's message_delta states output alone).
+// MaxTokens bounds one answer's count of any kind: a provider's garbage
+// (a count near the int64 limit) neither overflows the totals nor turns
+// a cost negative.
+const MaxTokens = 1 << 40
+
+// count is a stated count within 0..MaxTokens.
+func count(n int64) int64 { return min(max(n, 0), MaxTokens) }
+
+func nonNeg(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return count(*p)
+}
+
+// empty reports whether the object states no count at all ("usage":{}).
+func (w *wireUsage) empty() bool {
+	return w.PromptTokens == nil && w.CompletionTokens == 0 && w.InputTokens == nil && w.OutputTokens == nil &&
+		w.CacheReadInputTokens == 0 && w.CacheCreationInputTokens == 0
+}
+
+// into reads a usage object of format f into u: only what it states (a
+// Messages stream's message_delta states output alone, or restates the
+// input: never less than message_start said).
 func (w *wireUsage) into(f Format, u *Usage) {
 	switch f {
 	case Messages:
 		if w.InputTokens != nil || w.CacheReadInputTokens != 0 || w.CacheCreationInputTokens != 0 {
-			u.InputTokens = nonNeg(w.InputTokens) + max(w.CacheReadInputTokens, 0) + max(w.CacheCreationInputTokens, 0)
-			u.CachedInputTokens, u.CacheWriteTokens = max(w.CacheReadInputTokens, 0), max(w.CacheCreationInputTokens, 0)
+			read, write := count(w.CacheReadInputTokens), count(w.CacheCreationInputTokens)
+			u.CachedInputTokens, u.CacheWriteTokens = max(u.CachedInputTokens, read), max(u.CacheWriteTokens, write)
+			u.InputTokens = max(u.InputTokens, nonNeg(w.InputTokens)+u.CachedInputTokens+u.CacheWriteTokens)
 		}
 		if w.OutputTokens != nil {
 			u.OutputTokens = nonNeg(w.OutputTokens)
@@ -71,27 +94,20 @@ func (w *wireUsage) into(f Format, u *Usage) {
 	case Responses:
 		u.InputTokens, u.OutputTokens = nonNeg(w.InputTokens), nonNeg(w.OutputTokens)
 		if w.InputTokensDetails != nil {
-			u.CachedInputTokens = max(w.InputTokensDetails.CachedTokens, 0)
+			u.CachedInputTokens = count(w.InputTokensDetails.CachedTokens)
 		}
 		if w.OutputTokensDetails != nil {
-			u.ReasoningTokens = max(w.OutputTokensDetails.ReasoningTokens, 0)
+			u.ReasoningTokens = count(w.OutputTokensDetails.ReasoningTokens)
 		}
 	default:
-		u.InputTokens, u.OutputTokens = nonNeg(w.PromptTokens), max(w.CompletionTokens, 0)
+		u.InputTokens, u.OutputTokens = nonNeg(w.PromptTokens), count(w.CompletionTokens)
 		if w.PromptTokensDetails != nil {
-			u.CachedInputTokens = max(w.PromptTokensDetails.CachedTokens, 0)
+			u.CachedInputTokens = count(w.PromptTokensDetails.CachedTokens)
 		}
 		if w.CompletionTokensDetails != nil {
-			u.ReasoningTokens = max(w.CompletionTokensDetails.ReasoningTokens, 0)
+			u.ReasoningTokens = count(w.CompletionTokensDetails.ReasoningTokens)
 		}
 	}
-}
-
-func nonNeg(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return max(*p, 0)
 }
 
 // UsageOf reads the usage of a whole answer (a non-streamed body) in
@@ -149,7 +165,10 @@ func (c *UsageCounter) Relay(ev Event) (Event, bool) {
 	return ev, true
 }
 
-var usageKey = []byte(`"usage"`)
+// usageKey is what every spelling of a "usage" key that JSON decoding
+// takes holds ("usage", "Usage", "\u0075sage"): the cheap look before a
+// decode.
+var usageKey = []byte(`sage"`)
 
 // Add reads one relayed event.
 func (c *UsageCounter) Add(ev Event) {
@@ -187,7 +206,7 @@ func (c *UsageCounter) Add(ev Event) {
 				Usage *wireUsage `json:"usage"`
 			} `json:"response"`
 		}
-		if json.Unmarshal(ev.Data, &e) == nil && e.Response != nil && e.Response.Usage != nil {
+		if json.Unmarshal(ev.Data, &e) == nil && e.Response != nil && e.Response.Usage != nil && !e.Response.Usage.empty() {
 			c.usage = Usage{}
 			e.Response.Usage.into(Responses, &c.usage)
 			c.seen = true
@@ -196,7 +215,7 @@ func (c *UsageCounter) Add(ev Event) {
 		var e struct {
 			Usage *wireUsage `json:"usage"`
 		}
-		if json.Unmarshal(ev.Data, &e) == nil && e.Usage != nil {
+		if json.Unmarshal(ev.Data, &e) == nil && e.Usage != nil && !e.Usage.empty() {
 			c.usage = Usage{}
 			e.Usage.into(c.f, &c.usage)
 			c.seen = true

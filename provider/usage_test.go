@@ -90,3 +90,37 @@ func TestUsageCounterHides(t *testing.T) {
 		t.Errorf("messages: %s %v", ev.Data, ok)
 	}
 }
+
+// A provider's garbage: counts near the int64 limit are bounded
+// (MaxTokens), a message_delta that restates the input as 0 keeps what
+// message_start said, an empty usage object keeps the count, and every
+// spelling of the key JSON decodes is read (and hidden).
+func TestUsageGarbage(t *testing.T) {
+	if u, _ := UsageOf(Messages, []byte(`{"usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":1,"output_tokens":9223372036854775807}}`)); u.InputTokens <= 0 || u.InputTokens > 2*MaxTokens || u.OutputTokens != MaxTokens {
+		t.Errorf("bounded: %+v", u)
+	}
+	c := NewUsageCounter(Messages, false)
+	c.Add(Event{Data: []byte(`{"type":"message_start","message":{"usage":{"input_tokens":20,"cache_read_input_tokens":1000000,"output_tokens":1}}}`)})
+	c.Add(Event{Data: []byte(`{"type":"message_delta","delta":{},"usage":{"input_tokens":0,"output_tokens":10}}`)})
+	if u, _ := c.Usage(); u.InputTokens != 1000020 || u.CachedInputTokens != 1000000 || u.OutputTokens != 10 {
+		t.Errorf("restated input: %+v", u)
+	}
+	c = NewUsageCounter(Chat, true)
+	c.Add(Event{Data: []byte(`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}`)})
+	c.Add(Event{Data: []byte(`{"choices":[],"usage":{}}`)})
+	if u, _ := c.Usage(); u.InputTokens != 7 || u.OutputTokens != 3 {
+		t.Errorf("an empty usage after: %+v", u)
+	}
+	for _, key := range []string{`"Usage"`, `"\u0075sage"`} {
+		c = NewUsageCounter(Chat, true)
+		if _, ok := c.Relay(Event{Data: []byte(`{"choices":[],` + key + `:{"prompt_tokens":4,"completion_tokens":1}}`)}); ok {
+			t.Errorf("%s: relayed to a client that did not ask", key)
+		}
+		if u, ok := c.Usage(); !ok || u.InputTokens != 4 {
+			t.Errorf("%s: counted %+v %v", key, u, ok)
+		}
+	}
+	// Malformed JSON never panics the hiding.
+	c = NewUsageCounter(Chat, true)
+	c.Relay(Event{Data: []byte(`{"usage":{}"usage":00}`)})
+}

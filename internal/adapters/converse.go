@@ -337,8 +337,9 @@ func (c converseReader) stream(p *plan, body io.Reader) provider.Stream {
 // converseStream turns ConverseStream's events (messageStart,
 // contentBlockStart, contentBlockDelta, contentBlockStop, messageStop,
 // metadata) into chunks. messageStop carries the finish; metadata, which
-// follows it, the usage: a usage-only chunk when the client asked for
-// usage, and the stream is whole once it arrived.
+// follows it, the usage: a usage-only chunk (the router counts it, and
+// keeps it from a client that did not ask), and the stream is whole once
+// it arrived when the client asked for usage.
 type converseStream struct {
 	p         *plan
 	w         chat.ChunkWriter
@@ -433,9 +434,11 @@ func (s *converseStream) decode(typ string, payload []byte) (provider.Event, pro
 		return provider.Event{Data: s.w.Chunk(chat.Delta{}, converseFinish(e.StopReason), nil)}, provider.EventFinal, none
 	case "metadata":
 		s.usageSeen = true
-		if !s.p.includeUsage || e.Usage == nil {
+		if e.Usage == nil {
 			return provider.Event{}, provider.EventSkip, none
 		}
+		// Always relayed: the router counts it, and keeps it from a Chat
+		// client that did not ask for it (provider.UsageCounter).
 		b, _ := json.Marshal(chat.Chunk{ID: s.id, Object: "chat.completion.chunk", Created: time.Now().Unix(),
 			Model: s.p.model, Choices: []chat.ChunkChoice{}, Usage: e.Usage.chatUsage()})
 		return provider.Event{Data: b}, provider.EventSkip, none

@@ -108,6 +108,18 @@ func askUsage(body []byte, r *provider.Request) ([]byte, error) {
 	if !r.Stream || r.IncludeUsage {
 		return body, nil
 	}
+	start, end, err := jsonbody.FindMember(body, "stream_options")
+	if err != nil {
+		return nil, err
+	}
+	if start >= 0 && body[start] == '{' {
+		// The client's other stream options stay.
+		opts, err := jsonbody.SetRaw(body[start:end], "include_usage", []byte("true"))
+		if err != nil {
+			return nil, err
+		}
+		return append(append(append(make([]byte, 0, len(body)+24), body[:start]...), opts...), body[end:]...), nil
+	}
 	return jsonbody.SetRaw(body, "stream_options", []byte(`{"include_usage":true}`))
 }
 

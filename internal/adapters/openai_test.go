@@ -30,6 +30,15 @@ func TestChatRequestCarriesOnlyProviderCredentials(t *testing.T) {
 	if string(body) != `{"stream_options":{"include_usage":true},"model":"gpt-4o-mini","stream":true}` {
 		t.Errorf("expected the upstream model in the body and the usage asked for, got %s", body)
 	}
+	// A client's other stream options stay.
+	r0 := chatReq([]byte(`{"model":"m","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":false}}`), true)
+	pl0, err := (&OpenAI{Endpoint: provider.Endpoint{BaseURL: "https://api.example.com/v1"}}).Plan(context.Background(), "gpt-4o-mini", r0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := io.ReadAll(pl0.Request().Body); string(body) != `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true}}` {
+		t.Errorf("the client's stream options: %s", body)
+	}
 	// A client that asked for usage itself: its body as it came.
 	r := chatReq([]byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`), true)
 	r.IncludeUsage = true

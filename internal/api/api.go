@@ -202,7 +202,9 @@ type streamWriter interface {
 // writeError answers with e in f's format, and its Retry-After.
 func writeError(w http.ResponseWriter, f format, e *Error) {
 	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter/time.Second)))
+		// Rounded up: a client that waits exactly this long comes back
+		// after the window renewed, not just before.
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
 	}
 	writeBody(w, e.Status, f.errorBody(e))
 }

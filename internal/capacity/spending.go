@@ -62,7 +62,22 @@ func (s *Spending) SetStore(store SpendStore) {
 }
 
 // Limit returns the budget.
-func (s *Spending) Limit() SpendLimit { return s.limit }
+func (s *Spending) Limit() SpendLimit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit
+}
+
+// SetLimit changes the budget (a reload): what was spent in the current
+// window counts against the new one; a new period starts a new window.
+func (s *Spending) SetLimit(l SpendLimit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.Period != s.limit.Period {
+		s.window, s.spent, s.looked = 0, 0, time.Time{}
+	}
+	s.limit = l
+}
 
 func (s *Spending) index(now time.Time) int64 { return now.UnixNano() / int64(s.limit.Period) }
 
@@ -71,13 +86,14 @@ func (s *Spending) resetAt(i int64) time.Time { return time.Unix(0, (i+1)*int64(
 
 func (s *Spending) storeKey(i int64) string { return s.key + ":" + strconv.FormatInt(i, 10) }
 
-// roll starts a new window when now is past the one counted.
+// roll starts a new window when now is past the one counted; never an
+// older one (a spend stamped just before the boundary that lands after
+// it, a clock stepped back): that counts in the current window.
 func (s *Spending) roll(now time.Time) int64 {
-	i := s.index(now)
-	if i != s.window {
+	if i := s.index(now); i > s.window {
 		s.window, s.spent, s.looked = i, 0, time.Time{}
 	}
-	return i
+	return s.window
 }
 
 // Add counts usd spent at now and reports whether the budget is spent,
@@ -158,17 +174,24 @@ func (s *Spending) Report(now time.Time) *SpendingReport {
 	return &SpendingReport{BudgetUSD: s.limit.USD, PeriodSeconds: s.limit.Period.Seconds(), SpentUSD: s.spent, ResetsAt: s.resetAt(i)}
 }
 
-// Exhaust takes the deployment out until until, as a spent quota (class
-// quota_exhausted), saying why: its budget (msg) is spent. Its circuit
-// closes by itself then; the failures count and the stated windows stay.
-func (s *State) Exhaust(now, until time.Time, msg string) {
+// BudgetSpent says whether the deployment's budget is spent at now: until
+// until it is out, as a spent quota (class quota_exhausted; msg says why);
+// a zero until, it is not (a new window, a budget raised by a reload). Its
+// circuit and stated windows are not touched. It reports whether the
+// budget has just become spent (it was not before), for a log line.
+func (s *State) BudgetSpent(now, until time.Time, msg string) (changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if until.After(s.openUntil) {
-		s.openUntil = until
+	was := s.budgetUntil.After(now)
+	if until.After(now) {
+		s.budgetUntil = until
+		if !was {
+			s.lastClass, s.lastAt, s.lastMessage = provider.QuotaExhausted, now, msg
+		}
+		return !was
 	}
-	s.openReason = provider.QuotaExhausted
-	s.lastClass, s.lastAt, s.lastMessage = provider.QuotaExhausted, now, msg
+	s.budgetUntil = time.Time{}
+	return false
 }
 
 // BudgetMessage is why a budget stops a deployment or a group: "budget of

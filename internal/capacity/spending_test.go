@@ -70,3 +70,16 @@ func TestSpendingIsShared(t *testing.T) {
 		t.Errorf("1.1 of 1 fleet-wide: b sees it spent (b's report %+v)", b.Report(t0))
 	}
 }
+
+// A spend stamped in a window already past (it landed after the boundary,
+// or the clock stepped back) counts in the current window, never rolls it
+// back to zero.
+func TestSpendingNeverRollsBack(t *testing.T) {
+	s := NewSpending(SpendLimit{USD: 5, Period: time.Hour}, nil, "x")
+	t13 := time.Date(2026, 11, 30, 13, 0, 1, 0, time.UTC)
+	s.Add(t13, 4)
+	s.Add(t13.Add(-2*time.Second), 0.5)
+	if r := s.Report(t13.Add(time.Second)); r.SpentUSD != 4.5 {
+		t.Errorf("spent %v, want 4.5", r.SpentUSD)
+	}
+}

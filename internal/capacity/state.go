@@ -93,6 +93,8 @@ type State struct {
 
 	// ledger: what its answers used and cost, its failovers.
 	ledger ledger
+	// budgetUntil: its budget is spent until then (BudgetSpent).
+	budgetUntil time.Time
 
 	// fleet is the state's side of fleet mode (fleet.go).
 	fleet fleetLink
@@ -347,6 +349,10 @@ func (s *State) availableAt(now time.Time, n Need) (time.Time, provider.Class) {
 // availableAtCur is availableAt with the windows' current counts at now.
 func (s *State) availableAtCur(now time.Time, n Need, requests, tokens int64) (time.Time, provider.Class) {
 	at, why := now, provider.OK
+	if s.budgetUntil.After(now) {
+		// Its budget is spent (Spent): out as a spent quota until it renews.
+		at, why = s.budgetUntil, provider.QuotaExhausted
+	}
 	switch s.circuit(now) {
 	case Open:
 		at, why = s.openUntil, s.openReason
@@ -697,6 +703,9 @@ type Snapshot struct {
 	LastMessage         string          `json:"last_message,omitempty"`
 	// Usage is what its answers used and cost, and its failovers.
 	Usage UsageReport `json:"usage"`
+	// BudgetSpentUntil is when its spent budget renews; absent while it
+	// is not spent.
+	BudgetSpentUntil time.Time `json:"budget_spent_until,omitzero"`
 }
 
 // Snapshot returns a copy of the state as seen at now.
@@ -732,6 +741,9 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 	if !s.lastAt.IsZero() {
 		last := s.lastClass
 		snap.LastClass = &last
+	}
+	if s.budgetUntil.After(now) {
+		snap.BudgetSpentUntil = s.budgetUntil
 	}
 	snap.Usage = usage
 	return snap

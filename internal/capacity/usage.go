@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"math"
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -17,23 +18,28 @@ type Spend struct {
 }
 
 func (s *Spend) add(u provider.Usage, cost float64) {
-	s.Answers++
-	s.InputTokens += u.InputTokens
-	s.CachedInputTokens += u.CachedInputTokens
-	s.CacheWriteTokens += u.CacheWriteTokens
-	s.OutputTokens += u.OutputTokens
-	s.ReasoningTokens += u.ReasoningTokens
-	s.CostUSD += cost
+	s.plus(Spend{Answers: 1, Usage: u, CostUSD: cost})
 }
 
+// plus adds o, each count saturating at the int64 limit (a provider's
+// garbage must not wrap a total negative).
 func (s *Spend) plus(o Spend) {
-	s.Answers += o.Answers
-	s.InputTokens += o.InputTokens
-	s.CachedInputTokens += o.CachedInputTokens
-	s.CacheWriteTokens += o.CacheWriteTokens
-	s.OutputTokens += o.OutputTokens
-	s.ReasoningTokens += o.ReasoningTokens
-	s.CostUSD += o.CostUSD
+	sat := func(a *int64, b int64) {
+		if b > 0 && *a > math.MaxInt64-b {
+			*a = math.MaxInt64
+			return
+		}
+		*a += max(b, 0)
+	}
+	sat(&s.Answers, o.Answers)
+	sat(&s.InputTokens, o.InputTokens)
+	sat(&s.CachedInputTokens, o.CachedInputTokens)
+	sat(&s.CacheWriteTokens, o.CacheWriteTokens)
+	sat(&s.OutputTokens, o.OutputTokens)
+	sat(&s.ReasoningTokens, o.ReasoningTokens)
+	if o.CostUSD > 0 && !math.IsInf(o.CostUSD, 0) {
+		s.CostUSD += o.CostUSD
+	}
 }
 
 // ledger keeps a deployment's spend since the process started (it lives

@@ -57,18 +57,23 @@ func SetRaw(body []byte, key string, quoted []byte) ([]byte, error) {
 // Nothing else of body is re-encoded. key holds no ',' nor '{'.
 func Without(body []byte, key string) ([]byte, bool) {
 	var spans [][2]int // key start .. value end, of each member to drop
-	err := EachMember(body, func(k []byte, vStart, vEnd int) bool {
+	var err error
+	walkErr := EachMember(body, func(k []byte, vStart, vEnd int) bool {
 		if string(k) == key {
 			// The key begins after the '{' or ',' before it.
 			j := vStart - 1
 			for j > 0 && body[j] != ',' && body[j] != '{' {
 				j--
 			}
+			if n := len(spans); n > 0 && j+1 < spans[n-1][1] {
+				err = ErrNotObject // members not apart: not a valid object
+				return false
+			}
 			spans = append(spans, [2]int{j + 1, vEnd})
 		}
 		return true
 	})
-	if err != nil || len(spans) == 0 {
+	if walkErr != nil || err != nil || len(spans) == 0 {
 		return body, false
 	}
 	out := make([]byte, 0, len(body))

@@ -459,9 +459,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			RetryAfter: max(until.Sub(r.Clock.Now()), time.Second)}, w)
 	}
 	for _, d := range group {
-		if over, until := d.Spending.Over(r.Clock.Now()); over {
-			d.State.Exhaust(r.Clock.Now(), until, capacity.BudgetMessage(d.Spending.Limit(), until))
-		}
+		r.checkBudget(d, r.Clock.Now())
 	}
 	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
 	var me *waiter // while the request waits in g's queue
@@ -664,7 +662,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		res.Status, res.Body, res.Stream = out.status, out.body, out.stream
 		if out.stream == nil {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
-				spend(r.Clock.Now(), d, out.group, res.Usage)
+				r.spend(r.Clock.Now(), d, out.group, res.Usage)
 			}
 			model, _ := jsonbody.GetString(out.body, "model")
 			endSpan(out.span, class, "", res.Usage, res.UsageStated, provider.FinishReasons(out.format, out.body), model)
@@ -1068,13 +1066,36 @@ func (d *Deployment) Cost(u provider.Usage) float64 {
 // spend records what an answer of d, for group g, used: in d's usage and,
 // at its cost, against d's budget and g's; a deployment whose budget it
 // spends is out until that renews.
-func spend(now time.Time, d *Deployment, g *Group, u provider.Usage) {
+func (r *Router) spend(now time.Time, d *Deployment, g *Group, u provider.Usage) {
 	cost := d.Cost(u)
 	d.State.RecordUsage(now, u, cost)
-	if over, until := d.Spending.Add(now, cost); over {
-		d.State.Exhaust(now, until, capacity.BudgetMessage(d.Spending.Limit(), until))
+	if d.Spending != nil {
+		d.Spending.Add(now, cost)
+		r.checkBudget(d, now)
 	}
-	if g != nil {
-		g.Spending.Add(now, cost)
+	if g != nil && g.Spending != nil {
+		was, _ := g.Spending.Over(now)
+		if over, until := g.Spending.Add(now, cost); over && !was {
+			r.Logger.Warn("model group budget spent: its requests are answered 429 until it renews",
+				zap.String("group", g.Name), zap.String("budget", capacity.BudgetMessage(g.Spending.Limit(), until)))
+		}
+	}
+}
+
+// checkBudget tells d's State whether its budget is spent at now (it may
+// have been raised by a reload, or spent by another instance of a fleet),
+// and logs the moment it becomes spent.
+func (r *Router) checkBudget(d *Deployment, now time.Time) {
+	if d.Spending == nil {
+		d.State.BudgetSpent(now, time.Time{}, "")
+		return
+	}
+	over, until := d.Spending.Over(now)
+	if !over {
+		until = time.Time{}
+	}
+	msg := capacity.BudgetMessage(d.Spending.Limit(), until)
+	if d.State.BudgetSpent(now, until, msg) {
+		r.Logger.Warn("deployment budget spent: it is skipped until it renews", zap.String("deployment", d.Name), zap.String("budget", msg))
 	}
 }

@@ -55,7 +55,7 @@ func (s *Stream) Close() {
 	s.once.Do(func() {
 		u, ok := s.usage.Usage()
 		if ok {
-			spend(s.r.Clock.Now(), s.d, s.group, u)
+			s.r.spend(s.r.Clock.Now(), s.d, s.group, u)
 		}
 		class, msg := provider.OK, ""
 		if s.failure != nil {

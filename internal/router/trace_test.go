@@ -143,7 +143,7 @@ func TestBudgets(t *testing.T) {
 	clock := newFakeClock()
 	group[0].Spending = capacity.NewSpending(capacity.SpendLimit{USD: 3, Period: time.Hour}, nil, "a")
 	g := NewGroup("g", group)
-	g.Spending = capacity.NewSpending(capacity.SpendLimit{USD: 5, Period: time.Hour}, nil, "g")
+	g.Spending = capacity.NewSpending(capacity.SpendLimit{USD: 7, Period: time.Hour}, nil, "g")
 	r := newRouter(clock)
 	for i, want := range []string{"a", "a", "b"} {
 		res := r.ServeGroup(context.Background(), g, chatReq)
@@ -152,18 +152,25 @@ func TestBudgets(t *testing.T) {
 		}
 	}
 	snap := group[0].State.Snapshot(clock.Now())
-	if snap.Circuit != capacity.Open || snap.OpenReason != provider.QuotaExhausted || !strings.Contains(snap.LastMessage, "budget of $3 per 1h0m0s spent") {
+	if !snap.BudgetSpentUntil.Equal(time.Date(2025, 8, 21, 13, 0, 0, 0, time.UTC)) || *snap.LastClass != provider.QuotaExhausted ||
+		!strings.Contains(snap.LastMessage, "budget of $3 per 1h0m0s spent") || snap.Circuit != capacity.Closed {
 		t.Errorf("a after its budget: %+v", snap)
 	}
-	// $6 spent of the group's $5: 429 until the hour ends, nothing sent.
+	// Raised (a reload): a is back at the next request.
+	group[0].Spending.SetLimit(capacity.SpendLimit{USD: 100, Period: time.Hour})
+	if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil || res.Deployment.Name != "a" {
+		t.Fatalf("raised budget: %+v %v", res, res.Err)
+	}
+	group[0].Spending.SetLimit(capacity.SpendLimit{USD: 3, Period: time.Hour}) // spent again: $6 of 3
+	// $8 spent of the group's $7: 429 until the hour ends, nothing sent.
 	calls := a.calls.Load() + b.calls.Load()
 	res := r.ServeGroup(context.Background(), g, chatReq)
 	var e *Error
 	if !errors.As(res.Err, &e) || e.Status != 429 || e.Class != provider.QuotaExhausted || e.RetryAfter <= 0 || e.RetryAfter > time.Hour ||
-		!strings.Contains(e.Message, "model group g: budget of $5") || a.calls.Load()+b.calls.Load() != calls {
+		!strings.Contains(e.Message, "model group g: budget of $7") || a.calls.Load()+b.calls.Load() != calls {
 		t.Errorf("group over budget: %+v %v", res, res.Err)
 	}
-	if sp := g.Spending.Report(clock.Now()); sp.SpentUSD != 6 {
+	if sp := g.Spending.Report(clock.Now()); sp.SpentUSD != 8 {
 		t.Errorf("group spent %+v", sp)
 	}
 	// The next window: both serve again.

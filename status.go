@@ -380,6 +380,11 @@ const statusScript = `
       text = "closed: serving";
     }
     var cls = state;
+    if (d.budget_spent_until && state !== "open") {
+      // Its budget is spent: out until it renews, whatever its circuit.
+      cls = "open";
+      text = "out: budget spent until " + clock(d.budget_spent_until) + " (" + inSeconds(secondsUntil(d.budget_spent_until, now)) + ")";
+    }
     if (d.disabled) { cls = "disabled"; text = "drained (disabled), " + text; }
     return el("span", { "class": "circuit " + cls, "data-field": "circuit", "data-state": state }, text);
   }

@@ -70,3 +70,45 @@ func TestClientErrorsAreRestatedInTheClientsFormat(t *testing.T) {
 		t.Errorf("Anthropic client, OpenAI's 400: %d %v", code, m)
 	}
 }
+
+// GET .../models/{id} answers a model group (by its name, an alias, or a
+// name its pattern matches) as OpenAI's models.retrieve does, and 404 in
+// OpenAI's error format for anything else.
+func TestRetrieveAModel(t *testing.T) {
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider p {
+			type openai
+			base_url http://127.0.0.1:1/v1
+			api_key none
+		}
+		model fast {
+			alias fast-2025
+			deployment p x
+		}
+		model claude-sonnet-* {
+			deployment p y
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	for id, want := range map[string]int{"fast": 200, "fast-2025": 200, "claude-sonnet-4-5": 200, "gpt-9": 404} {
+		w := httptest.NewRecorder()
+		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/models/"+id, nil), nil)
+		var m map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil || w.Code != want {
+			t.Errorf("%s: %d %s, want %d", id, w.Code, w.Body, want)
+			continue
+		}
+		if want == 200 && (m["id"] != id || m["object"] != "model") {
+			t.Errorf("%s: %v", id, m)
+		}
+		if e, _ := m["error"].(map[string]any); want == 404 && (e == nil || e["code"] != "model_not_found") {
+			t.Errorf("%s: %v", id, m)
+		}
+	}
+}

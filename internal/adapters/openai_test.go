@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -237,4 +238,29 @@ func headerOf(kv ...string) http.Header {
 		h.Set(kv[i], kv[i+1])
 	}
 	return h
+}
+
+// An answer that names no model (some OpenAI-compatible servers) is given
+// the deployment's upstream model: clients attribute tokens by it. One
+// that names its own keeps it.
+func TestAnswerWithoutModelIsNamed(t *testing.T) {
+	p := &OpenAI{Endpoint: provider.Endpoint{BaseURL: "https://api.example.com/v1"}}
+	pl, err := p.Plan(context.Background(), "llama-3-8b", chatReq([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for body, want := range map[string]string{
+		`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`:            "llama-3-8b",
+		`{"id":"x","object":"chat.completion","model":"","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`: "llama-3-8b",
+		`{"id":"x","object":"chat.completion","model":"llama-3-8b-instruct-q4","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`:  "llama-3-8b-instruct-q4",
+	} {
+		out, err := pl.Answer([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Model string }
+		if json.Unmarshal(out, &m) != nil || m.Model != want {
+			t.Errorf("%s: model %q, want %q", body, m.Model, want)
+		}
+	}
 }

@@ -3,7 +3,10 @@ package router
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,3 +99,80 @@ func within(t *testing.T, serve func() *Result) *Result {
 		return nil
 	}
 }
+
+// An answer over 32 MiB is no answer: the deployment failed, the next one
+// answers.
+func TestAnAnswerTooLargeFailsOver(t *testing.T) {
+	huge := `{"id":"x","object":"chat.completion","model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("a", maxResponseBody) + `"},"finish_reason":"stop"}]}`
+	big := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, huge)}}
+	ok := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	group := []*Deployment{deployment("big", big), deployment("ok", ok)}
+	group[0].Quality = 1
+	res := newRouter(newFakeClock()).Serve(context.Background(), group, chatReq)
+	if res.Err != nil || res.Deployment != group[1] || res.Attempts != 2 || res.FailoverReason != provider.Server {
+		t.Fatalf("expected the 32 MiB answer failed over, got %+v %v", res.Deployment, res.Err)
+	}
+	if snap := group[0].State.Snapshot(time.Now()); snap.LastMessage != "answer larger than 32 MiB" {
+		t.Errorf("big: %q", snap.LastMessage)
+	}
+}
+
+// A client that leaves while its request waits in the queue gets
+// ErrClientGone at once, out of the queue, its place given up.
+func TestAClientLeavingWhileItWaits(t *testing.T) {
+	r, g, _, c := limitedGroup(t)
+	for range 10 { // spend the window: the next request waits for the next one
+		r.ServeGroup(context.Background(), g, chatReq)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *Result, 1)
+	go func() { done <- r.ServeGroup(ctx, g, chatReq) }()
+	for i := 0; g.Queued() == 0; i++ {
+		if i > 1000 {
+			t.Fatal("the request never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case res := <-done:
+		if !errors.Is(res.Err, ErrClientGone) || res.Attempts != 0 || g.Queued() != 0 {
+			t.Errorf("expected ErrClientGone, no attempt, the queue empty; got %+v %v (%d queued)", res, res.Err, g.Queued())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the request did not return when its client left (clock at %v)", c.Now())
+	}
+}
+
+// A client that cannot take the stream any more (its write failed): the
+// relay ends with that error, the upstream body is closed and the
+// deployment's claim released.
+func TestARelayWriteErrorReleasesTheStream(t *testing.T) {
+	sse := "data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n" +
+		"data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" there\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+	body := &closeCounter{r: strings.NewReader(sse)}
+	s := &script{replies: []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: body, Request: req}, nil
+	}}}
+	d := deployment("s", s)
+	res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{d}, &Request{Request: wire([]byte(`{"model":"fast","stream":true,"messages":[{"role":"user","content":"hi"}]}`), true), Tokens: 10})
+	if res.Stream == nil {
+		t.Fatalf("%+v %v", res, res.Err)
+	}
+	broken := errors.New("client connection reset")
+	if err := res.Stream.Relay(func(provider.Event, bool) error { return broken }); !errors.Is(err, broken) {
+		t.Errorf("relay: %v", err)
+	}
+	if body.closed.Load() == 0 || d.State.Snapshot(time.Now()).InFlight != 0 {
+		t.Errorf("expected the upstream closed and the claim released: closed %d, in flight %d", body.closed.Load(), d.State.Snapshot(time.Now()).InFlight)
+	}
+}
+
+type closeCounter struct {
+	r      io.Reader
+	closed atomic.Int32
+}
+
+func (c *closeCounter) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *closeCounter) Close() error               { c.closed.Add(1); return nil }

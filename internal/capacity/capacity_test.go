@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"github.com/llmrouter/caddy-llm-router/provider"
+	"math"
 
 	"testing"
 	"time"
@@ -326,5 +327,37 @@ func TestDisableAndReset(t *testing.T) {
 	}
 	if len(f.published) != published+1 || f.published[len(f.published)-1].Circuit.At.IsZero() {
 		t.Errorf("expected the reset published to the fleet, got %+v", f.published[published:])
+	}
+}
+
+// A deployment's usage: its total, the last hour by whole minutes (what
+// is older drops out), and its failovers by class, only those that
+// happened.
+func TestUsageLedger(t *testing.T) {
+	s := NewState()
+	t0 := time.Date(2026, 11, 30, 10, 0, 30, 0, time.UTC)
+	s.RecordUsage(t0, provider.Usage{InputTokens: 10, OutputTokens: 1}, 0.5)
+	s.RecordUsage(t0.Add(30*time.Minute), provider.Usage{InputTokens: 20, CachedInputTokens: 5, OutputTokens: 2}, 0.25)
+	s.RecordFailover(provider.RateLimited)
+	s.RecordFailover(provider.RateLimited)
+	s.RecordFailover(provider.Overloaded)
+	r := s.Usage(t0.Add(59 * time.Minute))
+	if r.Total.Answers != 2 || r.Total.InputTokens != 30 || r.Total.CostUSD != 0.75 || r.LastHour != r.Total {
+		t.Errorf("at 59 min: %+v", r)
+	}
+	if len(r.Failovers) != 2 || r.Failovers["rate_limited"] != 2 || r.Failovers["overloaded"] != 1 {
+		t.Errorf("failovers %v", r.Failovers)
+	}
+	r = s.Usage(t0.Add(60 * time.Minute))
+	if r.LastHour.Answers != 1 || r.LastHour.InputTokens != 20 || r.LastHour.CachedInputTokens != 5 || r.Total.Answers != 2 {
+		t.Errorf("at 60 min: the first minute has dropped out of the last hour: %+v", r)
+	}
+	if r = s.Usage(t0.Add(-time.Minute)); r.LastHour.Answers != 0 {
+		t.Errorf("before anything was recorded: %+v", r.LastHour)
+	}
+	// Saturating: a provider's garbage does not wrap a total negative.
+	s.RecordUsage(t0, provider.Usage{InputTokens: math.MaxInt64}, 0)
+	if r = s.Usage(t0); r.Total.InputTokens != math.MaxInt64 {
+		t.Errorf("saturated %d", r.Total.InputTokens)
 	}
 }

@@ -83,3 +83,26 @@ func TestSpendingNeverRollsBack(t *testing.T) {
 		t.Errorf("spent %v, want 4.5", r.SpentUSD)
 	}
 }
+
+// failingReads is a fleet store whose reads fail: what Add's own answer
+// says of the fleet's total is what the instance knows.
+type failingReads struct{ fakeSpendStore }
+
+func (*failingReads) Spend(context.Context, string) (float64, error) {
+	return 0, context.DeadlineExceeded
+}
+
+// Add learns the fleet's total from its own answer: the spend that
+// crosses the budget fleet-wide says so at once, even when reads fail.
+func TestSpendingAddKnowsTheFleetsTotal(t *testing.T) {
+	store := &failingReads{fakeSpendStore{totals: map[string]float64{}}}
+	a, b := NewSpending(SpendLimit{USD: 1, Period: time.Hour}, store, "g"), NewSpending(SpendLimit{USD: 1, Period: time.Hour}, store, "g")
+	t0 := time.Date(2026, 11, 30, 10, 20, 0, 0, time.UTC)
+	a.Add(t0, 0.7)
+	if over, _ := b.Add(t0, 0.4); !over {
+		t.Errorf("1.1 of 1 fleet-wide: b's Add says spent (b's report %+v)", b.Report(t0))
+	}
+	if r := b.Report(t0); r.SpentUSD < 1.1-1e-9 {
+		t.Errorf("b knows %v of the fleet's 1.1", r.SpentUSD)
+	}
+}

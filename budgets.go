@@ -128,6 +128,10 @@ func (h *Handler) provisionBudgets() error {
 			if d.Spending, err = h.spending("deployment|"+h.meta[d].identity, budgets[h.meta[d].identity]); err != nil {
 				return err
 			}
+			if d.Spending == nil {
+				// A reload that removed its budget: no longer spent.
+				d.State.BudgetSpent(time.Now(), time.Time{}, "")
+			}
 		}
 	}
 	return nil

@@ -583,6 +583,21 @@ func TestBudgetReloads(t *testing.T) {
 	if r := h2.groups["m"].Deployments[0].Spending.Report(now); r.SpentUSD != 0.75 || r.BudgetUSD != 2 {
 		t.Errorf("after the reload: %+v, want 0.75 spent of 2", r)
 	}
+	// A reload that removes the budget of a deployment whose budget is
+	// spent lets it back.
+	st := h2.groups["m"].Deployments[0].State
+	st.BudgetSpent(now, now.Add(time.Hour), "spent")
+	var h3 Handler
+	if err := h3.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\nprovider p {\ntype openai\nbase_url http://127.0.0.1:1/v1\napi_key none\n}\nmodel m {\ndeployment p x\n}\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h3.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h3.Cleanup()
+	if snap := h3.groups["m"].Deployments[0].State.Snapshot(now); h3.groups["m"].Deployments[0].State != st || !snap.BudgetSpentUntil.IsZero() {
+		t.Errorf("budget removed by a reload: still spent until %v", snap.BudgetSpentUntil)
+	}
 	if _, err := load("1 per 1h", "{\nbudget 2 per 1h\n}"); err == nil || !strings.Contains(err.Error(), "deployment p/x has two budgets (in model m and model n): give it one") {
 		t.Errorf("two budgets: %v", err)
 	}

@@ -664,8 +664,10 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
 				r.spend(r.Clock.Now(), d, out.group, res.Usage)
 			}
-			model, _ := jsonbody.GetString(out.body, "model")
-			endSpan(out.span, class, "", res.Usage, res.UsageStated, provider.FinishReasons(out.format, out.body), model)
+			if out.span != nil { // the answer read again only for a trace
+				model, _ := jsonbody.GetString(out.body, "model")
+				endSpan(out.span, class, "", res.Usage, res.UsageStated, provider.FinishReasons(out.format, out.body), model)
+			}
 		} else {
 			out.stream.span = out.span // ended with the stream
 		}
@@ -1084,15 +1086,16 @@ func (r *Router) spend(now time.Time, d *Deployment, g *Group, u provider.Usage)
 
 // checkBudget tells d's State whether its budget is spent at now (it may
 // have been raised by a reload, or spent by another instance of a fleet),
-// and logs the moment it becomes spent.
+// and logs the moment it becomes spent. A deployment without a budget has
+// nothing to check (the config that removed one cleared it at load).
 func (r *Router) checkBudget(d *Deployment, now time.Time) {
 	if d.Spending == nil {
-		d.State.BudgetSpent(now, time.Time{}, "")
 		return
 	}
 	over, until := d.Spending.Over(now)
 	if !over {
-		until = time.Time{}
+		d.State.BudgetSpent(now, time.Time{}, "")
+		return
 	}
 	msg := capacity.BudgetMessage(d.Spending.Limit(), until)
 	if d.State.BudgetSpent(now, until, msg) {

@@ -100,11 +100,11 @@ func (h *Handler) anthropicMessage(a answer) []byte {
 		Type:       "message",
 		Role:       "assistant",
 		Model:      a.model,
-		Content:    []anthropicText{{Type: "text", Text: h.reply}},
+		Content:    []anthropicText{{Type: "text", Text: a.text}},
 		StopReason: &stopEndTurn,
 		Usage:      a.anthropicUsage(a.completion),
 	}
-	return appendJSON(make([]byte, 0, 256+len(h.reply)), &m)
+	return appendJSON(make([]byte, 0, 256+len(a.text)), &m)
 }
 
 // anthropicStream is a Messages API stream: message_start,
@@ -155,6 +155,15 @@ func (s *anthropicStream) end(b []byte) []byte {
 func (s *anthropicStream) errorEvent(b, payload []byte) []byte {
 	b = append(b, "event: error\ndata: "...)
 	b = append(b, payload...)
+	return append(b, "\n\n"...)
+}
+
+// malformedAnthropicDelta is the data of a content_block_delta cut short.
+const malformedAnthropicDelta = `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x`
+
+func (s *anthropicStream) malformed(b []byte) []byte {
+	b = append(b, "event: content_block_delta\ndata: "...)
+	b = append(b, malformedAnthropicDelta...)
 	return append(b, "\n\n"...)
 }
 

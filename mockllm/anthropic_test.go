@@ -735,3 +735,39 @@ func TestDialectFaultHang(t *testing.T) {
 		})
 	}
 }
+
+func TestAnthropicFaultMalformed(t *testing.T) {
+	const broken = `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x`
+	for _, after := range []int{0, 2, DefaultChunks} {
+		t.Run("stream after "+strconv.Itoa(after), func(t *testing.T) {
+			s := serve(t, Handler{Dialect: DialectAnthropic, Faults: []Fault{{Kind: FaultMalformed, After: intp(after)}}}, nil)
+			es := readEvents(s.post(t, "/v1/messages", anthropicStreamBody), time.Now())
+			if es.err != nil {
+				t.Errorf("expected the stream to end cleanly, got %v", es.err)
+			}
+			if len(es.events) != 3+after+1 {
+				t.Fatalf("expected the prelude, %d deltas and the broken one, got %q", after, es.names())
+			}
+			checkAnthropicPrelude(t, es, "claude-x", tokensOf(anthropicStreamBody))
+			good := es
+			good.events = es.events[:3+after]
+			if got, want := strings.Join(anthropicDeltas(t, good), ""), strings.Join(splitReply(DefaultReply, DefaultChunks)[:after], ""); got != want {
+				t.Errorf("expected %q before the broken event, got %q", want, got)
+			}
+			last := es.events[len(es.events)-1]
+			if last.name != "content_block_delta" || last.data != broken || json.Valid([]byte(last.data)) {
+				t.Errorf("expected the broken content_block_delta %s, got %+v", broken, last)
+			}
+		})
+	}
+	t.Run("plain", func(t *testing.T) {
+		clock := newFakeClock()
+		want := readAll(t, serve(t, Handler{Dialect: DialectAnthropic}, clock).post(t, "/v1/messages", anthropicBody))
+		s := serve(t, Handler{Dialect: DialectAnthropic, Faults: []Fault{{Kind: FaultMalformed}}}, clock)
+		resp := s.post(t, "/v1/messages", anthropicBody)
+		body := readAll(t, resp)
+		if resp.StatusCode != 200 || body != want[:len(want)/2] || json.Valid([]byte(body)) || resp.ContentLength != int64(len(body)) {
+			t.Errorf("expected 200 with the first half of %s, got %d %s", want, resp.StatusCode, body)
+		}
+	})
+}

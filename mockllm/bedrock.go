@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -335,7 +336,7 @@ func converseAnswer(a answer, content any, stopReason string) []byte {
 func (h *Handler) converseResponse(a answer) []byte {
 	return converseAnswer(a, [1]struct {
 		Text string `json:"text"`
-	}{{h.reply}}, "end_turn")
+	}{{a.text}}, "end_turn")
 }
 
 // converseToolUseID is the toolUseId of the scripted call n.
@@ -498,6 +499,13 @@ func (s *invokeStream) errorEvent(b, payload []byte) []byte {
 	return faultException(s.enc, b, s.a, payload)
 }
 
+// malformed is a chunk message whose payload is cut short in its
+// bytes: those of a content_block_delta, themselves cut short.
+func (s *invokeStream) malformed(b []byte) []byte {
+	data := base64.StdEncoding.EncodeToString([]byte(malformedAnthropicDelta))
+	return appendEventMessage(s.enc, b, "chunk", []byte(`{"bytes":"`+data[:len(data)/2]))
+}
+
 // invocationMetrics is amazon-bedrock-invocationMetrics.
 type invocationMetrics struct {
 	InputTokenCount          int   `json:"inputTokenCount"`
@@ -591,6 +599,11 @@ func (s *converseStream) finish(b []byte, stopReason string) []byte {
 		Usage   converseUsage   `json:"usage"`
 		Metrics converseMetrics `json:"metrics"`
 	}{s.a.converseUsage(), s.a.converseMetrics()})
+}
+
+// malformed is a contentBlockDelta event whose payload is cut short.
+func (s *converseStream) malformed(b []byte) []byte {
+	return appendEventMessage(s.enc, b, "contentBlockDelta", []byte(`{"contentBlockIndex":0,"delta":{"text":"x`))
 }
 
 func (s *converseStream) errorEvent(b, payload []byte) []byte {

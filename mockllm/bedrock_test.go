@@ -809,3 +809,57 @@ func TestBedrockSigV4AfterRewrite(t *testing.T) {
 		}
 	}
 }
+
+func TestBedrockFaultMalformed(t *testing.T) {
+	for _, after := range []int{0, 2} {
+		s := serve(t, Handler{Dialect: DialectBedrock, Faults: []Fault{{Kind: FaultMalformed, After: intp(after)}}}, nil)
+
+		// invoke: a chunk message whose payload is JSON cut short.
+		msgs, err := readFrames(s.post(t, sdkPath(bedrockModel, "invoke-with-response-stream"), invokeBody), time.Now())
+		if err != nil || len(msgs) != 3+after+1 {
+			t.Fatalf("invoke after %d: expected %d messages and a clean end, got %d, %v", after, 3+after+1, len(msgs), err)
+		}
+		evs := chunkEvents(t, msgs[:3+after])
+		var text strings.Builder
+		for _, e := range evs[3:] {
+			text.WriteString(e.Delta.Text)
+		}
+		if want := strings.Join(splitReply(DefaultReply, DefaultChunks)[:after], ""); eventTypes(evs[:3]) != "message_start,content_block_start,ping" || text.String() != want {
+			t.Errorf("invoke after %d: expected the prelude and %q, got %s %q", after, want, eventTypes(evs), text.String())
+		}
+		last := msgs[len(msgs)-1]
+		if last.headers[":message-type"] != "event" || last.headers[":event-type"] != "chunk" || json.Valid(last.payload) ||
+			!strings.HasPrefix(string(last.payload), `{"bytes":"eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YS`) {
+			t.Errorf("invoke after %d: expected a chunk with a broken payload, got %v %s", after, last.headers, last.payload)
+		}
+
+		// converse: a contentBlockDelta whose payload is cut short.
+		msgs, err = readFrames(s.post(t, sdkPath(bedrockModel, "converse-stream"), converseBody), time.Now())
+		if err != nil || len(msgs) != 1+after+1 {
+			t.Fatalf("converse after %d: expected %d messages and a clean end, got %d, %v", after, 1+after+1, len(msgs), err)
+		}
+		names := converseEvents(t, msgs)
+		if !strings.HasPrefix(names[0], "messageStart ") || (after > 0 && !strings.HasPrefix(names[after], `contentBlockDelta {"contentBlockIndex":0,"delta":{"text":"`)) {
+			t.Errorf("converse after %d: unexpected events %q", after, names)
+		}
+		if got := names[len(names)-1]; got != `contentBlockDelta {"contentBlockIndex":0,"delta":{"text":"x` {
+			t.Errorf("converse after %d: expected the broken contentBlockDelta, got %q", after, got)
+		}
+	}
+
+	// Plain: 200, Bedrock's answer cut in half.
+	clock := newFakeClock()
+	for _, action := range []string{"invoke", "converse"} {
+		body := invokeBody
+		if action == "converse" {
+			body = converseBody
+		}
+		want := readAll(t, serve(t, Handler{Dialect: DialectBedrock}, clock).post(t, sdkPath(bedrockModel, action), body))
+		s := serve(t, Handler{Dialect: DialectBedrock, Faults: []Fault{{Kind: FaultMalformed}}}, clock)
+		resp := s.post(t, sdkPath(bedrockModel, action), body)
+		got := readAll(t, resp)
+		if resp.StatusCode != 200 || json.Valid([]byte(got)) || !strings.HasPrefix(want, got) || len(got) != len(want)/2 {
+			t.Errorf("%s: expected 200 with the first half of %s, got %d %s", action, want, resp.StatusCode, got)
+		}
+	}
+}

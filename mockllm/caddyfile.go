@@ -39,12 +39,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    aws_credentials   <access_key_id> <secret_access_key>
 //	    token_lifetime    <duration>
 //	    tool_call         <name> <arguments as a JSON object>
+//	    continuation      accept|reject
 //	    rate_limit {
 //	        requests <count>
 //	        tokens   <count>
 //	        window   <duration>
 //	    }
-//	    fault rate_limit|status|hang|cut|error_event|keepalive {
+//	    fault rate_limit|status|hang|cut|error_event|keepalive|stall|malformed {
 //	        every       <n>
 //	        from        <duration>
 //	        for         <duration>
@@ -63,8 +64,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // The block may be omitted for a mock with all defaults. dialect
 // defaults to openai; unknown dialects are rejected here and by
 // Validate, as are aws_credentials outside the bedrock dialect,
-// token_lifetime outside vertex, api_key in vertex and a quota of
-// another dialect (bedrock: requests, tokens, tokens_per_day; vertex:
+// token_lifetime outside vertex, api_key in vertex, an unknown
+// continuation and a quota of another dialect (bedrock: requests, tokens, tokens_per_day; vertex:
 // shared, per_minute, per_day). The fields are documented on Handler,
 // AWSCredentials, RateLimit and Fault.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -122,6 +123,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("tool_call: arguments %q are not a JSON object", args[1])
 			}
 			h.ToolCall = &ToolCall{Name: args[0], Arguments: json.RawMessage(args[1])}
+		case "continuation":
+			h.Continuation, err = oneArg(d)
+			if err == nil && h.Continuation != ContinuationAccept && h.Continuation != ContinuationReject {
+				err = d.Errf("unknown continuation %q (want accept or reject)", h.Continuation)
+			}
 		case "rate_limit":
 			h.RateLimit, err = parseRateLimit(d)
 		case "fault":
@@ -174,13 +180,13 @@ func parseRateLimit(d *caddyfile.Dispenser) (*RateLimit, error) {
 func parseFault(d *caddyfile.Dispenser) (Fault, error) {
 	var f Fault
 	if !d.NextArg() {
-		return f, d.Errf("fault needs a kind: rate_limit, status, hang, cut, error_event or keepalive")
+		return f, d.Errf("fault needs a kind: rate_limit, status, hang, cut, error_event, keepalive, stall or malformed")
 	}
 	f.Kind = d.Val()
 	switch f.Kind {
-	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive:
+	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive, FaultStall, FaultMalformed:
 	default:
-		return f, d.Errf("unknown fault kind %q (want rate_limit, status, hang, cut, error_event or keepalive)", f.Kind)
+		return f, d.Errf("unknown fault kind %q (want rate_limit, status, hang, cut, error_event, keepalive, stall or malformed)", f.Kind)
 	}
 	if d.NextArg() {
 		return f, d.ArgErr()

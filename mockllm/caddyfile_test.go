@@ -132,6 +132,27 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			{Kind: FaultRateLimit, Quota: QuotaShared},
 			{Kind: FaultRateLimit, Quota: QuotaPerMinute},
 		}}},
+		{"continuation and stream faults", `llm_mock {
+			dialect      anthropic
+			continuation reject
+			fault stall {
+				every 3
+				after 2
+			}
+			fault malformed {
+				after 0
+			}
+			fault stall
+			fault malformed
+		}`, Handler{Dialect: DialectAnthropic, Continuation: ContinuationReject, Faults: []Fault{
+			{Kind: FaultStall, Every: 3, After: intp(2)},
+			{Kind: FaultMalformed, After: intp(0)},
+			{Kind: FaultStall},
+			{Kind: FaultMalformed},
+		}}},
+		{"continuation accept", `llm_mock {
+			continuation accept
+		}`, Handler{Continuation: ContinuationAccept}},
 		{"rate limit partial and day duration", `llm_mock {
 			rate_limit {
 				tokens 10
@@ -341,6 +362,35 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 				quota_id b
 			}
 		}`, `fault rate_limit: duplicate subdirective "quota_id"`},
+		{"unknown continuation", `llm_mock {
+			continuation ignore
+		}`, `unknown continuation "ignore" (want accept or reject)`},
+		{"continuation case", `llm_mock {
+			continuation Reject
+		}`, `unknown continuation "Reject"`},
+		{"continuation without value", `llm_mock {
+			continuation
+		}`, "wrong argument count"},
+		{"continuation two values", `llm_mock {
+			continuation accept reject
+		}`, "wrong argument count"},
+		{"duplicate continuation", `llm_mock {
+			continuation accept
+			continuation reject
+		}`, `duplicate subdirective "continuation"`},
+		{"unknown fault kind lists the stream faults", `llm_mock {
+			fault freeze
+		}`, `unknown fault kind "freeze" (want rate_limit, status, hang, cut, error_event, keepalive, stall or malformed)`},
+		{"stall negative after", `llm_mock {
+			fault stall {
+				after -2
+			}
+		}`, "after must be at least 0"},
+		{"malformed bad after", `llm_mock {
+			fault malformed {
+				after two
+			}
+		}`, `after: bad number "two"`},
 		{"fault negative after", `llm_mock {
 			fault cut {
 				after -1
@@ -421,6 +471,12 @@ func TestCaddyfileAdaptClouds(t *testing.T) {
 		fault rate_limit {
 			quota per_minute
 		}`, `{"dialect":"vertex","faults":[{"kind":"rate_limit","quota":"per_minute"}],"handler":"llm_mock","token_lifetime":120000000000}`, ""},
+		{`dialect bedrock
+		continuation reject
+		fault stall {
+			after 1
+		}
+		fault malformed`, `{"continuation":"reject","dialect":"bedrock","faults":[{"after":1,"kind":"stall"},{"kind":"malformed"}],"handler":"llm_mock"}`, ""},
 		{`dialect vertex
 		aws_credentials a b`, "", "aws_credentials is only used by the bedrock dialect"},
 		{`dialect bedrock

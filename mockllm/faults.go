@@ -13,8 +13,8 @@ import (
 
 // Faults (Handler.Faults): their kinds and validation, which fault
 // selects a request, hang and abandon, and the error bodies of
-// rate_limit, status and error_event faults. Cut and error_event
-// faults strike streams in stream.go.
+// rate_limit, status and error_event faults. Cut, error_event, stall
+// and malformed faults strike streams in stream.go.
 
 // Fault kinds, the values of Fault.Kind.
 const (
@@ -24,6 +24,8 @@ const (
 	FaultCut        = "cut"
 	FaultErrorEvent = "error_event"
 	FaultKeepAlive  = "keepalive"
+	FaultStall      = "stall"
+	FaultMalformed  = "malformed"
 )
 
 // Fault is one scripted failure.
@@ -92,6 +94,23 @@ type Fault struct {
 	//     chunk messages), nothing for a Gemini stream without ?alt=sse
 	//     (a JSON array) or a Converse stream. It never selects plain
 	//     requests, so a later fault may apply to them.
+	//   - stall: streams send After content chunks, then nothing more
+	//     (no keep-alive, no end) while the connection stays open: the
+	//     handler returns when the client goes away, and aborts the
+	//     connection when the server shuts down or the handler is
+	//     cleaned up. Plain answers hang as with hang.
+	//   - malformed: streams send After content chunks, then one event
+	//     whose data is not valid JSON, and end normally without their
+	//     end ([DONE], message_stop, ...): OpenAI's
+	//     data: {"choices":[{"delta":{"content":"x (the Responses
+	//     API's "event: response.output_text.delta", legacy
+	//     completions' {"choices":[{"text":"x); Anthropic's
+	//     "event: content_block_delta" with a delta cut short; Gemini's
+	//     data: event (without ?alt=sse: an array element) cut short;
+	//     bedrock: an event message whose payload is JSON cut short (a
+	//     chunk message, or Converse's contentBlockDelta). Plain answers
+	//     get 200 with the first half of the answer's body (its
+	//     Content-Length that half's).
 	//
 	// Required.
 	Kind string `json:"kind"`
@@ -127,10 +146,10 @@ type Fault struct {
 	Body string `json:"body,omitempty"`
 
 	// After is the number of content chunks a stream sends before a
-	// cut or error_event fault strikes; 0 strikes right after the
-	// response headers (anthropic: after message_start,
-	// content_block_start and ping). Default: 1 (when unset).
-	// Unit: chunks.
+	// cut, error_event, stall or malformed fault strikes; 0 strikes
+	// right after the response headers (anthropic: after
+	// message_start, content_block_start and ping). Default: 1 (when
+	// unset). Unit: chunks.
 	After *int `json:"after,omitempty"`
 
 	// RetryDelay is how long a rate_limit fault tells the client to
@@ -201,11 +220,11 @@ func (f *Fault) validateQuota(dl int) error {
 
 func (f *Fault) validate() error {
 	switch f.Kind {
-	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive:
+	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive, FaultStall, FaultMalformed:
 	case "":
 		return errors.New("kind is required")
 	default:
-		return fmt.Errorf("unknown kind %q (want rate_limit, status, hang, cut, error_event or keepalive)", f.Kind)
+		return fmt.Errorf("unknown kind %q (want rate_limit, status, hang, cut, error_event, keepalive, stall or malformed)", f.Kind)
 	}
 	switch {
 	case f.Every < 0:

@@ -46,7 +46,7 @@ func geminiRoute(r *http.Request) (call, bool) {
 
 // geminiResponse is the answer of generateContent.
 func (h *Handler) geminiResponse(a answer) []byte {
-	return appendGeminiChunk(make([]byte, 0, 256+len(h.reply)), a, h.reply, true)
+	return appendGeminiChunk(make([]byte, 0, 256+len(a.text)), a, a.text, true)
 }
 
 // generateContentResponse is a GenerateContentResponse with one
@@ -154,6 +154,18 @@ func (s *geminiStream) errorEvent(b, payload []byte) []byte {
 	}
 	b = append(b, "data: "...)
 	b = append(b, payload...)
+	return append(b, "\n\n"...)
+}
+
+// malformedGemini is a GenerateContentResponse cut short.
+const malformedGemini = `{"candidates":[{"content":{"role":"model","parts":[{"text":"x`
+
+func (s *geminiStream) malformed(b []byte) []byte {
+	if s.array {
+		return append(s.open(b), malformedGemini...)
+	}
+	b = append(b, "data: "...)
+	b = append(b, malformedGemini...)
 	return append(b, "\n\n"...)
 }
 

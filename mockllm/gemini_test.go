@@ -620,3 +620,38 @@ func TestGeminiFaultKeepAlive(t *testing.T) {
 		t.Errorf("expected keepalive to skip plain requests, got %d", resp.StatusCode)
 	}
 }
+
+func TestGeminiFaultMalformed(t *testing.T) {
+	const broken = `{"candidates":[{"content":{"role":"model","parts":[{"text":"x`
+	s := serve(t, Handler{Dialect: DialectGemini, Faults: []Fault{{Kind: FaultMalformed, After: intp(2)}}}, nil)
+	ev := readSSE(s.post(t, geminiStreamSSE, geminiBody), time.Now())
+	if ev.err != nil || len(ev.data) != 3 {
+		t.Fatalf("expected 2 chunks, the broken one and a clean end, got %q %v", ev.data, ev.err)
+	}
+	var text strings.Builder
+	for _, d := range ev.data[:2] {
+		var r geminiResp
+		if err := json.Unmarshal([]byte(d), &r); err != nil {
+			t.Fatalf("chunk %s: %v", d, err)
+		}
+		text.WriteString(partText(t, r))
+	}
+	if want := strings.Join(splitReply(DefaultReply, DefaultChunks)[:2], ""); text.String() != want {
+		t.Errorf("expected %q before the broken chunk, got %q", want, text.String())
+	}
+	if ev.data[2] != broken {
+		t.Errorf("expected %s, got %s", broken, ev.data[2])
+	}
+
+	// Without ?alt=sse: an array element cut short, the array unclosed.
+	body := readAll(t, s.post(t, geminiStreamArr, geminiBody))
+	elems := strings.Split(strings.TrimPrefix(body, "["), ",\r\n")
+	if !strings.HasPrefix(body, "[") || len(elems) != 3 || elems[2] != broken || json.Valid([]byte(body)) {
+		t.Fatalf("expected [ then 2 chunks and the broken one, got %q", body)
+	}
+	for _, e := range elems[:2] {
+		if !json.Valid([]byte(e)) {
+			t.Errorf("expected a whole chunk, got %s", e)
+		}
+	}
+}

@@ -10,11 +10,13 @@
 // model list with canned answers, and injects the failures a router
 // has to survive: provider rate limits with the provider's rate-limit
 // headers or quota errors, error statuses, hung requests, streams cut
-// mid-way, error events inside a stream and keep-alives before the
-// first token. Integration tests, the demo Caddyfile, benchmarks and chaos
-// soak tests run it as the Caddy handler http.handlers.llm_mock; unit
-// tests of other packages use it as a plain http.Handler through
-// Setup and HTTPHandler.
+// mid-way, stalled or sending malformed JSON, error events inside a
+// stream and keep-alives before the first token. It continues a final
+// assistant message as the provider does (Anthropic's prefill, prefix
+// completion), or rejects it. Integration tests, the demo Caddyfile,
+// benchmarks and chaos soak tests run it as the Caddy handler
+// http.handlers.llm_mock; unit tests of other packages use it as a
+// plain http.Handler through Setup and HTTPHandler.
 //
 // The package imports Caddy because it is a Caddy module, but never
 // the router's root package or its other packages, so it can stand in
@@ -36,7 +38,8 @@ import (
 // This file holds the Handler, its configuration and lifecycle
 // (Provision, Setup, Validate, Cleanup) and its two faces: the Caddy
 // middleware and the plain http.Handler. The rest of the package:
-// serve.go (routing, request handling), ratelimit.go, faults.go,
+// serve.go (routing, request handling), continuation.go (continuing
+// the final assistant message), ratelimit.go, faults.go,
 // stream.go (streamed answers, pacing), stats.go, and the dialects'
 // wire formats in openai.go, anthropic.go, gemini.go, bedrock.go (with
 // its SigV4 check in sigv4.go) and vertex.go.
@@ -128,7 +131,9 @@ const (
 //
 // Token counts are estimates: a request's prompt tokens are its body
 // size in bytes / 4 (rounded up), its completion tokens the number of
-// chunks (0 for embeddings).
+// chunks (0 for embeddings; for the answer to a continuation, the
+// chunks' share of Reply it holds: Chunks × its runes / Reply's runes,
+// rounded up).
 //
 // An answer to an API request (chat completions, embeddings, messages,
 // generateContent, invoke, converse, rawPredict) is decided in this
@@ -137,9 +142,10 @@ const (
 // credentials or signature; vertex: 401 for a missing, unknown or
 // expired access token); an unparsable body gets 400; a body the
 // provider's schema rejects gets 400 (bedrock, vertex's anthropic
-// publisher); RateLimit may answer 429; the first active matching fault
-// applies; otherwise the normal answer is sent. Errors are in the
-// dialect's own format.
+// publisher); a continuation the provider rejects gets 400 (see
+// Continuation and continuation.go); RateLimit may answer 429; the
+// first active matching fault applies; otherwise the normal answer is
+// sent. Errors are in the dialect's own format.
 //
 // Use without Caddy: Setup then HTTPHandler; Close releases requests
 // still waiting.
@@ -185,7 +191,9 @@ type Handler struct {
 
 	// Reply is the assistant's answer. Streams send it in Chunks pieces
 	// whose concatenation equals Reply (split on rune boundaries, so
-	// pieces may be empty when Reply has fewer runes than Chunks).
+	// pieces may be empty when Reply has fewer runes than Chunks). A
+	// continuation gets the rest of Reply (see Continuation), in Chunks
+	// pieces too.
 	// Default: "Hello from llm_mock.".
 	Reply string `json:"reply,omitempty"`
 
@@ -239,6 +247,21 @@ type Handler struct {
 	// or Anthropic's anthropic-ratelimit-* with RFC 3339 reset instants
 	// (Gemini sends none). Default: none.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+
+	// Continuation is how the mock answers a request asking it to
+	// continue the conversation's final assistant message (see
+	// continuation.go): Anthropic's prefill (Messages bodies: the
+	// anthropic dialect, bedrock's invoke, vertex's rawPredict), or in
+	// the openai dialect's Chat Completions a final assistant message
+	// with "prefix": true or a body with "continue_final_message": true.
+	// "accept" answers with Reply after the message's text (the whole
+	// Reply when it does not start with it); "reject" answers 400 in
+	// the dialect's format (anthropic, vertex: invalid_request_error
+	// "assistant message prefill is not supported for this model";
+	// bedrock: ValidationException; openai: invalid_request_error), as
+	// a provider whose model takes no prefill.
+	// Default: "accept".
+	Continuation string `json:"continuation,omitempty"`
 
 	// Faults are injected failures. For each API request that gets
 	// past authentication and RateLimit, the first fault that is
@@ -352,6 +375,8 @@ func (h *Handler) Validate() error {
 		return fmt.Errorf("chunks must not be negative, got %d", h.Chunks)
 	case h.ChunkInterval < 0:
 		return fmt.Errorf("chunk_interval must not be negative, got %s", time.Duration(h.ChunkInterval))
+	case h.Continuation != "" && h.Continuation != ContinuationAccept && h.Continuation != ContinuationReject:
+		return fmt.Errorf("unknown continuation %q (want accept or reject)", h.Continuation)
 	}
 	if rl := h.RateLimit; rl != nil {
 		switch {

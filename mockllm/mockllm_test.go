@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
@@ -1155,6 +1157,13 @@ func TestValidate(t *testing.T) {
 		{"for", Handler{Faults: []Fault{{Kind: FaultHang, For: -1}}}, "for"},
 		{"status", Handler{Faults: []Fault{{Kind: FaultStatus, Status: 600}}}, "status"},
 		{"after", Handler{Faults: []Fault{{Kind: FaultCut, After: intp(-1)}}}, "after"},
+		{"stall", Handler{Faults: []Fault{{Kind: FaultStall, After: intp(3)}}}, ""},
+		{"malformed", Handler{Faults: []Fault{{Kind: FaultMalformed, After: intp(0)}}}, ""},
+		{"stall after", Handler{Faults: []Fault{{Kind: FaultStall, After: intp(-1)}}}, "fault 0 (stall): after must not be negative, got -1"},
+		{"bad kind listed", Handler{Faults: []Fault{{Kind: "Stall"}}}, `unknown kind "Stall" (want rate_limit, status, hang, cut, error_event, keepalive, stall or malformed)`},
+		{"continuation accept", Handler{Continuation: ContinuationAccept}, ""},
+		{"continuation reject", Handler{Dialect: DialectBedrock, Continuation: ContinuationReject}, ""},
+		{"unknown continuation", Handler{Continuation: "refuse"}, `unknown continuation "refuse" (want accept or reject)`},
 		{"dialects", Handler{Dialect: DialectGemini, Faults: []Fault{{Kind: FaultRateLimit, RetryDelay: 1, QuotaID: "q"}}}, ""},
 		{"openai dialect", Handler{Dialect: DialectOpenAI}, ""},
 		{"anthropic dialect", Handler{Dialect: DialectAnthropic}, ""},
@@ -1191,12 +1200,14 @@ func TestJSONConfig(t *testing.T) {
 	raw := `{"model":"m","latency":"10ms","first_token_delay":5000000,"chunks":3,"chunk_interval":"1ms",
 		"reply":"r","api_key":"{env.K}","rate_limit":{"requests":2,"tokens":100,"window":"30s"},
 		"faults":[{"kind":"status","every":2,"from":"1s","for":"2s","status":503,
-		"headers":{"Retry-After":["5"]},"body":"b","after":0,"retry_delay":"42s","quota_id":"q"}],"dialect":"gemini"}`
+		"headers":{"Retry-After":["5"]},"body":"b","after":0,"retry_delay":"42s","quota_id":"q"},{"kind":"stall","after":2},{"kind":"malformed"}],
+		"dialect":"gemini","continuation":"reject"}`
 	if err := json.Unmarshal([]byte(raw), &h); err != nil {
 		t.Fatal(err)
 	}
 	if h.Latency != caddy.Duration(10*time.Millisecond) || h.FirstTokenDelay != caddy.Duration(5*time.Millisecond) ||
-		h.RateLimit.Window != caddy.Duration(30*time.Second) || len(h.Faults) != 1 ||
+		h.RateLimit.Window != caddy.Duration(30*time.Second) || len(h.Faults) != 3 || h.Continuation != ContinuationReject ||
+		h.Faults[1].Kind != FaultStall || *h.Faults[1].After != 2 || h.Faults[2].Kind != FaultMalformed || h.Faults[2].After != nil ||
 		h.Faults[0].After == nil || *h.Faults[0].After != 0 || h.Faults[0].Headers.Get("Retry-After") != "5" ||
 		h.Dialect != DialectGemini || h.Faults[0].RetryDelay != caddy.Duration(42*time.Second) || h.Faults[0].QuotaID != "q" {
 		t.Errorf("unexpected decoded config %+v", h)
@@ -1239,5 +1250,243 @@ func TestAppendJSON(t *testing.T) {
 		if got != wantS {
 			t.Errorf("expected %q, got %q", wantS, got)
 		}
+	}
+}
+
+// tail reads a response body in the background, so a test can look at
+// what arrived so far while the stream stays open.
+type tail struct {
+	mu   sync.Mutex
+	buf  []byte
+	err  error // io.EOF for a clean end
+	done chan struct{}
+}
+
+func tailBody(resp *http.Response) *tail {
+	tl := &tail{done: make(chan struct{})}
+	go func() {
+		defer close(tl.done)
+		defer resp.Body.Close()
+		p := make([]byte, 4096)
+		for {
+			n, err := resp.Body.Read(p)
+			tl.mu.Lock()
+			tl.buf = append(tl.buf, p[:n]...)
+			if err != nil {
+				tl.err = err
+			}
+			tl.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return tl
+}
+
+func (tl *tail) bytes() []byte {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return append([]byte(nil), tl.buf...)
+}
+
+// waitFor waits until count of what arrived reaches n.
+func (tl *tail) waitFor(t *testing.T, count func([]byte) int, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for count(tl.bytes()) < n {
+		select {
+		case <-tl.done:
+			t.Fatalf("expected %d content chunks, the stream ended after %q (%v)", n, tl.bytes(), tl.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expected %d content chunks, got %q", n, tl.bytes())
+		}
+		time.Sleep(time.Millisecond) // polling in a test, not pacing the mock
+	}
+}
+
+// stallCase is a stream of some dialect and a count of the content
+// chunks in what it sent.
+type stallCase struct {
+	name, dialect, path, body string
+	count                     func([]byte) int
+}
+
+func stallCases() []stallCase {
+	lines := func(prefix string) func([]byte) int {
+		return func(b []byte) int { return strings.Count("\n"+string(b), "\n"+prefix) }
+	}
+	frames := func(prelude int) func([]byte) int {
+		return func(b []byte) int {
+			dec := eventstream.NewDecoder()
+			r := bytes.NewReader(b)
+			n := 0
+			for {
+				if _, err := dec.Decode(r, nil); err != nil {
+					return n - prelude
+				}
+				n++
+			}
+		}
+	}
+	return []stallCase{
+		{"openai", DialectOpenAI, "/v1/chat/completions", streamBody, lines("data: ")},
+		{"responses", DialectOpenAI, "/v1/responses", `{"model":"gpt-test","stream":true,"input":"hi"}`, lines("event: response.output_text.delta")},
+		{"anthropic", DialectAnthropic, "/v1/messages", anthropicStreamBody, lines("event: content_block_delta")},
+		{"gemini sse", DialectGemini, geminiStreamSSE, geminiBody, lines("data: ")},
+		{"gemini array", DialectGemini, geminiStreamArr, geminiBody, func(b []byte) int { return strings.Count(string(b), `"candidates"`) }},
+		{"bedrock invoke", DialectBedrock, sdkPath(bedrockModel, "invoke-with-response-stream"), invokeBody, frames(3)},
+		{"bedrock converse", DialectBedrock, sdkPath(bedrockModel, "converse-stream"), converseBody, frames(1)},
+	}
+}
+
+func TestFaultStall(t *testing.T) {
+	for _, c := range stallCases() {
+		for _, after := range []int{0, 2, DefaultChunks} {
+			t.Run(c.name+" after "+strconv.Itoa(after), func(t *testing.T) {
+				s := serve(t, Handler{Dialect: c.dialect, Faults: []Fault{{Kind: FaultStall, After: intp(after)}}}, nil)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				resp := s.postCtx(t, ctx, c.path, c.body)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("expected 200, got %d", resp.StatusCode)
+				}
+				tl := tailBody(resp)
+				tl.waitFor(t, c.count, after)
+				time.Sleep(100 * time.Millisecond) // what is sent before the stall arrives
+				sent := tl.bytes()
+				time.Sleep(150 * time.Millisecond) // and nothing more
+				select {
+				case <-tl.done:
+					t.Fatalf("expected the stream to stay open, it ended after %q (%v)", tl.bytes(), tl.err)
+				default:
+				}
+				if got := tl.bytes(); !bytes.Equal(got, sent) || c.count(got) != after || (c.dialect != DialectOpenAI && c.dialect != DialectGemini && len(got) == 0) {
+					t.Fatalf("expected %d chunks and nothing more, got %q then %q", after, sent, got)
+				}
+				for _, end := range []string{"[DONE]", "message_stop", "STOP", "response.completed", "messageStop", "keep-alive"} {
+					if strings.Contains(string(sent), end) {
+						t.Errorf("expected no end nor keep-alive, got %q", sent)
+					}
+				}
+				if n := strings.Count(string(sent), "event: ping"); c.dialect == DialectAnthropic && n != 1 {
+					t.Errorf("expected the prelude's ping only, got %d in %q", n, sent)
+				}
+				cancel()
+				select {
+				case <-s.returned:
+				case <-time.After(2 * time.Second):
+					t.Fatal("expected the handler to return once the client went away")
+				}
+				if st := s.h.Stats(); st.Faults != 1 {
+					t.Errorf("expected 1 fault, got %+v", st)
+				}
+			})
+		}
+	}
+
+	t.Run("released on close", func(t *testing.T) {
+		s := serve(t, Handler{Faults: []Fault{{Kind: FaultStall, After: intp(2)}}}, nil)
+		tl := tailBody(s.post(t, "/v1/chat/completions", streamBody))
+		tl.waitFor(t, func(b []byte) int { return strings.Count(string(b), "data: ") }, 2)
+		_ = s.h.Close()
+		select {
+		case <-tl.done:
+			if !errors.Is(tl.err, io.ErrUnexpectedEOF) {
+				t.Errorf("expected an aborted stream, got %v", tl.err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("expected Close to release the stalled stream")
+		}
+	})
+
+	// Plain requests hang.
+	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings"} {
+		t.Run("plain "+path, func(t *testing.T) {
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultStall}}}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+path, strings.NewReader(chatBody))
+			resp, err := s.srv.Client().Do(req)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("expected no answer, got %d", resp.StatusCode)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("expected the client's deadline, got %v", err)
+			}
+			select {
+			case <-s.returned:
+			case <-time.After(2 * time.Second):
+				t.Fatal("expected the handler to return once the client went away")
+			}
+		})
+	}
+}
+
+func TestFaultMalformed(t *testing.T) {
+	const broken = `{"choices":[{"delta":{"content":"x`
+	for _, after := range []int{0, 2, DefaultChunks} {
+		t.Run("stream after "+strconv.Itoa(after), func(t *testing.T) {
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultMalformed, After: intp(after)}}}, nil)
+			resp := s.post(t, "/v1/chat/completions", streamBody)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("expected 200, got %d", resp.StatusCode)
+			}
+			ev := readSSE(resp, time.Now())
+			if ev.err != nil {
+				t.Errorf("expected the stream to end cleanly, got %v", ev.err)
+			}
+			if len(ev.data) != after+1 {
+				t.Fatalf("expected %d chunks then the broken one, got %q", after, ev.data)
+			}
+			var joined strings.Builder
+			for i, d := range ev.data[:after] {
+				var c chunk
+				if err := json.Unmarshal([]byte(d), &c); err != nil || c.Choices[0].Delta.Content == nil || c.Choices[0].FinishReason != nil {
+					t.Fatalf("chunk %d: expected content, got %s (%v)", i, d, err)
+				}
+				joined.WriteString(*c.Choices[0].Delta.Content)
+			}
+			if want := strings.Join(splitReply(DefaultReply, DefaultChunks)[:after], ""); joined.String() != want {
+				t.Errorf("expected %q before the broken event, got %q", want, joined.String())
+			}
+			if last := ev.data[after]; last != broken || json.Valid([]byte(last)) {
+				t.Errorf("expected the broken event %s, got %s", broken, last)
+			}
+		})
+	}
+
+	for _, c := range []struct{ name, path, body, wantEvent string }{
+		{"responses", "/v1/responses", `{"model":"gpt-test","stream":true,"input":"hi"}`,
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\n\n"},
+		{"completions", "/v1/completions", `{"model":"gpt-test","stream":true,"prompt":"hi"}`, "data: {\"choices\":[{\"text\":\"x\n\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultMalformed, After: intp(1)}}}, nil)
+			body := readAll(t, s.post(t, c.path, c.body))
+			if !strings.HasSuffix(body, c.wantEvent) || strings.Count(body, "\n\n") < 2 || strings.Contains(body, "[DONE]") || strings.Contains(body, "response.completed") {
+				t.Errorf("expected a chunk then %q and the end, got %q", c.wantEvent, body)
+			}
+		})
+	}
+
+	// Plain answers: 200 with the first half of the answer, as a whole body.
+	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings"} {
+		t.Run("plain "+path, func(t *testing.T) {
+			clock := newFakeClock()
+			want := readAll(t, serve(t, Handler{}, clock).post(t, path, chatBody))
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultMalformed}}}, clock)
+			resp := s.post(t, path, chatBody)
+			body := readAll(t, resp)
+			if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(body)) || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("expected 200 application/json with its whole Content-Length, got %d %d/%d", resp.StatusCode, len(body), resp.ContentLength)
+			}
+			if body != want[:len(want)/2] || json.Valid([]byte(body)) {
+				t.Errorf("expected the first half of %s, got %s", want, body)
+			}
+		})
 	}
 }

@@ -165,6 +165,15 @@ func (s *openaiStream) errorEvent(b, payload []byte) []byte {
 	return append(b, "\n\n"...)
 }
 
+// malformedChat is a Chat Completions chunk cut short.
+const malformedChat = `{"choices":[{"delta":{"content":"x`
+
+func (s *openaiStream) malformed(b []byte) []byte {
+	b = append(b, "data: "...)
+	b = append(b, malformedChat...)
+	return append(b, "\n\n"...)
+}
+
 func (h *Handler) completion(a answer) []byte {
 	c := chatCompletion{
 		ID:      "chatcmpl-mock-" + strconv.FormatUint(h.st.ids.Add(1), 10),
@@ -172,19 +181,19 @@ func (h *Handler) completion(a answer) []byte {
 		Created: h.now().Unix(),
 		Model:   a.model,
 		Choices: [1]completionChoice{{
-			Message:      openaiMessage{Role: "assistant", Content: h.reply},
+			Message:      openaiMessage{Role: "assistant", Content: a.text},
 			FinishReason: "stop",
 		}},
 		Usage: a.usage(),
 	}
-	return appendJSON(make([]byte, 0, 256+len(h.reply)), &c)
+	return appendJSON(make([]byte, 0, 256+len(a.text)), &c)
 }
 
 // textCompletion is the non-streamed answer of legacy completions.
 func (h *Handler) textCompletion(a answer) []byte {
 	return appendJSON(nil, map[string]any{"id": "cmpl-mock-" + strconv.FormatUint(h.st.ids.Add(1), 10),
 		"object": "text_completion", "created": h.now().Unix(), "model": a.model,
-		"choices": []any{map[string]any{"text": h.reply, "index": 0, "logprobs": nil, "finish_reason": "stop"}},
+		"choices": []any{map[string]any{"text": a.text, "index": 0, "logprobs": nil, "finish_reason": "stop"}},
 		"usage":   a.usage()})
 }
 
@@ -200,6 +209,10 @@ func (s *completionsStream) end(b []byte) []byte {
 	u := s.a.usage()
 	b = s.event(b, map[string]any{"text": "", "index": 0, "logprobs": nil, "finish_reason": "stop"}, &u)
 	return append(b, "data: [DONE]\n\n"...)
+}
+
+func (s *completionsStream) malformed(b []byte) []byte {
+	return append(b, "data: {\"choices\":[{\"text\":\"x\n\n"...)
 }
 
 func (s *completionsStream) event(b []byte, choice map[string]any, usage *openaiUsage) []byte {

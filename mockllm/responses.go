@@ -106,7 +106,7 @@ func (h *Handler) responseObject(a answer, id, status string, text string, usage
 
 // response is the non-streamed answer of the Responses API.
 func (h *Handler) response(a answer) []byte {
-	return appendJSON(nil, h.responseObject(a, h.newResponseID(), "completed", h.reply, true))
+	return appendJSON(nil, h.responseObject(a, h.newResponseID(), "completed", a.text, true))
 }
 
 // responsesStream is a Responses stream.
@@ -161,6 +161,11 @@ func (s *responsesStream) end(b []byte) []byte {
 	r := s.h.responseObject(s.a, s.id, "completed", "", true)
 	r.Output = []json.RawMessage{messageOutput(s.itemID(), text, "completed")}
 	return s.event(b, "response.completed", map[string]any{"response": r})
+}
+
+// malformed is an output_text.delta event whose data is cut short.
+func (s *responsesStream) malformed(b []byte) []byte {
+	return append(b, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\n\n"...)
 }
 
 // errorEvent is the stream's error event: {"type":"error","code","message"}.

@@ -233,6 +233,22 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 
+	cont := h.continuationOf(c, body)
+	if cont.on {
+		h.st.mu.Lock()
+		h.st.stats.Continuations++
+		h.st.mu.Unlock()
+		msg := cont.invalid
+		if h.Continuation == ContinuationReject {
+			msg = msgPrefillRejected
+		}
+		if msg != "" {
+			h.setLimitHeaders(hdr, h.limit(0, false))
+			h.writeContinuationError(w, c, msg)
+			return
+		}
+	}
+
 	if c.ep == epResponses && req.PreviousResponseID != "" && !h.st.responses.has(req.PreviousResponseID) {
 		h.setLimitHeaders(hdr, h.limit(0, false))
 		writeError(w, http.StatusBadRequest, "Previous response with id '"+req.PreviousResponseID+"' not found.",
@@ -248,11 +264,21 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		model = DefaultModelID
 	}
 	prompt := (len(body) + 3) / 4
-	completion := 0
-	if !embeddings {
-		completion = h.chunks()
+	a := answer{
+		model:  model,
+		prompt: prompt,
+		text:   h.reply,
+		pieces: h.pieces,
+		wire:   c.wire,
+		start:  start,
 	}
-	lim := h.limit(prompt+completion, true)
+	if !embeddings {
+		a.completion = h.chunks()
+	}
+	if cont.on {
+		h.continueAnswer(&a, cont.prefix)
+	}
+	lim := h.limit(prompt+a.completion, true)
 	h.setLimitHeaders(hdr, lim)
 	if lim.exceeded != "" {
 		h.st.mu.Lock()
@@ -263,14 +289,7 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	}
 
 	stream := req.Stream && !embeddings
-	a := answer{
-		model:      model,
-		prompt:     prompt,
-		completion: completion,
-		fault:      h.pickFault(n, stream),
-		wire:       c.wire,
-		start:      start,
-	}
+	a.fault = h.pickFault(n, stream)
 	if !embeddings && (c.wire == wireOpenAI || c.wire == wireAnthropic) {
 		a.cached = min(h.cachedTokens(body), prompt)
 	}
@@ -290,6 +309,11 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		case FaultHang:
 			h.hang(r)
 			return
+		case FaultStall:
+			if !stream {
+				h.hang(r)
+				return
+			}
 		case FaultRateLimit:
 			h.writeFaultRateLimit(w, f, lim, model)
 			return
@@ -311,9 +335,9 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	switch {
 	case embeddings:
 		h.writePlain(w, h.embedding(a), a.fault)
-	case h.wantsToolCall(c, body) && stream:
+	case !cont.on && h.wantsToolCall(c, body) && stream:
 		h.writeToolCallStream(w, a, c)
-	case h.wantsToolCall(c, body):
+	case !cont.on && h.wantsToolCall(c, body):
 		h.writePlain(w, h.toolCallAnswer(a, c), a.fault)
 	case stream:
 		h.stream(w, r, &p, a, h.streamFormat(a, c))
@@ -514,15 +538,21 @@ type answer struct {
 	model      string
 	prompt     int
 	completion int
-	cached     int // of prompt, read from the prompt cache (Handler.cachedTokens)
+	cached     int      // of prompt, read from the prompt cache (Handler.cachedTokens)
+	text       string   // the answer's text: Reply, or a continuation's rest of it
+	pieces     []string // text in Chunks pieces, for streams
 	fault      *Fault
 	wire       int       // the call's wire format
 	start      time.Time // when the request arrived (real time), for latency metrics
 }
 
 // writePlain sends a non-streamed answer, or half of it then an abort
-// for a cut fault.
+// for a cut fault, or only its first half (a broken JSON body) for a
+// malformed fault.
 func (h *Handler) writePlain(w http.ResponseWriter, body []byte, f *Fault) {
+	if f != nil && f.Kind == FaultMalformed {
+		body = body[:len(body)/2]
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))

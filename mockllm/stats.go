@@ -20,6 +20,10 @@ type Stats struct {
 	Faults int64 `json:"faults"`
 	// RateLimited is the number of 429s sent because of RateLimit.
 	RateLimited int64 `json:"rate_limited"`
+	// Continuations is the number of requests asking to continue the
+	// conversation's final assistant message (Handler.Continuation),
+	// whether answered, rejected (400) or faulted.
+	Continuations int64 `json:"continuations"`
 	// CountTokens is the number of count_tokens requests (anthropic
 	// dialect), which are not counted in Requests.
 	CountTokens int64 `json:"count_tokens"`

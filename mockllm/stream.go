@@ -8,8 +8,8 @@ import (
 )
 
 // Streamed answers: the streamFormat a dialect implements, the stream
-// driver that paces chunks and strikes cut and error_event faults, and
-// the pacer every wait of a request goes through.
+// driver that paces chunks and strikes cut, error_event, stall and
+// malformed faults, and the pacer every wait of a request goes through.
 
 // streamFormat writes one stream in a dialect's wire format. Each
 // method appends to b and returns it; the stream driver sends what it
@@ -28,6 +28,9 @@ type streamFormat interface {
 	end(b []byte) []byte
 	// errorEvent carries payload, the error of an error_event fault.
 	errorEvent(b []byte, payload []byte) []byte
+	// malformed is the event of a malformed fault: the next content
+	// event, its data JSON cut short.
+	malformed(b []byte) []byte
 }
 
 // streamFormat returns the wire format of a's stream.
@@ -92,19 +95,19 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 		return
 	}
 
-	strike := -1 // chunk index before which a cut or error_event strikes
-	if f := a.fault; f != nil && (f.Kind == FaultCut || f.Kind == FaultErrorEvent) {
+	strike := -1 // chunk index before which a cut, error_event, stall or malformed fault strikes
+	if f := a.fault; f != nil && (f.Kind == FaultCut || f.Kind == FaultErrorEvent || f.Kind == FaultStall || f.Kind == FaultMalformed) {
 		strike = 1
 		if f.After != nil {
 			strike = *f.After
 		}
-		strike = min(strike, len(h.pieces))
+		strike = min(strike, len(a.pieces))
 	}
 
-	last := len(h.pieces) - 1
-	for i, piece := range h.pieces {
+	last := len(a.pieces) - 1
+	for i, piece := range a.pieces {
 		if i == strike {
-			h.strike(w, rc, sf, a, send, func() []byte { return sf.chunk(nil, i, piece, false) })
+			h.strike(w, r, rc, sf, a, send, func() []byte { return sf.chunk(nil, i, piece, false) })
 			return
 		}
 		if i > 0 && !p.wait(time.Duration(h.ChunkInterval)) {
@@ -116,8 +119,8 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 			return
 		}
 	}
-	if strike == len(h.pieces) {
-		h.strike(w, rc, sf, a, send, func() []byte { return sf.end(nil) })
+	if strike == len(a.pieces) {
+		h.strike(w, r, rc, sf, a, send, func() []byte { return sf.end(nil) })
 		return
 	}
 	if ev = sf.end(ev[:0]); len(ev) > 0 {
@@ -125,13 +128,23 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 	}
 }
 
-// strike ends a stream with a cut or error_event fault. next is what
-// the stream would have sent next: an event stream cut sends the first
-// half of its first message, so the cut falls mid-frame.
-func (h *Handler) strike(w http.ResponseWriter, rc *http.ResponseController, sf streamFormat, a answer,
+// strike ends a stream with a cut, error_event, stall or malformed
+// fault. next is what the stream would have sent next: an event stream
+// cut sends the first half of its first message, so the cut falls
+// mid-frame.
+func (h *Handler) strike(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, sf streamFormat, a answer,
 	send func(http.ResponseWriter, *http.ResponseController, []byte) bool, next func() []byte) {
 	f := a.fault
-	if f.Kind == FaultCut {
+	switch f.Kind {
+	case FaultStall:
+		// What was sent is flushed; then nothing until the client
+		// leaves or the mock closes.
+		h.hang(r)
+		return
+	case FaultMalformed:
+		send(w, rc, sf.malformed(nil))
+		return
+	case FaultCut:
 		if sf.contentType() == eventStreamContentType {
 			if b := next(); len(b) >= 4 {
 				n := min(int(binary.BigEndian.Uint32(b)), len(b))

@@ -12,6 +12,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 func init() {
@@ -30,6 +32,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	llm_router [<matcher>] {
 //	    deadline      <duration>
 //	    max_attempts  <n>
+//	    resume        same_model | any | off
+//	    hedge_after   <duration>
 //	    priority      <0..9 | placeholder>
 //	    reserve       <percent>% for priority >= <n>
 //	    backoff_base  <duration>
@@ -117,6 +121,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "backoff_max":
 			if err := parseDuration(d, &h.BackoffMax); err != nil {
+				return err
+			}
+		case "resume":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Resume = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if _, ok := router.ParseResumeMode(h.Resume); !ok {
+				return d.Errf("resume: %q is not one of same_model, any, off", h.Resume)
+			}
+		case "hedge_after":
+			if err := parseDuration(d, &h.HedgeAfter); err != nil {
 				return err
 			}
 		case "max_attempts":

@@ -30,6 +30,7 @@ import (
 //	llm_router_circuit_state{deployment}                        0 closed, 1 half-open, 2 open, read at scrape
 //	llm_router_tokens_total{model_group, deployment, kind}      tokens the answers used, as their providers counted them: kind input, output, cached_input, cache_write, reasoning
 //	llm_router_cost_usd_total{model_group, deployment}          what they cost, USD, at the deployment's prices
+//	llm_router_resumes_total{deployment, how}                   streams that broke on deployment and were taken up by another attempt: how continued or replayed
 type metrics struct {
 	requests  *prometheus.CounterVec
 	attempts  *prometheus.CounterVec
@@ -42,6 +43,7 @@ type metrics struct {
 	surprises *prometheus.CounterVec
 	tokens    *prometheus.CounterVec
 	cost      *prometheus.CounterVec
+	resumes   *prometheus.CounterVec
 	states    stateCollector
 }
 
@@ -93,6 +95,9 @@ func getMetrics() *metrics {
 			cost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 				Name: "cost_usd_total", Help: "What the answers cost, in USD at the deployment's cost_input, cost_cached_input and cost_output, by model group and deployment."},
 				[]string{"model_group", "deployment"}),
+			resumes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "resumes_total", Help: "Streams that broke after they began and were taken up by another attempt, by the deployment that broke and how (continued: the new attempt went on from the client's text; replayed: it answered afresh and its text began with the client's)."},
+				[]string{"deployment", "how"}),
 		}
 	})
 	return theMetrics
@@ -102,7 +107,7 @@ func getMetrics() *metrics {
 // them already (a reload) is fine.
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.fallbacks, m.latency, m.ttft,
-		m.queue, m.queueWait, m.surprises, m.tokens, m.cost, &m.states} {
+		m.queue, m.queueWait, m.surprises, m.tokens, m.cost, m.resumes, &m.states} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -165,6 +170,11 @@ func (m *metrics) Queue(g *router.Group, waiting int) {
 // QueueWait implements router.Observer.
 func (m *metrics) QueueWait(g *router.Group, waited time.Duration) {
 	m.queueWait.WithLabelValues(g.Name).Observe(waited.Seconds())
+}
+
+// Resume implements router.Observer.
+func (m *metrics) Resume(from, _ *router.Deployment, how string) {
+	m.resumes.WithLabelValues(from.Name, how).Inc()
 }
 
 // Unpredicted implements router.Observer.

@@ -81,6 +81,32 @@ type Handler struct {
 	// MaxAttempts bounds upstream attempts per request. Default: 4.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 
+	// Resume says which deployments may take up a streamed answer whose
+	// provider failed after the client began to read it (cut, silent past
+	// idle_timeout, a malformed or error event), so that the client reads
+	// one whole answer: "same_model", a deployment of the group serving the
+	// same model (one Claude model on Anthropic, Bedrock and Vertex, its
+	// names compared without the clouds' prefixes, suffixes and dates);
+	// "any", any deployment of the group; "off", none (the stream ends
+	// with an in-band error). A deployment continues the text the client
+	// has where its provider can (Anthropic's prefill; an openai type's
+	// `continuation`); else the request may be asked again from its start
+	// of any deployment of the group, and the answer goes on only if its
+	// text begins with exactly what the client has. Each resume has
+	// `deadline` from the break and the request's attempts left. Text only:
+	// a stream that relayed a tool call, reasoning or several choices ends
+	// with the in-band error. Default: same_model.
+	Resume string `json:"resume,omitempty"`
+
+	// HedgeAfter starts a second attempt when the first has produced no
+	// content (a stream's first content, a whole answer) after this long:
+	// on the next best deployment that has capacity now, without waiting
+	// for any. The first to produce content answers; the other is
+	// cancelled and its claim released. At most one hedge per request;
+	// both attempts count against the windows and budgets. Default: 0
+	// (off). Unit: duration.
+	HedgeAfter caddy.Duration `json:"hedge_after,omitempty"`
+
 	// Priority is each request's priority among those waiting for
 	// capacity, a whole number from 0 (lowest) to 9 (highest): a number,
 	// or a placeholder resolved per request such as
@@ -314,6 +340,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MaxAttempts == 0 {
 		h.router.MaxAttempts = router.DefaultMaxAttempts
 	}
+	if h.Resume != "" {
+		h.router.Resume, _ = router.ParseResumeMode(h.Resume) // validated
+	}
+	h.router.HedgeAfter = time.Duration(h.HedgeAfter)
 	h.router.Policy.BackoffBase = durationOr(h.BackoffBase, capacity.DefaultPolicy.BackoffBase)
 	h.router.Policy.BackoffMax = durationOr(h.BackoffMax, capacity.DefaultPolicy.BackoffMax)
 	h.router.Logger = h.logger
@@ -522,7 +552,7 @@ func (h *Handler) validateSettings() error {
 	for _, d := range []struct {
 		name string
 		d    caddy.Duration
-	}{{"deadline", h.Deadline}, {"backoff_base", h.BackoffBase}, {"backoff_max", h.BackoffMax}} {
+	}{{"deadline", h.Deadline}, {"backoff_base", h.BackoffBase}, {"backoff_max", h.BackoffMax}, {"hedge_after", h.HedgeAfter}} {
 		if d.d < 0 {
 			return fmt.Errorf("%s must not be negative", d.name)
 		}
@@ -532,6 +562,9 @@ func (h *Handler) validateSettings() error {
 	}
 	if h.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
+	}
+	if _, ok := router.ParseResumeMode(h.Resume); h.Resume != "" && !ok {
+		return fmt.Errorf("resume: %q is not one of same_model, any, off", h.Resume)
 	}
 	if h.Priority != "" {
 		if err := checkPriority(h.Priority); err != nil {

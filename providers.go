@@ -548,24 +548,43 @@ type OpenAI struct {
 	// previous_response_id, cannot be served). Default: native for OpenAI's
 	// own API (host api.openai.com), chat for other servers (vLLM serves
 	// it, Ollama and many others do not).
-	Responses       string `json:"responses,omitempty"`
+	Responses string `json:"responses,omitempty"`
+	// Continuation says how the server continues an assistant's text it
+	// did not write, which a broken stream's resume asks of it (the
+	// router's `resume`): "none" (it answers a final assistant message
+	// afresh: OpenAI), "prefill" (it continues a final assistant message
+	// as it is: llama.cpp's server), "prefix" (with the message's
+	// "prefix": true: Mistral, DeepSeek's beta endpoint) or
+	// "continue_final_message" (vLLM). Default: prefix for base_url hosts
+	// api.mistral.ai and api.deepseek.com with path /beta, none for others.
+	Continuation    string `json:"continuation,omitempty"`
 	adapters.OpenAI `json:"-"`
 }
 
-// UnmarshalCaddyfile reads the provider block: the shared subdirectives
-// and `responses native|chat`.
+// UnmarshalCaddyfile reads the provider block: the shared subdirectives,
+// `responses native|chat` and `continuation
+// none|prefill|prefix|continue_final_message`.
 func (p *OpenAI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return ParseProviderBlock(d, &p.ProviderConfig, func(d *caddyfile.Dispenser) (bool, error) {
-		if d.Val() != "responses" {
+		key := d.Val()
+		if key != "responses" && key != "continuation" {
 			return false, nil
 		}
 		if !d.NextArg() {
 			return true, d.ArgErr()
 		}
-		p.Responses = d.Val()
+		val := d.Val()
 		if d.NextArg() {
 			return true, d.ArgErr()
 		}
+		if key == "continuation" {
+			p.Continuation = val
+			if _, ok := provider.ParseContinuation(val); !ok {
+				return true, d.Errf("continuation: %q is not one of none, prefill, prefix, continue_final_message", val)
+			}
+			return true, nil
+		}
+		p.Responses = val
 		if p.Responses != "native" && p.Responses != "chat" {
 			return true, d.Errf("responses: %q is neither native nor chat", p.Responses)
 		}
@@ -594,7 +613,33 @@ func (p *OpenAI) Provision(ctx caddy.Context) error {
 	default:
 		return fmt.Errorf("responses: %q is neither native nor chat", p.Responses)
 	}
+	if p.Continuation == "" {
+		p.OpenAI.Continuation = continuationOf(p.OpenAI.Endpoint.BaseURL)
+	} else if c, ok := provider.ParseContinuation(p.Continuation); ok {
+		p.OpenAI.Continuation = c
+	} else {
+		return fmt.Errorf("continuation: %q is not one of none, prefill, prefix, continue_final_message", p.Continuation)
+	}
 	return nil
+}
+
+// continuationOf is how the server at baseURL continues an assistant's
+// text, when the config does not say: Mistral's and DeepSeek's beta
+// endpoint take the "prefix" flag (https://docs.mistral.ai/guides/prefix/,
+// https://api-docs.deepseek.com/guides/chat_prefix_completion); others
+// are not known to.
+func continuationOf(baseURL string) provider.Continuation {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return provider.NoContinuation
+	}
+	switch host := strings.ToLower(u.Hostname()); {
+	case host == "api.mistral.ai":
+		return provider.PrefixFlag
+	case host == "api.deepseek.com" && strings.HasPrefix(u.Path, "/beta"):
+		return provider.PrefixFlag
+	}
+	return provider.NoContinuation
 }
 
 // Azure is the provider type `azure`: Azure OpenAI. base_url is the

@@ -8,17 +8,17 @@ import (
 
 // Subdirective names, for "did you mean" in config errors.
 var (
-	handlerKeys    = []string{"deadline", "max_attempts", "backoff_base", "backoff_max", "max_body", "priority", "affinity", "pass_through", "reserve", "store", "weights", "provider", "model"}
+	handlerKeys    = []string{"deadline", "max_attempts", "resume", "hedge_after", "backoff_base", "backoff_max", "max_body", "priority", "affinity", "pass_through", "reserve", "store", "weights", "provider", "model"}
 	providerKeys   = []string{"type", "base_url", "api_key", "timeout", "ttft_timeout", "idle_timeout", "header", "transport"}
 	modelKeys      = []string{"deployment", "fallback_group", "alias", "budget"}
 	deploymentKeys = []string{"cost_input", "cost_output", "cost_cached_input", "quality", "context_window", "weight", "tier", "rpm", "tpm", "budget"}
 	storeKeys      = []string{"key_prefix", "timeout", "poll_interval"}
 	// typeKeys are the built-in types' own provider subdirectives, with
 	// the types that take them.
-	typeKeys = map[string]string{"responses": "openai", "region": "bedrock, vertex", "profile": "bedrock",
+	typeKeys = map[string]string{"responses": "openai", "continuation": "openai", "region": "bedrock, vertex", "profile": "bedrock",
 		"role_arn": "bedrock", "project": "vertex", "credentials_file": "vertex"}
 	// anyProviderKeys are providerKeys and typeKeys, for suggestions.
-	anyProviderKeys = append(slices.Clone(providerKeys), "credentials_file", "profile", "project", "region", "responses", "role_arn")
+	anyProviderKeys = append(slices.Clone(providerKeys), "credentials_file", "profile", "project", "region", "responses", "role_arn", "continuation")
 )
 
 // suggest returns ` (did you mean "x"?)` for the known name nearest to

@@ -24,6 +24,8 @@ package provider
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -82,6 +84,14 @@ type Request struct {
 	Choices      int
 	IncludeUsage bool
 
+	// Continues is set on a resume's request: Body ends with the
+	// assistant's text that a client already has of the answer (as its own
+	// final message), for the provider to continue where that text ends,
+	// not to repeat it. A provider type whose provider cannot continue
+	// text it did not write returns ErrNoContinuation from Plan (see
+	// Continuation).
+	Continues bool
+
 	// ToChat translates Body into the Chat Completions format; nil when
 	// Format is Chat (or has no Chat form, Embeddings).
 	ToChat func(body []byte) ([]byte, error)
@@ -108,6 +118,97 @@ func (r *Request) Chat() ([]byte, error) {
 		r.chat, r.chatErr = r.ToChat(r.Body)
 	})
 	return r.chat, r.chatErr
+}
+
+// Continued returns a resume's request: r with body (r's body with the
+// assistant's text at its end) and Continues set.
+func (r *Request) Continued(body []byte) *Request {
+	return &Request{Format: r.Format, Body: body, Header: r.Header, Stream: r.Stream, Choices: r.Choices,
+		IncludeUsage: r.IncludeUsage, Continues: true, ToChat: r.ToChat}
+}
+
+// ErrNoContinuation is Plan's error for a resume's request
+// (Request.Continues) that the provider cannot continue.
+var ErrNoContinuation = errors.New("this deployment cannot continue text it did not write")
+
+// Continuation is how a provider continues an answer from text it did not
+// write: a request whose final message is the assistant's (a resume's,
+// Request.Continues).
+type Continuation uint8
+
+const (
+	// NoContinuation: the provider answers a final assistant message
+	// afresh, or refuses it (OpenAI, Azure, Gemini, Bedrock's Converse).
+	NoContinuation Continuation = iota
+	// Prefill: a final assistant message is continued as it is (Anthropic's
+	// Messages API on Anthropic, Bedrock and Vertex:
+	// https://docs.anthropic.com/en/docs/build-with-claude/prompt-engineering/prefill-claudes-response;
+	// llama.cpp's server).
+	Prefill
+	// PrefixFlag: the final assistant message carries "prefix": true
+	// (Mistral: https://docs.mistral.ai/guides/prefix/; DeepSeek's beta
+	// endpoint: https://api-docs.deepseek.com/guides/chat_prefix_completion).
+	PrefixFlag
+	// ContinueFinalMessage: the request carries "continue_final_message":
+	// true and "add_generation_prompt": false (vLLM's OpenAI-compatible
+	// server: https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html).
+	ContinueFinalMessage
+)
+
+var continuationNames = [...]string{NoContinuation: "none", Prefill: "prefill", PrefixFlag: "prefix", ContinueFinalMessage: "continue_final_message"}
+
+// String returns the Caddyfile's name of c: "none", "prefill", "prefix",
+// "continue_final_message".
+func (c Continuation) String() string {
+	if int(c) < len(continuationNames) {
+		return continuationNames[c]
+	}
+	return "unknown"
+}
+
+// ParseContinuation reads a Continuation's name (see String).
+func ParseContinuation(s string) (Continuation, bool) {
+	for c, name := range continuationNames {
+		if s == name {
+			return Continuation(c), true
+		}
+	}
+	return NoContinuation, false
+}
+
+// ContinueChat returns body, a Chat Completions request whose final message
+// is the assistant's text to continue (a resume's), as a provider that
+// continues it the way c says takes it: as it is (Prefill), with that
+// message's "prefix": true (PrefixFlag), or with "continue_final_message":
+// true and "add_generation_prompt": false (ContinueFinalMessage).
+// NoContinuation returns ErrNoContinuation.
+func ContinueChat(body []byte, c Continuation) ([]byte, error) {
+	switch c {
+	case Prefill:
+		return body, nil
+	case PrefixFlag:
+		start, end, err := jsonbody.FindMember(body, "messages")
+		if err != nil || start < 0 {
+			return nil, errors.New("the request has no messages")
+		}
+		var msgs []map[string]json.RawMessage
+		if err := json.Unmarshal(body[start:end], &msgs); err != nil || len(msgs) == 0 {
+			return nil, errors.New("the request's messages are not a non-empty array")
+		}
+		msgs[len(msgs)-1]["prefix"] = json.RawMessage("true")
+		v, err := json.Marshal(msgs)
+		if err != nil {
+			return nil, err
+		}
+		return jsonbody.SetRaw(body, "messages", v)
+	case ContinueFinalMessage:
+		body, err := jsonbody.SetRaw(body, "continue_final_message", []byte("true"))
+		if err != nil {
+			return nil, err
+		}
+		return jsonbody.SetRaw(body, "add_generation_prompt", []byte("false"))
+	}
+	return nil, ErrNoContinuation
 }
 
 type errNoChatForm struct{ f Format }

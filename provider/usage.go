@@ -150,6 +150,12 @@ func NewUsageCounter(f Format, hide bool) *UsageCounter {
 // another one goes without its usage.
 func (c *UsageCounter) Relay(ev Event) (Event, bool) {
 	c.Add(ev)
+	return c.Hide(ev)
+}
+
+// Hide returns what of ev goes to the client, as Relay does, without
+// reading its usage (an event Add has read already).
+func (c *UsageCounter) Hide(ev Event) (Event, bool) {
 	if c == nil || !c.hide || !bytes.Contains(ev.Data, usageKey) {
 		return ev, true
 	}
@@ -286,6 +292,16 @@ func appendFinish(out []string, f Format, data []byte, event bool) []string {
 		}
 	}
 	return out
+}
+
+// AddMessagesUsage reads a Messages usage object (message_start's or
+// message_delta's) into u, as a stream's counter reads it: only what it
+// states, never less input than u holds.
+func AddMessagesUsage(u *Usage, raw []byte) {
+	var w wireUsage
+	if json.Unmarshal(raw, &w) == nil {
+		w.into(Messages, u)
+	}
 }
 
 // Usage returns the usage read so far; ok is false when no event stated

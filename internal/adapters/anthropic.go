@@ -60,6 +60,9 @@ func (p *Anthropic) Plan(ctx context.Context, model string, r *provider.Request)
 		if err != nil {
 			return nil, err
 		}
+		if err := prefill(body, r); err != nil {
+			return nil, err
+		}
 		req, err := p.post(ctx, body, r.Stream)
 		if err != nil {
 			return nil, err
@@ -77,6 +80,9 @@ func (p *Anthropic) Plan(ctx context.Context, model string, r *provider.Request)
 	}
 	body, err := messages.FromChat(chat, model, r.Stream)
 	if err != nil {
+		return nil, err
+	}
+	if err := prefill(body, r); err != nil {
 		return nil, err
 	}
 	req, err := p.post(ctx, body, r.Stream)

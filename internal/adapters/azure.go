@@ -73,7 +73,7 @@ func (*Azure) Serves(provider.Format) bool { return true }
 // form) with the model set: harmless for deployment URLs, required by the
 // v1 API.
 func (p *Azure) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	return planOpenAIFamily(model, r, azureV1(p.Endpoint.BaseURL), azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+	return planOpenAIFamily(model, r, azureV1(p.Endpoint.BaseURL), provider.NoContinuation, azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
 		return azurePost(ctx, &p.Endpoint, model, op, body, stream)
 	})
 }

@@ -90,6 +90,9 @@ func (p *Bedrock) Plan(ctx context.Context, model string, r *provider.Request) (
 			if err != nil {
 				return nil, err
 			}
+			if err := prefill(body, r); err != nil {
+				return nil, err
+			}
 			req, err := p.post(ctx, model, op, body, r.Stream)
 			if err != nil {
 				return nil, err
@@ -111,11 +114,17 @@ func (p *Bedrock) Plan(ctx context.Context, model string, r *provider.Request) (
 		if err != nil {
 			return nil, err
 		}
+		if err := prefill(body, r); err != nil {
+			return nil, err
+		}
 		req, err := p.post(ctx, model, op, body, r.Stream)
 		if err != nil {
 			return nil, err
 		}
 		return chatPlan(req, model, r, false, bedrockInvokeReader{}), nil
+	}
+	if r.Continues {
+		return nil, provider.ErrNoContinuation // Converse's models differ in what they continue
 	}
 	chatBody, err := r.Chat()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // What the clouds that host Anthropic's models (Bedrock, Vertex AI) share:
@@ -80,4 +81,27 @@ func anthropicBetas(h http.Header) []string {
 		}
 	}
 	return out
+}
+
+// prefill checks a Messages body for Claude (Anthropic, Bedrock, Vertex)
+// when r is a resume's request (provider.Request.Continues): Claude
+// continues its final assistant message (prefill:
+// https://docs.anthropic.com/en/docs/build-with-claude/prompt-engineering/prefill-claudes-response),
+// except with extended thinking on, which takes no prefill
+// (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking).
+func prefill(body []byte, r *provider.Request) error {
+	if !r.Continues {
+		return nil
+	}
+	start, end, err := jsonbody.FindMember(body, "thinking")
+	if err != nil || start < 0 {
+		return err
+	}
+	var t struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(body[start:end], &t) == nil && t.Type != "" && t.Type != "disabled" {
+		return fmt.Errorf("%w: Claude takes no prefill with extended thinking on", provider.ErrNoContinuation)
+	}
+	return nil
 }

@@ -57,6 +57,9 @@ func (p *Gemini) Plan(ctx context.Context, model string, r *provider.Request) (p
 	if r.Format == provider.Embeddings {
 		return nil, errNoEmbeddings
 	}
+	if r.Continues {
+		return nil, provider.ErrNoContinuation // Gemini answers a final model turn afresh
+	}
 	chatBody, err := r.Chat()
 	if err != nil {
 		return nil, err

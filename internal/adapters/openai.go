@@ -42,6 +42,10 @@ type OpenAI struct {
 	// client wrote it, and one that continues the provider's state
 	// (previous_response_id) can be served. False: through its Chat form.
 	Responses bool
+	// Continuation is how the server continues an assistant's text it did
+	// not write (a resume's request): NoContinuation for OpenAI itself,
+	// which answers a final assistant message afresh.
+	Continuation provider.Continuation
 }
 
 // Serves implements provider.Provider: every format, embeddings included.
@@ -49,7 +53,7 @@ func (*OpenAI) Serves(provider.Format) bool { return true }
 
 // Plan implements provider.Provider.
 func (p *OpenAI) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	return planOpenAIFamily(model, r, p.Responses, chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+	return planOpenAIFamily(model, r, p.Responses, p.Continuation, chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
 		return openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/"+op, model, body, stream)
 	})
 }
@@ -57,9 +61,9 @@ func (p *OpenAI) Plan(ctx context.Context, model string, r *provider.Request) (p
 // planOpenAIFamily plans an attempt on a provider of the OpenAI format
 // (openai, azure): embeddings as they came, a Responses request as it came
 // when the provider serves that API (responses), anything else through
-// its Chat form; post builds the request of an operation ("embeddings",
+// its Chat form (a resume's request too, continued as cont says); post builds the request of an operation ("embeddings",
 // "responses", "chat/completions"), rd reads its Chat answers.
-func planOpenAIFamily(model string, r *provider.Request, responses bool, rd reader, post func(op string, body []byte, stream bool) (*http.Request, error)) (provider.Plan, error) {
+func planOpenAIFamily(model string, r *provider.Request, responses bool, cont provider.Continuation, rd reader, post func(op string, body []byte, stream bool) (*http.Request, error)) (provider.Plan, error) {
 	switch {
 	case r.Format == provider.Embeddings:
 		req, err := post("embeddings", r.Body, false)
@@ -67,6 +71,8 @@ func planOpenAIFamily(model string, r *provider.Request, responses bool, rd read
 			return nil, err
 		}
 		return &plan{req: req, format: provider.Embeddings, native: true, r: embeddingsReader{}}, nil
+	case r.Continues && (r.Format == provider.Completions || cont == provider.NoContinuation):
+		return nil, provider.ErrNoContinuation
 	case r.Format == provider.Completions:
 		body, err := askUsage(r.Body, r)
 		if err != nil {
@@ -78,7 +84,7 @@ func planOpenAIFamily(model string, r *provider.Request, responses bool, rd read
 		}
 		return &plan{req: req, format: provider.Completions, native: true, model: model,
 			choices: max(r.Choices, 1), includeUsage: r.IncludeUsage, r: completionsReader{}}, nil
-	case r.Format == provider.Responses && responses:
+	case r.Format == provider.Responses && responses && !r.Continues:
 		req, err := post("responses", r.Body, r.Stream)
 		if err != nil {
 			return nil, err
@@ -91,6 +97,11 @@ func planOpenAIFamily(model string, r *provider.Request, responses bool, rd read
 	}
 	if body, err = askUsage(body, r); err != nil {
 		return nil, err
+	}
+	if r.Continues {
+		if body, err = provider.ContinueChat(body, cont); err != nil {
+			return nil, err
+		}
 	}
 	req, err := post("chat/completions", body, r.Stream)
 	if err != nil {

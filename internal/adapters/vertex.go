@@ -92,6 +92,9 @@ func (p *Vertex) Plan(ctx context.Context, model string, r *provider.Request) (p
 			if err != nil {
 				return nil, err
 			}
+			if err := prefill(body, r); err != nil {
+				return nil, err
+			}
 			req, err := p.post(ctx, target, body, r.Stream)
 			if err != nil {
 				return nil, err
@@ -115,11 +118,17 @@ func (p *Vertex) Plan(ctx context.Context, model string, r *provider.Request) (p
 		if err != nil {
 			return nil, err
 		}
+		if err := prefill(body, r); err != nil {
+			return nil, err
+		}
 		req, err := p.post(ctx, target, body, r.Stream)
 		if err != nil {
 			return nil, err
 		}
 		return chatPlan(req, name, r, false, anthropicReader{}), nil
+	}
+	if r.Continues {
+		return nil, provider.ErrNoContinuation // Gemini answers afresh
 	}
 	chatBody, err := r.Chat()
 	if err != nil {

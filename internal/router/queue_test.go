@@ -700,6 +700,8 @@ type countingObserver struct {
 	unpredicted map[string]int
 	queued      []int
 	waits       int
+	resumes     []string // "from>to how"
+	hedges      []string // "deployment" for each hedge, "won deployment" for each win
 }
 
 func (o *countingObserver) Attempt(*Deployment, provider.Class, time.Duration) {}
@@ -713,6 +715,11 @@ func (o *countingObserver) Queue(_ *Group, n int) {
 func (o *countingObserver) QueueWait(*Group, time.Duration) {
 	o.mu.Lock()
 	o.waits++
+	o.mu.Unlock()
+}
+func (o *countingObserver) Resume(from, to *Deployment, how string) {
+	o.mu.Lock()
+	o.resumes = append(o.resumes, from.Name+">"+to.Name+" "+how)
 	o.mu.Unlock()
 }
 func (o *countingObserver) Unpredicted(d *Deployment) {

@@ -120,6 +120,9 @@ type Request struct {
 	// exact caches the prompt's o200k_base count (estimate.Exact), nil
 	// until counted.
 	exact atomic.Pointer[exactCount]
+	// resume narrows the attempts of a resume's request (Stream.resume);
+	// nil for a client's.
+	resume *resumeSpec
 }
 
 // exactCount is a count of a prompt's tokens: n, or more than n when not
@@ -187,6 +190,14 @@ type Router struct {
 	Weights Weights
 	// Reserve keeps a share of each window for high priorities.
 	Reserve Reserve
+	// Resume says which deployments may take up a stream whose provider
+	// failed after the client began to read it (see Stream.Relay); New
+	// sets ResumeSameModel.
+	Resume ResumeMode
+	// HedgeAfter, when positive, starts a second attempt on the next best
+	// deployment with capacity when the first has produced no content by
+	// then (see hedge.go); 0: no hedging.
+	HedgeAfter time.Duration
 	// FleetNaps is how many times a window a waiting request whose turn in
 	// the fleet's queue has not come looks again while capacity is free
 	// (see fleetTurn); New sets DefaultFleetNaps.
@@ -219,6 +230,11 @@ type Observer interface {
 	// Unpredicted reports a 429 from d that the router's budget did not
 	// predict (it let the attempt go).
 	Unpredicted(d *Deployment)
+	// Resume reports a stream that broke on from and was taken up by an
+	// attempt on to, how: "continued" (to went on from the client's text)
+	// or "replayed" (to answered afresh, and its text began with the
+	// client's).
+	Resume(from, to *Deployment, how string)
 }
 
 // New returns a Router with the defaults: DefaultDeadline,
@@ -234,6 +250,7 @@ func New() *Router {
 		Clock:       RealClock{},
 		Logger:      zap.NewNop(),
 		FleetNaps:   DefaultFleetNaps,
+		Resume:      ResumeSameModel,
 	}
 }
 
@@ -374,6 +391,9 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 		}
 	}
 	r.logPending(&walk{pending: pending}, nil) // a failed attempt no other followed
+	if res.Stream != nil {
+		res.Stream.prepareResume(ctx, req, res.Attempts)
+	}
 	if best.Group != nil && fallsBack(res) {
 		attempts, reason := res.Attempts, res.FailoverReason
 		*res = best
@@ -538,6 +558,13 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 				zap.String("candidates", describe(group, cands, now)))
 		}
 		a, ok := r.plan(ctx, d, req, deadline)
+		if ok && req.resume != nil && a.out.format != req.resume.format {
+			// A resume reads on in the stream's format.
+			a.finish()
+			a.out.obs = provider.NewObservation(provider.ClientError)
+			a.out.obs.Message = "the deployment answers in " + a.out.format.String() + ", the stream is in " + req.resume.format.String()
+			ok = false
+		}
 		if !ok {
 			w.per[i].excluded, w.unplanned = true, a.out
 			continue
@@ -872,7 +899,7 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
 		for i, d := range group {
 			if per[i].excluded || per[i].silent != (pass == 1) || !d.Provider.Serves(req.Format) ||
-				req.Pinned != nil && d != req.Pinned {
+				req.Pinned != nil && d != req.Pinned || req.resume != nil && req.resume.allow != nil && !req.resume.allow(d) {
 				continue
 			}
 			if minContext >= 0 && d.ContextWindow != 0 && d.ContextWindow <= minContext {

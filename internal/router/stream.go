@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/wire/resume"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -17,9 +18,44 @@ import (
 
 // Stream is a streaming answer whose first content has arrived: the
 // deployment is chosen, and what follows is relayed as it comes, in the
-// plan's format (Result.Format).
+// plan's format (Result.Format). When the provider fails mid-stream, the
+// router may resume it on another attempt (see Router.Resume): the
+// client reads one answer.
 type Stream struct {
-	r      *Router
+	r *Router
+	leg
+	// pending holds what came before the first content (a native stream's
+	// message_start), at most maxPending bytes; first the first content.
+	pending      []provider.Event
+	pendingBytes int
+	first        provider.Event
+	once         sync.Once
+	format       provider.Format // what the plan relays in: Result.Format
+
+	// What a resume needs (see resume.go): set by ServeGroup once the
+	// stream is its answer; req nil when the stream is not resumed.
+	req      *Request
+	parent   context.Context // the client's request
+	attempts int             // attempts the request made, resumes included
+	resumes  int             // resumes that took up the stream
+	model    string          // the upstream model of the first attempt (ResumeSameModel)
+	// transcript is what the client received; splice rewrites a
+	// resumed attempt's events for it (nil on the first).
+	transcript *resume.Transcript
+	splice     *resume.Splice
+	// done holds the attempts ended before this one: what each used.
+	done []Leg
+	// refused holds the deployments that refused a continuation in this
+	// request: not asked for another.
+	refused []*Deployment
+	// textAt is the length of the transcript's text when this attempt
+	// took up the stream: what it relayed is what follows.
+	textAt int
+}
+
+// leg is one attempt's part of a stream: its deployment, claim and
+// upstream body.
+type leg struct {
 	d      *Deployment
 	claim  capacity.Attempt
 	queue  *queue
@@ -30,12 +66,6 @@ type Stream struct {
 	idle   Timer // idle_timeout between content events, made by the first Relay wait
 	// idleLeft is what is left of idle_timeout since the last content.
 	idleLeft time.Duration
-	// pending holds what came before the first content (a native stream's
-	// message_start), at most maxPending bytes; first the first content.
-	pending      []provider.Event
-	pendingBytes int
-	first        provider.Event
-	once         sync.Once
 	// usage reads the usage of what is relayed, in the stream's format.
 	usage *provider.UsageCounter
 	// span is the attempt's trace span, ended with the stream (nil: not
@@ -43,35 +73,83 @@ type Stream struct {
 	span    trace.Span
 	failure *provider.Observation
 	group   *Group // whose budget the answer counts against
+	closed  bool
 }
 
-// Usage is what the relayed answer used, as its provider counted it
-// (whole once Relay returned); ok false when it stated none.
-func (s *Stream) Usage() (u provider.Usage, ok bool) { return s.usage.Usage() }
+// Leg is what one attempt of a stream used: the deployment, and its usage
+// as its provider stated it (Stated), or, for an attempt cut before it
+// stated any, the router's estimate of its prompt and of the text it
+// relayed.
+type Leg struct {
+	Deployment *Deployment
+	Usage      provider.Usage
+	Stated     bool
+}
+
+// Usage is what the relayed answer used, summed over its attempts (whole
+// once Relay returned); ok false when none stated or estimated any.
+func (s *Stream) Usage() (u provider.Usage, ok bool) {
+	for _, l := range s.Legs() {
+		u = addUsage(u, l.Usage)
+		ok = true
+	}
+	return u, ok
+}
+
+// Legs returns what each attempt of the stream used, in order: one for a
+// stream that was not resumed (none when its provider stated no usage).
+func (s *Stream) Legs() []Leg {
+	legs := s.done
+	if u, ok := s.usage.Usage(); ok {
+		legs = append(legs[:len(legs):len(legs)], Leg{Deployment: s.d, Usage: u, Stated: true})
+	}
+	return legs
+}
+
+// Resumes reports how many times the stream was taken up by another
+// attempt after its provider failed mid-stream.
+func (s *Stream) Resumes() int { return s.resumes }
+
+func addUsage(a, b provider.Usage) provider.Usage {
+	return provider.Usage{InputTokens: a.InputTokens + b.InputTokens, CachedInputTokens: a.CachedInputTokens + b.CachedInputTokens,
+		CacheWriteTokens: a.CacheWriteTokens + b.CacheWriteTokens, OutputTokens: a.OutputTokens + b.OutputTokens,
+		ReasoningTokens: a.ReasoningTokens + b.ReasoningTokens}
+}
 
 // Close releases the upstream stream and the deployment's claim; Relay
 // calls it.
 func (s *Stream) Close() {
-	s.once.Do(func() {
-		u, ok := s.usage.Usage()
-		if ok {
-			s.r.spend(s.r.Clock.Now(), s.d, s.group, u)
-		}
-		class, msg := provider.OK, ""
-		if s.failure != nil {
-			class, msg = s.failure.Class, s.failure.Message
-		}
-		endSpan(s.span, class, msg, u, ok, s.usage.FinishReasons(), "")
-		s.d.State.ReleaseAttempt(s.claim)
-		if s.queue != nil {
-			s.queue.kickHead() // capacity may be back
-		}
-		if s.idle != nil {
-			s.idle.Stop()
-		}
-		s.cancel(nil)
-		s.body.Close()
-	})
+	s.once.Do(func() { s.closeLeg(nil) })
+}
+
+// closeLeg ends the current attempt: what it used is spent (spent, when
+// not nil: what it stated, or its estimate when it stated none), its span
+// ended, its claim released and its body closed.
+func (s *Stream) closeLeg(spent *provider.Usage) {
+	if s.closed {
+		return // a broken attempt no resume took up: closed then
+	}
+	s.closed = true
+	u, ok := s.usage.Usage()
+	if spent != nil {
+		s.r.spend(s.r.Clock.Now(), s.d, s.group, *spent)
+	} else if ok {
+		s.r.spend(s.r.Clock.Now(), s.d, s.group, u)
+	}
+	class, msg := provider.OK, ""
+	if s.failure != nil {
+		class, msg = s.failure.Class, s.failure.Message
+	}
+	endSpan(s.span, class, msg, u, ok, s.usage.FinishReasons(), "")
+	s.d.State.ReleaseAttempt(s.claim)
+	if s.queue != nil {
+		s.queue.kickHead() // capacity may be back
+	}
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	s.cancel(nil)
+	s.body.Close()
 }
 
 // StreamError is an in-band error that ended a stream after it began.
@@ -88,21 +166,52 @@ func (e *StreamError) Error() string { return e.Message }
 // until it returns) or, with done, the end of the stream, and flushes it.
 // done comes once: after the terminator (whose own event, when it has one
 // to relay, is written first), or when the stream ended complete without
-// one. Relay returns nil when the stream completed, a *StreamError when the
-// provider failed mid-stream (the caller ends the client's stream with an
-// in-band error, never with a terminator), or the write error when the
-// client went away.
+// one. When the provider fails mid-stream, the stream is resumed where
+// the router can (Router.Resume): the client reads on, from another
+// attempt. Relay returns nil when the stream completed, a *StreamError
+// when it broke and was not resumed (the caller ends the client's stream
+// with an in-band error, never with a terminator), or the write error when
+// the client went away.
 func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 	defer s.Close()
-	relay := func(ev provider.Event, done bool) error {
-		ev, ok := s.usage.Relay(ev)
+	for {
+		err := s.relayLeg(event)
+		var se *StreamError
+		if !errors.As(err, &se) || !s.resume(se) {
+			return err
+		}
+	}
+}
+
+// relay sends one event of the current attempt: read for its usage,
+// spliced into what the client has when the attempt took up a broken
+// stream, kept in the transcript, without the usage the client did not
+// ask for.
+func (s *Stream) relay(event func(provider.Event, bool) error, ev provider.Event) error {
+	s.usage.Add(ev)
+	if s.splice != nil {
+		out, ok, err := s.splice.Event(ev)
+		if err != nil {
+			return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+err.Error())
+		}
 		if !ok {
 			return nil
 		}
-		return event(ev, done)
+		ev = out
+	} else if s.transcript != nil {
+		s.transcript.Add(ev)
 	}
+	ev, ok := s.usage.Hide(ev)
+	if !ok {
+		return nil
+	}
+	return event(ev, false)
+}
+
+// relayLeg relays the current attempt's stream until it ends.
+func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error {
 	for _, ev := range s.pending {
-		if err := relay(ev, false); err != nil {
+		if err := s.relay(event, ev); err != nil {
 			return err
 		}
 	}
@@ -110,7 +219,7 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 	// The first content may be progress with nothing to relay (a thinking
 	// delta for a Chat Completions client).
 	if len(s.first.Data) > 0 {
-		if err := relay(s.first, false); err != nil {
+		if err := s.relay(event, s.first); err != nil {
 			return err
 		}
 	}
@@ -140,7 +249,7 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 			return s.failed(obs, "stream failed: "+msg)
 		}
 		if len(ev.Data) > 0 {
-			if err := relay(ev, false); err != nil {
+			if err := s.relay(event, ev); err != nil {
 				return err
 			}
 		}
@@ -178,10 +287,18 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 	return ev, kind, obs, err
 }
 
+// failed notes how the current attempt's stream broke: obs's class (OK: a
+// resumed attempt whose answer could not be spliced in, no fault of its
+// deployment) is observed on its deployment.
 func (s *Stream) failed(obs provider.Observation, msg string) error {
 	obs.Message = redact(msg, s.d.Secrets)
 	msg = obs.Message
 	s.failure = &obs
+	if obs.Class == provider.OK {
+		s.failure = nil
+		s.r.Logger.Info("resumed stream given up", zap.String("deployment", s.d.Name), zap.String("message", msg))
+		return &StreamError{Class: provider.Server, Message: msg}
+	}
 	observed := s.d.State.ObserveAttempt(s.claim, s.r.Clock.Now(), obs, s.r.Policy)
 	if !s.r.logDisabled(s.d, obs, observed) {
 		s.r.Logger.Warn("stream failed after it began",

@@ -1,0 +1,197 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/llmrouter/caddy-llm-router/internal/wire/resume"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// ResumeMode says which deployments may take up a stream whose provider
+// failed after the client began to read it (Router.Resume).
+type ResumeMode uint8
+
+const (
+	// ResumeOff: a broken stream ends with an in-band error.
+	ResumeOff ResumeMode = iota
+	// ResumeSameModel: a deployment of the stream's group that serves the
+	// same model as the one that broke (see SameModel) may continue it.
+	ResumeSameModel
+	// ResumeAny: any deployment of the stream's group may continue it.
+	ResumeAny
+)
+
+var resumeNames = [...]string{ResumeOff: "off", ResumeSameModel: "same_model", ResumeAny: "any"}
+
+// String returns the Caddyfile's name of m: "off", "same_model", "any".
+func (m ResumeMode) String() string {
+	if int(m) < len(resumeNames) {
+		return resumeNames[m]
+	}
+	return "unknown"
+}
+
+// ParseResumeMode reads a ResumeMode's name (see String).
+func ParseResumeMode(s string) (ResumeMode, bool) {
+	i := slices.Index(resumeNames[:], s)
+	return ResumeMode(max(i, 0)), i >= 0
+}
+
+// resumeSpec narrows a resume's attempts: the format the stream is in
+// (an attempt must plan its answer in it), and which deployments may
+// serve (nil: any of the group).
+type resumeSpec struct {
+	format provider.Format
+	allow  func(*Deployment) bool
+}
+
+// modelNoise is what the clouds add to a model's name: Bedrock's
+// geography and "anthropic." prefixes and "-v1:0" suffix, a dated
+// version ("-20250929", Vertex's "@20250929"), "-latest".
+var modelNoise = regexp.MustCompile(`^((us|eu|apac|global|us-gov|jp|au|ca)\.)?(anthropic\.|models/|publishers/[^/]+/models/)?|(-v\d+(:\d+)?)?$|[-@]\d{8}|-latest$`)
+
+// SameModel reports whether two upstream model names name the same model,
+// as Anthropic, Bedrock and Vertex name one Claude model
+// ("claude-sonnet-4-5-20250929", "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+// "claude-sonnet-4-5@20250929"): compared without case, the clouds'
+// prefixes and suffixes, and dates.
+func SameModel(a, b string) bool {
+	norm := func(s string) string { return modelNoise.ReplaceAllString(strings.ToLower(s), "") }
+	return a == b || norm(a) == norm(b)
+}
+
+// prepareResume readies a stream that is req's answer to be resumed:
+// ctx is the client's request, attempts those made so far.
+func (s *Stream) prepareResume(ctx context.Context, req *Request, attempts int) {
+	if s.r.Resume == ResumeOff {
+		return
+	}
+	s.req, s.parent, s.attempts, s.model = req, ctx, attempts, s.d.Model
+	s.transcript = resume.New(s.format)
+}
+
+// resume takes up the stream after its current attempt broke (se, already
+// observed on its deployment) with another attempt: first a
+// continuation, a request that ends with the text the client has, on a
+// deployment that continues text it did not write (the Resume mode says
+// which; one that refuses a continuation is not asked again); else a
+// replay of the request from its start on any deployment of the group,
+// whose text must begin with exactly what the client has. Each has
+// deadline from the moment the stream broke, and the request's attempts
+// left. It reports whether the stream goes on; false leaves the broken
+// attempt closed, for an in-band error.
+func (s *Stream) resume(se *StreamError) bool {
+	r := s.r
+	if s.req == nil || s.parent.Err() != nil {
+		return false
+	}
+	if err := s.transcript.Resumable(); err != nil {
+		r.debug("stream not resumed", zap.String("deployment", s.d.Name), zap.String("why", err.Error()))
+		return false
+	}
+	// The broken attempt: what it used, as stated, or estimated for what
+	// it relayed.
+	from := s.d
+	u, stated := s.usage.Usage()
+	u.InputTokens = max(u.InputTokens, s.req.PromptTokens)
+	u.OutputTokens = max(u.OutputTokens, int64(len(s.transcript.Text())-s.textAt+3)/4)
+	s.done = append(s.done, Leg{Deployment: from, Usage: u, Stated: stated})
+	s.closeLeg(&u)
+	var prior provider.Usage
+	for _, l := range s.done {
+		prior = addUsage(prior, l.Usage)
+	}
+	deadline := r.Clock.Now().Add(r.Deadline)
+	before := s.attempts
+	next, splice, how := s.continuation(prior, deadline)
+	if next == nil && s.transcript.CanReplay() && s.attempts < r.MaxAttempts && s.parent.Err() == nil {
+		if res := s.attempt(s.req.Request, nil, deadline); res.Stream != nil {
+			next, splice, how = res.Stream, s.transcript.Replay(prior), "replayed"
+		}
+	}
+	if next == nil {
+		fields := []zap.Field{zap.String("deployment", from.Name), zap.Int("attempts", s.attempts), zap.String("message", se.Message)}
+		if s.attempts == before {
+			r.debug("broken stream not resumed: no deployment could take it up", fields...)
+		} else {
+			r.Logger.Info("broken stream not resumed: the attempts to take it up failed", fields...)
+		}
+		return false
+	}
+	s.leg, s.pending, s.pendingBytes, s.first = next.leg, next.pending, next.pendingBytes, next.first
+	s.splice, s.textAt = splice, len(s.transcript.Text())
+	s.resumes++
+	if r.Observer != nil {
+		r.Observer.Resume(from, s.d, how)
+	}
+	r.Logger.Info("broken stream resumed", zap.String("from", from.Name), zap.String("to", s.d.Name),
+		zap.String("how", how), zap.String("failure", se.Message), zap.Int("text_bytes", s.textAt))
+	return true
+}
+
+// continuation asks for the rest of the answer after the text the client
+// has, on the deployments the Resume mode allows that have not refused
+// one.
+func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream, *resume.Splice, string) {
+	r := s.r
+	prefix, splice := s.transcript.Prefix(prior)
+	if prefix == "" {
+		return nil, nil, ""
+	}
+	body, err := resume.Body(s.req.Format, s.req.Body, prefix)
+	if err != nil {
+		r.debug("no continuation of this request", zap.Error(err))
+		return nil, nil, ""
+	}
+	creq := s.req.Continued(body)
+	allow := func(d *Deployment) bool {
+		return !slices.Contains(s.refused, d) && (r.Resume == ResumeAny || SameModel(d.Model, s.model))
+	}
+	for s.attempts < r.MaxAttempts && s.parent.Err() == nil {
+		res := s.attempt(creq, allow, deadline)
+		if res.Stream != nil {
+			return res.Stream, splice, "continued"
+		}
+		if res.Error == nil || res.Error.Class != provider.ClientError || res.Deployment == nil {
+			return nil, nil, ""
+		}
+		// A provider that refuses a continuation (a model without prefill):
+		// not asked for another in this request.
+		r.Logger.Info("deployment refused to continue a broken stream", zap.String("deployment", res.Deployment.Name),
+			zap.Int("status", res.Status), zap.String("message", res.Error.Message))
+		s.refused = append(s.refused, res.Deployment)
+	}
+	return nil, nil, ""
+}
+
+// attempt serves one of a resume's requests from the stream's group, with
+// the request's attempts left: a stream in the stream's format, or why
+// none came.
+func (s *Stream) attempt(pr *provider.Request, allow func(*Deployment) bool, deadline time.Time) *Result {
+	r, g := s.r, s.group
+	req := &Request{Request: pr, Tokens: s.req.Tokens, PromptTokens: s.req.PromptTokens, OutputTokens: s.req.OutputTokens,
+		Priority: s.req.Priority, Pinned: s.req.Pinned, resume: &resumeSpec{format: s.format, allow: allow}}
+	res := &Result{Attempts: s.attempts, lastEnd: r.Clock.Now()}
+	w := walk{per: make([]attemptState, len(g.Deployments)), minContext: -1}
+	for i, d := range g.Deployments {
+		// The deployments that broke the stream: only when no other is left.
+		w.per[i].silent = d == s.d || slices.ContainsFunc(s.done, func(l Leg) bool { return l.Deployment == d })
+	}
+	r.serve(s.parent, g, req, res, &w, deadline)
+	r.logPending(&w, nil)
+	s.attempts = res.Attempts
+	if res.Stream != nil {
+		res.Stream.group = s.group
+	}
+	if res.Err != nil && !errors.Is(res.Err, ErrClientGone) {
+		r.debug("a resume's attempts found no stream", zap.Error(res.Err))
+	}
+	return res
+}

@@ -1,0 +1,486 @@
+// Package resume reads a streamed answer as its client received it, and
+// splices into it the stream of another attempt that continues it, so
+// that the client reads one answer: no repeated text, no gap, one
+// message, one end, usage summed over the attempts.
+//
+// It reads the two formats a resumed stream can be in: Chat Completions
+// chunks (provider.Chat: every translated stream, and an OpenAI-format
+// provider's own) and Anthropic Messages events (provider.Messages: a
+// Claude deployment's own stream for a Messages client). A stream in
+// another format (a Responses or legacy completions stream passed on as
+// the provider sent it) is never resumed.
+//
+// What can be continued is text: a stream that relayed a tool call (its
+// arguments may be cut mid-JSON), reasoning, a refusal, or more than one
+// choice is not resumed.
+package resume
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// Transcript is what a client received of one streamed answer, read from
+// the events relayed to it (Add), in the stream's format. It is not safe
+// for concurrent use.
+type Transcript struct {
+	f    provider.Format
+	text strings.Builder
+	// why is set when the stream cannot be resumed: what it relayed that
+	// no continuation can take up.
+	why string
+	// Chat: the first chunk's id, created and model, as JSON values,
+	// which a continuation's chunks take on.
+	id, created, model []byte
+	// Messages: how many content blocks began, and whether the last one
+	// is open (a text block without its content_block_stop).
+	blocks int
+	open   bool
+	// finished: a choice's finish_reason or message_delta's stop_reason
+	// was relayed: the answer is whole, nothing to continue.
+	finished bool
+}
+
+// New returns the transcript of a stream in format f.
+func New(f provider.Format) *Transcript {
+	t := &Transcript{f: f}
+	if f != provider.Chat && f != provider.Messages {
+		t.why = "a " + f.String() + " stream passed on as the provider sent it cannot be resumed"
+	}
+	return t
+}
+
+// Text returns the answer's text the client has received.
+func (t *Transcript) Text() string { return t.text.String() }
+
+// Resumable returns nil when the answer so far can be continued by
+// another attempt, else why not.
+func (t *Transcript) Resumable() error {
+	switch {
+	case t.why != "":
+		return errors.New(t.why)
+	case t.finished:
+		return errors.New("the answer had finished")
+	}
+	return nil
+}
+
+// CanReplay reports whether a replay (the request asked again from its
+// start) can be spliced in: the client has one text block at most, still
+// open, so that the replay's first block takes its place.
+func (t *Transcript) CanReplay() bool {
+	return t.Resumable() == nil && (t.f != provider.Messages || t.blocks <= 1 && (t.blocks == 0 || t.open))
+}
+
+// chatChunk is what a transcript reads of a chat.completion.chunk.
+type chatChunk struct {
+	ID      json.RawMessage `json:"id"`
+	Created json.RawMessage `json:"created"`
+	Model   json.RawMessage `json:"model"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Role             string          `json:"role"`
+			Content          *string         `json:"content"`
+			Refusal          *string         `json:"refusal"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+			FunctionCall     json.RawMessage `json:"function_call"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			Reasoning        *string         `json:"reasoning"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage json.RawMessage `json:"usage"`
+}
+
+// messagesEvent is what a transcript reads of a Messages stream event.
+type messagesEvent struct {
+	Type         string `json:"type"`
+	Index        *int   `json:"index"`
+	ContentBlock *struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content_block"`
+	Delta *struct {
+		Type       string  `json:"type"`
+		Text       string  `json:"text"`
+		StopReason *string `json:"stop_reason"`
+	} `json:"delta"`
+	Message *struct {
+		Usage json.RawMessage `json:"usage"`
+	} `json:"message"`
+	Usage json.RawMessage `json:"usage"`
+}
+
+// nonEmpty reports whether a JSON value states something: not absent,
+// null, [], {} or "".
+func nonEmpty(raw json.RawMessage) bool {
+	v := bytes.TrimSpace(raw)
+	return len(v) > 0 && !bytes.Equal(v, []byte("null")) && !bytes.Equal(v, []byte("[]")) &&
+		!bytes.Equal(v, []byte("{}")) && !bytes.Equal(v, []byte(`""`))
+}
+
+func stated(s *string) bool { return s != nil && *s != "" }
+
+// Add reads one event relayed to the client.
+func (t *Transcript) Add(ev provider.Event) {
+	if t.why != "" || len(ev.Data) == 0 {
+		return
+	}
+	switch t.f {
+	case provider.Chat:
+		var c chatChunk
+		if json.Unmarshal(ev.Data, &c) != nil {
+			return // [DONE], or nothing a client reads as content
+		}
+		if t.id == nil {
+			t.id, t.created, t.model = bytes.Clone(c.ID), bytes.Clone(c.Created), bytes.Clone(c.Model)
+		}
+		for _, ch := range c.Choices {
+			d := &ch.Delta
+			switch {
+			case ch.Index != 0:
+				t.why = "the answer has more than one choice"
+			case nonEmpty(d.ToolCalls) || nonEmpty(d.FunctionCall):
+				t.why = "the answer holds a tool call"
+			case stated(d.ReasoningContent) || stated(d.Reasoning):
+				t.why = "the answer holds reasoning"
+			case stated(d.Refusal):
+				t.why = "the answer is a refusal"
+			}
+			if d.Content != nil {
+				t.text.WriteString(*d.Content)
+			}
+			if stated(ch.FinishReason) {
+				t.finished = true
+			}
+		}
+	case provider.Messages:
+		var e messagesEvent
+		if json.Unmarshal(ev.Data, &e) != nil {
+			return
+		}
+		switch e.Type {
+		case "content_block_start":
+			t.blocks++
+			if e.ContentBlock == nil || e.ContentBlock.Type != "text" {
+				t.why = "the answer holds a content block other than text"
+				return
+			}
+			t.open = true
+			t.text.WriteString(e.ContentBlock.Text)
+		case "content_block_delta":
+			if e.Delta == nil || e.Delta.Type != "text_delta" {
+				t.why = "the answer holds content other than text"
+				return
+			}
+			t.text.WriteString(e.Delta.Text)
+		case "content_block_stop":
+			t.open = false
+		case "message_delta":
+			if e.Delta != nil && stated(e.Delta.StopReason) {
+				t.finished = true
+			}
+		}
+	}
+}
+
+// ErrDiverged is returned by Splice.Event when a replay's text departs
+// from what the client already has: it cannot be spliced in.
+var ErrDiverged = errors.New("the new answer does not begin with the text the client already has")
+
+// Splice rewrites the events of a stream that takes up an answer where its
+// transcript left off, in the transcript's format, for the same client.
+// Each event it lets through is read by the transcript too, so that a
+// second break can be resumed as the first.
+type Splice struct {
+	t *Transcript
+	// skip is the text the client has that the new stream may repeat at
+	// its start: with strict, all of it must be there (a replay); else
+	// what matches is dropped (the whitespace a continuation's prefix
+	// left off).
+	skip   string
+	strict bool
+	// prior is what the earlier attempts used, added to the usage the new
+	// stream states, so that the client reads the sum.
+	prior provider.Usage
+	// Messages: the new stream's block i is the client's block base+i;
+	// join drops the new stream's first block start, which continues the
+	// client's open block.
+	base int
+	join bool
+	// input is what the new stream's message_start said of its input.
+	input provider.Usage
+}
+
+// Prefix returns the text a continuation's request ends with (the
+// assistant's, for the provider to continue) and the splice of its
+// stream: the text the client has, without its trailing whitespace
+// (providers refuse a prefill that ends in whitespace), which a
+// continuation's text then likely begins with and the splice drops.
+// prior is what the earlier attempts used.
+func (t *Transcript) Prefix(prior provider.Usage) (string, *Splice) {
+	text := t.Text()
+	trimmed := strings.TrimRightFunc(text, unicode.IsSpace)
+	s := &Splice{t: t, skip: text[len(trimmed):], prior: prior}
+	s.base, s.join = t.blocks, false
+	if t.open {
+		s.base, s.join = t.blocks-1, true
+	}
+	return trimmed, s
+}
+
+// Replay returns the splice of a replay: the request asked again from its
+// start, whose new text must begin with exactly the text the client has
+// (CanReplay must be true).
+func (t *Transcript) Replay(prior provider.Usage) *Splice {
+	return &Splice{t: t, skip: t.Text(), strict: true, prior: prior, base: 0, join: t.blocks == 1}
+}
+
+// Event returns ev, an event of the new stream (as its plan relays it), as
+// the client is to receive it; ok false when it is dropped (the new
+// stream's start, text the client has). err is ErrDiverged when a
+// replay's text departs from the client's.
+func (s *Splice) Event(ev provider.Event) (out provider.Event, ok bool, err error) {
+	if len(ev.Data) == 0 {
+		return ev, false, nil
+	}
+	switch s.t.f {
+	case provider.Chat:
+		out, ok, err = s.chat(ev)
+	case provider.Messages:
+		out, ok, err = s.messages(ev)
+	default:
+		return ev, false, errors.New("not a resumable format")
+	}
+	if ok {
+		s.t.Add(out)
+	}
+	return out, ok, err
+}
+
+// take drops what of text the client has (skip) and returns the rest;
+// diverged when a replay's text departs from it.
+func (s *Splice) take(text string) (rest string, diverged bool) {
+	if s.skip == "" {
+		return text, false
+	}
+	n := min(len(text), len(s.skip))
+	if text[:n] == s.skip[:n] {
+		s.skip = s.skip[n:]
+		return text[n:], false
+	}
+	if s.strict {
+		return "", true
+	}
+	// A continuation that did not repeat the whitespace: it stands as it is.
+	s.skip = ""
+	return text, false
+}
+
+func (s *Splice) chat(ev provider.Event) (provider.Event, bool, error) {
+	var c chatChunk
+	if json.Unmarshal(ev.Data, &c) != nil {
+		return ev, true, nil // not a chunk: passed on as it came
+	}
+	data := ev.Data
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return ev, true, nil
+	}
+	changed := false
+	content, drop := "", false
+	if len(c.Choices) == 1 {
+		ch := &c.Choices[0]
+		d := &ch.Delta
+		if d.Content != nil {
+			rest, diverged := s.take(*d.Content)
+			if diverged {
+				return ev, false, ErrDiverged
+			}
+			if rest != *d.Content {
+				content, changed = rest, true
+			}
+		}
+		if s.strict && s.skip != "" && stated(ch.FinishReason) {
+			return ev, false, ErrDiverged // the new answer ended within the old one
+		}
+		empty := d.Content == nil || *d.Content == "" || changed && content == ""
+		if empty && !stated(ch.FinishReason) && !nonEmpty(d.ToolCalls) && !nonEmpty(d.FunctionCall) &&
+			!stated(d.ReasoningContent) && !stated(d.Reasoning) && !stated(d.Refusal) && !nonEmpty(c.Usage) {
+			drop = true // a role, or text the client has
+		}
+	}
+	if drop {
+		return ev, false, nil
+	}
+	if changed {
+		var choices []map[string]json.RawMessage
+		var delta map[string]json.RawMessage
+		if json.Unmarshal(m["choices"], &choices) != nil || len(choices) != 1 || json.Unmarshal(choices[0]["delta"], &delta) != nil {
+			return ev, true, nil
+		}
+		delta["content"], _ = json.Marshal(content)
+		delete(delta, "role")
+		choices[0]["delta"], _ = json.Marshal(delta)
+		m["choices"], _ = json.Marshal(choices)
+	}
+	for key, v := range map[string][]byte{"id": s.t.id, "created": s.t.created, "model": s.t.model} {
+		if v != nil {
+			if _, has := m[key]; has {
+				m[key], changed = v, true
+			}
+		}
+	}
+	if nonEmpty(c.Usage) && s.prior != (provider.Usage{}) {
+		if u, ok := addChatUsage(c.Usage, s.prior); ok {
+			m["usage"], changed = u, true
+		}
+	}
+	if !changed {
+		return ev, true, nil
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return ev, true, nil
+	}
+	return provider.Event{Name: ev.Name, Data: out}, true, nil
+}
+
+// addChatUsage returns a Chat Completions usage object with prior added.
+func addChatUsage(raw json.RawMessage, prior provider.Usage) (json.RawMessage, bool) {
+	var u map[string]json.RawMessage
+	if json.Unmarshal(raw, &u) != nil {
+		return nil, false
+	}
+	add(u, "prompt_tokens", prior.InputTokens)
+	add(u, "completion_tokens", prior.OutputTokens)
+	add(u, "total_tokens", prior.Total())
+	if d, ok := u["prompt_tokens_details"]; ok && prior.CachedInputTokens > 0 {
+		var details map[string]json.RawMessage
+		if json.Unmarshal(d, &details) == nil && details != nil {
+			add(details, "cached_tokens", prior.CachedInputTokens)
+			u["prompt_tokens_details"], _ = json.Marshal(details)
+		}
+	}
+	out, err := json.Marshal(u)
+	return out, err == nil
+}
+
+// add adds n to the count at key of m (absent counts as 0).
+func add(m map[string]json.RawMessage, key string, n int64) {
+	var v int64
+	if raw, ok := m[key]; ok {
+		if json.Unmarshal(raw, &v) != nil {
+			return // not a count: left as it is
+		}
+	}
+	m[key] = strconv.AppendInt(nil, min(v, provider.MaxTokens)+n, 10)
+}
+
+func (s *Splice) messages(ev provider.Event) (provider.Event, bool, error) {
+	var e messagesEvent
+	if json.Unmarshal(ev.Data, &e) != nil {
+		return ev, true, nil
+	}
+	data := ev.Data
+	index := -1
+	if e.Index != nil {
+		index = *e.Index
+	}
+	reindex := func() {
+		if index >= 0 && s.base != 0 {
+			if out, err := jsonbody.SetRaw(data, "index", strconv.AppendInt(nil, int64(index+s.base), 10)); err == nil {
+				data = out
+			}
+		}
+	}
+	switch e.Type {
+	case "message_start":
+		if e.Message != nil && nonEmpty(e.Message.Usage) {
+			provider.AddMessagesUsage(&s.input, e.Message.Usage)
+		}
+		return ev, false, nil // the client has its message
+	case "content_block_start":
+		if index == 0 && s.join {
+			return ev, false, nil // its text goes on in the client's open block
+		}
+		if s.strict && s.skip != "" {
+			return ev, false, ErrDiverged
+		}
+		reindex()
+	case "content_block_delta":
+		if index == 0 && e.Delta != nil && e.Delta.Type == "text_delta" && s.skip != "" {
+			rest, diverged := s.take(e.Delta.Text)
+			if diverged {
+				return ev, false, ErrDiverged
+			}
+			if rest == "" {
+				return ev, false, nil
+			}
+			if rest != e.Delta.Text {
+				delta, _ := json.Marshal(map[string]string{"type": "text_delta", "text": rest})
+				if out, err := jsonbody.SetRaw(data, "delta", delta); err == nil {
+					data = out
+				}
+			}
+		} else if s.strict && s.skip != "" {
+			return ev, false, ErrDiverged
+		}
+		reindex()
+	case "content_block_stop":
+		if s.strict && s.skip != "" {
+			return ev, false, ErrDiverged
+		}
+		reindex()
+	case "message_delta":
+		if s.strict && s.skip != "" {
+			return ev, false, ErrDiverged
+		}
+		if s.prior != (provider.Usage{}) || s.input != (provider.Usage{}) {
+			if u, ok := s.messagesUsage(e.Usage); ok {
+				if out, err := jsonbody.SetRaw(data, "usage", u); err == nil {
+					data = out
+				}
+			}
+		}
+	}
+	if len(data) == len(ev.Data) && bytes.Equal(data, ev.Data) {
+		return ev, true, nil
+	}
+	return provider.Event{Name: ev.Name, Data: data}, true, nil
+}
+
+// messagesUsage returns message_delta's usage with the earlier attempts'
+// and the new stream's input stated in it: an SDK takes the counts a
+// message_delta states over message_start's, so that the client reads the
+// sum of every attempt.
+func (s *Splice) messagesUsage(raw json.RawMessage) (json.RawMessage, bool) {
+	u := map[string]json.RawMessage{}
+	if nonEmpty(raw) && json.Unmarshal(raw, &u) != nil {
+		return nil, false
+	}
+	in := s.input
+	if nonEmpty(raw) {
+		provider.AddMessagesUsage(&in, raw)
+	}
+	var out int64
+	if v, ok := u["output_tokens"]; ok {
+		_ = json.Unmarshal(v, &out)
+	}
+	p := s.prior
+	set := func(key string, n int64) { u[key] = strconv.AppendInt(nil, max(n, 0), 10) }
+	set("output_tokens", min(out, provider.MaxTokens)+p.OutputTokens)
+	set("input_tokens", in.InputTokens-in.CachedInputTokens-in.CacheWriteTokens+p.InputTokens-p.CachedInputTokens-p.CacheWriteTokens)
+	set("cache_read_input_tokens", in.CachedInputTokens+p.CachedInputTokens)
+	set("cache_creation_input_tokens", in.CacheWriteTokens+p.CacheWriteTokens)
+	b, err := json.Marshal(u)
+	return b, err == nil
+}

@@ -21,6 +21,10 @@ const (
 	// HeaderGroup names the model group that answered: the one asked for,
 	// or its fallback group (ModelGroup.FallbackGroup).
 	HeaderGroup = "X-LLM-Router-Group"
+	// HeaderHedge says that a hedge was started (hedge_after) and which
+	// attempt answered: "lost" (the first) or "won" (the hedge). Absent
+	// when none was.
+	HeaderHedge = "X-LLM-Router-Hedge"
 )
 
 // ServeHTTP answers the LLM API paths (see Handler); any other path under
@@ -118,13 +122,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // metrics. Nothing is told of an answer whose provider stated no usage.
 func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 	u, ok := res.Usage, res.UsageStated
+	legs := []router.Leg{{Deployment: res.Deployment, Usage: u}}
 	if res.Stream != nil {
+		// A resumed stream: each attempt's usage on its deployment.
 		u, ok = res.Stream.Usage()
+		legs = res.Stream.Legs()
+		if n := res.Stream.Resumes(); n > 0 {
+			if extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); extra != nil {
+				extra.Set(zap.Int("llm_resumes", n))
+			}
+		}
 	}
 	if !ok || res.Deployment == nil {
 		return
 	}
-	cost := res.Deployment.Cost(u)
+	cost := 0.0
+	for _, l := range legs {
+		cost += l.Deployment.Cost(l.Usage)
+	}
 	fields := []struct {
 		name string
 		n    int64
@@ -150,7 +165,9 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 	if res.Group != nil {
 		group = res.Group.Name
 	}
-	h.metrics.usage(group, res.Deployment.Name, u, cost)
+	for _, l := range legs {
+		h.metrics.usage(group, l.Deployment.Name, l.Usage, l.Deployment.Cost(l.Usage))
+	}
 }
 
 // priority resolves the request's priority (Handler.Priority): the
@@ -269,6 +286,9 @@ func setRouterHeaders(w http.ResponseWriter, res *router.Result) {
 		w.Header().Set(HeaderDeployment, res.Deployment.Name)
 	}
 	w.Header().Set(HeaderAttempts, strconv.Itoa(res.Attempts))
+	if res.Hedge != "" {
+		w.Header().Set(HeaderHedge, res.Hedge)
+	}
 	if res.Group != nil {
 		w.Header().Set(HeaderGroup, res.Group.Name)
 	}

@@ -30,6 +30,8 @@ import (
 //	llm_router_circuit_state{deployment}                        0 closed, 1 half-open, 2 open, read at scrape
 //	llm_router_tokens_total{model_group, deployment, kind}      tokens the answers used, as their providers counted them: kind input, output, cached_input, cache_write, reasoning
 //	llm_router_cost_usd_total{model_group, deployment}          what they cost, USD, at the deployment's prices
+//	llm_router_hedges_total{model_group, deployment}            hedges started (hedge_after) on deployment
+//	llm_router_hedge_wins_total{model_group, deployment}        hedges on deployment that answered first
 //	llm_router_resumes_total{deployment, how}                   streams that broke on deployment and were taken up by another attempt: how continued or replayed
 type metrics struct {
 	requests  *prometheus.CounterVec
@@ -44,6 +46,8 @@ type metrics struct {
 	tokens    *prometheus.CounterVec
 	cost      *prometheus.CounterVec
 	resumes   *prometheus.CounterVec
+	hedges    *prometheus.CounterVec
+	hedgeWins *prometheus.CounterVec
 	states    stateCollector
 }
 
@@ -98,6 +102,12 @@ func getMetrics() *metrics {
 			resumes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 				Name: "resumes_total", Help: "Streams that broke after they began and were taken up by another attempt, by the deployment that broke and how (continued: the new attempt went on from the client's text; replayed: it answered afresh and its text began with the client's)."},
 				[]string{"deployment", "how"}),
+			hedges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "hedges_total", Help: "Hedges started (hedge_after): a second attempt, on deployment, for a request whose first had produced no content in time, by model group and the hedge's deployment."},
+				[]string{"model_group", "deployment"}),
+			hedgeWins: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+				Name: "hedge_wins_total", Help: "Hedges that answered before the attempt they hedged, by model group and the hedge's deployment."},
+				[]string{"model_group", "deployment"}),
 		}
 	})
 	return theMetrics
@@ -107,7 +117,7 @@ func getMetrics() *metrics {
 // them already (a reload) is fine.
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.fallbacks, m.latency, m.ttft,
-		m.queue, m.queueWait, m.surprises, m.tokens, m.cost, m.resumes, &m.states} {
+		m.queue, m.queueWait, m.surprises, m.tokens, m.cost, m.resumes, m.hedges, m.hedgeWins, &m.states} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -170,6 +180,16 @@ func (m *metrics) Queue(g *router.Group, waiting int) {
 // QueueWait implements router.Observer.
 func (m *metrics) QueueWait(g *router.Group, waited time.Duration) {
 	m.queueWait.WithLabelValues(g.Name).Observe(waited.Seconds())
+}
+
+// Hedge implements router.Observer.
+func (m *metrics) Hedge(g *router.Group, d *router.Deployment) {
+	m.hedges.WithLabelValues(g.Name, d.Name).Inc()
+}
+
+// HedgeWon implements router.Observer.
+func (m *metrics) HedgeWon(g *router.Group, d *router.Deployment) {
+	m.hedgeWins.WithLabelValues(g.Name, d.Name).Inc()
 }
 
 // Resume implements router.Observer.

@@ -717,6 +717,16 @@ func (o *countingObserver) QueueWait(*Group, time.Duration) {
 	o.waits++
 	o.mu.Unlock()
 }
+func (o *countingObserver) Hedge(_ *Group, d *Deployment) {
+	o.mu.Lock()
+	o.hedges = append(o.hedges, d.Name)
+	o.mu.Unlock()
+}
+func (o *countingObserver) HedgeWon(_ *Group, d *Deployment) {
+	o.mu.Lock()
+	o.hedges = append(o.hedges, "won "+d.Name)
+	o.mu.Unlock()
+}
 func (o *countingObserver) Resume(from, to *Deployment, how string) {
 	o.mu.Lock()
 	o.resumes = append(o.resumes, from.Name+">"+to.Name+" "+how)

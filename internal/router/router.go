@@ -230,6 +230,11 @@ type Observer interface {
 	// Unpredicted reports a 429 from d that the router's budget did not
 	// predict (it let the attempt go).
 	Unpredicted(d *Deployment)
+	// Hedge reports a hedge started on d, for a request of g whose
+	// attempt had produced no content after HedgeAfter; HedgeWon reports
+	// that it answered first.
+	Hedge(g *Group, d *Deployment)
+	HedgeWon(g *Group, d *Deployment)
 	// Resume reports a stream that broke on from and was taken up by an
 	// attempt on to, how: "continued" (to went on from the client's text)
 	// or "replayed" (to answered afresh, and its text began with the
@@ -300,6 +305,10 @@ type Result struct {
 	// Error is the provider's client error (class, code, message) when
 	// Status is one, for client APIs that restate it in their format.
 	Error *provider.Observation
+	// Hedge says whether a hedge was started (HedgeAfter), and which
+	// attempt answered: "" none, HedgeLost (the first), HedgeWon (the
+	// hedge). Attempts counts both.
+	Hedge string
 	// Stream is a committed streaming answer: relay it with Stream.Relay
 	// (its usage is known once relayed: Stream.Usage).
 	Stream *Stream
@@ -596,9 +605,11 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			from = last.obs.Class
 		}
 		a.out.span = startSpan(ctx, d, req, a.plan, res.Attempts+1, from, r.Clock.Now().Sub(res.lastEnd))
-		out := a.exchange(req)
-		res.lastEnd = r.Clock.Now()
+		res.Attempts++
 		w.per[i].tried = true
+		var xbuf [2]exchanged
+		outs := r.exchange(ctx, g, req, res, w, i, a, need, deadline, xbuf[:0])
+		res.lastEnd = r.Clock.Now()
 		if last := cmp.Or(w.last, w.prior); last != nil {
 			last.d.State.RecordFailover(last.obs.Class)
 			if r.Observer != nil {
@@ -606,9 +617,10 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 		}
 		w.prior = nil
-		res.Attempts++
-		if done := r.settle(res, w, i, out); done {
-			return res
+		for _, e := range outs {
+			if done := r.settle(res, w, e.i, e.out); done {
+				return res
+			}
 		}
 	}
 }

@@ -45,7 +45,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        tokens   <count>
 //	        window   <duration>
 //	    }
-//	    fault rate_limit|status|hang|cut|error_event|keepalive|stall|malformed {
+//	    fault rate_limit|status|hang|cut|error_event|keepalive|stall|malformed|slow {
 //	        every       <n>
 //	        from        <duration>
 //	        for         <duration>
@@ -56,6 +56,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        retry_delay <duration>
 //	        quota_id    <id>
 //	        quota       requests|tokens|tokens_per_day|shared|per_minute|per_day
+//	        delay       <duration>
 //	    }
 //	}
 //
@@ -180,13 +181,13 @@ func parseRateLimit(d *caddyfile.Dispenser) (*RateLimit, error) {
 func parseFault(d *caddyfile.Dispenser) (Fault, error) {
 	var f Fault
 	if !d.NextArg() {
-		return f, d.Errf("fault needs a kind: rate_limit, status, hang, cut, error_event, keepalive, stall or malformed")
+		return f, d.Errf("fault needs a kind: rate_limit, status, hang, cut, error_event, keepalive, stall, malformed or slow")
 	}
 	f.Kind = d.Val()
 	switch f.Kind {
-	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive, FaultStall, FaultMalformed:
+	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive, FaultStall, FaultMalformed, FaultSlow:
 	default:
-		return f, d.Errf("unknown fault kind %q (want rate_limit, status, hang, cut, error_event, keepalive, stall or malformed)", f.Kind)
+		return f, d.Errf("unknown fault kind %q (want rate_limit, status, hang, cut, error_event, keepalive, stall, malformed or slow)", f.Kind)
 	}
 	if d.NextArg() {
 		return f, d.ArgErr()
@@ -237,12 +238,23 @@ func parseFault(d *caddyfile.Dispenser) (Fault, error) {
 			if err == nil && (f.Quota == "" || !knownQuota(f.Quota)) {
 				err = d.Errf("fault %s: unknown quota %q (want requests, tokens, tokens_per_day, shared, per_minute or per_day)", f.Kind, f.Quota)
 			}
+		case "delay":
+			if f.Kind != FaultSlow {
+				return f, d.Errf("fault %s: delay is only used by slow faults", f.Kind)
+			}
+			f.Delay, err = durationArg(d)
+			if err == nil && f.Delay == 0 {
+				err = d.Errf("fault slow: delay must be positive")
+			}
 		default:
 			return f, d.Errf("fault %s: unrecognized subdirective %q", f.Kind, name)
 		}
 		if err != nil {
 			return f, err
 		}
+	}
+	if f.Kind == FaultSlow && f.Delay == 0 {
+		return f, d.Errf("fault slow needs a delay")
 	}
 	return f, nil
 }

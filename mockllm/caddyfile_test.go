@@ -153,6 +153,19 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"continuation accept", `llm_mock {
 			continuation accept
 		}`, Handler{Continuation: ContinuationAccept}},
+		{"slow fault", `llm_mock {
+			fault slow {
+				every 10
+				delay 800ms
+			}
+			fault slow {
+				delay 2s
+				from  1m
+			}
+		}`, Handler{Faults: []Fault{
+			{Kind: FaultSlow, Every: 10, Delay: caddy.Duration(800 * time.Millisecond)},
+			{Kind: FaultSlow, Delay: caddy.Duration(2 * time.Second), From: caddy.Duration(time.Minute)},
+		}}},
 		{"rate limit partial and day duration", `llm_mock {
 			rate_limit {
 				tokens 10
@@ -380,7 +393,41 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		}`, `duplicate subdirective "continuation"`},
 		{"unknown fault kind lists the stream faults", `llm_mock {
 			fault freeze
-		}`, `unknown fault kind "freeze" (want rate_limit, status, hang, cut, error_event, keepalive, stall or malformed)`},
+		}`, `unknown fault kind "freeze" (want rate_limit, status, hang, cut, error_event, keepalive, stall, malformed or slow)`},
+		{"slow without delay", `llm_mock {
+			fault slow {
+				every 10
+			}
+		}`, "fault slow needs a delay"},
+		{"slow without block", `llm_mock {
+			fault slow
+		}`, "fault slow needs a delay"},
+		{"slow zero delay", `llm_mock {
+			fault slow {
+				delay 0s
+			}
+		}`, "fault slow: delay must be positive"},
+		{"slow negative delay", `llm_mock {
+			fault slow {
+				delay -1s
+			}
+		}`, "delay must not be negative"},
+		{"slow bad delay", `llm_mock {
+			fault slow {
+				delay soon
+			}
+		}`, `delay: bad duration "soon"`},
+		{"slow duplicate delay", `llm_mock {
+			fault slow {
+				delay 1s
+				delay 2s
+			}
+		}`, `fault slow: duplicate subdirective "delay"`},
+		{"delay of another kind", `llm_mock {
+			fault hang {
+				delay 1s
+			}
+		}`, "fault hang: delay is only used by slow faults"},
 		{"stall negative after", `llm_mock {
 			fault stall {
 				after -2
@@ -477,6 +524,11 @@ func TestCaddyfileAdaptClouds(t *testing.T) {
 			after 1
 		}
 		fault malformed`, `{"continuation":"reject","dialect":"bedrock","faults":[{"after":1,"kind":"stall"},{"kind":"malformed"}],"handler":"llm_mock"}`, ""},
+		{`dialect anthropic
+		fault slow {
+			every 10
+			delay 800ms
+		}`, `{"dialect":"anthropic","faults":[{"delay":800000000,"every":10,"kind":"slow"}],"handler":"llm_mock"}`, ""},
 		{`dialect vertex
 		aws_credentials a b`, "", "aws_credentials is only used by the bedrock dialect"},
 		{`dialect bedrock

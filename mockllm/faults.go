@@ -14,7 +14,8 @@ import (
 // Faults (Handler.Faults): their kinds and validation, which fault
 // selects a request, hang and abandon, and the error bodies of
 // rate_limit, status and error_event faults. Cut, error_event, stall
-// and malformed faults strike streams in stream.go.
+// and malformed faults strike streams in stream.go, where slow faults
+// delay their first chunk.
 
 // Fault kinds, the values of Fault.Kind.
 const (
@@ -26,6 +27,7 @@ const (
 	FaultKeepAlive  = "keepalive"
 	FaultStall      = "stall"
 	FaultMalformed  = "malformed"
+	FaultSlow       = "slow"
 )
 
 // Fault is one scripted failure.
@@ -111,6 +113,12 @@ type Fault struct {
 	//     chunk message, or Converse's contentBlockDelta). Plain answers
 	//     get 200 with the first half of the answer's body (its
 	//     Content-Length that half's).
+	//   - slow: the answer is normal but late: streams send their
+	//     first content chunk Delay after FirstTokenDelay (the response
+	//     headers, and the anthropic prelude, come as usual); plain
+	//     answers, and tool-call streams (written at once), are sent
+	//     Delay after Latency. The time to first token of a provider's
+	//     slow tail.
 	//
 	// Required.
 	Kind string `json:"kind"`
@@ -186,6 +194,20 @@ type Fault struct {
 	// <quota> as QuotaID says). Other dialects reject it.
 	// Default: "requests" (bedrock), "shared" (vertex).
 	Quota string `json:"quota,omitempty"`
+
+	// Delay is how much later a slow fault's answer comes: see Kind.
+	// Required, and positive, for slow; other kinds refuse it.
+	// Unit: duration.
+	Delay caddy.Duration `json:"delay,omitempty"`
+}
+
+// slowDelay is the delay of f when it is a slow fault, else 0; f may
+// be nil.
+func (f *Fault) slowDelay() time.Duration {
+	if f == nil || f.Kind != FaultSlow {
+		return 0
+	}
+	return time.Duration(f.Delay)
 }
 
 // Values of Fault.Quota.
@@ -220,11 +242,11 @@ func (f *Fault) validateQuota(dl int) error {
 
 func (f *Fault) validate() error {
 	switch f.Kind {
-	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive, FaultStall, FaultMalformed:
+	case FaultRateLimit, FaultStatus, FaultHang, FaultCut, FaultErrorEvent, FaultKeepAlive, FaultStall, FaultMalformed, FaultSlow:
 	case "":
 		return errors.New("kind is required")
 	default:
-		return fmt.Errorf("unknown kind %q (want rate_limit, status, hang, cut, error_event, keepalive, stall or malformed)", f.Kind)
+		return fmt.Errorf("unknown kind %q (want rate_limit, status, hang, cut, error_event, keepalive, stall, malformed or slow)", f.Kind)
 	}
 	switch {
 	case f.Every < 0:
@@ -239,6 +261,10 @@ func (f *Fault) validate() error {
 		return fmt.Errorf("after must not be negative, got %d", *f.After)
 	case f.RetryDelay < 0:
 		return fmt.Errorf("retry_delay must not be negative, got %s", time.Duration(f.RetryDelay))
+	case f.Kind == FaultSlow && f.Delay <= 0:
+		return fmt.Errorf("delay must be positive, got %s", time.Duration(f.Delay))
+	case f.Kind != FaultSlow && f.Delay != 0:
+		return errors.New("delay is only used by slow faults")
 	}
 	if f.Quota != "" && !knownQuota(f.Quota) {
 		return fmt.Errorf("unknown quota %q (want requests, tokens, tokens_per_day, shared, per_minute or per_day)", f.Quota)

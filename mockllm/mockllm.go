@@ -11,9 +11,9 @@
 // has to survive: provider rate limits with the provider's rate-limit
 // headers or quota errors, error statuses, hung requests, streams cut
 // mid-way, stalled or sending malformed JSON, error events inside a
-// stream and keep-alives before the first token. It continues a final
-// assistant message as the provider does (Anthropic's prefill, prefix
-// completion), or rejects it. Integration tests, the demo Caddyfile,
+// stream, keep-alives before the first token and late first tokens. It
+// continues a final assistant message as the provider does (Anthropic's
+// prefill, prefix completion), or rejects it. Integration tests, the demo Caddyfile,
 // benchmarks and chaos soak tests run it as the Caddy handler
 // http.handlers.llm_mock; unit tests of other packages use it as a
 // plain http.Handler through Setup and HTTPHandler.

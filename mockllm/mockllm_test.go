@@ -1160,7 +1160,11 @@ func TestValidate(t *testing.T) {
 		{"stall", Handler{Faults: []Fault{{Kind: FaultStall, After: intp(3)}}}, ""},
 		{"malformed", Handler{Faults: []Fault{{Kind: FaultMalformed, After: intp(0)}}}, ""},
 		{"stall after", Handler{Faults: []Fault{{Kind: FaultStall, After: intp(-1)}}}, "fault 0 (stall): after must not be negative, got -1"},
-		{"bad kind listed", Handler{Faults: []Fault{{Kind: "Stall"}}}, `unknown kind "Stall" (want rate_limit, status, hang, cut, error_event, keepalive, stall or malformed)`},
+		{"bad kind listed", Handler{Faults: []Fault{{Kind: "Stall"}}}, `unknown kind "Stall" (want rate_limit, status, hang, cut, error_event, keepalive, stall, malformed or slow)`},
+		{"slow", Handler{Faults: []Fault{{Kind: FaultSlow, Every: 10, Delay: caddy.Duration(time.Second)}}}, ""},
+		{"slow without delay", Handler{Faults: []Fault{{Kind: FaultSlow}}}, "fault 0 (slow): delay must be positive, got 0s"},
+		{"slow negative delay", Handler{Faults: []Fault{{Kind: FaultSlow, Delay: -1}}}, "delay must be positive, got -1ns"},
+		{"delay elsewhere", Handler{Faults: []Fault{{Kind: FaultStall, Delay: 1}}}, "fault 0 (stall): delay is only used by slow faults"},
 		{"continuation accept", Handler{Continuation: ContinuationAccept}, ""},
 		{"continuation reject", Handler{Dialect: DialectBedrock, Continuation: ContinuationReject}, ""},
 		{"unknown continuation", Handler{Continuation: "refuse"}, `unknown continuation "refuse" (want accept or reject)`},
@@ -1200,13 +1204,14 @@ func TestJSONConfig(t *testing.T) {
 	raw := `{"model":"m","latency":"10ms","first_token_delay":5000000,"chunks":3,"chunk_interval":"1ms",
 		"reply":"r","api_key":"{env.K}","rate_limit":{"requests":2,"tokens":100,"window":"30s"},
 		"faults":[{"kind":"status","every":2,"from":"1s","for":"2s","status":503,
-		"headers":{"Retry-After":["5"]},"body":"b","after":0,"retry_delay":"42s","quota_id":"q"},{"kind":"stall","after":2},{"kind":"malformed"}],
+		"headers":{"Retry-After":["5"]},"body":"b","after":0,"retry_delay":"42s","quota_id":"q"},{"kind":"stall","after":2},{"kind":"malformed"},{"kind":"slow","delay":"800ms"}],
 		"dialect":"gemini","continuation":"reject"}`
 	if err := json.Unmarshal([]byte(raw), &h); err != nil {
 		t.Fatal(err)
 	}
 	if h.Latency != caddy.Duration(10*time.Millisecond) || h.FirstTokenDelay != caddy.Duration(5*time.Millisecond) ||
-		h.RateLimit.Window != caddy.Duration(30*time.Second) || len(h.Faults) != 3 || h.Continuation != ContinuationReject ||
+		h.RateLimit.Window != caddy.Duration(30*time.Second) || len(h.Faults) != 4 ||
+		h.Faults[3].Kind != FaultSlow || h.Faults[3].Delay != caddy.Duration(800*time.Millisecond) || h.Continuation != ContinuationReject ||
 		h.Faults[1].Kind != FaultStall || *h.Faults[1].After != 2 || h.Faults[2].Kind != FaultMalformed || h.Faults[2].After != nil ||
 		h.Faults[0].After == nil || *h.Faults[0].After != 0 || h.Faults[0].Headers.Get("Retry-After") != "5" ||
 		h.Dialect != DialectGemini || h.Faults[0].RetryDelay != caddy.Duration(42*time.Second) || h.Faults[0].QuotaID != "q" {
@@ -1489,4 +1494,123 @@ func TestFaultMalformed(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestFaultSlow(t *testing.T) {
+	const delay = 150 * time.Millisecond
+	t.Run("stream", func(t *testing.T) {
+		s := serve(t, Handler{
+			Latency:         caddy.Duration(20 * time.Millisecond),
+			FirstTokenDelay: caddy.Duration(50 * time.Millisecond),
+			Faults:          []Fault{{Kind: FaultSlow, Every: 2, Delay: caddy.Duration(delay)}},
+		}, nil)
+		for i, slow := range []bool{false, true, false} {
+			start := time.Now()
+			resp := s.post(t, "/v1/chat/completions", streamBody)
+			headers := time.Since(start)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("request %d: expected 200, got %d", i+1, resp.StatusCode)
+			}
+			ev := readSSE(resp, start)
+			if ev.err != nil || len(ev.data) != DefaultChunks+2 || ev.data[len(ev.data)-1] != "[DONE]" {
+				t.Fatalf("request %d: expected a complete stream, got %q, %v", i+1, ev.data, ev.err)
+			}
+			var joined strings.Builder
+			for _, d := range ev.data[:DefaultChunks] {
+				var c chunk
+				if err := json.Unmarshal([]byte(d), &c); err != nil || c.Choices[0].Delta.Content == nil {
+					t.Fatalf("request %d: expected a content chunk, got %s (%v)", i+1, d, err)
+				}
+				joined.WriteString(*c.Choices[0].Delta.Content)
+			}
+			if joined.String() != DefaultReply {
+				t.Errorf("request %d: expected the whole reply, got %q", i+1, joined.String())
+			}
+			if headers >= delay {
+				t.Errorf("request %d: expected the headers before the delay, got them after %s", i+1, headers)
+			}
+			first := ev.arrivals[0]
+			switch {
+			case slow && first < 70*time.Millisecond+delay:
+				t.Errorf("request %d: expected the first chunk after latency, first_token_delay and delay (220ms), got %s", i+1, first)
+			case !slow && first >= 70*time.Millisecond+delay:
+				t.Errorf("request %d: expected no delay, got the first chunk after %s", i+1, first)
+			}
+		}
+		if st := s.h.Stats(); st.Requests != 3 || st.Faults != 1 {
+			t.Errorf("expected 3 requests and 1 fault, got %+v", st)
+		}
+	})
+
+	t.Run("anthropic prelude on time", func(t *testing.T) {
+		s := serve(t, Handler{Dialect: DialectAnthropic, Faults: []Fault{{Kind: FaultSlow, Delay: caddy.Duration(delay)}}}, nil)
+		start := time.Now()
+		tl := tailBody(s.post(t, "/v1/messages", anthropicStreamBody))
+		deadline := time.Now().Add(2 * time.Second)
+		for !strings.Contains(string(tl.bytes()), "event: ping") {
+			if time.Now().After(deadline) {
+				t.Fatalf("expected the prelude, got %q", tl.bytes())
+			}
+			time.Sleep(time.Millisecond) // polling in a test, not pacing the mock
+		}
+		if got := tl.bytes(); time.Since(start) >= delay || strings.Contains(string(got), "content_block_delta") {
+			t.Fatalf("expected the prelude alone before the delay, got %q after %s", got, time.Since(start))
+		}
+		<-tl.done
+		if !errors.Is(tl.err, io.EOF) || !strings.Contains(string(tl.bytes()), "message_stop") || time.Since(start) < delay {
+			t.Errorf("expected a whole stream after the delay, got %q (%v) after %s", tl.bytes(), tl.err, time.Since(start))
+		}
+	})
+
+	for _, c := range []struct {
+		name, path, body string
+		tool             bool
+	}{
+		{"plain", "/v1/chat/completions", chatBody, false},
+		{"embeddings", "/v1/embeddings", chatBody, false},
+		{"tool call stream", "/v1/chat/completions", streamBody, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Handler{}
+			if c.tool {
+				cfg.ToolCall = &ToolCall{Name: "f", Arguments: json.RawMessage(`{"a":1}`)}
+			}
+			clock := newFakeClock()
+			want := readAll(t, serve(t, cfg, clock).post(t, c.path, c.body))
+			cfg.Latency = caddy.Duration(20 * time.Millisecond)
+			cfg.Faults = []Fault{{Kind: FaultSlow, Delay: caddy.Duration(delay)}}
+			s := serve(t, cfg, clock)
+			start := time.Now()
+			resp := s.post(t, c.path, c.body)
+			if took := time.Since(start); took < 20*time.Millisecond+delay {
+				t.Errorf("expected the answer after latency and delay (170ms), got it after %s", took)
+			}
+			// The same answer (a fresh mock's ids, the same clock).
+			body := readAll(t, resp)
+			if resp.StatusCode != http.StatusOK || body != want {
+				t.Errorf("expected 200 %s, got %d %s", want, resp.StatusCode, body)
+			}
+		})
+	}
+
+	t.Run("client leaves", func(t *testing.T) {
+		for _, body := range []string{chatBody, streamBody} {
+			s := serve(t, Handler{Faults: []Fault{{Kind: FaultSlow, Delay: caddy.Duration(time.Hour)}}}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+			if resp, err := s.srv.Client().Do(req); err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err == nil {
+					t.Fatalf("expected no answer within the hour, got %d", resp.StatusCode)
+				}
+			}
+			cancel()
+			select {
+			case <-s.returned:
+			case <-time.After(2 * time.Second):
+				t.Fatal("expected the handler to return once the client went away")
+			}
+		}
+	})
 }

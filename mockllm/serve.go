@@ -332,12 +332,21 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		}
 	}
 
+	toolCall := !embeddings && !cont.on && h.wantsToolCall(c, body)
+	if d := a.fault.slowDelay(); d > 0 && (!stream || toolCall) {
+		// A slow fault: a plain answer (or a tool-call stream, written
+		// at once) comes late; a stream's first chunk does (stream.go).
+		if !p.wait(d) {
+			h.abandon(r)
+			return
+		}
+	}
 	switch {
 	case embeddings:
 		h.writePlain(w, h.embedding(a), a.fault)
-	case !cont.on && h.wantsToolCall(c, body) && stream:
+	case toolCall && stream:
 		h.writeToolCallStream(w, a, c)
-	case !cont.on && h.wantsToolCall(c, body):
+	case toolCall:
 		h.writePlain(w, h.toolCallAnswer(a, c), a.fault)
 	case stream:
 		h.stream(w, r, &p, a, h.streamFormat(a, c))

@@ -8,8 +8,8 @@ import (
 )
 
 // Streamed answers: the streamFormat a dialect implements, the stream
-// driver that paces chunks and strikes cut, error_event, stall and
-// malformed faults, and the pacer every wait of a request goes through.
+// driver that paces chunks, delays slow faults' first chunk and strikes
+// cut, error_event, stall and malformed faults, and the pacer every wait of a request goes through.
 
 // streamFormat writes one stream in a dialect's wire format. Each
 // method appends to b and returns it; the stream driver sends what it
@@ -74,7 +74,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p *pacer, a ans
 		return
 	}
 
-	ftd := time.Duration(h.FirstTokenDelay)
+	ftd := time.Duration(h.FirstTokenDelay) + a.fault.slowDelay()
 	if ka := sf.keepAlive(); ka != nil && a.fault != nil && a.fault.Kind == FaultKeepAlive {
 		end := time.Now().Add(ftd)
 		for {

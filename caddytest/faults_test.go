@@ -292,7 +292,7 @@ func TestFaultLateFirstToken(t *testing.T) {
 }
 
 func TestFaultStreamGoesSilent(t *testing.T) {
-	load(t, routerFor("deadline 5s", "idle",
+	load(t, routerFor("deadline 5s\n\t\tresume off", "idle",
 		[]provider{{name: "a", baseURL: mockA, extra: "idle_timeout 300ms", quality: "1"}, {name: "b", baseURL: mockB}},
 		map[int]string{9081: "chunks 3\n chunk_interval 3s", 9082: ""}))
 	o := ask(t, "idle", true)
@@ -314,7 +314,7 @@ func TestFaultMidStreamErrorEachDialect(t *testing.T) {
 				base = "http://localhost:9081/v1beta"
 			}
 			group := "ms-" + dialect
-			cfg := routerFor("deadline 5s", group, []provider{{name: "a", baseURL: base, quality: "1"}, {name: "b", baseURL: mockB}},
+			cfg := routerFor("deadline 5s\n\t\tresume off", group, []provider{{name: "a", baseURL: base, quality: "1"}, {name: "b", baseURL: mockB}},
 				map[int]string{9081: "dialect " + dialect + "\n chunks 5\n fault error_event {\n after 2\n }", 9082: ""})
 			cfg = strings.Replace(cfg, "type openai\n\t\t\tapi_key none\n\t\t\tbase_url "+base, "type "+typ+"\n\t\t\tapi_key none\n\t\t\tbase_url "+base, 1)
 			load(t, cfg)

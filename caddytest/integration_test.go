@@ -373,7 +373,7 @@ func TestStreamFailureAfterFirstByteIsInBand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			model := "mid-" + strings.ReplaceAll(tc.name, " ", "-")
-			load(t, twoProviders("", "mid", model+"-a", model+"-b", "chunks 5\n "+tc.fault, ""))
+			load(t, twoProviders("resume off", "mid", model+"-a", model+"-b", "chunks 5\n "+tc.fault, ""))
 			resp := chat(t, "mid", true)
 			events := readSSE(t, resp)
 			if len(events) != 3 {

@@ -266,3 +266,35 @@ func TestAPIKeyRequired(t *testing.T) {
 		})
 	}
 }
+
+// An openai provider's continuation: declared, or known from its
+// base_url's host (Mistral; DeepSeek's beta endpoint), else none.
+func TestOpenAIContinuation(t *testing.T) {
+	for _, tc := range []struct {
+		base, declared string
+		want           provider.Continuation
+	}{
+		{"https://api.openai.com/v1", "", provider.NoContinuation},
+		{"https://api.mistral.ai/v1", "", provider.PrefixFlag},
+		{"https://API.Mistral.ai/v1", "", provider.PrefixFlag},
+		{"https://api.deepseek.com/beta", "", provider.PrefixFlag},
+		{"https://api.deepseek.com/v1", "", provider.NoContinuation},
+		{"http://vllm:8000/v1", "continue_final_message", provider.ContinueFinalMessage},
+		{"http://llama:8080/v1", "prefill", provider.Prefill},
+		{"https://api.mistral.ai/v1", "none", provider.NoContinuation},
+	} {
+		p := &OpenAI{ProviderConfig: ProviderConfig{BaseURL: tc.base, APIKey: "none"}, Continuation: tc.declared}
+		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+		err := p.Provision(ctx)
+		cancel()
+		if err != nil || p.OpenAI.Continuation != tc.want {
+			t.Errorf("%s %q: expected %s, got %s (%v)", tc.base, tc.declared, tc.want, p.OpenAI.Continuation, err)
+		}
+	}
+	p := &OpenAI{ProviderConfig: ProviderConfig{BaseURL: "http://h/v1", APIKey: "none"}, Continuation: "sometimes"}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	if err := p.Provision(ctx); err == nil || !strings.Contains(err.Error(), "continuation") {
+		t.Errorf("expected an unknown continuation refused, got %v", err)
+	}
+}

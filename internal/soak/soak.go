@@ -1,9 +1,12 @@
 // Package soak drives many requests through an in-process Caddy running
 // llm_router in front of four llm_mock deployments that misbehave on a
-// schedule (429s in three dialects, 5xx, stalls, cut streams, mid-stream
-// errors), and counts what clients must never see: a 429 while a
-// deployment had capacity, an answer after the deadline, a truncated answer
-// presented as complete.
+// schedule (429s in three dialects, 5xx, hangs, cut, stalled and malformed
+// streams, mid-stream errors), and counts what clients must never see: a 429
+// while a deployment had capacity, an answer after the deadline, a truncated
+// answer presented as complete. The router resumes broken streams (resume
+// any): a continuation on the deployments that continue text (anthropic's
+// prefill, steady's prefix), else a replay; every deployment writes the same
+// reply, so both must give the client exactly the whole of it.
 package soak
 
 import (
@@ -42,10 +45,14 @@ type Options struct {
 	Deadline, Slack time.Duration
 	// Port is the router's port; the mocks take the next four.
 	Port int
+	// Resume is the router's resume mode: same_model, any or off; empty
+	// leaves the router's default (same_model).
+	Resume string
 }
 
-// DefaultOptions: 20,000 requests at 200 concurrency, a 3 s deadline.
-var DefaultOptions = Options{Requests: 20000, Concurrency: 200, Deadline: 3 * time.Second, Slack: 500 * time.Millisecond, Port: 9400}
+// DefaultOptions: 20,000 requests at 200 concurrency, a 3 s deadline,
+// broken streams resumed on any deployment.
+var DefaultOptions = Options{Requests: 20000, Concurrency: 200, Deadline: 3 * time.Second, Slack: 500 * time.Millisecond, Port: 9400, Resume: "any"}
 
 // Result counts the outcomes of a run.
 type Result struct {
@@ -57,6 +64,7 @@ type Result struct {
 	Overruns       int64 // must be 0: answers later than the deadline (+ slack)
 	Truncated      int64 // must be 0: a 200 that is cut or invalid, without an error
 	Other          int64 // anything else (transport errors, other statuses)
+	Continuations  int64 // continuation requests the mocks received (resumes asking for the rest of a broken stream)
 	GoroutinesPre  int
 	GoroutinesPost int
 	PeakRSSKiB     int64
@@ -71,6 +79,7 @@ func (r *Result) String() string {
 	return fmt.Sprintf(`requests              %d in %v (%.0f/s)
 successes             %d
 in-band stream errors %d
+continuations         %d (requests to continue a broken stream, as the mocks counted them)
 502/504 answers       %d
 other                 %d
 429s surfaced         %d (must be 0)
@@ -79,26 +88,33 @@ truncated successes   %d (must be 0)
 goroutines            %d before Caddy started, %d after it stopped
 peak RSS              %d KiB`,
 		r.Requests, r.Duration.Round(time.Millisecond), float64(r.Requests)/r.Duration.Seconds(),
-		r.Successes, r.InBandErrors, r.ServerErrors, r.Other, r.Surfaced429, r.Overruns, r.Slowest.Round(time.Millisecond),
+		r.Successes, r.InBandErrors, r.Continuations, r.ServerErrors, r.Other, r.Surfaced429, r.Overruns, r.Slowest.Round(time.Millisecond),
 		r.Truncated, r.GoroutinesPre, r.GoroutinesPost, r.PeakRSSKiB)
 }
 
 // config is the soak's Caddyfile: a router over four misbehaving mocks. The
 // anthropic and "steady" deployments never answer 429, so a 429 reaching a
-// client is always a defect.
+// client is always a defect. Streams break after they began (cut, error
+// event, stall past the 1s idle_timeout, malformed JSON) in every dialect;
+// the mocks all send the default reply, so a resumed stream's text must be
+// it.
 func config(o Options) string {
 	p := o.Port
+	resume := ""
+	if o.Resume != "" {
+		resume = "\n\t\tresume " + o.Resume
+	}
 	return fmt.Sprintf(`{
 	admin off
 	persist_config off
 	grace_period 1s
 	log {
-		level ERROR
+		level INFO
 	}
 }
 http://127.0.0.1:%[1]d {
 	llm_router /v1/* {
-		deadline %[6]s
+		deadline %[6]s%[7]s
 		max_attempts 4
 		backoff_base 100ms
 		backoff_max 1s
@@ -130,6 +146,7 @@ http://127.0.0.1:%[1]d {
 			type openai
 			api_key none
 			base_url http://127.0.0.1:%[5]d/v1
+			continuation prefix
 			timeout 1s
 			ttft_timeout 1s
 			idle_timeout 1s
@@ -152,6 +169,10 @@ http://127.0.0.1:%[2]d {
 		}
 		fault cut {
 			every 7
+			after 2
+		}
+		fault stall {
+			every 17
 			after 2
 		}
 	}
@@ -184,6 +205,10 @@ http://127.0.0.1:%[4]d {
 			every 6
 			status 503
 		}
+		fault malformed {
+			every 19
+			after 3
+		}
 	}
 }
 http://127.0.0.1:%[5]d {
@@ -204,7 +229,7 @@ http://127.0.0.1:%[5]d {
 		}
 	}
 }
-`, p, p+1, p+2, p+3, p+4, o.Deadline)
+`, p, p+1, p+2, p+3, p+4, o.Deadline, resume)
 }
 
 // Run starts Caddy with the soak config, drives the load, stops Caddy and
@@ -256,6 +281,14 @@ func Run(o Options) (*Result, error) {
 	res.Duration = time.Since(start)
 	res.Slowest = time.Duration(slowest.Load())
 	res.Requests = int64(o.Requests)
+	// What the mocks saw, read before Caddy stops.
+	for port := o.Port + 1; port <= o.Port+4; port++ {
+		st, err := mockStats(client, port)
+		if err != nil {
+			return nil, err
+		}
+		res.Continuations += st.Continuations
+	}
 	transport.CloseIdleConnections()
 	// Goroutines are counted before Caddy starts and after it stops: what is
 	// left then (beyond a few of the runtime's own) leaked.
@@ -269,6 +302,20 @@ func Run(o Options) (*Result, error) {
 	res.GoroutinesPost = runtime.NumGoroutine()
 	res.PeakRSSKiB = peakRSS()
 	return res, nil
+}
+
+// mockStats reads the stats of the mock on port.
+func mockStats(client *http.Client, port int) (*mockllm.Stats, error) {
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/llm_mock/stats", port))
+	if err != nil {
+		return nil, fmt.Errorf("reading the stats of the mock on port %d: %v", port, err)
+	}
+	defer resp.Body.Close()
+	var st mockllm.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("reading the stats of the mock on port %d: %d %v", port, resp.StatusCode, err)
+	}
+	return &st, nil
 }
 
 // one sends one request and classifies what the client saw; it returns

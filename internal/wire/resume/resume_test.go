@@ -1,0 +1,136 @@
+package resume
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// A continuation's body in each client format: the text as the
+// assistant's final message, joined to one the client wrote itself.
+func TestBody(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    provider.Format
+		body string
+		want string
+	}{
+		{"chat", provider.Chat, `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+			`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello"}],"stream":true}`},
+		{"chat prefill", provider.Chat, `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"{"}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"{Hello"}]}`},
+		{"messages", provider.Messages, `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}`,
+			`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"Hello"}]}]}`},
+		{"messages prefill blocks", provider.Messages, `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"Answer: "}]}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"Answer: Hello"}]}]}`},
+		{"messages after a tool result", provider.Messages, `{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"4"}]}]}`,
+			`{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"4"}]},{"role":"assistant","content":[{"type":"text","text":"Hello"}]}]}`},
+		{"responses string", provider.Responses, `{"model":"m","input":"hi"}`,
+			`{"model":"m","input":[{"role":"user","content":"hi"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hello"}]}]}`},
+		{"responses items", provider.Responses, `{"model":"m","input":[{"role":"user","content":"hi"}]}`,
+			`{"model":"m","input":[{"role":"user","content":"hi"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hello"}]}]}`},
+	} {
+		got, err := Body(tc.f, []byte(tc.body), "Hello")
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if !jsontest.Same(t, got, tc.want) {
+			t.Errorf("%s: wrong body", tc.name)
+		}
+	}
+	for _, bad := range []string{`{"model":"m"}`, `{"model":"m","messages":[]}`, `{"model":"m","messages":"x"}`, `[1]`} {
+		if _, err := Body(provider.Chat, []byte(bad), "x"); err == nil {
+			t.Errorf("%s: expected an error", bad)
+		}
+	}
+}
+
+// A Messages stream whose text block had closed: the continuation's blocks
+// follow it (its first block keeps its start, indexes shifted), and a
+// replay cannot take its place.
+func TestSpliceAfterAClosedBlock(t *testing.T) {
+	tr := New(provider.Messages)
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"id":"m","usage":{"input_tokens":5,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"One. "}}`,
+		`{"type":"content_block_stop","index":0}`,
+	} {
+		tr.Add(provider.Event{Data: []byte(ev)})
+	}
+	if tr.CanReplay() || tr.Resumable() != nil || tr.Text() != "One. " {
+		t.Fatalf("expected a resumable transcript that cannot be replayed, text %q", tr.Text())
+	}
+	prefix, s := tr.Prefix(provider.Usage{InputTokens: 5, OutputTokens: 2})
+	if prefix != "One." {
+		t.Errorf("expected the prefix without its space, got %q", prefix)
+	}
+	var out []string
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"id":"n","usage":{"input_tokens":7,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" Two."}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}`,
+	} {
+		got, ok, err := s.Event(provider.Event{Data: []byte(ev)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			out = append(out, string(got.Data))
+		}
+	}
+	want := []string{
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Two."}}`,
+		`{"type":"content_block_stop","index":1}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"input_tokens":12,"output_tokens":5}}`,
+	}
+	if len(out) != len(want) {
+		t.Fatalf("expected %d events, got %q", len(want), out)
+	}
+	for i := range want {
+		if !jsontest.Same(t, []byte(out[i]), want[i]) {
+			t.Errorf("event %d: expected %s, got %s", i, want[i], out[i])
+		}
+	}
+	if tr.Text() != "One. Two." {
+		t.Errorf("expected the transcript to read on, got %q", tr.Text())
+	}
+}
+
+// What cannot be continued: tool calls, reasoning, refusals, more than
+// one choice, a finished answer, a Responses stream.
+func TestNotResumable(t *testing.T) {
+	for name, ev := range map[string]string{
+		"tool call": `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}`,
+		"reasoning": `{"choices":[{"index":0,"delta":{"reasoning_content":"hmm"}}]}`,
+		"refusal":   `{"choices":[{"index":0,"delta":{"refusal":"no"}}]}`,
+		"choices":   `{"choices":[{"index":1,"delta":{"content":"x"}}]}`,
+		"finished":  `{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	} {
+		tr := New(provider.Chat)
+		tr.Add(provider.Event{Data: []byte(`{"id":"a","choices":[{"index":0,"delta":{"content":"x"}}]}`)})
+		tr.Add(provider.Event{Data: []byte(ev)})
+		if tr.Resumable() == nil {
+			t.Errorf("%s: expected not resumable", name)
+		}
+	}
+	for name, ev := range map[string]string{
+		"tool_use": `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t","name":"f"}}`,
+		"thinking": `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}`,
+	} {
+		tr := New(provider.Messages)
+		tr.Add(provider.Event{Data: []byte(ev)})
+		if tr.Resumable() == nil {
+			t.Errorf("%s: expected not resumable", name)
+		}
+	}
+	if err := New(provider.Responses).Resumable(); err == nil || !strings.Contains(err.Error(), "responses") {
+		t.Errorf("expected a Responses stream refused, got %v", err)
+	}
+}

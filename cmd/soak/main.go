@@ -20,6 +20,7 @@ func main() {
 	flag.IntVar(&o.Concurrency, "c", o.Concurrency, "clients sending at once")
 	flag.DurationVar(&o.Deadline, "deadline", o.Deadline, "the router's deadline")
 	flag.IntVar(&o.Port, "port", o.Port, "router port; the four mocks take the next ports")
+	flag.StringVar(&o.Resume, "resume", o.Resume, "the router's resume mode for broken streams: any, same_model or off")
 	flag.Parse()
 	res, err := soak.Run(o)
 	if err != nil {

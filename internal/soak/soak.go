@@ -109,7 +109,7 @@ func config(o Options) string {
 	persist_config off
 	grace_period 1s
 	log {
-		level INFO
+		level ERROR
 	}
 }
 http://127.0.0.1:%[1]d {
@@ -296,7 +296,8 @@ func Run(o Options) (*Result, error) {
 		return nil, fmt.Errorf("stopping caddy: %v", err)
 	}
 	stopped = true
-	for i := 0; i < 100 && runtime.NumGoroutine() > res.GoroutinesPre+5; i++ {
+	// Goroutines of connections closing may take a moment to end: up to 2s.
+	for i := 0; i < 40 && runtime.NumGoroutine() > res.GoroutinesPre; i++ {
 		time.Sleep(50 * time.Millisecond)
 	}
 	res.GoroutinesPost = runtime.NumGoroutine()

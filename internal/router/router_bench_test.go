@@ -48,13 +48,25 @@ func answer(status int, h http.Header, body []byte) *script {
 // Stream.Relay to a writer that drops them: ns/event is the relay's cost
 // per event (the events=1 case is the fixed cost of a streaming request:
 // the exchange, the first event, the timers).
+//
+// resume=off relays without the transcript a resume reads (Router.Resume),
+// resume=same_model (the default) with it.
 func BenchmarkRelayPerEvent(b *testing.B) {
-	for _, n := range []int{1, 200} {
-		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+	for _, mode := range []ResumeMode{ResumeOff, ResumeSameModel} {
+		for _, n := range []int{1, 200} {
+			benchRelay(b, mode, n)
+		}
+	}
+}
+
+func benchRelay(b *testing.B, mode ResumeMode, n int) {
+	{
+		b.Run(fmt.Sprintf("resume=%s/events=%d", mode, n), func(b *testing.B) {
 			stream := benchChunks(n)
 			d := deployment("d", answer(200, http.Header{"Content-Type": {"text/event-stream"}}, stream))
 			group := []*Deployment{d}
 			r := New()
+			r.Resume = mode
 			req := &Request{Request: wire(chatReq.Body, true), Tokens: 10}
 			ctx := context.Background()
 			relayed := 0

@@ -129,9 +129,11 @@ func nonEmpty(raw json.RawMessage) bool {
 
 func stated(s *string) bool { return s != nil && *s != "" }
 
-// Add reads one event relayed to the client.
+// Add reads one event relayed to the client. The common event (a chunk
+// or a text delta that only carries text) is read by a byte scan; any
+// other is decoded.
 func (t *Transcript) Add(ev provider.Event) {
-	if t.why != "" || len(ev.Data) == 0 {
+	if t.why != "" || len(ev.Data) == 0 || t.fast(ev.Data) {
 		return
 	}
 	switch t.f {
@@ -484,3 +486,119 @@ func (s *Splice) messagesUsage(raw json.RawMessage) (json.RawMessage, bool) {
 	b, err := json.Marshal(u)
 	return b, err == nil
 }
+
+// fast reads an event that only carries text (the body of a stream) with
+// one scan of its members, and reports whether it did; false sends it to
+// the decoding path (a first chunk, a finish, a tool call, reasoning, a
+// key it does not know).
+func (t *Transcript) fast(data []byte) bool {
+	var raw []byte // the text's JSON string
+	ok := true
+	switch t.f {
+	case provider.Chat:
+		if t.id == nil {
+			return false // the first chunk: its id, created and model
+		}
+		start, end, err := jsonbody.FindMember(data, "choices")
+		if err != nil || start < 0 {
+			return false
+		}
+		choices, n := data[start:end], 0
+		err = jsonbody.EachElement(choices, func(s, e int) bool {
+			if n++; n > 1 {
+				ok = false
+				return false
+			}
+			choice := choices[s:e]
+			return jsonbody.EachMember(choice, func(k []byte, vs, ve int) bool {
+				v := choice[vs:ve]
+				switch string(k) {
+				case "index":
+					ok = string(v) == "0"
+				case "finish_reason", "stop_reason", "native_finish_reason":
+					ok = null(v)
+				case "logprobs":
+				case "delta":
+					ok = jsonbody.EachMember(v, func(k []byte, ds, de int) bool {
+						dv := v[ds:de]
+						switch string(k) {
+						case "content":
+							if dv[0] == '"' {
+								raw = dv
+							} else {
+								ok = null(dv)
+							}
+						case "role":
+						case "tool_calls", "refusal", "reasoning", "reasoning_content", "function_call":
+							ok = null(dv) || string(dv) == "[]"
+						default:
+							ok = false
+						}
+						return ok
+					}) == nil && ok
+				default:
+					ok = false
+				}
+				return ok
+			}) == nil && ok
+		})
+		if err != nil || !ok {
+			return false
+		}
+	case provider.Messages:
+		if !bytes.Contains(data, textDelta) {
+			return false
+		}
+		err := jsonbody.EachMember(data, func(k []byte, vs, ve int) bool {
+			v := data[vs:ve]
+			switch string(k) {
+			case "type":
+				ok = string(v) == `"content_block_delta"`
+			case "index":
+			case "delta":
+				typed := false
+				ok = jsonbody.EachMember(v, func(k []byte, ds, de int) bool {
+					dv := v[ds:de]
+					switch string(k) {
+					case "type":
+						typed = string(dv) == `"text_delta"`
+						ok = typed
+					case "text":
+						if ok = dv[0] == '"'; ok {
+							raw = dv
+						}
+					default:
+						ok = false
+					}
+					return ok
+				}) == nil && ok && typed
+			default:
+				ok = false
+			}
+			return ok
+		})
+		if err != nil || !ok || raw == nil {
+			return false
+		}
+	default:
+		return false
+	}
+	if raw == nil {
+		return true // no text: an empty delta, usage
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		t.text.Write(raw[1 : len(raw)-1])
+		return true
+	}
+	str, ok := jsonbody.String(raw)
+	if !ok {
+		return false
+	}
+	t.text.WriteString(str)
+	return true
+}
+
+// null reports whether a JSON value is null or an empty string.
+func null(v []byte) bool { return string(v) == "null" || string(v) == `""` }
+
+var textDelta = []byte(`"text_delta"`)

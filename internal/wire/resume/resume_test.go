@@ -134,3 +134,37 @@ func TestNotResumable(t *testing.T) {
 		t.Errorf("expected a Responses stream refused, got %v", err)
 	}
 }
+
+// The byte scan reads what decoding reads: escapes, spaces, logprobs'
+// content, a usage chunk, an index that is not a choice's.
+func TestTranscriptReadsEveryChunkAsDecoded(t *testing.T) {
+	chunks := []string{
+		`{"id":"a","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
+		`{"id":"a","choices":[{"index":0,"delta":{"content":"He said \"hi\"\n"},"finish_reason":null}]}`,
+		`{"id":"a","choices":[{"index":0,"delta":{"content": "spaced "},"finish_reason":null}]}`,
+		`{"id":"a","choices":[{"index":0,"delta":{"content":"caf\u00e9 "},"finish_reason":null}]}`,
+		`{"id":"a","choices":[{"index":0,"delta":{"content":"tab\there "},"logprobs":{"content":[{"token":"x","logprob":-1}]},"finish_reason":null}]}`,
+		`{"id":"a","choices":[{"index":0,"delta":{"content":"back\\slash"},"finish_reason":null}]}`,
+		`{"id":"a","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
+		`{"id":"a","choices":[{"index":0,"delta":{"content":"!"},"finish_reason":null,"index10":0}]}`,
+	}
+	tr := New(provider.Chat)
+	for _, c := range chunks {
+		tr.Add(provider.Event{Data: []byte(c)})
+	}
+	want := "He said \"hi\"\nspaced café tab\there back\\slash!"
+	if tr.Text() != want || tr.Resumable() != nil {
+		t.Errorf("expected %q, got %q (%v)", want, tr.Text(), tr.Resumable())
+	}
+	m := New(provider.Messages)
+	for _, ev := range []string{
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"line\nand \"quote\" "}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\u00e9"}}`,
+	} {
+		m.Add(provider.Event{Data: []byte(ev)})
+	}
+	if m.Text() != "line\nand \"quote\" é" {
+		t.Errorf("messages: got %q", m.Text())
+	}
+}

@@ -27,6 +27,11 @@ import (
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
+// MaxText bounds the text a transcript keeps, in bytes (about 64k
+// tokens): a longer answer is not resumed, so that each stream's memory
+// stays bounded whatever its provider sends.
+const MaxText = 256 << 10
+
 // Transcript is what a client received of one streamed answer, read from
 // the events relayed to it (Add), in the stream's format. It is not safe
 // for concurrent use.
@@ -133,7 +138,15 @@ func stated(s *string) bool { return s != nil && *s != "" }
 // or a text delta that only carries text) is read by a byte scan; any
 // other is decoded.
 func (t *Transcript) Add(ev provider.Event) {
-	if t.why != "" || len(ev.Data) == 0 || t.fast(ev.Data) {
+	if t.why != "" || len(ev.Data) == 0 {
+		return
+	}
+	if t.text.Len() > MaxText {
+		t.why = "the answer is longer than a resume takes up"
+		t.text = strings.Builder{} // its memory back
+		return
+	}
+	if t.fast(ev.Data) {
 		return
 	}
 	switch t.f {

@@ -168,3 +168,17 @@ func TestTranscriptReadsEveryChunkAsDecoded(t *testing.T) {
 		t.Errorf("messages: got %q", m.Text())
 	}
 }
+
+// A transcript keeps MaxText bytes at most: a longer answer is not
+// resumed, and its text is let go.
+func TestTranscriptIsBounded(t *testing.T) {
+	tr := New(provider.Chat)
+	tr.Add(provider.Event{Data: []byte(`{"id":"a","choices":[{"index":0,"delta":{"content":""}}]}`)})
+	chunk := []byte(`{"id":"a","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 1000) + `"}}]}`)
+	for range MaxText/1000 + 2 {
+		tr.Add(provider.Event{Data: chunk})
+	}
+	if tr.Resumable() == nil || len(tr.Text()) != 0 {
+		t.Errorf("expected an answer over MaxText not resumable and let go, kept %d bytes", len(tr.Text()))
+	}
+}

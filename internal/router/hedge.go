@@ -50,7 +50,7 @@ func (e exchanged) final() bool {
 // failure is returned first, and the other attempt's outcome after it.
 func (r *Router) exchange(ctx context.Context, g *Group, req *Request, res *Result, w *walk, i int, a *attempt,
 	need capacity.Need, deadline time.Time, buf []exchanged) []exchanged {
-	if r.HedgeAfter <= 0 || req.resume != nil {
+	if r.HedgeAfter <= 0 || req.resume != nil || res.Hedge != "" {
 		return append(buf, exchanged{i, a, a.exchange(req)})
 	}
 	done := make(chan exchanged, 2)
@@ -110,6 +110,10 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 			k--
 		}
 	}
+	if len(cands) == 0 {
+		return nil, -1
+	}
+	cands = r.tiered(g, cands, w.per, nil, req, need, now, deadline)
 	ready := readyFirst(cands, now)
 	if ready == 0 {
 		return nil, -1
@@ -153,6 +157,7 @@ func (r *Router) drop(e exchanged) {
 		}
 	}
 	if out.stream != nil {
+		out.stream.span = out.span // ended with it
 		out.stream.Close()
 		return
 	}

@@ -70,8 +70,8 @@ func SameModel(a, b string) bool {
 // prepareResume readies a stream that is req's answer to be resumed:
 // ctx is the client's request, attempts those made so far.
 func (s *Stream) prepareResume(ctx context.Context, req *Request, attempts int) {
-	if s.r.Resume == ResumeOff {
-		return
+	if s.r.Resume == ResumeOff || req.Choices > 1 {
+		return // several choices: never resumed
 	}
 	s.req, s.parent, s.attempts, s.model = req, ctx, attempts, s.d.Model
 	s.transcript = resume.New(s.format)
@@ -104,6 +104,7 @@ func (s *Stream) resume(se *StreamError) bool {
 	u.OutputTokens = max(u.OutputTokens, int64(len(s.transcript.Text())-s.textAt+3)/4)
 	s.done = append(s.done, Leg{Deployment: from, Usage: u, Stated: stated})
 	s.closeLeg(&u)
+	s.usage = nil // counted in done
 	var prior provider.Usage
 	for _, l := range s.done {
 		prior = addUsage(prior, l.Usage)
@@ -112,7 +113,7 @@ func (s *Stream) resume(se *StreamError) bool {
 	before := s.attempts
 	next, splice, how := s.continuation(prior, deadline)
 	if next == nil && s.transcript.CanReplay() && s.attempts < r.MaxAttempts && s.parent.Err() == nil {
-		if res := s.attempt(s.req.Request, nil, deadline); res.Stream != nil {
+		if res := s.attempt(s.req.Request, nil, deadline, 0); res.Stream != nil {
 			next, splice, how = res.Stream, s.transcript.Replay(prior), "replayed"
 		}
 	}
@@ -127,13 +128,30 @@ func (s *Stream) resume(se *StreamError) bool {
 	}
 	s.leg, s.pending, s.pendingBytes, s.first = next.leg, next.pending, next.pendingBytes, next.first
 	s.splice, s.textAt = splice, len(s.transcript.Text())
-	s.resumes++
-	if r.Observer != nil {
-		r.Observer.Resume(from, s.d, how)
-	}
-	r.Logger.Info("broken stream resumed", zap.String("from", from.Name), zap.String("to", s.d.Name),
-		zap.String("how", how), zap.String("failure", se.Message), zap.Int("text_bytes", s.textAt))
+	s.pendingResume = &pendingResume{from: from, how: how, failure: se.Message}
 	return true
+}
+
+// pendingResume is a resume told (metrics, log) once its attempt's answer
+// has been spliced in: new text reached the client, or it ended whole.
+type pendingResume struct {
+	from         *Deployment
+	how, failure string
+}
+
+// announce tells of the resume under way, once.
+func (s *Stream) announce() {
+	p := s.pendingResume
+	if p == nil || s.splice.Owes() {
+		return
+	}
+	s.pendingResume = nil
+	s.resumes++
+	if s.r.Observer != nil {
+		s.r.Observer.Resume(p.from, s.d, p.how)
+	}
+	s.r.Logger.Info("broken stream resumed", zap.String("from", p.from.Name), zap.String("to", s.d.Name),
+		zap.String("how", p.how), zap.String("failure", p.failure), zap.Int("text_bytes", s.textAt))
 }
 
 // continuation asks for the rest of the answer after the text the client
@@ -151,11 +169,26 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 		return nil, nil, ""
 	}
 	creq := s.req.Continued(body)
-	allow := func(d *Deployment) bool {
-		return !slices.Contains(s.refused, d) && (r.Resume == ResumeAny || SameModel(d.Model, s.model))
+	// Which deployments can continue it is their provider type's to say:
+	// asked of each once, so that none is waited for that cannot.
+	capable := map[*Deployment]bool{}
+	for _, d := range s.group.Deployments {
+		if r.Resume == ResumeAny || SameModel(d.Model, s.model) {
+			p, err := d.Provider.Plan(s.parent, d.Model, creq)
+			capable[d] = err == nil && p != nil && p.Format() == s.format
+		}
 	}
-	for s.attempts < r.MaxAttempts && s.parent.Err() == nil {
-		res := s.attempt(creq, allow, deadline)
+	allow := func(d *Deployment) bool { return capable[d] && !slices.Contains(s.refused, d) }
+	// One attempt is kept for the replay, when one could be spliced in.
+	reserve := 0
+	if s.transcript.CanReplay() {
+		reserve = 1
+	}
+	for s.attempts+reserve < r.MaxAttempts && s.parent.Err() == nil {
+		if !slices.ContainsFunc(s.group.Deployments, allow) {
+			return nil, nil, ""
+		}
+		res := s.attempt(creq, allow, deadline, reserve)
 		if res.Stream != nil {
 			return res.Stream, splice, "continued"
 		}
@@ -174,11 +207,12 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 // attempt serves one of a resume's requests from the stream's group, with
 // the request's attempts left: a stream in the stream's format, or why
 // none came.
-func (s *Stream) attempt(pr *provider.Request, allow func(*Deployment) bool, deadline time.Time) *Result {
+// reserve attempts are kept for what may follow.
+func (s *Stream) attempt(pr *provider.Request, allow func(*Deployment) bool, deadline time.Time, reserve int) *Result {
 	r, g := s.r, s.group
 	req := &Request{Request: pr, Tokens: s.req.Tokens, PromptTokens: s.req.PromptTokens, OutputTokens: s.req.OutputTokens,
 		Priority: s.req.Priority, Pinned: s.req.Pinned, resume: &resumeSpec{format: s.format, allow: allow}}
-	res := &Result{Attempts: s.attempts, lastEnd: r.Clock.Now()}
+	res := &Result{Attempts: s.attempts + reserve, lastEnd: r.Clock.Now()}
 	w := walk{per: make([]attemptState, len(g.Deployments)), minContext: -1}
 	for i, d := range g.Deployments {
 		// The deployments that broke the stream: only when no other is left.
@@ -186,7 +220,7 @@ func (s *Stream) attempt(pr *provider.Request, allow func(*Deployment) bool, dea
 	}
 	r.serve(s.parent, g, req, res, &w, deadline)
 	r.logPending(&w, nil)
-	s.attempts = res.Attempts
+	s.attempts = res.Attempts - reserve
 	if res.Stream != nil {
 		res.Stream.group = s.group
 	}

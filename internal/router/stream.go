@@ -51,6 +51,8 @@ type Stream struct {
 	// textAt is the length of the transcript's text when this attempt
 	// took up the stream: what it relayed is what follows.
 	textAt int
+	// pendingResume is the resume under way, told once it took.
+	pendingResume *pendingResume
 }
 
 // leg is one attempt's part of a stream: its deployment, claim and
@@ -158,9 +160,16 @@ type StreamError struct {
 	Class provider.Class
 	// Message says what happened, for the client and the logs (no secrets).
 	Message string
+	// final: a resumed attempt's answer departed from the client's text;
+	// no other is asked.
+	final bool
 }
 
 func (e *StreamError) Error() string { return e.Message }
+
+// errOwed ends a replay that ended before giving all of the text the
+// client has.
+var errOwed = errors.New("the new answer ended within the text the client already has")
 
 // Relay sends the stream to the client: event writes each event (valid
 // until it returns) or, with done, the end of the stream, and flushes it.
@@ -177,7 +186,7 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 	for {
 		err := s.relayLeg(event)
 		var se *StreamError
-		if !errors.As(err, &se) || !s.resume(se) {
+		if !errors.As(err, &se) || se.final || !s.resume(se) {
 			return err
 		}
 	}
@@ -198,6 +207,7 @@ func (s *Stream) relay(event func(provider.Event, bool) error, ev provider.Event
 			return nil
 		}
 		ev = out
+		s.announce()
 	} else if s.transcript != nil {
 		s.transcript.Add(ev)
 	}
@@ -229,7 +239,7 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 		if err != nil {
 			if err == io.EOF && s.in.Complete() {
 				// Complete but without its terminator: finish it for the client.
-				return event(provider.Event{}, true)
+				return s.end(event)
 			}
 			cause := context.Cause(s.ctx)
 			if errors.Is(cause, context.Canceled) {
@@ -254,9 +264,19 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 			}
 		}
 		if kind == provider.EventDone {
-			return event(provider.Event{}, true)
+			return s.end(event)
 		}
 	}
+}
+
+// end finishes the client's stream: unless a replay ended before giving
+// all of the text the client has.
+func (s *Stream) end(event func(provider.Event, bool) error) error {
+	if s.splice != nil && s.splice.Owes() {
+		return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+errOwed.Error())
+	}
+	s.announce()
+	return event(provider.Event{}, true)
 }
 
 // next reads the next event, bounded by idle_timeout: the longest the
@@ -297,7 +317,7 @@ func (s *Stream) failed(obs provider.Observation, msg string) error {
 	if obs.Class == provider.OK {
 		s.failure = nil
 		s.r.Logger.Info("resumed stream given up", zap.String("deployment", s.d.Name), zap.String("message", msg))
-		return &StreamError{Class: provider.Server, Message: msg}
+		return &StreamError{Class: provider.Server, Message: msg, final: true}
 	}
 	observed := s.d.State.ObserveAttempt(s.claim, s.r.Clock.Now(), obs, s.r.Policy)
 	if !s.r.logDisabled(s.d, obs, observed) {

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -71,6 +72,8 @@ func (t *Transcript) Resumable() error {
 	switch {
 	case t.why != "":
 		return errors.New(t.why)
+	case t.text.Len() > MaxText:
+		return errors.New("the answer is longer than a resume takes up")
 	case t.finished:
 		return errors.New("the answer had finished")
 	}
@@ -151,9 +154,15 @@ func (t *Transcript) Add(ev provider.Event) {
 	}
 	switch t.f {
 	case provider.Chat:
+		if bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
+			return
+		}
 		var c chatChunk
 		if json.Unmarshal(ev.Data, &c) != nil {
-			return // [DONE], or nothing a client reads as content
+			// The client read it (an OpenAI-compatible server's own shape:
+			// content as an array of parts): what it holds is unknown.
+			t.why = "the answer holds a chunk the router does not read"
+			return
 		}
 		if t.id == nil {
 			t.id, t.created, t.model = bytes.Clone(c.ID), bytes.Clone(c.Created), bytes.Clone(c.Model)
@@ -169,6 +178,8 @@ func (t *Transcript) Add(ev provider.Event) {
 				t.why = "the answer holds reasoning"
 			case stated(d.Refusal):
 				t.why = "the answer is a refusal"
+			case otherContent(ev.Data):
+				t.why = "the answer holds content other than text"
 			}
 			if d.Content != nil {
 				t.text.WriteString(*d.Content)
@@ -180,6 +191,7 @@ func (t *Transcript) Add(ev provider.Event) {
 	case provider.Messages:
 		var e messagesEvent
 		if json.Unmarshal(ev.Data, &e) != nil {
+			t.why = "the answer holds an event the router does not read"
 			return
 		}
 		switch e.Type {
@@ -303,14 +315,28 @@ func (s *Splice) take(text string) (rest string, diverged bool) {
 func (s *Splice) chat(ev provider.Event) (provider.Event, bool, error) {
 	var c chatChunk
 	if json.Unmarshal(ev.Data, &c) != nil {
-		return ev, true, nil // not a chunk: passed on as it came
+		if s.skip != "" || bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
+			return ev, false, ErrDiverged // what it holds cannot be compared with the client's text
+		}
+		return ev, true, nil // not a chunk the router reads: passed on as it came
+	}
+	for _, ch := range c.Choices {
+		d := &ch.Delta
+		switch {
+		case ch.Index != 0, stated(d.ReasoningContent), stated(d.Reasoning), stated(d.Refusal), otherContent(ev.Data):
+			// Another choice, reasoning or a refusal, or content of another
+			// kind, after the client's text: not one answer.
+			return ev, false, ErrDiverged
+		case s.skip != "" && s.strict && (nonEmpty(d.ToolCalls) || nonEmpty(d.FunctionCall)):
+			return ev, false, ErrDiverged
+		}
 	}
 	data := ev.Data
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
 		return ev, true, nil
 	}
-	changed := false
+	changed, reworded := false, false
 	content, drop := "", false
 	if len(c.Choices) == 1 {
 		ch := &c.Choices[0]
@@ -321,7 +347,7 @@ func (s *Splice) chat(ev provider.Event) (provider.Event, bool, error) {
 				return ev, false, ErrDiverged
 			}
 			if rest != *d.Content {
-				content, changed = rest, true
+				content, changed, reworded = rest, true, true
 			}
 		}
 		if s.strict && s.skip != "" && stated(ch.FinishReason) {
@@ -336,13 +362,18 @@ func (s *Splice) chat(ev provider.Event) (provider.Event, bool, error) {
 	if drop {
 		return ev, false, nil
 	}
+	if len(c.Choices) == 1 && c.Choices[0].Delta.Role != "" {
+		changed = true // the client has its role: not said again
+	}
 	if changed {
 		var choices []map[string]json.RawMessage
 		var delta map[string]json.RawMessage
 		if json.Unmarshal(m["choices"], &choices) != nil || len(choices) != 1 || json.Unmarshal(choices[0]["delta"], &delta) != nil {
 			return ev, true, nil
 		}
-		delta["content"], _ = json.Marshal(content)
+		if reworded {
+			delta["content"], _ = json.Marshal(content)
+		}
 		delete(delta, "role")
 		choices[0]["delta"], _ = json.Marshal(delta)
 		m["choices"], _ = json.Marshal(choices)
@@ -425,6 +456,10 @@ func (s *Splice) messages(ev provider.Event) (provider.Event, bool, error) {
 		return ev, false, nil // the client has its message
 	case "content_block_start":
 		if index == 0 && s.join {
+			if e.ContentBlock == nil || e.ContentBlock.Type != "text" {
+				// Not text to go on with in the client's open block.
+				return ev, false, ErrDiverged
+			}
 			return ev, false, nil // its text goes on in the client's open block
 		}
 		if s.strict && s.skip != "" {
@@ -600,6 +635,9 @@ func (t *Transcript) fast(data []byte) bool {
 		return true // no text: an empty delta, usage
 	}
 	if bytes.IndexByte(raw, '\\') < 0 {
+		if !utf8.Valid(raw) {
+			return false // decoding reads U+FFFD, as the client does
+		}
 		t.text.Write(raw[1 : len(raw)-1])
 		return true
 	}
@@ -615,3 +653,33 @@ func (t *Transcript) fast(data []byte) bool {
 func null(v []byte) bool { return string(v) == "null" || string(v) == `""` }
 
 var textDelta = []byte(`"text_delta"`)
+
+// knownDelta are the members of a chat chunk's delta a transcript reads.
+var knownDelta = map[string]bool{"role": true, "content": true, "tool_calls": true, "function_call": true,
+	"refusal": true, "reasoning": true, "reasoning_content": true}
+
+// otherContent reports whether a chunk's delta holds a member with a value
+// that a transcript does not read (audio, annotations, a server's own):
+// content of a kind no continuation takes up.
+func otherContent(data []byte) bool {
+	var c struct {
+		Choices []struct {
+			Delta map[string]json.RawMessage `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(data, &c) != nil {
+		return true
+	}
+	for _, ch := range c.Choices {
+		for k, v := range ch.Delta {
+			if !knownDelta[k] && nonEmpty(v) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Owes reports whether a replay has not yet given all of the text the
+// client has: its end now would leave the client's text unconfirmed.
+func (s *Splice) Owes() bool { return s.strict && s.skip != "" }

@@ -127,9 +127,13 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 		// A resumed stream: each attempt's usage on its deployment.
 		u, ok = res.Stream.Usage()
 		legs = res.Stream.Legs()
-		if n := res.Stream.Resumes(); n > 0 {
-			if extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); extra != nil {
+		if extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); extra != nil {
+			if n := res.Stream.Resumes(); n > 0 {
 				extra.Set(zap.Int("llm_resumes", n))
+				extra.Set(zap.String("llm_resumed_on", res.Stream.Deployment().Name))
+			}
+			if se := res.Stream.Broke(); se != nil {
+				extra.Set(zap.String("llm_stream_error", se.Class.String()))
 			}
 		}
 	}

@@ -53,7 +53,18 @@ type Stream struct {
 	textAt int
 	// pendingResume is the resume under way, told once it took.
 	pendingResume *pendingResume
+	// broke is how the stream ended when it broke and was not resumed.
+	broke *StreamError
 }
+
+// Broke returns how the stream ended when its provider failed and it was
+// not resumed (the client got the in-band error), nil otherwise; valid
+// once Relay returned.
+func (s *Stream) Broke() *StreamError { return s.broke }
+
+// Deployment returns the deployment whose attempt the stream ended on: the
+// one that answered, or the last to take it up.
+func (s *Stream) Deployment() *Deployment { return s.d }
 
 // leg is one attempt's part of a stream: its deployment, claim and
 // upstream body.
@@ -186,7 +197,11 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 	for {
 		err := s.relayLeg(event)
 		var se *StreamError
-		if !errors.As(err, &se) || se.final || !s.resume(se) {
+		if !errors.As(err, &se) {
+			return err
+		}
+		if se.final || !s.resume(se) {
+			s.broke = se
 			return err
 		}
 	}

@@ -545,7 +545,12 @@ func (t *Transcript) fast(data []byte) bool {
 	switch t.f {
 	case provider.Chat:
 		if t.id == nil {
-			return false // the first chunk: its id, created and model
+			// The first chunk: its id, created and model, as the client read them.
+			id, created, model := member(data, "id"), member(data, "created"), member(data, "model")
+			if id == nil {
+				return false
+			}
+			t.id, t.created, t.model = bytes.Clone(id), bytes.Clone(created), bytes.Clone(model)
 		}
 		start, end, err := jsonbody.FindMember(data, "choices")
 		if err != nil || start < 0 {
@@ -683,3 +688,13 @@ func otherContent(data []byte) bool {
 // Owes reports whether a replay has not yet given all of the text the
 // client has: its end now would leave the client's text unconfirmed.
 func (s *Splice) Owes() bool { return s.strict && s.skip != "" }
+
+// member returns the JSON value of data's top-level member key, nil when
+// absent.
+func member(data []byte, key string) []byte {
+	start, end, err := jsonbody.FindMember(data, key)
+	if err != nil || start < 0 {
+		return nil
+	}
+	return data[start:end]
+}

@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +71,45 @@ func loadGlobal(t *testing.T, options, config string) *caddytest.Tester {
 	}
 	// The reload closed the old servers' connections: do not reuse them.
 	http.DefaultClient.CloseIdleConnections()
+	drainOldAccepts(t, config)
 	return tester
+}
+
+// sitePorts are the ports of a config's site addresses.
+var sitePorts = regexp.MustCompile(`(?m)^\s*(?:https?://)?(?:localhost|127\.0\.0\.1):(\d+)\b`)
+
+// drainOldAccepts takes, on each site port of config, the connection that
+// the previous config's server for that port may still accept. Caddy
+// shares a listener between a server and its successor; Close wakes the
+// old server's pending Accept with a deadline in the past, but when the
+// new server's Accept clears that deadline first, the old one stays
+// blocked, and takes the next connection to the port, whenever it comes,
+// to serve it with the old config (then it sees its listener closed and
+// stops). That was the reload flake: a request, or the router's attempt
+// on a mock, met the previous config (a 404 for a new model group, a reset
+// connection). The two servers take turns at the socket (Go serializes
+// Accept on it), so two connections in a row reach both: the old one's
+// last, and the new one.
+func drainOldAccepts(t *testing.T, config string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, m := range sitePorts.FindAllStringSubmatch(config, -1) {
+		port := m[1]
+		if seen[port] {
+			continue
+		}
+		seen[port] = true
+		for range 2 {
+			conn, err := net.DialTimeout("tcp", "localhost:"+port, 2*time.Second)
+			if err != nil {
+				break // not a Caddy site (a test's own server), or not up
+			}
+			_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+			_, _ = conn.Write([]byte("HEAD / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"))
+			_, _ = io.Copy(io.Discard, conn)
+			conn.Close()
+		}
+	}
 }
 
 // mockStats reads what an llm_mock site saw.

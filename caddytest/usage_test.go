@@ -125,6 +125,12 @@ func deploymentUsage(t *testing.T, name string) (total struct {
 // gets it.
 func TestUsageAndCostAreCounted(t *testing.T) {
 	load(t, usageConfig("use", "", ""))
+	// The metrics count since the process began (go test -count=N runs
+	// this again in the same process): what this test adds is compared.
+	series := []string{`llm_router_tokens_total{deployment="a/use-a",kind="input",model_group="paid"}`,
+		`llm_router_tokens_total{deployment="a/use-a",kind="output",model_group="paid"}`,
+		`llm_router_tokens_total{deployment="an/use-claude",kind="output",model_group="claude"}`}
+	before := metricValues(t, series)
 	var last *http.Response
 	client := openAIClient(&last)
 	params := openai.ChatCompletionNewParams{Model: "paid", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")}}
@@ -197,21 +203,41 @@ func TestUsageAndCostAreCounted(t *testing.T) {
 		t.Errorf("claude: %+v, the client saw %+v", cu, msg.Usage)
 	}
 
+	after := metricValues(t, series)
+	for i, want := range []int64{in, out, msg.Usage.OutputTokens} {
+		if got := after[i] - before[i]; got != float64(want) {
+			t.Errorf("metrics: expected %s to grow by %d, it grew by %v", series[i], want, got)
+		}
+	}
+	if !strings.Contains(metricsBody(t), `llm_router_cost_usd_total{deployment="a/use-a",model_group="paid"} `) {
+		t.Error("metrics: expected the cost of a/use-a")
+	}
+}
+
+func metricsBody(t *testing.T) string {
+	t.Helper()
 	resp, err := http.Get("http://localhost:2999/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := readBody(t, resp)
-	for _, want := range []string{
-		fmt.Sprintf(`llm_router_tokens_total{deployment="a/use-a",kind="input",model_group="paid"} %d`, in),
-		fmt.Sprintf(`llm_router_tokens_total{deployment="a/use-a",kind="output",model_group="paid"} %d`, out),
-		fmt.Sprintf(`llm_router_tokens_total{deployment="an/use-claude",kind="output",model_group="claude"} %d`, msg.Usage.OutputTokens),
-		`llm_router_cost_usd_total{deployment="a/use-a",model_group="paid"} `,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics: expected %s", want)
+	return readBody(t, resp)
+}
+
+// metricValues reads the values of the given series (0 when absent).
+func metricValues(t *testing.T, series []string) []float64 {
+	t.Helper()
+	body := metricsBody(t)
+	out := make([]float64, len(series))
+	for i, s := range series {
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, s+" "); ok {
+				if _, err := fmt.Sscan(v, &out[i]); err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+			}
 		}
 	}
+	return out
 }
 
 // Budgets: deployment a's budget is spent by its first answer (each

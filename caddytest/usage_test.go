@@ -131,6 +131,7 @@ func TestUsageAndCostAreCounted(t *testing.T) {
 		`llm_router_tokens_total{deployment="a/use-a",kind="output",model_group="paid"}`,
 		`llm_router_tokens_total{deployment="an/use-claude",kind="output",model_group="claude"}`}
 	before := metricValues(t, series)
+	a0, c0 := deploymentUsage(t, "a/use-a"), deploymentUsage(t, "an/use-claude")
 	var last *http.Response
 	client := openAIClient(&last)
 	params := openai.ChatCompletionNewParams{Model: "paid", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")}}
@@ -171,13 +172,14 @@ func TestUsageAndCostAreCounted(t *testing.T) {
 	// with the stream_options the client sent in the second: same size,
 	// so the mock (which counts a prompt's bytes) counts the same.
 	var u = deploymentUsage(t, "a/use-a")
-	for i := 0; i < 100 && u.Answers < 3; i++ {
+	for i := 0; i < 100 && u.Answers < a0.Answers+3; i++ {
 		time.Sleep(10 * time.Millisecond)
 		u = deploymentUsage(t, "a/use-a")
 	}
 	in, out := one.PromptTokens+2*streamed.PromptTokens, one.CompletionTokens+2*streamed.CompletionTokens
 	cost := (float64(in)*2 + float64(out)*8) / 1e6
-	if u.Answers != 3 || u.InputTokens != in || u.OutputTokens != out || math.Abs(u.CostUSD-cost) > 1e-12 {
+	if u.Answers-a0.Answers != 3 || u.InputTokens-a0.InputTokens != in || u.OutputTokens-a0.OutputTokens != out ||
+		math.Abs(u.CostUSD-a0.CostUSD-cost) > 1e-12 {
 		t.Errorf("deployment a: %+v, want 3 answers, %d in, %d out, $%g", u, in, out, cost)
 	}
 
@@ -195,11 +197,12 @@ func TestUsageAndCostAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	cu := deploymentUsage(t, "an/use-claude")
-	for i := 0; i < 100 && cu.Answers < 1; i++ {
+	for i := 0; i < 100 && cu.Answers < c0.Answers+1; i++ {
 		time.Sleep(10 * time.Millisecond)
 		cu = deploymentUsage(t, "an/use-claude")
 	}
-	if cu.Answers != 1 || cu.InputTokens != msg.Usage.InputTokens || cu.OutputTokens != msg.Usage.OutputTokens || cu.OutputTokens == 0 {
+	if cu.Answers-c0.Answers != 1 || cu.InputTokens-c0.InputTokens != msg.Usage.InputTokens+msg.Usage.CacheReadInputTokens+msg.Usage.CacheCreationInputTokens ||
+		cu.OutputTokens-c0.OutputTokens != msg.Usage.OutputTokens || msg.Usage.OutputTokens == 0 {
 		t.Errorf("claude: %+v, the client saw %+v", cu, msg.Usage)
 	}
 

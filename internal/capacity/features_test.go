@@ -42,6 +42,23 @@ func TestFeaturesAreWhatTheRankingReads(t *testing.T) {
 		}
 	}
 
+	// Where the requests bind: (10-1)/100 under (900-100)/1000; a spent
+	// request window leaves no headroom.
+	rb := NewState()
+	o.Requests = provider.Window{Limit: 100, Remaining: 10, Reset: time.Minute}
+	o.Tokens = provider.Window{Limit: 1000, Remaining: 900, Reset: time.Minute}
+	rb.Observe(now, o, p)
+	if f := rb.Features(now, 100, false); !near(f.Headroom, 0.09) {
+		t.Errorf("requests binding: headroom %v, want 0.09", f.Headroom)
+	}
+	spent := NewState()
+	o.Requests = provider.Window{Limit: 100, Remaining: 0, Reset: time.Minute}
+	o.Tokens = provider.UnknownWindow
+	spent.Observe(now, o, p)
+	if f := spent.Features(now, 100, false); f.Headroom != 0 {
+		t.Errorf("a spent window: headroom %v, want 0", f.Headroom)
+	}
+
 	// Declared limits: what the last minute sent, and this request.
 	d := NewState()
 	d.Declare(10, 1000)

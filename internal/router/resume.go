@@ -216,7 +216,7 @@ func (s *Stream) attempt(pr *provider.Request, allow func(*Deployment) bool, dea
 	w := walk{per: make([]attemptState, len(g.Deployments)), minContext: -1}
 	for i, d := range g.Deployments {
 		// The deployments that broke the stream: only when no other is left.
-		w.per[i].silent = d == s.d || slices.ContainsFunc(s.done, func(l Leg) bool { return l.Deployment == d })
+		w.per[i].silent = slices.ContainsFunc(s.done, func(l Leg) bool { return l.Deployment == d }) // the current one is done already
 	}
 	r.serve(s.parent, g, req, res, &w, deadline)
 	r.logPending(&w, nil)

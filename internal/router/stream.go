@@ -307,7 +307,10 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 		s.idleLeft = idle
 	}
 	if s.idle == nil {
-		s.idle = s.r.Clock.AfterFunc(s.idleLeft, func() { s.cancel(errIdleTimeout) })
+		// The timer belongs to this leg: it cancels this leg's attempt
+		// even if it fires after a resume put another leg in its place.
+		cancel := s.cancel
+		s.idle = s.r.Clock.AfterFunc(s.idleLeft, func() { cancel(errIdleTimeout) })
 	} else {
 		s.idle.Reset(s.idleLeft)
 	}

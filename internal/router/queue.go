@@ -116,6 +116,14 @@ type queue struct {
 	// its priority, so that a place once counted only shrinks (but for
 	// higher priorities).
 	arrivals uint64
+	// joinMu is held across each Join of the fleet's queue (Group.Fleet),
+	// so that a request that joins it knows which of this instance's
+	// requests before it are not there yet (they join after it, and go
+	// before it in the fleet's order): its first place counts them too.
+	// Without it, a burst's requests that joined out of their order would
+	// each count fewer than are before it, and wait for a place they do
+	// not have instead of being told at once.
+	joinMu sync.Mutex
 	// latest is the latest arrival time: a request that joins later is
 	// given no earlier one (its clock was read before another's joined),
 	// so that arrival times and numbers agree, as the fleet's queue
@@ -159,6 +167,7 @@ type waiter struct {
 	// (no need to ask again at this look).
 	member                  string
 	joined                  bool
+	inFleet                 atomic.Bool // member is set (read by the others' joins)
 	fleetAhead, fleetTokens int64
 	// naps counts its short looks while those ahead fleet-wide take free
 	// capacity (fleetTurn).
@@ -300,13 +309,19 @@ func (q *queue) kickAllBut(w *waiter) {
 
 // place returns how many requests wait before w, and their tokens.
 func (q *queue) place(w *waiter) (ahead int64, tokens int64) {
+	return q.count(w, false)
+}
+
+// count counts the requests before w that are not taking capacity (place),
+// or, outsideFleet, only those of them not in the fleet's queue.
+func (q *queue) count(w *waiter, outsideFleet bool) (ahead int64, tokens int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, x := range q.waiting {
 		if x == w {
 			break
 		}
-		if x.taking.Load() {
+		if x.taking.Load() || outsideFleet && x.inFleet.Load() {
 			continue
 		}
 		ahead++
@@ -424,11 +439,17 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 // member was refused or lost); ok false when the store cannot tell.
 func (r *Router) fleetPlace(g *Group, me *waiter, withTokens bool, now, deadline time.Time) (ahead, tokensAhead int64, ok bool) {
 	if me.member == "" {
+		g.queue.joinMu.Lock()
 		m, n, tok, err := g.Fleet.Join(me.priority, MaxPriority, me.since, me.arrival, deadline.Sub(now), me.tokens, withTokens)
 		if err != nil {
+			g.queue.joinMu.Unlock()
 			return 0, 0, false
 		}
-		me.member, me.joined, me.fleetAhead, me.fleetTokens = m, true, n, tok
+		me.inFleet.Store(true)
+		// Those before it here that are not in the fleet's queue yet.
+		out, outTokens := g.queue.count(me, true)
+		g.queue.joinMu.Unlock()
+		me.member, me.joined, me.fleetAhead, me.fleetTokens = m, true, n+out, tok+outTokens
 	}
 	if me.joined {
 		me.joined = false
@@ -492,6 +513,7 @@ func leaveFleet(g *Group, me *waiter) {
 	if me.member != "" {
 		g.Fleet.Leave(me.member)
 		me.member, me.joined = "", false
+		me.inFleet.Store(false)
 	}
 }
 

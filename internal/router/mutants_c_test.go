@@ -140,3 +140,98 @@ func TestCKickHeadOfAQueueEmptiedMeanwhile(t *testing.T) {
 	}()
 	g.queue.kickHead()
 }
+
+// cCandC is deployment i as a candidate: back at at for why, latency
+// seconds of latency.
+func cCandC(i int, at time.Time, why provider.Class, latency float64) scored {
+	return scored{i: i, f: capacity.Features{At: at, Why: why, Latency: latency}}
+}
+
+// A request behind others whose deployments all come back only after its
+// deadline is told so at once (429 with Retry-After until the first is
+// back), not held in the queue until its deadline.
+func TestCWaitingBehindOthersForADeploymentBackTooLate(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	deadline := now.Add(25 * time.Second)
+	cJoinC(g, now, deadline, 10)
+	me := cJoinC(g, now, deadline, 10)
+	me.kick() // a sleep would return at once
+	cands := []scored{cCandC(0, now.Add(60*time.Second), provider.RateLimited, 0)}
+	err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 10}, now, deadline)
+	if err == nil {
+		t.Fatal("expected an answer at once, got a wait")
+	}
+	if e := cStatusC(t, err); e.Status != 429 || e.RetryAfter != 60*time.Second {
+		t.Errorf("expected 429 with Retry-After 60 s, got %d %v", e.Status, e.RetryAfter)
+	}
+}
+
+// The head's window is spent until 5 s and its deployment answers in 2 s:
+// with a deadline at 6 s, an attempt started at the reset cannot answer in
+// time, so it is told at once (429), not made to wait for the reset.
+func TestCWaitCountsTheLatencyAgainstTheDeadline(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	deadline := now.Add(6 * time.Second)
+	cRequestsC(r, g.Deployments[0], now, 10, 0, 5*time.Second)
+	me := cJoinC(g, now, deadline, 10)
+	me.kick()
+	back, _ := g.Deployments[0].State.AvailableAt(now, 10)
+	cands := []scored{cCandC(0, back, provider.RateLimited, 2)}
+	err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 10}, now, deadline)
+	if err == nil {
+		t.Fatal("expected an answer at once, got a wait")
+	}
+	if e := cStatusC(t, err); e.Status != 429 {
+		t.Errorf("expected 429, got %d", e.Status)
+	}
+	// With 5 s of latency allowed (deadline at 8 s), it waits for the reset.
+	deadline = now.Add(8 * time.Second)
+	if err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 10}, now, deadline); err != nil {
+		t.Errorf("deadline at 8 s: expected it to wait, got %v", err)
+	}
+}
+
+// As above with a spent token window: the request is told at once.
+func TestCWaitOnASpentTokenWindow(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	deadline := now.Add(6 * time.Second)
+	cTokensC(t, r, g.Deployments[0], now, 1000, 0, 10*time.Second)
+	me := cJoinC(g, now, deadline, 10)
+	me.kick()
+	cands := []scored{cCandC(0, now.Add(5*time.Second), provider.RateLimited, 0)}
+	err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 10}, now, deadline)
+	if err == nil {
+		t.Fatal("expected an answer at once, got a wait")
+	}
+	if e := cStatusC(t, err); e.Status != 429 {
+		t.Errorf("expected 429, got %d", e.Status)
+	}
+}
+
+// Two requests wait before this one, 400 tokens each as it is, on a token
+// window of 1000 spent until 10 s: with a deadline at 15 s (one reset,
+// 1000 tokens) it is told at once, with its place in the message and
+// Retry-After at the window that holds the three (the second reset, 20 s).
+func TestCUnservablePlaceSaysWhenAndHowManyAhead(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	deadline := now.Add(15 * time.Second)
+	cTokensC(t, r, g.Deployments[0], now, 1000, 0, 10*time.Second)
+	cJoinC(g, now, now.Add(time.Minute), 400)
+	cJoinC(g, now, now.Add(time.Minute), 400)
+	me := cJoinC(g, now, deadline, 400)
+	me.kick()
+	back, _ := g.Deployments[0].State.AvailableAt(now, 400)
+	cands := []scored{cCandC(0, back, provider.RateLimited, 0)}
+	err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 400}, now, deadline)
+	e := cStatusC(t, err)
+	if e.Status != 429 || e.RetryAfter != 21*time.Second {
+		t.Errorf("expected 429 with Retry-After 21 s, got %d %v", e.Status, e.RetryAfter)
+	}
+	if !strings.Contains(e.Message, "(2 waiting before it)") {
+		t.Errorf("expected the message to say 2 wait before it, got %q", e.Message)
+	}
+}

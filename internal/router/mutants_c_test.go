@@ -235,3 +235,85 @@ func TestCUnservablePlaceSaysWhenAndHowManyAhead(t *testing.T) {
 		t.Errorf("expected the message to say 2 wait before it, got %q", e.Message)
 	}
 }
+
+// The head, as it looks, wakes the requests at the back of the queue that
+// the windows can no longer serve before their deadlines: with 1 request
+// left until the reset at 10 s, the one behind it (deadline 1 s) is
+// marked late and woken to get its 429 now.
+func TestCTheHeadPrunesTheTail(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	cRequestsC(r, g.Deployments[0], now, 10, 1, 10*time.Second)
+	me := cJoinC(g, now, now.Add(25*time.Second), 10)
+	tail := cJoinC(g, now, now.Add(time.Second), 10)
+	me.kick()
+	cands := []scored{cCandC(0, now, provider.OK, 0)}
+	if err := r.wait(context.Background(), g, me, cands, 1, &walk{}, capacity.Need{Tokens: 10}, now, me.deadline); err != nil {
+		t.Fatalf("the head: expected it to wait its turn, got %v", err)
+	}
+	if !tail.late.Load() || !cKickedC(tail) {
+		t.Errorf("expected the tail marked late and woken, got late %v, kicked %v", tail.late.Load(), cKickedC(tail))
+	}
+	if me.late.Load() {
+		t.Error("expected the head not marked late")
+	}
+}
+
+// Only the head prunes: a request with another before it leaves the
+// tail alone.
+func TestCOnlyTheHeadPrunes(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	cRequestsC(r, g.Deployments[0], now, 10, 5, 10*time.Second)
+	cJoinC(g, now, now.Add(25*time.Second), 10)
+	me := cJoinC(g, now, now.Add(25*time.Second), 10)
+	tail := cJoinC(g, now, now.Add(time.Second), 10)
+	tail2 := cJoinC(g, now, now.Add(time.Second), 10)
+	tail3 := cJoinC(g, now, now.Add(time.Second), 10)
+	tail4 := cJoinC(g, now, now.Add(time.Second), 10)
+	tail5 := cJoinC(g, now, now.Add(time.Second), 10)
+	me.kick()
+	cands := []scored{cCandC(0, now, provider.OK, 0)}
+	if err := r.wait(context.Background(), g, me, cands, 1, &walk{}, capacity.Need{Tokens: 10}, now, me.deadline); err != nil {
+		t.Fatalf("expected it to wait its turn, got %v", err)
+	}
+	for i, w := range []*waiter{tail, tail2, tail3, tail4, tail5} {
+		if w.late.Load() {
+			t.Errorf("tail %d: expected no pruning by a request that is not the head", i)
+		}
+	}
+}
+
+// Pruning goes from the back and never marks the head: with the window
+// spent until after every deadline, the requests behind it are marked late,
+// the head is not (it gets its own answer when it looks).
+func TestCPruningSparesTheHead(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	cRequestsC(r, g.Deployments[0], now, 10, 0, 10*time.Second)
+	head := cJoinC(g, now, now.Add(time.Second), 10)
+	second := cJoinC(g, now, now.Add(time.Second), 10)
+	third := cJoinC(g, now, now.Add(time.Second), 10)
+	r.pruneTail(g, []scored{cCandC(0, now.Add(10*time.Second), provider.RateLimited, 0)}, now)
+	if head.late.Load() || cKickedC(head) {
+		t.Error("expected the head neither marked late nor woken")
+	}
+	if !second.late.Load() || !third.late.Load() {
+		t.Errorf("expected the two behind it marked late, got %v %v", second.late.Load(), third.late.Load())
+	}
+}
+
+// Pruning counts the tokens of those before: the second request's 400
+// tokens and the head's 400 do not fit the 500 left before its deadline,
+// so it is marked late; the head's alone would.
+func TestCPruningCountsTokensAhead(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	cTokensC(t, r, g.Deployments[0], now, 1000, 500, 10*time.Second)
+	cJoinC(g, now, now.Add(25*time.Second), 400)
+	tail := cJoinC(g, now, now.Add(time.Second), 400)
+	r.pruneTail(g, []scored{cCandC(0, now, provider.OK, 0)}, now)
+	if !tail.late.Load() {
+		t.Error("expected the tail marked late (800 tokens before its deadline, 500 left)")
+	}
+}

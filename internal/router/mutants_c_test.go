@@ -317,3 +317,92 @@ func TestCPruningCountsTokensAhead(t *testing.T) {
 		t.Error("expected the tail marked late (800 tokens before its deadline, 500 left)")
 	}
 }
+
+// A request behind a head blocked for deployment 0 goes at once when it
+// has deployment 1 free, but waits when deployment 0 is all it has (its
+// client gone here, so that the wait ends at once).
+func TestCGoingPastABlockedHeadOnlyToWhatItDoesNotWaitFor(t *testing.T) {
+	r, g, c := cRouterC(2)
+	now := c.Now()
+	deadline := now.Add(25 * time.Second)
+	head := cJoinC(g, now, deadline, 10)
+	head.waitsFor.Store(1 << 0)
+	head.blockedUntil.Store(now.Add(10 * time.Second).UnixNano())
+	me := cJoinC(g, now, deadline, 10)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	both := []scored{cCandC(0, now, provider.OK, 0), cCandC(1, now, provider.OK, 0)}
+	if err := r.wait(gone, g, me, both, 2, &walk{}, capacity.Need{Tokens: 10}, now, deadline); err != nil {
+		t.Errorf("deployment 1 free: expected it to go now, got %v", err)
+	}
+	if both[0].i != 1 {
+		t.Errorf("expected deployment 1 first among those it may take, got %d", both[0].i)
+	}
+	only := []scored{cCandC(0, now, provider.OK, 0)}
+	if err := r.wait(gone, g, me, only, 1, &walk{}, capacity.Need{Tokens: 10}, now, deadline); err != ErrClientGone {
+		t.Errorf("only deployment 0: expected it to wait (ErrClientGone), got %v", err)
+	}
+}
+
+// The head waits for its deployment's return, and after failures for the
+// backoff when that is longer: 100 ms without failure, 1 s (the backoff of
+// a second failure) after two.
+func TestCTheHeadWaitsTheBackoffOnlyAfterFailures(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	deadline := now.Add(25 * time.Second)
+	me := cJoinC(g, now, deadline, 10)
+	cands := []scored{cCandC(0, now.Add(100*time.Millisecond), provider.Server, 0)}
+	if err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 10}, now, deadline); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.wait(context.Background(), g, me, cands, 0, &walk{failures: 2}, capacity.Need{Tokens: 10}, now, deadline); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Sleeps(); len(s) != 2 || s[0] != 100*time.Millisecond || s[1] != r.Policy.Backoff(2) || s[1] != time.Second {
+		t.Errorf("expected sleeps of 100 ms then 1 s, got %v", s)
+	}
+}
+
+// A head blocked on deployment 64 of a group of 65 cannot say which
+// deployments it waits for in its bit set: it is taken to wait for all.
+func TestCABlockedHeadPastSixtyFourDeploymentsWaitsForAll(t *testing.T) {
+	r, g, c := cRouterC(65)
+	now := c.Now()
+	deadline := now.Add(25 * time.Second)
+	me := cJoinC(g, now, deadline, 10)
+	me.kick()
+	cands := []scored{cCandC(64, now.Add(time.Second), provider.RateLimited, 0)}
+	if err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 10}, now, deadline); err != nil {
+		t.Fatal(err)
+	}
+	if got := me.waitsFor.Load(); got != ^uint64(0) {
+		t.Errorf("expected it to wait for every deployment, got %b", got)
+	}
+	if n := bypass([]scored{cCandC(3, now, provider.OK, 0)}, 1, me.waitsFor.Load()); n != 0 {
+		t.Errorf("expected no request behind it to go past it to deployment 3, got %d", n)
+	}
+}
+
+// A head that blocks for capacity of its own wakes those behind it once
+// for the instant it waits for, not again at each look for that instant.
+func TestCABlockedHeadWakesThoseBehindOncePerInstant(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	deadline := now.Add(25 * time.Second)
+	me := cJoinC(g, now, deadline, 10)
+	behind := cJoinC(g, now, deadline, 10)
+	cands := []scored{cCandC(0, now.Add(time.Second), provider.RateLimited, 0)}
+	for i, want := range []bool{true, false} {
+		me.kick()
+		behind.mu.Lock()
+		behind.kicked = false
+		behind.mu.Unlock()
+		if err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 10}, now, deadline); err != nil {
+			t.Fatal(err)
+		}
+		if cKickedC(behind) != want {
+			t.Errorf("look %d: expected the one behind woken %v, got %v", i, want, cKickedC(behind))
+		}
+	}
+}

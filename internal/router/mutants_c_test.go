@@ -406,3 +406,40 @@ func TestCABlockedHeadWakesThoseBehindOncePerInstant(t *testing.T) {
 		}
 	}
 }
+
+// The forecast counts a request whose tokens are exactly what the window
+// has left as served; one token more is not.
+func TestCExactlyTheTokensLeftServe(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	cTokensC(t, r, g.Deployments[0], now, 1000, 300, 10*time.Second)
+	s := supplyOf(g.Deployments, []scored{cCandC(0, now, provider.OK, 0)}, 0, now, now, false)
+	if enough, known := s.serves(1, 300); !enough || !known {
+		t.Errorf("300 tokens of 300 left: expected enough and known, got %v %v", enough, known)
+	}
+	if enough, known := s.serves(1, 301); enough || !known {
+		t.Errorf("301 tokens of 300 left: expected not enough, known, got %v %v", enough, known)
+	}
+}
+
+// A place the windows cannot serve in time is a 429 when the deployments
+// are rate-limited or out of quota, a 502 when one is out for failures.
+func TestCUnservableStatusFollowsWhyTheDeploymentsAreOut(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	deadline := now.Add(5 * time.Second)
+	cRequestsC(r, g.Deployments[0], now, 10, 0, 10*time.Second)
+	for _, tc := range []struct {
+		why  provider.Class
+		want int
+	}{
+		{provider.RateLimited, 429},
+		{provider.QuotaExhausted, 429},
+		{provider.Server, 502},
+	} {
+		cands := []scored{cCandC(0, now.Add(10*time.Second), tc.why, 0)}
+		if e := cStatusC(t, r.unservable(g.Deployments, cands, 1, 10, 0, now, deadline, false)); e.Status != tc.want {
+			t.Errorf("%v: expected %d, got %d", tc.why, tc.want, e.Status)
+		}
+	}
+}

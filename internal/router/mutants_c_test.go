@@ -443,3 +443,90 @@ func TestCUnservableStatusFollowsWhyTheDeploymentsAreOut(t *testing.T) {
 		}
 	}
 }
+
+// cFleetTurnC runs fleetTurn for a new waiter of tokens tokens on g (whose
+// fleet queue has others ahead), deployment 0 free at now.
+func cFleetTurnC(r *Router, g *Group, now time.Time, others int64, tokens int64, naps int, deadline time.Time) (*waiter, bool, error) {
+	g.Fleet = &fakeFleetQueue{others: others}
+	me := &waiter{priority: DefaultPriority, tokens: tokens, since: now, deadline: deadline, naps: naps}
+	ok, err := r.fleetTurn(context.Background(), g, me, []scored{cCandC(0, now, provider.OK, 0)}, capacity.Need{Tokens: tokens}, now, deadline)
+	return me, ok, err
+}
+
+// Fleet mode, requests: 3 wait before it fleet-wide and the window has 3
+// left until 10 s. It does not take one: it naps shortly while those ahead
+// take theirs; once its naps are spent it sleeps until the window forecast
+// to serve its place (the reset, 10 s); past its deadline it is told at
+// once, with its place.
+func TestCAFleetTurnNapsThenSleepsUntilItsPlaceIsServed(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	cRequestsC(r, g.Deployments[0], now, 10, 3, 10*time.Second)
+	deadline := now.Add(25 * time.Second)
+	me, ok, err := cFleetTurnC(r, g, now, 3, 10, 0, deadline)
+	if ok || err != nil || me.naps != 1 {
+		t.Errorf("first look: expected a nap (not its turn), got ok %v, err %v, naps %d", ok, err, me.naps)
+	}
+	me, ok, err = cFleetTurnC(r, g, now, 3, 10, r.FleetNaps, deadline)
+	if ok || err != nil || me.naps != 0 {
+		t.Errorf("naps spent: expected a sleep until its place is served, got ok %v, err %v, naps %d", ok, err, me.naps)
+	}
+	s := c.Sleeps()
+	if len(s) != 2 || s[0] != fleetNap || s[1] < 10*time.Second || s[1] > 10*time.Second+100*time.Millisecond {
+		t.Errorf("expected a nap of %v, then a sleep until the reset (10 s), got %v", fleetNap, s)
+	}
+	_, ok, err = cFleetTurnC(r, g, now, 3, 10, r.FleetNaps, now.Add(5*time.Second))
+	if e := cStatusC(t, err); ok || e.Status != 429 || !strings.Contains(e.Message, "(3 waiting before it)") {
+		t.Errorf("deadline before the reset: expected 429 saying 3 wait before it, got %v %v", ok, err)
+	}
+	// With 3 ahead fleet-wide and 4 left, it is its turn.
+	r, g, c = cRouterC(1)
+	now = c.Now()
+	cRequestsC(r, g.Deployments[0], now, 10, 4, 10*time.Second)
+	if _, ok, err := cFleetTurnC(r, g, now, 3, 10, 0, deadline); !ok || err != nil {
+		t.Errorf("4 left for 3 ahead: expected its turn, got %v %v", ok, err)
+	}
+}
+
+// Fleet mode, a spent window: there is nothing to take now, so no nap; it
+// sleeps until the reset.
+func TestCAFleetTurnOnASpentWindowDoesNotNap(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	cRequestsC(r, g.Deployments[0], now, 10, 0, 10*time.Second)
+	me, ok, err := cFleetTurnC(r, g, now, 0, 10, 0, now.Add(25*time.Second))
+	if ok || err != nil || me.naps != 0 {
+		t.Errorf("expected a sleep without a nap, got ok %v, err %v, naps %d", ok, err, me.naps)
+	}
+	if s := c.Sleeps(); len(s) != 1 || s[0] < 10*time.Second || s[0] > 10*time.Second+100*time.Millisecond {
+		t.Errorf("expected one sleep until the reset (10 s), got %v", s)
+	}
+}
+
+// Fleet mode, tokens: 25 requests of 250 tokens wait before its 100, the
+// window has 300 left until 10 s. It is not its turn; it sleeps until the
+// reset, or is told at once (Retry-After at the reset) when its deadline is
+// before; with 350 left it is its turn.
+func TestCAFleetTurnCountsTokensAhead(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	r.FleetNaps = 0
+	cTokensC(t, r, g.Deployments[0], now, 1000, 300, 10*time.Second)
+	_, ok, err := cFleetTurnC(r, g, now, 25, 100, 0, now.Add(25*time.Second))
+	if ok || err != nil {
+		t.Errorf("expected not its turn, got %v %v", ok, err)
+	}
+	if s := c.Sleeps(); len(s) != 1 || s[0] < 10*time.Second || s[0] > 10*time.Second+100*time.Millisecond {
+		t.Errorf("expected one sleep until the reset (10 s), got %v", s)
+	}
+	_, _, err = cFleetTurnC(r, g, now, 25, 100, 0, now.Add(5*time.Second))
+	if e := cStatusC(t, err); e.Status != 429 || e.RetryAfter != 11*time.Second {
+		t.Errorf("deadline at 5 s: expected 429 with Retry-After 11 s (the reset, past its margin, rounded up), got %d %v", e.Status, e.RetryAfter)
+	}
+	r, g, c = cRouterC(1)
+	now = c.Now()
+	cTokensC(t, r, g.Deployments[0], now, 1000, 350, 10*time.Second)
+	if _, ok, err := cFleetTurnC(r, g, now, 25, 100, 0, now.Add(25*time.Second)); !ok || err != nil {
+		t.Errorf("350 left for 350: expected its turn, got %v %v", ok, err)
+	}
+}

@@ -530,3 +530,24 @@ func TestCAFleetTurnCountsTokensAhead(t *testing.T) {
 		t.Errorf("350 left for 350: expected its turn, got %v %v", ok, err)
 	}
 }
+
+// A weekly window (Anthropic's 7-day limit, the case MaxCooldown is for):
+// the instant a spent one serves the request again is found at its reset,
+// not at the last doubling below MaxCooldown (6 or 4 days, when the
+// request could not yet be served and a client told to retry then would
+// meet a 429 again).
+func TestServableAtFindsAWeeklyReset(t *testing.T) {
+	for _, back := range []time.Duration{0, provider.MaxCooldown >> 19} {
+		r, g, c := cRouterC(1)
+		now := c.Now()
+		cRequestsC(r, g.Deployments[0], now, 1, 0, 7*24*time.Hour) // 1 a week, spent
+		cands := []scored{cCandC(0, now.Add(back), provider.RateLimited, 0)}
+		at := r.servableAt(g.Deployments, cands, 1, 10, 0, now, now, false)
+		if enough, _ := forecast(g.Deployments, cands, 1, 10, 0, now, at, false); !enough {
+			t.Errorf("back in %v: servable at now+%v, where the forecast does not serve it", back, at.Sub(now))
+		}
+		if d := at.Sub(now); d < 7*24*time.Hour || d > 7*24*time.Hour+time.Second {
+			t.Errorf("back in %v: expected the weekly reset (168h and the margin), got now+%v", back, d)
+		}
+	}
+}

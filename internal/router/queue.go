@@ -646,10 +646,13 @@ func (r *Router) servableAt(group []*Deployment, cands []scored, n, tokens int64
 	}
 	hi := lo
 	for step := max(lo.Sub(now), time.Second); ; step *= 2 {
-		if enough, _ := forecast(group, cands, n, tokens, reserve, now, hi, fleet); enough || step >= provider.MaxCooldown {
+		if enough, _ := forecast(group, cands, n, tokens, reserve, now, hi, fleet); enough {
 			break
 		}
-		lo, hi = hi, now.Add(step)
+		if hi.Sub(now) >= provider.MaxCooldown {
+			return hi // not even then
+		}
+		lo, hi = hi, now.Add(min(step, provider.MaxCooldown))
 	}
 	for hi.Sub(lo) > 10*time.Millisecond {
 		mid := lo.Add(hi.Sub(lo) / 2)

@@ -192,3 +192,29 @@ func TestAResumeKnowsNoWindowTooSmallE(t *testing.T) {
 		t.Errorf("expected b to continue it, got %q %v", text, err)
 	}
 }
+
+// A hedge is never a half-open deployment's probe: with the probe's
+// deployment next to the slow attempt's in the group, the hedge goes to
+// the other one, however well the probe's deployment scores.
+func TestAHedgeSkipsTheProbeE(t *testing.T) {
+	c := newFakeClock()
+	slow := newGate(reply(200, okBody))
+	a := &script{replies: []func(*http.Request) (*http.Response, error){slow.reply}}
+	p, q := okScriptE(), okScriptE()
+	da, dp, dq := deployment("a", a), deployment("p", p), deployment("q", q)
+	da.Quality, dp.Quality = 1, 1
+	dq.CostInput, dq.CostOutput = 100, 300
+	r, _ := hedgeRouter(c)
+	failed := provider.NewObservation(provider.Server)
+	dp.State.Observe(c.Now(), failed, r.Policy) // open for its backoff (500 ms), half-open after
+	done := make(chan *Result, 1)
+	go func() { done <- r.Serve(context.Background(), []*Deployment{da, dp, dq}, chatReq) }()
+	eventually(t, "a's attempt", func() bool { return a.calls.Load() == 1 })
+	c.Advance(2 * time.Second)
+	eventually(t, "the hedge", func() bool { return p.calls.Load()+q.calls.Load() == 1 })
+	res := <-done
+	if p.calls.Load() != 0 || res.Deployment != dq || res.Hedge != HedgeWon {
+		t.Errorf("expected the hedge on q to win and p untouched, got %v %q, p %d", res.Deployment, res.Hedge, p.calls.Load())
+	}
+	eventually(t, "a cancelled", func() bool { return slow.cancelled.Load() == 1 })
+}

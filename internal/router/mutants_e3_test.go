@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,4 +218,53 @@ func TestAHedgeSkipsTheProbeE(t *testing.T) {
 		t.Errorf("expected the hedge on q to win and p untouched, got %v %q, p %d", res.Deployment, res.Hedge, p.calls.Load())
 	}
 	eventually(t, "a cancelled", func() bool { return slow.cancelled.Load() == 1 })
+}
+
+// A half-open deployment's probe that loses a hedge with its stream
+// already begun frees the probe when its stream is closed, and wakes the
+// request queued for that probe at once (no sleep until it looks again).
+func TestALosingProbeStreamWakesTheQueueE(t *testing.T) {
+	c := newManualClock()
+	r := New()
+	r.Clock, r.Rand = c, func() float64 { return 0 }
+	r.HedgeAfter = 2 * time.Second
+	streamed := sse(chunk, final, "data: [DONE]")
+	pGate, qGate := make(chan struct{}), make(chan struct{})
+	var pReq atomic.Pointer[http.Request]
+	p := replies(func(req *http.Request) (*http.Response, error) {
+		pReq.Store(req)
+		<-pGate // answers even when cancelled meanwhile: a stream already under way
+		return streamed(req)
+	}, reply(200, okBody))
+	q := replies(func(req *http.Request) (*http.Response, error) { <-qGate; return streamed(req) })
+	dp, dq := deployment("p", p), deployment("q", q)
+	dp.State.Observe(c.Now(), provider.NewObservation(provider.Server), r.Policy) // open for 500 ms
+	withWindows(t, dq, c.Now(), provider.Window{Limit: 1, Remaining: 1, Reset: time.Hour}, provider.UnknownWindow)
+	c.advanceTo(c.Now().Add(time.Second)) // p half-open: its probe is the next attempt
+	g := &Group{Name: "g", Deployments: []*Deployment{dp, dq}}
+	first := make(chan *Result, 1)
+	go func() { first <- r.ServeGroup(context.Background(), g, &Request{Request: wire(chatReq.Body, true), Tokens: 10}) }()
+	eventually(t, "the probe on p", func() bool { return p.calls.Load() == 1 })
+	c.advanceTo(c.Now().Add(2 * time.Second))
+	eventually(t, "the hedge on q", func() bool { return q.calls.Load() == 1 })
+	second := make(chan *Result, 1)
+	go func() { second <- r.ServeGroup(context.Background(), g, chatReq) }()
+	eventually(t, "the second request asleep in the queue", func() bool { return asleepE(c) == 1 && g.Queued() == 1 })
+	close(qGate) // q's stream wins: p's attempt is cancelled...
+	eventually(t, "p's attempt cancelled", func() bool { return pReq.Load() != nil && pReq.Load().Context().Err() != nil })
+	close(pGate) // ...but its stream had begun: dropped, closed
+	res := <-first
+	if res.Deployment != dq || res.Hedge != HedgeWon || res.Stream == nil {
+		t.Fatalf("expected q's stream to win the hedge, got %v %q %v", res.Deployment, res.Hedge, res.Err)
+	}
+	eventually(t, "the second request's probe of p, with the clock still", func() bool { return p.calls.Load() == 2 })
+	res.Stream.Close()
+	select {
+	case res := <-second:
+		if res.Deployment != dp || res.Err != nil {
+			t.Errorf("expected p to answer the second request, got %v %v", res.Deployment, res.Err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second request did not end")
+	}
 }

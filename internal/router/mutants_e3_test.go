@@ -243,7 +243,9 @@ func TestALosingProbeStreamWakesTheQueueE(t *testing.T) {
 	c.advanceTo(c.Now().Add(time.Second)) // p half-open: its probe is the next attempt
 	g := &Group{Name: "g", Deployments: []*Deployment{dp, dq}}
 	first := make(chan *Result, 1)
-	go func() { first <- r.ServeGroup(context.Background(), g, &Request{Request: wire(chatReq.Body, true), Tokens: 10}) }()
+	go func() {
+		first <- r.ServeGroup(context.Background(), g, &Request{Request: wire(chatReq.Body, true), Tokens: 10})
+	}()
 	eventually(t, "the probe on p", func() bool { return p.calls.Load() == 1 })
 	c.advanceTo(c.Now().Add(2 * time.Second))
 	eventually(t, "the hedge on q", func() bool { return q.calls.Load() == 1 })

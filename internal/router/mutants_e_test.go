@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,17 +194,38 @@ func TestErrorBodiesE(t *testing.T) {
 	}
 }
 
-// An answer of exactly 32 MiB is still an answer.
+// wholeAnswerE is a provider type whose plans answer with okBody for
+// whatever answer they read (so that a huge answer costs no parse), and
+// note how long it was.
+type wholeAnswerE struct {
+	provider.Provider
+	got *atomic.Int64
+}
+
+type wholePlanE struct {
+	provider.Plan
+	got *atomic.Int64
+}
+
+func (p wholePlanE) Answer(body []byte) ([]byte, error) {
+	p.got.Store(int64(len(body)))
+	return []byte(okBody), nil
+}
+
+func (w wholeAnswerE) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
+	p, err := w.Provider.Plan(ctx, model, r)
+	return wholePlanE{p, w.got}, err
+}
+
+// An answer of exactly 32 MiB is still an answer: read whole, translated.
 func TestAnAnswerOfExactly32MiBE(t *testing.T) {
-	open, rest := `{"id":"x",`, okBody[len(`{"id":"x",`):]
-	huge := open + strings.Repeat(" ", maxResponseBody-len(okBody)) + rest
-	if len(huge) != maxResponseBody {
-		t.Fatalf("built %d bytes", len(huge))
-	}
-	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, huge)}}
-	res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{deployment("a", a)}, chatReq)
-	if res.Err != nil || res.Status != 200 || res.Attempts != 1 {
-		t.Fatalf("expected the 32 MiB answer, got %v after %d attempts", res.Err, res.Attempts)
+	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, strings.Repeat(" ", maxResponseBody))}}
+	d := deployment("a", a)
+	var got atomic.Int64
+	d.Provider = wholeAnswerE{d.Provider, &got}
+	res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{d}, chatReq)
+	if res.Err != nil || res.Status != 200 || res.Attempts != 1 || got.Load() != maxResponseBody {
+		t.Fatalf("expected the 32 MiB answer (%d bytes read), got %v after %d attempts", got.Load(), res.Err, res.Attempts)
 	}
 }
 

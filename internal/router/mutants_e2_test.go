@@ -86,7 +86,7 @@ func streamOfE(body io.ReadCloser, req *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: body, Request: req}, nil
 }
 
-func ev(s string) []byte { return []byte(s + "\n\n") }
+func evE(s string) []byte { return []byte(s + "\n\n") }
 
 // A stream's usage adds up what its provider stated: cached input, cache
 // writes and reasoning tokens as well as input and output.
@@ -142,13 +142,13 @@ func TestNoIdleTimeoutNeverCutsE(t *testing.T) {
 	c := instantClockE{newFakeClock()}
 	d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
 		return streamOfE(&readsE{steps: []func() ([]byte, error){
-			func() ([]byte, error) { return ev(chunk), nil },
+			func() ([]byte, error) { return evE(chunk), nil },
 			func() ([]byte, error) {
 				c.Advance(time.Hour)
 				if err := req.Context().Err(); err != nil {
 					return nil, err
 				}
-				return append(ev(final), ev("data: [DONE]")...), nil
+				return append(evE(final), evE("data: [DONE]")...), nil
 			},
 		}}, req)
 	}}})
@@ -172,10 +172,10 @@ func TestIdleTimeLeftAfterKeepAlivesE(t *testing.T) {
 	c := &recClockE{fakeClock: newFakeClock()}
 	d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
 		return streamOfE(&readsE{steps: []func() ([]byte, error){
-			func() ([]byte, error) { return ev(chunk), nil },
-			func() ([]byte, error) { c.Advance(10 * time.Second); return ev(": keep-alive"), nil },
-			func() ([]byte, error) { c.Advance(20 * time.Second); return ev(": keep-alive"), nil },
-			func() ([]byte, error) { return append(append(ev(chunk), ev(final)...), ev("data: [DONE]")...), nil },
+			func() ([]byte, error) { return evE(chunk), nil },
+			func() ([]byte, error) { c.Advance(10 * time.Second); return evE(": keep-alive"), nil },
+			func() ([]byte, error) { c.Advance(20 * time.Second); return evE(": keep-alive"), nil },
+			func() ([]byte, error) { return append(append(evE(chunk), evE(final)...), evE("data: [DONE]")...), nil },
 		}}, req)
 	}}})
 	d.IdleTimeout, d.TTFTTimeout, d.Timeout = 30*time.Second, time.Hour, time.Hour

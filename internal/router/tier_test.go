@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,5 +102,46 @@ func TestTiersTakeTheOverflow(t *testing.T) {
 	// tier may be left (how many depends on the order the burst arrives).
 	if p.served < 8 || p.served+spare.served != 15 || p.got429+spare.got429 != 0 {
 		t.Errorf("expected the first tier's 10 (at least 8) and the rest on the second, no 429, got %d and %d (%d 429s)", p.served, spare.served, p.got429+spare.got429)
+	}
+}
+
+// A request that arrives while others wait for the first tier counts them
+// when it picks its tier: it would join the queue behind them. (It counted
+// none, stayed on the first tier, and the queue's forecast refused it with
+// a 429 "10 waiting before it" although the second tier had room at once;
+// found by the tier.go mutants.)
+//
+// Scenario: the first tier (10 per 10 s) spent, 10 requests waiting for
+// its next window (10 s), deadline 15 s; 3 more arrive. Expected: the 10
+// served by the first tier at its window, the 3 by the second tier at
+// once. Got: the 3 answered 429 at once, the second tier untouched.
+func TestOverflowBehindAQueueGoesToTheNextTier(t *testing.T) {
+	r, g, p, c := limitedGroup(t)
+	r.Deadline = 15 * time.Second
+	spare := &windowed{c: c, limit: 100, span: 10 * time.Second}
+	second := deployment("spare", nil)
+	second.Transport, second.Tier = spare, 2
+	g.Deployments = append(g.Deployments, second)
+	for range 10 { // spend the first tier's window
+		if res := r.ServeGroup(context.Background(), g, userReq("w", DefaultPriority)); res.Deployment != g.Deployments[0] {
+			t.Fatalf("warm-up: %v %v", res.Deployment, res.Err)
+		}
+	}
+	p.served = 0
+	var mu sync.Mutex
+	var out []served
+	simulate(t, c, 13, func(i int) {
+		res := r.ServeGroup(context.Background(), g, userReq("u", DefaultPriority))
+		mu.Lock()
+		out = append(out, outcomeOf(res, 0))
+		mu.Unlock()
+	})
+	for _, o := range out {
+		if o.status != 200 {
+			t.Errorf("expected every request served, got %+v", o)
+		}
+	}
+	if p.served != 10 || spare.served != 3 {
+		t.Errorf("expected 10 on the first tier and 3 on the second, got %d and %d", p.served, spare.served)
 	}
 }

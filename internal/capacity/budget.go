@@ -84,9 +84,7 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 	// with its errors, not with a budget.
 	if o.Limit > 0 {
 		w.limit = o.Limit
-		if o.Remaining > o.Limit {
-			o.Remaining = o.Limit
-		}
+		o.Remaining = min(o.Remaining, o.Limit)
 	}
 	if sent.Before(w.rolledAt) && w.current(now) >= 0 {
 		return // it speaks of the window before this one
@@ -241,9 +239,7 @@ func (w *window) availableAtCur(now time.Time, cur, n int64, reserve float64) ti
 		return now
 	}
 	need := w.expected(n)
-	if reserve > 0 {
-		need += w.keep(reserve)
-	}
+	need += w.keep(reserve)
 	if w.limit >= 0 {
 		need = min(need, w.limit) // more than the window holds: it goes on a full window
 	}
@@ -251,10 +247,7 @@ func (w *window) availableAtCur(now time.Time, cur, n int64, reserve float64) ti
 		return now
 	}
 	if w.refilling() {
-		secs := float64(max(need, 1)-cur) / w.rate
-		if secs >= provider.MaxCooldown.Seconds() {
-			return now.Add(provider.MaxCooldown)
-		}
+		secs := min(float64(max(need, 1)-cur)/w.rate, provider.MaxCooldown.Seconds())
 		return now.Add(time.Duration(math.Ceil(secs * float64(time.Second))))
 	}
 	if r := w.nextReset(now); r.After(now) {

@@ -95,10 +95,7 @@ func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64, instances
 	if left.Limit < 0 || left.Reset.IsZero() || w.refilling() {
 		return
 	}
-	equal := 1.0
-	if instances > 1 {
-		equal = 1 / float64(instances)
-	}
+	equal := 1 / float64(max(instances, 1))
 	if w.share == 0 {
 		w.share = equal // an equal share, until learned
 	}
@@ -107,7 +104,7 @@ func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64, instances
 		w.own, w.ownReset = 0, left.Reset
 	}
 	w.own += n
-	if used := left.Limit - left.Remaining; n > 0 && used > 0 && used >= max(2, left.Limit/4) {
+	if used := left.Limit - left.Remaining; n > 0 && used >= max(2, left.Limit/4) {
 		// What it spent of this window, but no less than an equal share:
 		// a forecast that counts too little refuses requests it could
 		// serve, one that counts too much only answers them later.

@@ -30,15 +30,13 @@ var DefaultPolicy = Policy{BackoffBase: 500 * time.Millisecond, BackoffMax: 30 *
 
 // Backoff returns BackoffBase * 2^(n-1), capped at BackoffMax; n < 1 counts as 1.
 func (p Policy) Backoff(n int) time.Duration {
-	if n < 1 {
-		n = 1
-	}
+	n = max(n, 1)
 	d := p.BackoffBase
 	for i := 1; i < n && d < p.BackoffMax; i++ {
 		d *= 2
 	}
-	if p.BackoffMax > 0 && d > p.BackoffMax {
-		d = p.BackoffMax
+	if p.BackoffMax > 0 {
+		d = min(d, p.BackoffMax)
 	}
 	return d
 }

@@ -196,7 +196,7 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	}
 	if !o.Class.Failure() {
 		if o.Class == provider.OK && !learned.Before(s.fleet.circuitAt) {
-			if probe && s.consecutiveFailures > 0 {
+			if probe {
 				// A probe proved the deployment back: the failures that
 				// opened the circuit were paid for by its cooldown, and
 				// no longer hold its reliability down.
@@ -484,7 +484,7 @@ func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 	rq, tk := s.requests.current(now), s.tokens.current(now)
 	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight, Disabled: s.disabled}
 	f.At, f.Why = s.availableAtCur(now, n, rq, tk)
-	f.Probe = s.consecutiveFailures > 0 && !f.At.After(now) && s.circuit(now) == HalfOpen
+	f.Probe = !f.At.After(now) && s.circuit(now) == HalfOpen // half-open: after failures
 	if stream && s.ttft > 0 {
 		f.Latency = s.ttft
 	} else {
@@ -502,9 +502,10 @@ func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 			return
 		}
 		h := min(max(float64(left)/float64(limit), 0), 1)
-		if f.Headroom < 0 || h < f.Headroom {
-			f.Headroom = h
+		if f.Headroom >= 0 {
+			h = min(h, f.Headroom)
 		}
+		f.Headroom = h
 	}
 	if rq >= 0 {
 		headroom(rq-1, s.requests.limit)

@@ -135,6 +135,9 @@ func (r *Router) pick(group []*Deployment, cands []scored) int {
 		}
 	}
 	first := r.draw(group, cands, floor, sum, -1)
+	if first < 0 {
+		return best // scores that compare to nothing (NaN: a cost that overflowed)
+	}
 	second := r.draw(group, cands, floor, sum, first)
 	if second < 0 {
 		return first

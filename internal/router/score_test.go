@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -245,5 +246,17 @@ func TestWorkedExample(t *testing.T) {
 	s = scoreOf(t, newRouter(clock), []*Deployment{oa, groq}, req, clock.Now())
 	if !near(s[groq.Name], 0.852) {
 		t.Errorf("expected groq 0.852 with 25 left, got %v", s)
+	}
+}
+
+// Scores that compare to nothing (NaN, from a cost that overflowed to
+// +Inf for a deployment used as a library with a price past any config's
+// bound) still pick a deployment: the router never indexes out of range.
+func TestPickWithScoresThatCompareToNothing(t *testing.T) {
+	r := newRouter(newFakeClock())
+	group := []*Deployment{deployment("a", nil), deployment("b", nil)}
+	cands := []scored{{i: 0, score: math.NaN()}, {i: 1, score: math.NaN()}}
+	if k := r.pick(group, cands); k != 0 {
+		t.Fatalf("expected the first candidate, got %d", k)
 	}
 }

@@ -927,3 +927,51 @@ func TestABlockedHeadIsNotStarved(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// Fleet mode: a request's first place in the fleet's queue counts this
+// instance's requests before it that have not joined the fleet's queue yet
+// (they join after it, and go before it there): with 3 of other instances
+// in the fleet's queue, one of its own joined and one not yet, it has 5
+// before it (50 tokens), not 4.
+func TestAFirstFleetPlaceCountsThoseNotJoinedYet(t *testing.T) {
+	r, g, _, c := limitedGroup(t)
+	fq := &fakeFleetQueue{others: 3}
+	g.Fleet = fq
+	now := c.Now()
+	deadline := now.Add(r.Deadline)
+	joined, notYet, me := &waiter{tokens: 10, since: now}, &waiter{tokens: 10, since: now}, &waiter{tokens: 10, since: now}
+	for _, w := range []*waiter{joined, notYet, me} {
+		g.queue.join(w)
+	}
+	if n, _, ok := r.fleetPlace(g, joined, true, now, deadline); !ok || n != 3 {
+		t.Fatalf("the first joins behind the 3 of other instances, got %d (%v)", n, ok)
+	}
+	n, tok, ok := r.fleetPlace(g, me, true, now, deadline)
+	if !ok || n != 5 || tok != 50 {
+		t.Errorf("expected 5 before it (3 of other instances, 2 of its own), 50 tokens, got %d and %d (%v)", n, tok, ok)
+	}
+	leaveFleet(g, joined)
+	if joined.inFleet.Load() || len(fq.members) != 1 {
+		t.Errorf("a request that left the fleet's queue is no longer in it: %v, %d members", joined.inFleet.Load(), len(fq.members))
+	}
+}
+
+// A window that resets past MaxCooldown serves nothing before it: the
+// instant the request is servable is told as MaxCooldown from now (the
+// longest Retry-After the router gives), and the search ends there.
+func TestServableAtPastMaxCooldown(t *testing.T) {
+	r, g, c := cRouterC(1)
+	now := c.Now()
+	cRequestsC(r, g.Deployments[0], now, 1, 0, 30*24*time.Hour) // 1 a month, spent
+	cands := []scored{cCandC(0, now.Add(time.Second), provider.RateLimited, 0)}
+	done := make(chan time.Time, 1)
+	go func() { done <- r.servableAt(g.Deployments, cands, 1, 10, 0, now, now, false) }()
+	select {
+	case at := <-done:
+		if at.Sub(now) != provider.MaxCooldown {
+			t.Errorf("expected MaxCooldown (%v) from now, got %v", provider.MaxCooldown, at.Sub(now))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("servableAt did not return within 10 s")
+	}
+}

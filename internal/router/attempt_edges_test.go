@@ -32,7 +32,7 @@ func serveAsyncE(r *Router, group []*Deployment, req *Request) chan *Result {
 // A span names the provider system by the semantic conventions' name for a
 // built-in type (azure is azure.ai.openai) and by its own name for a third
 // party's type; a failed attempt says no finish reasons.
-func TestSpanProviderNamesE(t *testing.T) {
+func TestSpanProviderNames(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
@@ -58,7 +58,7 @@ func TestSpanProviderNamesE(t *testing.T) {
 }
 
 // A hedge's span counts it as the request's second attempt.
-func TestHedgeSpanIsTheSecondAttemptE(t *testing.T) {
+func TestHedgeSpanIsTheSecondAttempt(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
@@ -91,7 +91,7 @@ func TestHedgeSpanIsTheSecondAttemptE(t *testing.T) {
 
 // A deployment's secret of 8 characters (the shortest redacted) is removed
 // from a body passed on, even when nothing about it looks like a key.
-func TestShortSecretIsRedactedE(t *testing.T) {
+func TestShortSecretIsRedacted(t *testing.T) {
 	d := deployment("a", nil)
 	d.Secrets = []string{"Zq8xWv2P", "Zq8xW"}
 	got := string(RedactBody([]byte(`{"error":{"message":"credential Zq8xWv2P refused"}}`), d))
@@ -102,7 +102,7 @@ func TestShortSecretIsRedactedE(t *testing.T) {
 
 // A stream's deployment with no ttft_timeout is bounded by its timeout
 // until the first content: past it, the next deployment streams.
-func TestStreamWithoutTTFTTimeoutUsesTheTimeoutE(t *testing.T) {
+func TestStreamWithoutTTFTTimeoutUsesTheTimeout(t *testing.T) {
 	c := newFakeClock()
 	a := &script{replies: []func(*http.Request) (*http.Response, error){hang}}
 	b := &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, final, "data: [DONE]")}}
@@ -128,7 +128,7 @@ func TestStreamWithoutTTFTTimeoutUsesTheTimeoutE(t *testing.T) {
 // deadline alone: its attempt is not cut before it, and running into the
 // deadline is a 504 that does not count against the deployment. The same
 // when its timeout ends exactly at the deadline.
-func TestNoTimeoutMeansTheDeadlineE(t *testing.T) {
+func TestNoTimeoutMeansTheDeadline(t *testing.T) {
 	for _, timeout := range []time.Duration{0, time.Minute} {
 		c := newFakeClock()
 		a := &script{replies: []func(*http.Request) (*http.Response, error){hang}}
@@ -167,7 +167,7 @@ func (b *errBodyE) Close() error { return nil }
 // An error status whose body cannot be read at all is a transport failure
 // (whatever the status); a partial body is read for what it says; an empty
 // one that reads cleanly is the status's class.
-func TestErrorBodiesE(t *testing.T) {
+func TestErrorBodies(t *testing.T) {
 	for name, tc := range map[string]struct {
 		status int
 		body   string
@@ -218,7 +218,7 @@ func (w wholeAnswerE) Plan(ctx context.Context, model string, r *provider.Reques
 }
 
 // An answer of exactly 32 MiB is still an answer: read whole, translated.
-func TestAnAnswerOfExactly32MiBE(t *testing.T) {
+func TestAnAnswerOfExactly32MiB(t *testing.T) {
 	a := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, strings.Repeat(" ", maxResponseBody))}}
 	d := deployment("a", a)
 	var got atomic.Int64
@@ -231,7 +231,7 @@ func TestAnAnswerOfExactly32MiBE(t *testing.T) {
 
 // A stream that ends before any content failed for an unexpected end, as
 // its deployment's state says.
-func TestAStreamEndingWithoutContentSaysSoE(t *testing.T) {
+func TestAStreamEndingWithoutContentSaysSo(t *testing.T) {
 	a := &script{replies: []func(*http.Request) (*http.Response, error){sse(": keep-alive")}}
 	group := []*Deployment{deployment("a", a), deployment("b", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, final, "data: [DONE]")}})}
 	group[0].Quality = 1
@@ -247,7 +247,7 @@ func TestAStreamEndingWithoutContentSaysSoE(t *testing.T) {
 }
 
 // Exactly the bound (1 MiB) held before the first content is allowed.
-func TestPendingExactlyAtTheBoundE(t *testing.T) {
+func TestPendingExactlyAtTheBound(t *testing.T) {
 	a := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk)}})
 	a.Provider = scriptedStream{a.Provider, func() *fakeStream {
 		return &fakeStream{

@@ -88,7 +88,7 @@ func TestAWindowThatRolledOverEarlyTakesTheSafeSide(t *testing.T) {
 // A count that grows before the stated reset, by more than answers out of
 // order explain, shows a bucket that refills continuously: what it lacks
 // comes at the rate the statement implies ((limit - remaining) / reset).
-func TestARefillingWindowIsDetectedAndPacedA(t *testing.T) {
+func TestARefillingWindowIsDetectedAndPaced(t *testing.T) {
 	refillAt := func(cur, need int64, rate float64) time.Duration {
 		return time.Duration(math.Ceil(float64(need-cur) / rate * float64(time.Second)))
 	}
@@ -132,7 +132,7 @@ func TestARefillingWindowIsDetectedAndPacedA(t *testing.T) {
 
 // A bucket keeps the rate it proved when an answer implies none: a reset
 // of 0 (no time to refill in) or a full count (nothing lacking).
-func TestABucketKeepsItsRateA(t *testing.T) {
+func TestABucketKeepsItsRate(t *testing.T) {
 	bucket := func() *window { // 3 left at +2 s, refilling 0.875/s
 		w := newWindowA()
 		w.update(t0, t0, winA(10, 0, 10*time.Second), 0, 0)
@@ -181,7 +181,7 @@ func TestABucketWithoutARateWaitsForItsReset(t *testing.T) {
 // What a token window counts per estimated unit is learned from an
 // answer's drop, even a drop of nothing (floored at minRatio); an answer
 // from the provider's next window teaches nothing; samples are weighted.
-func TestAWindowsRatioA(t *testing.T) {
+func TestAWindowsRatio(t *testing.T) {
 	w := newWindowA()
 	w.update(t0, t0, winA(1000, 1000, 10*time.Second), 0, 0)
 	w.update(atA(time.Second), t0, winA(1000, 1000, 9*time.Second), 0, 100)
@@ -225,7 +225,7 @@ func TestAWindowsRatioA(t *testing.T) {
 
 // After a fixed window rolls over the router knows it was full: the first
 // answer in the new window teaches the ratio from the limit.
-func TestTheRatioIsLearnedAfterARollA(t *testing.T) {
+func TestTheRatioIsLearnedAfterARoll(t *testing.T) {
 	w := newWindowA()
 	w.update(t0, t0, winA(1000, 0, 10*time.Second), 0, 0)
 	sent := atA(10*time.Second + 100*msA)
@@ -239,7 +239,7 @@ func TestTheRatioIsLearnedAfterARollA(t *testing.T) {
 
 // Answers that are no known attempt's (State.Observe) say nothing of what
 // an attempt counts: the token window's ratio stays unlearned.
-func TestObserveTeachesNoRatioA(t *testing.T) {
+func TestObserveTeachesNoRatio(t *testing.T) {
 	tok := func(remaining int64, reset time.Duration) provider.Observation {
 		o := provider.NewObservation(provider.OK)
 		o.Tokens = winA(1000, remaining, reset)
@@ -255,7 +255,7 @@ func TestObserveTeachesNoRatioA(t *testing.T) {
 
 // What is spent within the margin before a fixed window's reset counts
 // against the next window too.
-func TestSpendingJustBeforeAResetCountsAgainstTheNextA(t *testing.T) {
+func TestSpendingJustBeforeAResetCountsAgainstTheNext(t *testing.T) {
 	w := newWindowA()
 	w.update(t0, t0, winA(10, 5, 10*time.Second), 0, 0) // reset at +10.05 s
 	w.spend(atA(10*time.Second+10*msA), 2)
@@ -271,7 +271,7 @@ func TestSpendingJustBeforeAResetCountsAgainstTheNextA(t *testing.T) {
 // with no span known; a span after the request that starts it after an
 // idle span; the span stated in the last window, kept across windows
 // without a statement.
-func TestNextResetA(t *testing.T) {
+func TestNextReset(t *testing.T) {
 	w := newWindowA()
 	w.update(t0, t0, winA(1, 0, 0), 0, 0) // span unknown
 	w.spend(atA(60*msA), 1)
@@ -305,7 +305,7 @@ func TestNextResetA(t *testing.T) {
 }
 
 // An attempt larger than the window's limit goes on a full window.
-func TestALargeAttemptGoesOnAFullWindowA(t *testing.T) {
+func TestALargeAttemptGoesOnAFullWindow(t *testing.T) {
 	w := newWindowA()
 	w.update(t0, t0, winA(100, 100, 10*time.Second), 0, 0)
 	if at := w.availableAt(t0, 500, 0); !at.Equal(t0) {
@@ -315,7 +315,7 @@ func TestALargeAttemptGoesOnAFullWindowA(t *testing.T) {
 
 // A spent window forecasts none; a window too large to count forecasts
 // the cap, MaxInt64/4, and no forecast exceeds it (callers add a few).
-func TestForecastBoundsA(t *testing.T) {
+func TestForecastBounds(t *testing.T) {
 	w := newWindowA()
 	w.update(t0, t0, winA(10, 0, 10*time.Second), 0, 0)
 	if got := w.forecast(t0, atA(time.Second), 0, false); got != 0 {

@@ -74,7 +74,7 @@ func cStatusC(t *testing.T, err error) *Error {
 
 // A request of exactly the reserve's minimum priority may spend the
 // reserve; one below it may not, and is told at once.
-func TestCReserveIsSpentFromItsMinPriority(t *testing.T) {
+func TestReserveIsSpentFromItsMinPriority(t *testing.T) {
 	r, g, c := cRouterC(1)
 	g.Deployments[0].Transport = &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
 	r.Reserve = Reserve{Share: 0.3, MinPriority: 7}
@@ -92,7 +92,7 @@ func TestCReserveIsSpentFromItsMinPriority(t *testing.T) {
 
 // A head whose sleep ends at this very instant is no longer blocked: those
 // behind it may not go past it; one whose sleep ends later is.
-func TestCHeadBlockedUntilItsWakeUp(t *testing.T) {
+func TestHeadBlockedUntilItsWakeUp(t *testing.T) {
 	_, g, c := cRouterC(1)
 	now := c.Now()
 	head := cJoinC(g, now, now.Add(time.Minute), 10)
@@ -110,7 +110,7 @@ func TestCHeadBlockedUntilItsWakeUp(t *testing.T) {
 
 // An attempt that ends wakes the queue's head (only it); a deployment whose
 // capacity became known wakes every waiting request but the one named.
-func TestCKicksWakeTheRightWaiters(t *testing.T) {
+func TestKicksWakeTheRightWaiters(t *testing.T) {
 	_, g, c := cRouterC(1)
 	now := c.Now()
 	g.queue.kickHead() // an empty queue: nothing to wake
@@ -130,7 +130,7 @@ func TestCKicksWakeTheRightWaiters(t *testing.T) {
 
 // The queue's count is read before its lock: a queue emptied in between
 // (the last request left) is no head to wake, and no panic.
-func TestCKickHeadOfAQueueEmptiedMeanwhile(t *testing.T) {
+func TestKickHeadOfAQueueEmptiedMeanwhile(t *testing.T) {
 	_, g, _ := cRouterC(1)
 	g.queue.n.Store(1) // as read just before the last request left
 	defer func() {
@@ -150,7 +150,7 @@ func cCandC(i int, at time.Time, why provider.Class, latency float64) scored {
 // A request behind others whose deployments all come back only after its
 // deadline is told so at once (429 with Retry-After until the first is
 // back), not held in the queue until its deadline.
-func TestCWaitingBehindOthersForADeploymentBackTooLate(t *testing.T) {
+func TestWaitingBehindOthersForADeploymentBackTooLate(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	deadline := now.Add(25 * time.Second)
@@ -170,7 +170,7 @@ func TestCWaitingBehindOthersForADeploymentBackTooLate(t *testing.T) {
 // The head's window is spent until 5 s and its deployment answers in 2 s:
 // with a deadline at 6 s, an attempt started at the reset cannot answer in
 // time, so it is told at once (429), not made to wait for the reset.
-func TestCWaitCountsTheLatencyAgainstTheDeadline(t *testing.T) {
+func TestWaitCountsTheLatencyAgainstTheDeadline(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	deadline := now.Add(6 * time.Second)
@@ -194,7 +194,7 @@ func TestCWaitCountsTheLatencyAgainstTheDeadline(t *testing.T) {
 }
 
 // As above with a spent token window: the request is told at once.
-func TestCWaitOnASpentTokenWindow(t *testing.T) {
+func TestWaitOnASpentTokenWindow(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	deadline := now.Add(6 * time.Second)
@@ -215,7 +215,7 @@ func TestCWaitOnASpentTokenWindow(t *testing.T) {
 // window of 1000 spent until 10 s: with a deadline at 15 s (one reset,
 // 1000 tokens) it is told at once, with its place in the message and
 // Retry-After at the window that holds the three (the second reset, 20 s).
-func TestCUnservablePlaceSaysWhenAndHowManyAhead(t *testing.T) {
+func TestUnservablePlaceSaysWhenAndHowManyAhead(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	deadline := now.Add(15 * time.Second)
@@ -240,7 +240,7 @@ func TestCUnservablePlaceSaysWhenAndHowManyAhead(t *testing.T) {
 // the windows can no longer serve before their deadlines: with 1 request
 // left until the reset at 10 s, the one behind it (deadline 1 s) is
 // marked late and woken to get its 429 now.
-func TestCTheHeadPrunesTheTail(t *testing.T) {
+func TestTheHeadPrunesTheTail(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	cRequestsC(r, g.Deployments[0], now, 10, 1, 10*time.Second)
@@ -261,7 +261,7 @@ func TestCTheHeadPrunesTheTail(t *testing.T) {
 
 // Only the head prunes: a request with another before it leaves the
 // tail alone.
-func TestCOnlyTheHeadPrunes(t *testing.T) {
+func TestOnlyTheHeadPrunes(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	cRequestsC(r, g.Deployments[0], now, 10, 5, 10*time.Second)
@@ -287,7 +287,7 @@ func TestCOnlyTheHeadPrunes(t *testing.T) {
 // Pruning goes from the back and never marks the head: with the window
 // spent until after every deadline, the requests behind it are marked late,
 // the head is not (it gets its own answer when it looks).
-func TestCPruningSparesTheHead(t *testing.T) {
+func TestPruningSparesTheHead(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	cRequestsC(r, g.Deployments[0], now, 10, 0, 10*time.Second)
@@ -306,7 +306,7 @@ func TestCPruningSparesTheHead(t *testing.T) {
 // Pruning counts the tokens of those before: the second request's 400
 // tokens and the head's 400 do not fit the 500 left before its deadline,
 // so it is marked late; the head's alone would.
-func TestCPruningCountsTokensAhead(t *testing.T) {
+func TestPruningCountsTokensAhead(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	cTokensC(t, r, g.Deployments[0], now, 1000, 500, 10*time.Second)
@@ -321,7 +321,7 @@ func TestCPruningCountsTokensAhead(t *testing.T) {
 // A request behind a head blocked for deployment 0 goes at once when it
 // has deployment 1 free, but waits when deployment 0 is all it has (its
 // client gone here, so that the wait ends at once).
-func TestCGoingPastABlockedHeadOnlyToWhatItDoesNotWaitFor(t *testing.T) {
+func TestGoingPastABlockedHeadOnlyToWhatItDoesNotWaitFor(t *testing.T) {
 	r, g, c := cRouterC(2)
 	now := c.Now()
 	deadline := now.Add(25 * time.Second)
@@ -347,7 +347,7 @@ func TestCGoingPastABlockedHeadOnlyToWhatItDoesNotWaitFor(t *testing.T) {
 // The head waits for its deployment's return, and after failures for the
 // backoff when that is longer: 100 ms without failure, 1 s (the backoff of
 // a second failure) after two.
-func TestCTheHeadWaitsTheBackoffOnlyAfterFailures(t *testing.T) {
+func TestTheHeadWaitsTheBackoffOnlyAfterFailures(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	deadline := now.Add(25 * time.Second)
@@ -366,7 +366,7 @@ func TestCTheHeadWaitsTheBackoffOnlyAfterFailures(t *testing.T) {
 
 // A head blocked on deployment 64 of a group of 65 cannot say which
 // deployments it waits for in its bit set: it is taken to wait for all.
-func TestCABlockedHeadPastSixtyFourDeploymentsWaitsForAll(t *testing.T) {
+func TestABlockedHeadPastSixtyFourDeploymentsWaitsForAll(t *testing.T) {
 	r, g, c := cRouterC(65)
 	now := c.Now()
 	deadline := now.Add(25 * time.Second)
@@ -386,7 +386,7 @@ func TestCABlockedHeadPastSixtyFourDeploymentsWaitsForAll(t *testing.T) {
 
 // A head that blocks for capacity of its own wakes those behind it once
 // for the instant it waits for, not again at each look for that instant.
-func TestCABlockedHeadWakesThoseBehindOncePerInstant(t *testing.T) {
+func TestABlockedHeadWakesThoseBehindOncePerInstant(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	deadline := now.Add(25 * time.Second)
@@ -409,7 +409,7 @@ func TestCABlockedHeadWakesThoseBehindOncePerInstant(t *testing.T) {
 
 // The forecast counts a request whose tokens are exactly what the window
 // has left as served; one token more is not.
-func TestCExactlyTheTokensLeftServe(t *testing.T) {
+func TestExactlyTheTokensLeftServe(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	cTokensC(t, r, g.Deployments[0], now, 1000, 300, 10*time.Second)
@@ -424,7 +424,7 @@ func TestCExactlyTheTokensLeftServe(t *testing.T) {
 
 // A place the windows cannot serve in time is a 429 when the deployments
 // are rate-limited or out of quota, a 502 when one is out for failures.
-func TestCUnservableStatusFollowsWhyTheDeploymentsAreOut(t *testing.T) {
+func TestUnservableStatusFollowsWhyTheDeploymentsAreOut(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	deadline := now.Add(5 * time.Second)
@@ -458,7 +458,7 @@ func cFleetTurnC(r *Router, g *Group, now time.Time, others int64, tokens int64,
 // take theirs; once its naps are spent it sleeps until the window forecast
 // to serve its place (the reset, 10 s); past its deadline it is told at
 // once, with its place.
-func TestCAFleetTurnNapsThenSleepsUntilItsPlaceIsServed(t *testing.T) {
+func TestAFleetTurnNapsThenSleepsUntilItsPlaceIsServed(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	cRequestsC(r, g.Deployments[0], now, 10, 3, 10*time.Second)
@@ -490,7 +490,7 @@ func TestCAFleetTurnNapsThenSleepsUntilItsPlaceIsServed(t *testing.T) {
 
 // Fleet mode, a spent window: there is nothing to take now, so no nap; it
 // sleeps until the reset.
-func TestCAFleetTurnOnASpentWindowDoesNotNap(t *testing.T) {
+func TestAFleetTurnOnASpentWindowDoesNotNap(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	cRequestsC(r, g.Deployments[0], now, 10, 0, 10*time.Second)
@@ -507,7 +507,7 @@ func TestCAFleetTurnOnASpentWindowDoesNotNap(t *testing.T) {
 // window has 300 left until 10 s. It is not its turn; it sleeps until the
 // reset, or is told at once (Retry-After at the reset) when its deadline is
 // before; with 350 left it is its turn.
-func TestCAFleetTurnCountsTokensAhead(t *testing.T) {
+func TestAFleetTurnCountsTokensAhead(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	r.FleetNaps = 0

@@ -34,7 +34,7 @@ func dGroups(gd, fd []*Deployment) (*Group, *Group) {
 // sent: by the estimate for any model, by the exact count for a model
 // that counts with o200k_base; one token more and it is not, and the 400
 // says the counted size.
-func TestDContextWindowExactlyFull(t *testing.T) {
+func TestContextWindowExactlyFull(t *testing.T) {
 	// By the estimate: 50 tokens in a 50-token window.
 	d := deployment("d", dOK())
 	d.ContextWindow = 50
@@ -70,7 +70,7 @@ func TestDContextWindowExactlyFull(t *testing.T) {
 
 // A request in a format no deployment of its group (nor any fallback)
 // serves is answered with the router's own error, never an empty result.
-func TestDUnservedFormatIsAnError(t *testing.T) {
+func TestUnservedFormatIsAnError(t *testing.T) {
 	s := dOK()
 	d := &Deployment{Name: "claude", Model: "claude", Provider: &adapters.Anthropic{Endpoint: provider.Endpoint{BaseURL: "http://claude.invalid", APIKey: "sk-x"}},
 		Transport: s, Timeout: 30 * time.Second, State: deployment("x", s).State}
@@ -84,7 +84,7 @@ func TestDUnservedFormatIsAnError(t *testing.T) {
 
 // Before any context_length failure, no deployment is left out for its
 // window by the walk itself: a (tiny) window of 1 takes a 1-token request.
-func TestDNoWindowExcludedBeforeAContextFailure(t *testing.T) {
+func TestNoWindowExcludedBeforeAContextFailure(t *testing.T) {
 	d := deployment("tiny", dOK())
 	d.ContextWindow = 1
 	if res := newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{d}, &Request{Request: chatReq.Request, Tokens: 1}); res.Err != nil || res.Deployment != d {
@@ -94,7 +94,7 @@ func TestDNoWindowExcludedBeforeAContextFailure(t *testing.T) {
 
 // A group of more than 16 deployments is served like any other: the
 // 17th, the best ranked, answers.
-func TestDGroupOfSeventeen(t *testing.T) {
+func TestGroupOfSeventeen(t *testing.T) {
 	var group []*Deployment
 	for i := range 17 {
 		group = append(group, deployment(fmt.Sprintf("d%02d", i), dOK()))
@@ -108,7 +108,7 @@ func TestDGroupOfSeventeen(t *testing.T) {
 // A request whose attempts ran out in its group does not go on to the
 // fallback group: the group's answer (a provider's context_length 400)
 // stands, and the fallback is never called.
-func TestDNoFallbackOnceAttemptsRunOut(t *testing.T) {
+func TestNoFallbackOnceAttemptsRunOut(t *testing.T) {
 	small, big := dScript(reply(400, dTooLong)), dOK()
 	g, _ := dGroups([]*Deployment{deployment("small", small)}, []*Deployment{deployment("big", big)})
 	r := newRouter(newFakeClock())
@@ -124,7 +124,7 @@ func TestDNoFallbackOnceAttemptsRunOut(t *testing.T) {
 // A prompt too large for a group (the pre-check) and for its fallback
 // (the provider's context_length) is answered with a 400 that says so of
 // them all.
-func TestDTooLargeForTheWholeChain(t *testing.T) {
+func TestTooLargeForTheWholeChain(t *testing.T) {
 	tiny := deployment("tiny", dOK())
 	tiny.ContextWindow = 5
 	g, _ := dGroups([]*Deployment{tiny}, []*Deployment{deployment("big", dScript(reply(400, dTooLong)))})
@@ -139,7 +139,7 @@ func TestDTooLargeForTheWholeChain(t *testing.T) {
 // tells it most: one to retry (a 429) over a 400 of an earlier group; a
 // Retry-After over none, whichever group said it; between equal
 // Retry-Afters, the earlier group's.
-func TestDBestFailureOfTheChain(t *testing.T) {
+func TestBestFailureOfTheChain(t *testing.T) {
 	limited := func() *Deployment {
 		return deployment("limited", dScript(reply(429, rateLimited, "Retry-After", "600")))
 	}
@@ -179,7 +179,7 @@ func TestDBestFailureOfTheChain(t *testing.T) {
 // A request whose deadline passes during a failed attempt is answered 504
 // (the deadline), not as one that waited in the queue for a cooling
 // deployment.
-func TestDDeadlinePassedDuringAnAttemptIs504(t *testing.T) {
+func TestDeadlinePassedDuringAnAttemptIs504(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
 	r.Deadline = 10 * time.Second
@@ -211,7 +211,7 @@ func dHalfOpen(t *testing.T, d *Deployment, clock *fakeClock, r *Router) {
 
 // A half-open deployment's probe goes before an affinity preference: the
 // request is sent to the probe, not to the preferred deployment.
-func TestDProbeBeforePreference(t *testing.T) {
+func TestProbeBeforePreference(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
 	probed, preferred := dOK(), dOK()
@@ -226,7 +226,7 @@ func TestDProbeBeforePreference(t *testing.T) {
 // A request that meets a spent quota and runs out of attempts while
 // another deployment was never tried is a 429 saying so; one that met a
 // bad key and a server error is a 502.
-func TestDFinalErrorCountsLimitedFailures(t *testing.T) {
+func TestFinalErrorCountsLimitedFailures(t *testing.T) {
 	quota := reply(429, `{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`)
 	a, b := deployment("a", dScript(quota)), deployment("b", dOK())
 	a.Quality = 1
@@ -251,7 +251,7 @@ func TestDFinalErrorCountsLimitedFailures(t *testing.T) {
 
 // A deployment whose quota is spent keeps later requests away: they are
 // answered 429 at once (not 502: it is no failure of the provider's).
-func TestDSpentQuotaCoolingIs429(t *testing.T) {
+func TestSpentQuotaCoolingIs429(t *testing.T) {
 	quota := reply(429, `{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`)
 	s := dScript(quota)
 	d := deployment("a", s)
@@ -274,7 +274,7 @@ func (dMute) Observe(status int, h http.Header, body []byte, now time.Time) prov
 // A failed attempt's log line carries the first bytes of the provider's
 // body only when nothing was decoded from it: never beside a message, and
 // never an empty one.
-func TestDFailureLogBodyOnlyWithoutMessage(t *testing.T) {
+func TestFailureLogBodyOnlyWithoutMessage(t *testing.T) {
 	line := func(mute bool, rep func(*http.Request) (*http.Response, error)) map[string]any {
 		core, logs := observer.New(zapcore.InfoLevel)
 		r := newRouter(newFakeClock())
@@ -308,7 +308,7 @@ func TestDFailureLogBodyOnlyWithoutMessage(t *testing.T) {
 
 // A chain of MaxFallbacks fallback groups is walked to its end: the last
 // group, the only one that can take the request, answers it.
-func TestDChainOfMaxFallbacks(t *testing.T) {
+func TestChainOfMaxFallbacks(t *testing.T) {
 	last := NewGroup("last", []*Deployment{deployment("d", dOK())})
 	g := last
 	for i := range MaxFallbacks {
@@ -321,7 +321,7 @@ func TestDChainOfMaxFallbacks(t *testing.T) {
 
 // A request whose single deployment failed is told every deployment
 // failed, not "1 of 1 tried".
-func TestDAllTriedFailedMessage(t *testing.T) {
+func TestAllTriedFailedMessage(t *testing.T) {
 	r := newRouter(newFakeClock())
 	r.MaxAttempts = 1
 	res := r.Serve(context.Background(), []*Deployment{deployment("a", dScript(reply(500, `{"error":{"message":"boom"}}`)))}, chatReq)

@@ -25,7 +25,7 @@ func dNear(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 // The cheapest and the fastest measured deployments score full marks on
 // cost and on latency, whatever unmeasured ones sit between them; an
 // unpriced or unmeasured deployment takes the mean of the known values.
-func TestDUnknownFeatureTakesMeanOfKnown(t *testing.T) {
+func TestUnknownFeatureTakesMeanOfKnown(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
 
@@ -53,7 +53,7 @@ func TestDUnknownFeatureTakesMeanOfKnown(t *testing.T) {
 // A request that sets no max_tokens is priced with 256 output tokens: a
 // deployment cheap on input but dear on output loses to one dear on input
 // but cheap on output.
-func TestDCostCountsDefaultOutputTokens(t *testing.T) {
+func TestCostCountsDefaultOutputTokens(t *testing.T) {
 	r := newRouter(newFakeClock())
 	r.Weights = Weights{Cost: 1}
 	cheapIn, cheapOut := deployment("cheap-in", dOK()), deployment("cheap-out", dOK())
@@ -67,7 +67,7 @@ func TestDCostCountsDefaultOutputTokens(t *testing.T) {
 
 // With every weight 0 the ranking has nothing to say: deployments tie and
 // the request is still served.
-func TestDAllWeightsZeroStillServes(t *testing.T) {
+func TestAllWeightsZeroStillServes(t *testing.T) {
 	r := newRouter(newFakeClock())
 	r.Weights = Weights{}
 	a, b := deployment("a", dOK()), deployment("b", dOK())
@@ -78,7 +78,7 @@ func TestDAllWeightsZeroStillServes(t *testing.T) {
 
 // A deployment this request would leave with nothing in a window scores 0
 // on capacity, below one whose windows are unknown (0.5), and is not chosen.
-func TestDNoHeadroomLeftScoresZero(t *testing.T) {
+func TestNoHeadroomLeftScoresZero(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
 	r.Weights = Weights{Capacity: 1}
@@ -115,7 +115,7 @@ func dPick(scores, loads []float64, weights []int, draws ...float64) int {
 // pick shares the traffic among near-ties in proportion to weight (each
 // owning its slice of [0, 1)), and of the two drawn takes the less loaded
 // per unit of weight.
-func TestDPickNearTies(t *testing.T) {
+func TestPickNearTies(t *testing.T) {
 	// A deployment exactly nearTie below the best is a near-tie: with a
 	// draw of 0.75 of two equal shares it is drawn first, and kept.
 	if k := dPick([]float64{1, 1 - nearTie}, []float64{0, 0}, nil, 0.75); k != 1 {
@@ -142,7 +142,7 @@ func TestDPickNearTies(t *testing.T) {
 
 // Each routing decision is logged at debug level with the attempt's
 // number, the deployment chosen and the candidates, separated by "; ".
-func TestDRoutingDecisionIsLogged(t *testing.T) {
+func TestRoutingDecisionIsLogged(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	r := newRouter(newFakeClock())
 	r.Logger = zap.New(core)

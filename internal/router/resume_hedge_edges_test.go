@@ -31,7 +31,7 @@ func asleepE(c *manualClock) int {
 // A request queued behind a slow-starting deployment's four attempts in
 // flight is woken as soon as one of them ends (a 400 passed on, which
 // teaches nothing of capacity): it does not sleep out its wait.
-func TestAnEndedAttemptWakesTheQueueE(t *testing.T) {
+func TestAnEndedAttemptWakesTheQueue(t *testing.T) {
 	c := newManualClock()
 	r := New()
 	r.Clock, r.Rand = c, func() float64 { return 0 }
@@ -72,7 +72,7 @@ func TestAnEndedAttemptWakesTheQueueE(t *testing.T) {
 // A Chat Completions client of an Anthropic deployment that thinks first
 // gets no event for the thinking (its first content has nothing to relay):
 // the text, the finish and the end, and no empty event.
-func TestThinkingFirstRelaysNoEmptyEventE(t *testing.T) {
+func TestThinkingFirstRelaysNoEmptyEvent(t *testing.T) {
 	think := brkEv("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Hmm"}}`)
 	d := claude(deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){
 		sse(brkStart("m", 10), brkBlockStart(0, "thinking"), think, brkBlockStop(0), brkBlockStart(1, "text"), brkDelta(1, "Hi"),
@@ -102,7 +102,7 @@ const noStreamLineE = "a resume's attempts found no stream"
 // A stream broken twice: the second attempt, which stated no usage, is
 // estimated on the text it relayed itself (not the text before it), and
 // the resumes that found a stream log no failure to find one.
-func TestASecondBreakIsEstimatedOnItsOwnTextE(t *testing.T) {
+func TestASecondBreakIsEstimatedOnItsOwnText(t *testing.T) {
 	bText := "ld, and then a much longer continuation of it"
 	a := replies(cut(roleChunk("a"), textChunk("a", "Hello, "), textChunk("a", "wor")))
 	b := replies(cut(roleChunk("b"), textChunk("b", bText)))
@@ -140,7 +140,7 @@ func TestASecondBreakIsEstimatedOnItsOwnTextE(t *testing.T) {
 // without a continuation looked for (its attempts would be none), nor any
 // line of attempts that found no stream; with none left at all, no
 // resume is looked for either.
-func TestNoContinuationWithOnlyTheReplaysAttemptE(t *testing.T) {
+func TestNoContinuationWithOnlyTheReplaysAttempt(t *testing.T) {
 	for _, max := range []int{2, 1} {
 		a := replies(cut(textChunk("a", "Hello, "), textChunk("a", "wo")))
 		b := replies(sse(textChunk("b", "Hello, world!"), finalChunk("b"), "data: [DONE]"))
@@ -173,7 +173,7 @@ func TestNoContinuationWithOnlyTheReplaysAttemptE(t *testing.T) {
 // A resume treats every context window as large enough until a
 // context_length failure says otherwise, even the smallest (1 token, of a
 // request of 1).
-func TestAResumeKnowsNoWindowTooSmallE(t *testing.T) {
+func TestAResumeKnowsNoWindowTooSmall(t *testing.T) {
 	a := replies(cut(textChunk("a", "Hello, "), textChunk("a", "wor")))
 	b := replies(sse(textChunk("b", "ld!"), finalChunk("b"), "data: [DONE]"))
 	da, db := deployment("a", a), deployment("b", b)
@@ -197,7 +197,7 @@ func TestAResumeKnowsNoWindowTooSmallE(t *testing.T) {
 // A hedge is never a half-open deployment's probe: with the probe's
 // deployment next to the slow attempt's in the group, the hedge goes to
 // the other one, however well the probe's deployment scores.
-func TestAHedgeSkipsTheProbeE(t *testing.T) {
+func TestAHedgeSkipsTheProbe(t *testing.T) {
 	c := newFakeClock()
 	slow := newGate(reply(200, okBody))
 	a := &script{replies: []func(*http.Request) (*http.Response, error){slow.reply}}
@@ -223,7 +223,7 @@ func TestAHedgeSkipsTheProbeE(t *testing.T) {
 // A half-open deployment's probe that loses a hedge with its stream
 // already begun frees the probe when its stream is closed, and wakes the
 // request queued for that probe at once (no sleep until it looks again).
-func TestALosingProbeStreamWakesTheQueueE(t *testing.T) {
+func TestALosingProbeStreamWakesTheQueue(t *testing.T) {
 	c := newManualClock()
 	r := New()
 	r.Clock, r.Rand = c, func() float64 { return 0 }

@@ -30,7 +30,7 @@ func bAcquireN(s *State, now time.Time, n int, tokens int64) int {
 
 // The declared rpm forecasts what is left of it now: 10 per minute, 3
 // already sent, 7 more may start before anything expires.
-func TestBDeclaredForecastCountsWhatIsLeft(t *testing.T) {
+func TestDeclaredForecastCountsWhatIsLeft(t *testing.T) {
 	s := NewState()
 	s.Declare(10, 0)
 	if got := bAcquireN(s, t0, 3, 1); got != 3 {
@@ -47,7 +47,7 @@ func TestBDeclaredForecastCountsWhatIsLeft(t *testing.T) {
 
 // A server error that states nothing teaches nothing about capacity: it
 // does not end slow start and reports nothing learned.
-func TestBAServerErrorIsNoAnswer(t *testing.T) {
+func TestAServerErrorIsNoAnswer(t *testing.T) {
 	s := NewState()
 	res := s.Observe(t0, provider.NewObservation(provider.Server), Policy{})
 	if res.Learned {
@@ -61,7 +61,7 @@ func TestBAServerErrorIsNoAnswer(t *testing.T) {
 // With no backoff configured, a failure has no cooldown: it opens no
 // circuit, so the deployment keeps taking concurrent attempts (no
 // single half-open probe).
-func TestBAFailureWithoutCooldownOpensNoCircuit(t *testing.T) {
+func TestAFailureWithoutCooldownOpensNoCircuit(t *testing.T) {
 	s := NewState()
 	s.Declare(1000, 0) // bounded: no slow start
 	res := s.Observe(t0, provider.NewObservation(provider.Server), Policy{})
@@ -78,7 +78,7 @@ func TestBAFailureWithoutCooldownOpensNoCircuit(t *testing.T) {
 
 // A failure that states a window is an answer from the provider, even
 // when the limit it states is 0: slow start ends with it.
-func TestBAFailureStatingAWindowEndsSlowStart(t *testing.T) {
+func TestAFailureStatingAWindowEndsSlowStart(t *testing.T) {
 	for _, tokens := range []bool{false, true} {
 		s := NewState()
 		rl := provider.NewObservation(provider.RateLimited)
@@ -101,7 +101,7 @@ func TestBAFailureStatingAWindowEndsSlowStart(t *testing.T) {
 
 // A probe that proves a deployment back erases the failures that opened
 // its circuit from its reliability.
-func TestBAProbeRestoresReliability(t *testing.T) {
+func TestAProbeRestoresReliability(t *testing.T) {
 	s := NewState()
 	for range 3 {
 		s.Observe(t0, provider.NewObservation(provider.Server), DefaultPolicy)
@@ -123,7 +123,7 @@ func TestBAProbeRestoresReliability(t *testing.T) {
 
 // Health decays with a half-life: a failure five minutes before a
 // success weighs half of it.
-func TestBHealthDecaysBetweenObservations(t *testing.T) {
+func TestHealthDecaysBetweenObservations(t *testing.T) {
 	s := NewState()
 	s.Observe(t0, provider.NewObservation(provider.Server), DefaultPolicy)
 	now := t0.Add(healthHalfLife)
@@ -136,7 +136,7 @@ func TestBHealthDecaysBetweenObservations(t *testing.T) {
 
 // Headroom is the smallest share left over all known windows: a spent
 // window makes it 0 whichever window it is, and whatever the others hold.
-func TestBHeadroomOfASpentWindowIsZero(t *testing.T) {
+func TestHeadroomOfASpentWindowIsZero(t *testing.T) {
 	both := func(rq, tk int64) provider.Observation {
 		o := provider.NewObservation(provider.OK)
 		o.Requests = provider.Window{Limit: 10, Remaining: rq, Reset: 30 * time.Second}
@@ -158,7 +158,7 @@ func TestBHeadroomOfASpentWindowIsZero(t *testing.T) {
 
 // A Release with nothing in flight (a double release) does not count
 // attempts in flight below zero.
-func TestBExtraReleaseKeepsInFlight(t *testing.T) {
+func TestExtraReleaseKeepsInFlight(t *testing.T) {
 	s := NewState()
 	s.Release()
 	if !s.Acquire(t0, 1) {
@@ -175,7 +175,7 @@ func TestBExtraReleaseKeepsInFlight(t *testing.T) {
 // An answer to an attempt that was alone in flight (the one before it
 // finished, released either way) is taken at its word: the provider's
 // count replaces the router's lower one.
-func TestBALoneAnswerIsTakenAtItsWord(t *testing.T) {
+func TestALoneAnswerIsTakenAtItsWord(t *testing.T) {
 	for _, byAttempt := range []bool{true, false} {
 		s := NewState()
 		s.Observe(t0, bStatedTokens(1000, 1000, time.Minute), DefaultPolicy)
@@ -208,7 +208,7 @@ func TestBALoneAnswerIsTakenAtItsWord(t *testing.T) {
 
 // A success that says more tokens are left than a newer success said is
 // older news: it does not refill the tokens window.
-func TestBStaleSuccessDoesNotRefillTheTokens(t *testing.T) {
+func TestStaleSuccessDoesNotRefillTheTokens(t *testing.T) {
 	s := NewState()
 	s.ObserveAttempt(Attempt{Sent: t0.Add(time.Second)}, t0.Add(1100*time.Millisecond), bStatedTokens(10000, 200, 60*time.Second), DefaultPolicy)
 	s.ObserveAttempt(Attempt{Sent: t0}, t0.Add(3*time.Second), bStatedTokens(10000, 5000, 57*time.Second), DefaultPolicy)
@@ -222,7 +222,7 @@ func TestBStaleSuccessDoesNotRefillTheTokens(t *testing.T) {
 }
 
 // An operator's drain is told to the fleet; without a fleet it is local.
-func TestBDisablePublishesTheDrain(t *testing.T) {
+func TestDisablePublishesTheDrain(t *testing.T) {
 	s := NewState()
 	s.Disable(t0, true) // no fleet: nothing to tell
 	if !s.Disabled() {
@@ -241,7 +241,7 @@ func TestBDisablePublishesTheDrain(t *testing.T) {
 }
 
 // The snapshot shows latencies in milliseconds.
-func TestBSnapshotLatenciesInMilliseconds(t *testing.T) {
+func TestSnapshotLatenciesInMilliseconds(t *testing.T) {
 	s := NewState()
 	s.RecordLatency(2*time.Second, 500*time.Millisecond)
 	snap := s.Snapshot(t0)
@@ -279,7 +279,7 @@ func bLeft(remaining int64, instances int) Budget {
 
 // Until an instance learns its share of a fleet's window, it counts on
 // an equal one: with two instances, half of what is left.
-func TestBFleetEqualShareUntilLearned(t *testing.T) {
+func TestFleetEqualShareUntilLearned(t *testing.T) {
 	f := &bFleet{left: bLeft(90, 2)}
 	s := bFleetState(f)
 	if !s.Acquire(t0, 1) {
@@ -295,7 +295,7 @@ func TestBFleetEqualShareUntilLearned(t *testing.T) {
 
 // Once a quarter of the fleet's window is spent, an instance learns its
 // share from what it spent: 20 of the 25 spent is 0.8 of what is left.
-func TestBFleetShareLearnedAtAQuarter(t *testing.T) {
+func TestFleetShareLearnedAtAQuarter(t *testing.T) {
 	f := &bFleet{left: bLeft(90, 2)}
 	s := bFleetState(f)
 	for i := range 19 {
@@ -317,7 +317,7 @@ func TestBFleetShareLearnedAtAQuarter(t *testing.T) {
 
 // Only a window whose length is known is spent through the fleet: one
 // stated with a reset of 0 has no span, and stays local.
-func TestBFleetSpendsOnlyWindowsWithASpan(t *testing.T) {
+func TestFleetSpendsOnlyWindowsWithASpan(t *testing.T) {
 	f := &fakeFleet{}
 	s := NewState()
 	s.SetFleet(f)
@@ -333,7 +333,7 @@ func TestBFleetSpendsOnlyWindowsWithASpan(t *testing.T) {
 // The fleet is asked to reserve a place only for declared limits: a
 // deployment without them makes no round trip for it; a declared tpm
 // alone is reserved fleet-wide; a reservation granted lets the attempt go.
-func TestBFleetReservesOnlyDeclaredLimits(t *testing.T) {
+func TestFleetReservesOnlyDeclaredLimits(t *testing.T) {
 	f := &bFleet{left: bLeft(90, 1)}
 	s := bFleetState(f)
 	if !s.Acquire(t0, 1) {
@@ -397,7 +397,7 @@ func (f *bSpendStore) Spend(context.Context, string) (float64, error) {
 // A fleet's spend total outlives its window: a spend at the window's
 // start keeps its key until the window ends (Redis would otherwise drop
 // it and the fleet would forget what it spent).
-func TestBSpendKeyOutlivesItsWindow(t *testing.T) {
+func TestSpendKeyOutlivesItsWindow(t *testing.T) {
 	st := &bSpendStore{}
 	s := NewSpending(SpendLimit{USD: 10, Period: time.Hour}, st, "b")
 	start := t0.Truncate(time.Hour)
@@ -412,7 +412,7 @@ func TestBSpendKeyOutlivesItsWindow(t *testing.T) {
 }
 
 // Adding nothing (a free answer) writes nothing to the fleet's store.
-func TestBSpendingAddsNothingForFree(t *testing.T) {
+func TestSpendingAddsNothingForFree(t *testing.T) {
 	st := &bSpendStore{}
 	s := NewSpending(SpendLimit{USD: 10, Period: time.Hour}, st, "b")
 	s.Add(t0, 0)
@@ -424,7 +424,7 @@ func TestBSpendingAddsNothingForFree(t *testing.T) {
 // Attempts that left the sliding minute no longer count against the
 // declared rpm's forecast: 2 sent at 0 s and 5 at 30 s leave 5 of 10
 // at 61 s.
-func TestBDeclaredForecastForgetsExpiredAttempts(t *testing.T) {
+func TestDeclaredForecastForgetsExpiredAttempts(t *testing.T) {
 	s := NewState()
 	s.Declare(10, 0)
 	if got := bAcquireN(s, t0, 2, 1) + bAcquireN(s, t0.Add(30*time.Second), 5, 1); got != 7 {

@@ -90,7 +90,7 @@ func evE(s string) []byte { return []byte(s + "\n\n") }
 
 // A stream's usage adds up what its provider stated: cached input, cache
 // writes and reasoning tokens as well as input and output.
-func TestStreamUsageKeepsEveryCountE(t *testing.T) {
+func TestStreamUsageKeepsEveryCount(t *testing.T) {
 	start := brkEv("message_start", `{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"usage":{"input_tokens":10,"cache_read_input_tokens":100,"cache_creation_input_tokens":20,"output_tokens":1}}}`)
 	d := claude(deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){
 		sse(start, brkBlockStart(0, "text"), brkDelta(0, "Hi"), brkBlockStop(0), brkMsgDelta("end_turn", 5), brkMsgStop)}}))
@@ -120,7 +120,7 @@ func TestStreamUsageKeepsEveryCountE(t *testing.T) {
 }
 
 // An error event mid-stream ends it with the provider's own message.
-func TestMidStreamErrorKeepsTheProvidersMessageE(t *testing.T) {
+func TestMidStreamErrorKeepsTheProvidersMessage(t *testing.T) {
 	d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){
 		sse(chunk, `data: {"error":{"message":"the model is overloaded","type":"server_error","param":null,"code":null}}`)}})
 	r := newRouter(newFakeClock())
@@ -138,7 +138,7 @@ func TestMidStreamErrorKeepsTheProvidersMessageE(t *testing.T) {
 
 // A deployment with no idle_timeout (0) sets no idle timer: its stream is
 // not cut for silence, however long the provider takes.
-func TestNoIdleTimeoutNeverCutsE(t *testing.T) {
+func TestNoIdleTimeoutNeverCuts(t *testing.T) {
 	c := instantClockE{newFakeClock()}
 	d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
 		return streamOfE(&readsE{steps: []func() ([]byte, error){
@@ -168,7 +168,7 @@ func TestNoIdleTimeoutNeverCutsE(t *testing.T) {
 // Keep-alives do not restart the idle clock: the wait after one is what
 // was left of idle_timeout, and once it is spent (exactly) the next wait
 // ends at once. Content restarts it.
-func TestIdleTimeLeftAfterKeepAlivesE(t *testing.T) {
+func TestIdleTimeLeftAfterKeepAlives(t *testing.T) {
 	c := &recClockE{fakeClock: newFakeClock()}
 	d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
 		return streamOfE(&readsE{steps: []func() ([]byte, error){
@@ -205,7 +205,7 @@ func TestIdleTimeLeftAfterKeepAlivesE(t *testing.T) {
 // RealClock.Sleep of nothing returns at once, with the context's error
 // when the client already left; a positive sleep ends when the context
 // does, with its error.
-func TestRealClockSleepE(t *testing.T) {
+func TestRealClockSleep(t *testing.T) {
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 64 {
@@ -236,7 +236,7 @@ func (l leavesE) Done() <-chan struct{} {
 
 // Both tiers rate-limited past the deadline: a 429 with the earliest
 // Retry-After, no attempt.
-func TestEveryTierLimitedIsA429E(t *testing.T) {
+func TestEveryTierLimitedIsA429(t *testing.T) {
 	c := newFakeClock()
 	r := newRouter(c)
 	a, b := okScriptE(), okScriptE()
@@ -259,7 +259,7 @@ func TestEveryTierLimitedIsA429E(t *testing.T) {
 
 // With three tiers, the one after a tier that cannot serve is the next one
 // up, not the highest, however well the highest scores.
-func TestTheNextTierIsTheLowestAboveE(t *testing.T) {
+func TestTheNextTierIsTheLowestAbove(t *testing.T) {
 	c := newFakeClock()
 	r := newRouter(c)
 	group := []*Deployment{deployment("one", okScriptE()), deployment("two", okScriptE()), deployment("three", okScriptE())}
@@ -277,7 +277,7 @@ func TestTheNextTierIsTheLowestAboveE(t *testing.T) {
 // A first tier whose window comes back within the deadline, but too late
 // for an answer of its latency before it, cannot serve: the second tier
 // answers at once. The same for a tokens window.
-func TestATierTooSlowForItsWindowIsPassedE(t *testing.T) {
+func TestATierTooSlowForItsWindowIsPassed(t *testing.T) {
 	for _, tokens := range []bool{false, true} {
 		c := newFakeClock()
 		r := newRouter(c)
@@ -308,7 +308,7 @@ func TestATierTooSlowForItsWindowIsPassedE(t *testing.T) {
 
 // With hedge_after 0 nothing is hedged, even on a clock whose timers of 0
 // fire at once: the slow attempt runs alone until its timeout.
-func TestNoHedgeAfterZeroE(t *testing.T) {
+func TestNoHedgeAfterZero(t *testing.T) {
 	c := instantClockE{newFakeClock()}
 	a := &script{replies: []func(*http.Request) (*http.Response, error){hang}}
 	b := okScriptE()

@@ -66,13 +66,22 @@ func TestCostCountsDefaultOutputTokens(t *testing.T) {
 }
 
 // With every weight 0 the ranking has nothing to say: deployments tie and
-// the request is still served.
+// the request is still served, by the one the near-tie draw picks (the
+// first for a draw of 0, the second for 0.99), so that ties share traffic.
 func TestAllWeightsZeroStillServes(t *testing.T) {
-	r := newRouter(newFakeClock())
-	r.Weights = Weights{}
-	a, b := deployment("a", dOK()), deployment("b", dOK())
-	if res := r.Serve(context.Background(), []*Deployment{a, b}, chatReq); res.Err != nil || res.Deployment != a {
-		t.Errorf("expected a tie served by the first, got %v %v", res.Deployment, res.Err)
+	for draw, want := range map[float64]string{0: "a", 0.99: "b"} {
+		r := newRouter(newFakeClock())
+		r.Weights = Weights{}
+		r.Rand = func() float64 { return draw }
+		a, b := deployment("a", dOK()), deployment("b", dOK())
+		res := r.Serve(context.Background(), []*Deployment{a, b}, chatReq)
+		got := ""
+		if res.Deployment != nil {
+			got = res.Deployment.Name
+		}
+		if res.Err != nil || got != want {
+			t.Errorf("draw %v: expected a tie served by %s, got %q (%v)", draw, want, got, res.Err)
+		}
 	}
 }
 

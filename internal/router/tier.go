@@ -33,10 +33,7 @@ func (r *Router) tiered(g *Group, cands []scored, per []attemptState, me *waiter
 	}
 	// Its place: those before it when it waits, every waiting request
 	// when it has not joined the queue yet (it would join behind them).
-	var ahead, tokensAhead int64
-	if me != nil || g.queue.n.Load() > 0 {
-		ahead, tokensAhead = g.queue.place(me)
-	}
+	ahead, tokensAhead := g.queue.place(me)
 	for t := lowest; t < highest; t = nextTier(group, cands, t) {
 		// The candidates of tier t or lower, to the front.
 		k := 0

@@ -539,11 +539,9 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 					reserve: need.Reserve, since: now, deadline: deadline}
 				g.queue.join(me) // and the fleet's queue at its first look (wait)
 				r.observeQueue(g)
-				if len(cands) < len(g.Deployments) {
-					// Its tiers again, from its place: others may have
-					// joined the queue since it chose them.
-					continue
-				}
+				// Its tiers and its turn again, from its place: others
+				// may have joined the queue since it chose them.
+				continue
 			}
 			if err := r.wait(ctx, g, me, cands, free, w, need, now, deadline); err != nil {
 				return res.fail(err, w)

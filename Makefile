@@ -16,7 +16,7 @@
 # make mutate  mutation testing of the core with gremlins (pinned below):
 #              router/ and capacity/ must kill at least 90% of the covered
 #              mutants (efficacy), adapters/ is reported; results in
-#              mutation/ (about 20 minutes on an idle 2-core machine;
+#              mutation/ (about 50 minutes on an idle 2-core machine;
 #              TESTING.md lists the figures and each surviving mutant)
 # make agents  the coding agents as clients: installs Claude Code and Codex
 #              CLI from npm at the pinned versions below into .agents/, and

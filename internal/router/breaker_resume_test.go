@@ -29,6 +29,21 @@ type replyFunc = func(*http.Request) (*http.Response, error)
 
 func replies(fs ...replyFunc) *script { return &script{replies: fs} }
 
+// endsInBand relays res's stream and fails t, naming the case (what),
+// unless it ended with the in-band error and b was never asked: a stream
+// that must not be resumed.
+func endsInBand(t *testing.T, what string, res *Result, b *script) {
+	t.Helper()
+	if res.Stream == nil {
+		t.Fatalf("%s: expected a's stream, got %v", what, res.Err)
+	}
+	got, err := relay(t, res.Stream)
+	var se *StreamError
+	if !errors.As(err, &se) || b.calls.Load() != 0 {
+		t.Errorf("%s: expected the in-band error and no resume; got err %v, b asked %d times, client read %q", what, err, b.calls.Load(), got)
+	}
+}
+
 // brkChunk is a chat.completion.chunk of stream id whose delta is raw
 // JSON, as a provider may send it.
 func brkChunk(id, delta string) string {
@@ -135,15 +150,7 @@ func TestBreakerNGreaterThanOneIsResumed(t *testing.T) {
 	r := newRouter(newFakeClock())
 	r.Resume = ResumeAny
 	req := &Request{Request: &provider.Request{Format: provider.Chat, Body: []byte(body), Stream: true, Choices: 2}, Tokens: 100}
-	res := r.Serve(context.Background(), []*Deployment{da, db}, req)
-	if res.Stream == nil {
-		t.Fatalf("expected a's stream, got %v", res.Err)
-	}
-	got, err := relay(t, res.Stream)
-	var se *StreamError
-	if !errors.As(err, &se) || b.calls.Load() != 0 {
-		t.Errorf("n=2: expected the in-band error and no resume; got err %v, b asked %d times, client read %q", err, b.calls.Load(), got)
-	}
+	endsInBand(t, "n=2", r.Serve(context.Background(), []*Deployment{da, db}, req), b)
 }
 
 // A chunk whose delta the transcript cannot decode (content as an array
@@ -208,15 +215,7 @@ func TestBreakerUndecodableReasoningIsResumed(t *testing.T) {
 	db.Provider.(*adapters.OpenAI).Continuation = provider.PrefixFlag
 	r := newRouter(newFakeClock())
 	r.Resume = ResumeAny
-	res := r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq))
-	if res.Stream == nil {
-		t.Fatalf("expected a's stream, got %v", res.Err)
-	}
-	_, err := relay(t, res.Stream)
-	var se *StreamError
-	if !errors.As(err, &se) || b.calls.Load() != 0 {
-		t.Errorf("a stream that relayed thinking must not be resumed: err %v, b asked %d", err, b.calls.Load())
-	}
+	endsInBand(t, "a stream that relayed reasoning", r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq)), b)
 }
 
 // A replay chunk the splice cannot decode (here a delta with a "role"
@@ -504,12 +503,7 @@ func TestBreakerResumeOffNeverAsks(t *testing.T) {
 	da.Quality = 1
 	r := newRouter(newFakeClock())
 	r.Resume = ResumeOff
-	res := r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq))
-	_, err := relay(t, res.Stream)
-	var se *StreamError
-	if !errors.As(err, &se) || b.calls.Load() != 0 {
-		t.Errorf("got %v, b asked %d", err, b.calls.Load())
-	}
+	endsInBand(t, "resume off", r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq)), b)
 }
 
 // A stream whose answer had finished (finish_reason relayed) and broke
@@ -678,12 +672,7 @@ func TestBreakerResumeWhenTheGroupBudgetIsSpent(t *testing.T) {
 	g := &Group{Name: "fast", Deployments: []*Deployment{da, db}, Spending: capacity.NewSpending(capacity.SpendLimit{USD: 10, Period: time.Hour}, nil, "fast")}
 	r := newRouter(clock)
 	r.Resume = ResumeAny
-	res := r.ServeGroup(context.Background(), g, streamReq(helloReq))
-	_, err := relay(t, res.Stream)
-	var se *StreamError
-	if !errors.As(err, &se) || b.calls.Load() != 0 {
-		t.Errorf("expected the in-band error without another attempt, got %v, b asked %d", err, b.calls.Load())
-	}
+	endsInBand(t, "the group's budget spent", r.ServeGroup(context.Background(), g, streamReq(helloReq)), b)
 	inFlightZero(t, clock, da, db)
 }
 
@@ -731,12 +720,7 @@ func TestBreakerTextPastMaxTextIsResumed(t *testing.T) {
 	db.Provider.(*adapters.OpenAI).Continuation = provider.PrefixFlag
 	r := newRouter(newFakeClock())
 	r.Resume = ResumeAny
-	res := r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq))
-	_, err := relay(t, res.Stream)
-	var se *StreamError
-	if !errors.As(err, &se) || b.calls.Load() != 0 {
-		t.Errorf("got %v, b asked %d", err, b.calls.Load())
-	}
+	endsInBand(t, "text past MaxText", r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq)), b)
 }
 
 // Many streams break and resume at once on shared deployments (run with
@@ -950,15 +934,7 @@ func TestBreakerAudioStreamIsResumedAndTruncated(t *testing.T) {
 	da, db := deployment("a", a), deployment("b", b)
 	da.Quality = 1
 	r := newRouter(newFakeClock())
-	res := r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq))
-	if res.Stream == nil {
-		t.Fatalf("expected a's stream, got %v", res.Err)
-	}
-	got, err := relay(t, res.Stream)
-	var se *StreamError
-	if !errors.As(err, &se) || b.calls.Load() != 0 {
-		t.Errorf("an audio stream must not be resumed: err %v, b asked %d, the client got %q", err, b.calls.Load(), got)
-	}
+	endsInBand(t, "an audio stream", r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq)), b)
 }
 
 // A Chat client that did not ask for usage gets none after a resume

@@ -154,7 +154,7 @@ func (t *Transcript) Add(ev provider.Event) {
 	}
 	switch t.f {
 	case provider.Chat:
-		if bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
+		if chatDone(ev.Data) {
 			return
 		}
 		var c chatChunk
@@ -315,7 +315,7 @@ func (s *Splice) take(text string) (rest string, diverged bool) {
 func (s *Splice) chat(ev provider.Event) (provider.Event, bool, error) {
 	var c chatChunk
 	if json.Unmarshal(ev.Data, &c) != nil {
-		if s.skip != "" || bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
+		if s.skip != "" || chatDone(ev.Data) {
 			return ev, false, ErrDiverged // what it holds cannot be compared with the client's text
 		}
 		return ev, true, nil // not a chunk the router reads: passed on as it came
@@ -655,6 +655,9 @@ func (t *Transcript) fast(data []byte) bool {
 }
 
 // null reports whether a JSON value is null or an empty string.
+// chatDone reports whether a Chat stream's event is its terminator, [DONE].
+func chatDone(data []byte) bool { return bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) }
+
 func null(v []byte) bool { return string(v) == "null" || string(v) == `""` }
 
 var textDelta = []byte(`"text_delta"`)

@@ -95,7 +95,7 @@ func (r *Router) exchange(ctx context.Context, g *Group, req *Request, res *Resu
 // queue (capacity is theirs first). It returns nil when there is none.
 func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result, w *walk, i int,
 	need capacity.Need, deadline time.Time) (*attempt, int) {
-	if g.Queued() > 0 || res.Attempts >= r.MaxAttempts {
+	if g.Queued() > 0 || !r.attemptsLeft(res) {
 		return nil, -1
 	}
 	now := r.Clock.Now()
@@ -103,7 +103,7 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 		return nil, -1
 	}
 	var buf [16]scored
-	cands := candidates(buf[:0], g.Deployments, w.per, now, req, need, w.minContext)
+	cands, _ := candidates(buf[:0], g.Deployments, w.per, now, deadline, req, need, w.minContext)
 	for k := 0; k < len(cands); k++ {
 		if cands[k].i == i || cands[k].f.Probe {
 			cands = append(cands[:k], cands[k+1:]...)

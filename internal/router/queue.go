@@ -407,7 +407,9 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		return me.sleep(ctx, r.Clock, deadline.Sub(now))
 	}
 	wait := c.f.At.Sub(now)
-	if w.failures > 0 {
+	if w.failures > 0 && (w.per[c.i].failed || w.per[c.i].silent) {
+		// A retry of a deployment that failed this request: the request's
+		// own backoff too (not for one it never tried).
 		wait = max(wait, r.Policy.Backoff(w.failures))
 	}
 	if !now.Add(wait).Before(deadline) {

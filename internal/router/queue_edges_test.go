@@ -344,23 +344,27 @@ func TestGoingPastABlockedHeadOnlyToWhatItDoesNotWaitFor(t *testing.T) {
 	}
 }
 
-// The head waits for its deployment's return, and after failures for the
-// backoff when that is longer: 100 ms without failure, 1 s (the backoff of
-// a second failure) after two.
+// The head waits for its deployment's return, and after failures, to
+// retry one that failed this request, for the backoff when that is longer:
+// 100 ms without failure, 1 s (the backoff of a second failure) after two,
+// 100 ms after two failures elsewhere.
 func TestTheHeadWaitsTheBackoffOnlyAfterFailures(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	deadline := now.Add(25 * time.Second)
 	me := cJoinC(g, now, deadline, 10)
 	cands := []scored{cCandC(0, now.Add(100*time.Millisecond), provider.Server, 0)}
-	if err := r.wait(context.Background(), g, me, cands, 0, &walk{}, capacity.Need{Tokens: 10}, now, deadline); err != nil {
-		t.Fatal(err)
+	for _, w := range []*walk{
+		{per: make([]attemptState, 1)},
+		{failures: 2, per: []attemptState{{tried: true, failed: true}}},
+		{failures: 2, per: make([]attemptState, 1)},
+	} {
+		if err := r.wait(context.Background(), g, me, cands, 0, w, capacity.Need{Tokens: 10}, now, deadline); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := r.wait(context.Background(), g, me, cands, 0, &walk{failures: 2}, capacity.Need{Tokens: 10}, now, deadline); err != nil {
-		t.Fatal(err)
-	}
-	if s := c.Sleeps(); len(s) != 2 || s[0] != 100*time.Millisecond || s[1] != r.Policy.Backoff(2) || s[1] != time.Second {
-		t.Errorf("expected sleeps of 100 ms then 1 s, got %v", s)
+	if s := c.Sleeps(); len(s) != 3 || s[0] != 100*time.Millisecond || s[1] != r.Policy.Backoff(2) || s[1] != time.Second || s[2] != 100*time.Millisecond {
+		t.Errorf("expected sleeps of 100 ms, 1 s, 100 ms, got %v", s)
 	}
 }
 

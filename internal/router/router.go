@@ -182,7 +182,12 @@ type Router struct {
 	// Deadline is the wall-clock budget of one request, all attempts and
 	// waits included (until the first byte of a stream reaches the client).
 	Deadline time.Duration
-	// MaxAttempts bounds upstream attempts per request.
+	// MaxAttempts bounds upstream attempts per request, over its group and
+	// the fallback groups it goes on to. A certain refusal (401 or 403: the
+	// key; a spent quota or balance: 402, insufficient_quota) spends none:
+	// it is instant, and the deployment is out of the request (and its
+	// circuit open) after it, so each deployment refuses once at most and
+	// a request makes at most MaxAttempts plus that many attempts.
 	MaxAttempts int
 	// Policy turns failures into waits (backoff base and cap, long cooldown).
 	Policy capacity.Policy
@@ -321,6 +326,9 @@ type Result struct {
 	// lastEnd is when the request's last attempt ended (or it began):
 	// what a trace tells as the wait before the next.
 	lastEnd time.Time
+	// refused counts the attempts a deployment refused for certain (its
+	// key, its quota): they spend none of MaxAttempts (see attemptsLeft).
+	refused int
 	// Err is set when the router answers with an error of its own (*Error),
 	// or ErrClientGone.
 	Err error
@@ -331,6 +339,7 @@ type attemptState struct {
 	excluded bool // never again in this request (context_length, auth, quota, cannot express)
 	tooSmall bool // its context_window is smaller than the request's estimate: never tried
 	silent   bool // timed out: only if nothing else is left
+	failed   bool // it failed this request: tried again only if nothing else is left
 	tried    bool // an attempt went out to it
 }
 
@@ -357,8 +366,8 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 
 // ServeGroup answers req from g, trying the best-ranked usable deployment
 // first, with failover. When no deployment has capacity it waits in g's
-// queue for its turn (see queue). It never makes more than MaxAttempts
-// attempts and never waits past the deadline: when every deployment is
+// queue for its turn (see queue). It spends no more than MaxAttempts
+// attempts (certain refusals spend none) and never waits past the deadline: when every deployment is
 // cooling past it, or its place in the queue cannot be served before it,
 // it answers at once, with Retry-After set to when it could be; or, when g
 // has a Fallback, goes on to that group (and its fallback, in turn) with
@@ -382,7 +391,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 		if res.Group != nil {
 			r.debug("falling back to another model group", zap.String("from", res.Group.Name), zap.String("to", hop.Name),
 				zap.Int("attempts", res.Attempts))
-			*res = Result{Attempts: res.Attempts, FailoverReason: res.FailoverReason, lastEnd: res.lastEnd}
+			*res = Result{Attempts: res.Attempts, FailoverReason: res.FailoverReason, lastEnd: res.lastEnd, refused: res.refused}
 		}
 		r.serve(ctx, hop, req, res, &w, deadline)
 		res.Group = hop
@@ -395,7 +404,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 		if best.Group == nil || betterFailure(res, &best) {
 			best = *res
 		}
-		if hop.Fallback == nil || res.Attempts >= r.MaxAttempts || ctx.Err() != nil || !r.Clock.Now().Before(deadline) {
+		if hop.Fallback == nil || !r.attemptsLeft(res) || ctx.Err() != nil || !r.Clock.Now().Before(deadline) {
 			break
 		}
 	}
@@ -503,10 +512,10 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			return res.fail(ErrClientGone, w)
 		}
 		now := r.Clock.Now()
-		if res.Attempts >= r.MaxAttempts {
+		if !r.attemptsLeft(res) {
 			return r.giveUp(res, w, group, now, req)
 		}
-		cands := candidates(candBuf[:0], group, w.per, now, req, need, w.minContext)
+		cands, retry := candidates(candBuf[:0], group, w.per, now, deadline, req, need, w.minContext)
 		if !now.Before(deadline) {
 			if me != nil {
 				return res.fail(queueError(cands, now), w) // waited its turn until the deadline
@@ -514,6 +523,14 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			return res.fail(deadlineError(), w)
 		}
 		if len(cands) == 0 {
+			return r.giveUp(res, w, group, now, req)
+		}
+		if retry && fallbackLeft(g, req) {
+			// Only deployments that failed it or cool past its deadline are
+			// left here: the fallback group, untried, before any of them.
+			if w.last == nil {
+				return res.fail(coolingError(cands, earliest(cands), now), w)
+			}
 			return r.giveUp(res, w, group, now, req)
 		}
 		cands = r.tiered(g, cands, w.per, me, req, need, now, deadline)
@@ -528,7 +545,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 		}
 		if ready == 0 {
-			if g.Fallback != nil && free == 0 && recovering(cands, w.per, now) {
+			if free == 0 && fallbackLeft(g, req) && recovering(cands, w.per, now) {
 				// Its deployments cool down after failures, or failed this
 				// request: the fallback group, rather than a wait for a
 				// retry that may fail again.
@@ -734,19 +751,38 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	case provider.Auth, provider.QuotaExhausted:
 		w.per[i].excluded = true
 		w.failures++
+		res.refused++ // certain, and the deployment is out: no attempt spent
 		if class == provider.QuotaExhausted {
 			w.limited++
 		}
 	case provider.RateLimited:
+		w.per[i].failed = true
 		w.failures++
 		w.limited++
 	default:
 		if out.end == timedOut {
 			w.per[i].silent = true
 		}
+		w.per[i].failed = true
 		w.failures++
 	}
 	return false
+}
+
+// attemptsLeft reports whether res may make another attempt: MaxAttempts
+// bounds those made, less the certain refusals (a revoked key, a spent
+// quota), which another deployment's attempt must not pay for. Each
+// deployment refuses a request once at most (it is then excluded), so the
+// attempts stay bounded by MaxAttempts plus the number of deployments.
+func (r *Router) attemptsLeft(res *Result) bool {
+	return res.Attempts-res.refused < r.MaxAttempts
+}
+
+// fallbackLeft reports whether the walk of g may go on to g's fallback
+// group when g has nothing better left for req: a request pinned to one
+// deployment, or a resume's (it stays in the stream's group), has none.
+func fallbackLeft(g *Group, req *Request) bool {
+	return g.Fallback != nil && req.Pinned == nil && req.resume == nil
 }
 
 // unpredicted notes a 429 the budget let through: the provider's count was
@@ -907,13 +943,16 @@ func (res *Result) passOn(o *outcome) {
 }
 
 // candidates collects into buf the deployments still eligible for this
-// request, with their features. Timed-out (silent) deployments are left out
-// while any other remains.
-func candidates(buf []scored, group []*Deployment, per []attemptState, now time.Time, req *Request, need capacity.Need, minContext int64) []scored {
-	cands := buf
-	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
+// request, with their features. The retries (deployments that failed this
+// request or cool past its deadline) are left out while any other remains,
+// and those that timed out on it (silent) while any retry remains; retry
+// reports that only retries are left.
+func candidates(buf []scored, group []*Deployment, per []attemptState, now, deadline time.Time, req *Request, need capacity.Need, minContext int64) (cands []scored, retry bool) {
+	cands = buf
+	for pass := 0; pass < 3 && len(cands) == 0; pass++ {
+		retry = pass > 0
 		for i, d := range group {
-			if per[i].excluded || per[i].silent != (pass == 1) || !d.Provider.Serves(req.Format) ||
+			if per[i].excluded || !retry && per[i].failed || pass < 2 && per[i].silent || !d.Provider.Serves(req.Format) ||
 				req.Pinned != nil && d != req.Pinned || req.resume != nil && req.resume.allow != nil && !req.resume.allow(d) {
 				continue
 			}
@@ -927,13 +966,14 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now time.
 				continue
 			}
 			cands = append(cands, scored{i: i, cost: estimateCost(d, req)})
-			d.State.ReadFeaturesFor(&cands[len(cands)-1].f, now, need, req.Stream)
-			if cands[len(cands)-1].f.Disabled {
-				cands = cands[:len(cands)-1] // drained by an operator
+			f := &cands[len(cands)-1].f
+			d.State.ReadFeaturesFor(f, now, need, req.Stream)
+			if f.Disabled || !retry && !f.At.Before(deadline) {
+				cands = cands[:len(cands)-1] // drained by an operator, or a retry
 			}
 		}
 	}
-	return cands
+	return cands, retry
 }
 
 // Serves reports whether the group, or one of its fallback groups, has a

@@ -223,19 +223,20 @@ func TestProbeBeforePreference(t *testing.T) {
 	}
 }
 
-// A request that meets a spent quota and runs out of attempts while
-// another deployment was never tried is a 429 saying so; one that met a
-// bad key and a server error is a 502.
+// A request that meets a spent quota and a rate limit and runs out of
+// attempts while another deployment was never tried is a 429 saying so
+// (the quota's refusal spends no attempt); one that met a bad key and a
+// server error is a 502.
 func TestFinalErrorCountsLimitedFailures(t *testing.T) {
 	quota := reply(429, `{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`)
-	a, b := deployment("a", dScript(quota)), deployment("b", dOK())
-	a.Quality = 1
+	a, b, c0 := deployment("a", dScript(quota)), deployment("b", dScript(reply(429, rateLimited, "Retry-After", "5"))), deployment("c", dOK())
+	a.Quality, b.Quality = 1, 0.9
 	r := newRouter(newFakeClock())
 	r.MaxAttempts = 1
-	res := r.Serve(context.Background(), []*Deployment{a, b}, chatReq)
+	res := r.Serve(context.Background(), []*Deployment{a, b, c0}, chatReq)
 	var e *Error
-	if !errors.As(res.Err, &e) || e.Status != 429 || !strings.Contains(e.Message, "tried (1 of 2) are rate-limited or out of quota") {
-		t.Errorf("spent quota: expected a 429 for 1 of 2 tried, got %v", res.Err)
+	if !errors.As(res.Err, &e) || e.Status != 429 || res.Attempts != 2 || !strings.Contains(e.Message, "tried (2 of 3) are rate-limited or out of quota") {
+		t.Errorf("spent quota: expected a 429 for 2 of 3 tried, got %v after %d attempts", res.Err, res.Attempts)
 	}
 
 	badKey := reply(401, `{"error":{"message":"Incorrect API key","type":"invalid_request_error","code":"invalid_api_key"}}`)

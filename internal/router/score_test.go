@@ -25,7 +25,7 @@ func withWindows(t testing.TB, d *Deployment, now time.Time, req, tok provider.W
 func scoreOf(t *testing.T, r *Router, group []*Deployment, req *Request, now time.Time) map[string]float64 {
 	t.Helper()
 	var per [16]attemptState
-	cands := candidates(nil, group, per[:len(group)], now, req, capacity.Need{Tokens: req.Tokens}, -1)
+	cands, _ := candidates(nil, group, per[:len(group)], now, now.Add(DefaultDeadline), req, capacity.Need{Tokens: req.Tokens}, -1)
 	n := readyFirst(cands, now)
 	r.score(group, cands[:n])
 	out := map[string]float64{}
@@ -210,7 +210,7 @@ func BenchmarkRank16(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		cands := candidates(buf[:0], group, per[:], now, req, capacity.Need{Tokens: req.Tokens}, -1)
+		cands, _ := candidates(buf[:0], group, per[:], now, now.Add(DefaultDeadline), req, capacity.Need{Tokens: req.Tokens}, -1)
 		n := readyFirst(cands, now)
 		r.score(group, cands[:n])
 		_ = r.pick(group, cands[:n])

@@ -1,0 +1,124 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// always is a fake provider that answers every call alike.
+func always(status int, body string, headers ...string) *script {
+	return &script{replies: []func(*http.Request) (*http.Response, error){reply(status, body, headers...)}}
+}
+
+// The issue's group smart: tier 1 is east (429, Retry-After 30, past the
+// 20 s deadline) and west (500 on every request); tier 2 claude is
+// healthy; the fallback group cheap is healthy; max_attempts 4. No
+// request goes to a deployment that failed it, or to one cooling past its
+// deadline, while another is untried; none waits. (The second request
+// went to west four times with backoff over 7.6 s and got 502, neither
+// claude nor cheap tried.)
+func TestFailoverNeverRetriesWhileAnotherIsUntried(t *testing.T) {
+	setup := func(claudeFails bool) (*Router, *Group, *fakeClock, map[string]*script) {
+		clock := newFakeClock()
+		r := newRouter(clock)
+		r.Deadline, r.MaxAttempts = 20*time.Second, 4
+		s := map[string]*script{
+			"east":   always(429, rateLimited, "Retry-After", "30"),
+			"west":   always(500, `{"error":{"message":"boom","type":"server_error"}}`),
+			"claude": always(200, okBody),
+			"cheap":  always(200, okBody),
+		}
+		if claudeFails {
+			s["claude"] = always(500, `{"error":{"message":"boom","type":"server_error"}}`)
+		}
+		east, west, claude := deployment("east", s["east"]), deployment("west", s["west"]), deployment("claude", s["claude"])
+		claude.Tier = 2
+		g := NewGroup("smart", []*Deployment{east, west, claude})
+		g.Fallback = NewGroup("cheap", []*Deployment{deployment("cheap", s["cheap"])})
+		return r, g, clock, s
+	}
+	check := func(t *testing.T, r *Router, g *Group, clock *fakeClock, s map[string]*script, want string) {
+		t.Helper()
+		for n := range 4 {
+			before := map[string]int32{}
+			for k, v := range s {
+				before[k] = v.calls.Load()
+			}
+			start := clock.Now()
+			res := r.ServeGroup(context.Background(), g, chatReq)
+			if res.Err != nil || res.Status != 200 || res.Deployment == nil || res.Deployment.Name != want {
+				t.Fatalf("request %d: expected %s to answer 200, got %v %d from %v", n+1, want, res.Err, res.Status, res.Deployment)
+			}
+			if took := clock.Now().Sub(start); took != 0 {
+				t.Errorf("request %d: expected no wait, took %v (waits %v)", n+1, took, clock.Sleeps())
+			}
+			for k, v := range s {
+				if d := v.calls.Load() - before[k]; d > 1 {
+					t.Errorf("request %d: expected at most one attempt on %s, got %d", n+1, k, d)
+				}
+			}
+			clock.Advance(time.Second) // west's backoff passes: it may be probed again
+		}
+	}
+	t.Run("the next tier", func(t *testing.T) {
+		r, g, clock, s := setup(false)
+		check(t, r, g, clock, s, "claude")
+		if n := s["east"].calls.Load(); n != 1 {
+			t.Errorf("expected east asked once (its Retry-After passes the deadline), got %d", n)
+		}
+	})
+	t.Run("the fallback group", func(t *testing.T) {
+		r, g, clock, s := setup(true)
+		check(t, r, g, clock, s, "cheap")
+	})
+}
+
+// Six deployments of which five have revoked keys (401, 403) or a spent
+// balance (402), max_attempts 4: the healthy sixth serves the first
+// request. A certain refusal spends none of the attempts (it is tried
+// once: its circuit opens); failures that may pass still do. (The first
+// request got 502 and the sixth was never tried.)
+func TestRefusedKeysSpendNoAttempts(t *testing.T) {
+	revoked := []*script{
+		always(401, `{"error": {"message": "Incorrect API key provided: sk-FAKE****.", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}`),
+		always(403, `{"error": {"message": "Project proj_FAKE does not have access to model gpt-4o", "type": "invalid_request_error", "param": null, "code": "model_not_found"}}`),
+		always(402, `{"error": {"message": "Insufficient Balance", "type": "unknown_error", "param": null, "code": "invalid_request_error"}}`),
+		always(401, `{"error": {"message": "Incorrect API key provided: sk-FAKE****.", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}`),
+		always(403, `{"error": {"message": "Project proj_FAKE does not have access to model gpt-4o", "type": "invalid_request_error", "param": null, "code": "model_not_found"}}`),
+	}
+	healthy := always(200, okBody)
+	var group []*Deployment
+	for i, s := range revoked {
+		group = append(group, deployment(string(rune('a'+i)), s))
+	}
+	group = append(group, deployment("f", healthy))
+	r := newRouter(newFakeClock())
+	r.MaxAttempts = 4
+	res := r.Serve(context.Background(), group, chatReq)
+	if res.Err != nil || res.Deployment != group[5] || res.Attempts != 6 {
+		t.Fatalf("expected the sixth to answer after 6 attempts, got %v from %v after %d", res.Err, res.Deployment, res.Attempts)
+	}
+	for i, s := range revoked {
+		if s.calls.Load() != 1 {
+			t.Errorf("deployment %d: expected one attempt, got %d", i, s.calls.Load())
+		}
+	}
+	// Their circuits are open: the next request goes to the sixth at once.
+	if res := r.Serve(context.Background(), group, chatReq); res.Deployment != group[5] || res.Attempts != 1 {
+		t.Errorf("expected the sixth at once, got %v after %d attempts", res.Deployment, res.Attempts)
+	}
+
+	// Failures that may pass spend max_attempts as before.
+	var failing []*Deployment
+	for i := range 6 {
+		failing = append(failing, deployment(string(rune('a'+i)), always(500, `{"error":{"message":"boom"}}`)))
+	}
+	res = newRouter(newFakeClock()).Serve(context.Background(), failing, chatReq)
+	var e *Error
+	if !errors.As(res.Err, &e) || e.Status != http.StatusBadGateway || res.Attempts != DefaultMaxAttempts {
+		t.Errorf("expected a 502 after %d attempts, got %v after %d", DefaultMaxAttempts, res.Err, res.Attempts)
+	}
+}

@@ -83,6 +83,9 @@ type State struct {
 	latency, ttft       float64
 	successes, attempts float64
 	healthAt            time.Time
+	// failedRun counts the failed attempts since the last success (decayed
+	// like attempts): an outage's, which a probe's success forgives.
+	failedRun float64
 
 	// picks counts recent attempts (decayed like health), so that equal
 	// deployments share traffic evenly rather than at random.
@@ -192,6 +195,8 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 		s.attempts++
 		if o.Class == provider.OK {
 			s.successes++
+		} else {
+			s.failedRun++
 		}
 	}
 	if !o.Class.Failure() {
@@ -199,10 +204,12 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 			if probe {
 				// A probe proved the deployment back: the failures that
 				// opened the circuit were paid for by its cooldown, and
-				// no longer hold its reliability down.
-				s.attempts = max(s.attempts-float64(s.consecutiveFailures), s.successes)
+				// no longer hold its reliability down. All of them: a
+				// burst's attempts in flight fail as one event (one
+				// consecutive failure) but each counted as an attempt.
+				s.attempts = max(s.attempts-s.failedRun, s.successes)
 			}
-			s.consecutiveFailures = 0
+			s.consecutiveFailures, s.failedRun = 0, 0
 			// A success proves the circuit closed, whatever opened it
 			// before the success was sent.
 			s.openUntil = time.Time{}
@@ -287,6 +294,7 @@ func (s *State) decayHealth(now time.Time) {
 		f := math.Exp2(-float64(now.Sub(s.healthAt)) / float64(healthHalfLife))
 		s.successes *= f
 		s.attempts *= f
+		s.failedRun *= f
 	}
 	s.healthAt = now
 }

@@ -121,6 +121,41 @@ func TestAProbeRestoresReliability(t *testing.T) {
 	}
 }
 
+// A burst's failures (attempts in flight together, one outage: one
+// consecutive failure) are all forgiven by the probe's success, not one
+// of them: reliability is back where it was before the burst.
+func TestAProbeForgivesAWholeBurst(t *testing.T) {
+	s := NewState()
+	for range 4 {
+		s.Observe(t0, provider.NewObservation(provider.OK), DefaultPolicy)
+	}
+	var burst []Attempt
+	for range 8 {
+		a, ok := s.AcquireAttempt(t0, 1)
+		if !ok {
+			t.Fatal("expected the burst's attempts to go out")
+		}
+		burst = append(burst, a)
+	}
+	for _, a := range burst {
+		s.ObserveAttempt(a, t0, provider.NewObservation(provider.Server), DefaultPolicy)
+		s.ReleaseAttempt(a)
+	}
+	if n := s.Snapshot(t0).ConsecutiveFailures; n != 1 {
+		t.Fatalf("expected the burst to count as one consecutive failure, got %d", n)
+	}
+	now := t0.Add(2 * time.Second)
+	a, ok := s.AcquireAttempt(now, 1)
+	if !ok || !a.Probe {
+		t.Fatalf("expected the probe, got %+v %v", a, ok)
+	}
+	s.ObserveAttempt(a, now, provider.NewObservation(provider.OK), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	if r := s.Features(now, 1, false).Reliability; r < 0.999 {
+		t.Errorf("expected the probe's success to restore reliability to 1, got %v", r)
+	}
+}
+
 // Health decays with a half-life: a failure five minutes before a
 // success weighs half of it.
 func TestHealthDecaysBetweenObservations(t *testing.T) {

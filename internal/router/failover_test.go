@@ -6,7 +6,18 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
+
+// nameOf is d's name, "none" for nil.
+func nameOf(d *Deployment) string {
+	if d == nil {
+		return "none"
+	}
+	return d.Name
+}
 
 // always is a fake provider that answers every call alike.
 func always(status int, body string, headers ...string) *script {
@@ -120,5 +131,50 @@ func TestRefusedKeysSpendNoAttempts(t *testing.T) {
 	var e *Error
 	if !errors.As(res.Err, &e) || e.Status != http.StatusBadGateway || res.Attempts != DefaultMaxAttempts {
 		t.Errorf("expected a 502 after %d attempts, got %v after %d", DefaultMaxAttempts, res.Err, res.Attempts)
+	}
+}
+
+// After a burst of 500s on the top-ranked deployment (8 attempts in flight
+// at once, one outage), its probe at 1.9 s answers 200: it serves the next
+// requests again, as it did before the burst. (It served 0 of the next 4:
+// the burst's failures held its reliability down after the probe.)
+func TestAnsweredProbeServesAgain(t *testing.T) {
+	clock := newFakeClock()
+	r := newRouter(clock)
+	top, other := always(200, okBody), always(200, okBody)
+	a, b := deployment("a", top), deployment("b", other)
+	a.Quality, b.Quality = 1, 0.5
+	group := []*Deployment{a, b}
+	for range 4 {
+		if res := r.Serve(context.Background(), group, chatReq); res.Deployment != a {
+			t.Fatalf("warm-up: expected a, got %v", res.Deployment)
+		}
+	}
+	var burst []capacity.Attempt
+	for range 8 {
+		at, ok := a.State.AcquireFor(clock.Now(), capacity.Need{Tokens: 10})
+		if !ok {
+			t.Fatal("expected the burst's attempts to go out")
+		}
+		burst = append(burst, at)
+	}
+	clock.Advance(300 * time.Millisecond)
+	for _, at := range burst {
+		a.State.ObserveAttempt(at, clock.Now(), provider.NewObservation(provider.Server), r.Policy)
+		a.State.ReleaseAttempt(at)
+	}
+	clock.Advance(1600 * time.Millisecond) // the probe at 1.9 s
+	if f := a.State.Features(clock.Now(), 10, false); !f.Probe {
+		t.Fatalf("expected a half-open, waiting for its probe: %+v", f)
+	}
+	for n := range 5 {
+		res := r.Serve(context.Background(), group, chatReq)
+		if res.Err != nil || res.Deployment != a {
+			t.Errorf("request %d after the burst: expected a (the probe, then its place back), got %v from %s", n+1, res.Err, nameOf(res.Deployment))
+		}
+		clock.Advance(100 * time.Millisecond)
+	}
+	if other.calls.Load() != 0 {
+		t.Errorf("expected b untouched, got %d calls", other.calls.Load())
 	}
 }

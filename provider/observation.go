@@ -27,6 +27,12 @@ const (
 	Auth                 // 401/403 from the provider: our key is bad, avoid for long
 	ContextLength        // prompt too long for this deployment: try a larger context window
 	ClientError          // any other 4xx: the client's fault, returned as is
+	// TooLarge: the request is larger than a rate-limit window's whole
+	// limit (OpenAI's 429 "Request too large ... Limit 30000, Requested
+	// 36278"), so no wait lets it through; the deployment is not out of
+	// capacity for smaller ones. Try one whose window is larger; Tokens.Limit
+	// holds the limit when stated.
+	TooLarge
 )
 
 var classNames = [...]string{
@@ -39,6 +45,7 @@ var classNames = [...]string{
 	Auth:           "auth",
 	ContextLength:  "context_length",
 	ClientError:    "client_error",
+	TooLarge:       "too_large",
 }
 
 // String returns the class name used in logs, metrics, the admin API and
@@ -75,7 +82,7 @@ func (c Class) Transient() bool {
 // Failure reports whether the class counts against the deployment's health.
 func (c Class) Failure() bool {
 	switch c {
-	case OK, ContextLength, ClientError:
+	case OK, ContextLength, ClientError, TooLarge:
 		return false
 	}
 	return true

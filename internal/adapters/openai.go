@@ -394,10 +394,39 @@ func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provid
 		// client's own words.)
 		o.Class = provider.QuotaExhausted
 	}
+	if limit, ok := tooLarge(status, e.message); ok {
+		o.Class = provider.TooLarge
+		if o.Tokens.Limit < 0 {
+			o.Tokens.Limit = limit // stated only in the message
+		}
+	}
 	if o.RetryAfter < 0 && (o.Class == provider.RateLimited || o.Class == provider.Overloaded) {
 		o.RetryAfter = hint
 	}
 	return o
+}
+
+// tooLargeMessage is OpenAI's 429 for a request larger than a token
+// window's whole limit: "Request too large for gpt-4o in organization
+// org-... on tokens per min (TPM): Limit 30000, Requested 36278. The input
+// or output tokens must be reduced in order to run successfully." (The
+// window is full and its reset 0s: waiting cannot cure it.) Sources:
+// testdata/dialects.json.
+var tooLargeMessage = regexp.MustCompile(`(?i)\brequest too large\b.*?\blimit:? ?(\d+), requested:? ?(\d+)`)
+
+// tooLarge reports whether a 429's message says the request is larger than
+// a window's whole limit (and not only than what is left of it), and the
+// limit it names, in tokens.
+func tooLarge(status int, msg string) (limit int64, ok bool) {
+	if status != http.StatusTooManyRequests {
+		return 0, false
+	}
+	m := tooLargeMessage.FindStringSubmatch(msg)
+	if m == nil {
+		return 0, false
+	}
+	limit, requested := provider.ParseCount(m[1]), provider.ParseCount(m[2])
+	return limit, limit > 0 && requested > limit
 }
 
 // exhausted reports whether a stated window is spent, with a reset.

@@ -232,6 +232,31 @@ func TestQuotaMessagesAreNotRateLimits(t *testing.T) {
 	}
 }
 
+// A request larger than a token window's whole limit is too_large, its
+// limit read from the message when no header states it; a request larger
+// than what is left of the window (Used + Requested over the limit, or a
+// message naming no limit) is a rate limit as before.
+func TestRequestTooLargeIsNotARateLimit(t *testing.T) {
+	tooLarge := `{"error": {"message": "Request too large for gpt-4o-mini in organization org-FAKE on tokens per day (TPD): Limit 200000, Requested 250123. The input or output tokens must be reduced in order to run successfully.", "type": "tokens", "param": null, "code": "rate_limit_exceeded"}}`
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   provider.Class
+		limit  int64
+	}{
+		{"too large, message only", 429, tooLarge, provider.TooLarge, 200000},
+		{"the window's remainder", 429, `{"error": {"message": "Rate limit reached for gpt-4o in organization org-FAKE on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.", "type": "tokens", "code": "rate_limit_exceeded"}}`, provider.RateLimited, provider.Unknown},
+		{"no numbers", 429, `{"error": {"message": "Request too large; try again later", "type": "tokens"}}`, provider.RateLimited, provider.Unknown},
+		{"a 400 that echoes the words", 400, tooLarge, provider.ClientError, provider.Unknown},
+	} {
+		o := (&OpenAI{}).Observe(tc.status, http.Header{}, []byte(tc.body), time.Now())
+		if o.Class != tc.want || o.Tokens.Limit != tc.limit {
+			t.Errorf("%s: expected %s with token limit %d, got %s with %d", tc.name, tc.want, tc.limit, o.Class, o.Tokens.Limit)
+		}
+	}
+}
+
 func headerOf(kv ...string) http.Header {
 	h := http.Header{}
 	for i := 0; i+1 < len(kv); i += 2 {

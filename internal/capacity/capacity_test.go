@@ -121,7 +121,7 @@ func TestStateCircuit(t *testing.T) {
 }
 
 func TestClassNames(t *testing.T) {
-	for c := provider.OK; c <= provider.ClientError; c++ {
+	for c := provider.OK; c <= provider.TooLarge; c++ {
 		back, ok := provider.ParseClass(c.String())
 		if !ok || back != c {
 			t.Errorf("%d: round trip through %q failed", c, c.String())

@@ -50,6 +50,7 @@ func (p Policy) Backoff(n int) time.Duration {
 //   - quota_exhausted: the stated reset of an exhausted window, else Long;
 //   - auth: Long;
 //   - overloaded, server, transport: the longer of Retry-After and the backoff;
+//   - too_large: 0 (the request can never fit; smaller ones still do);
 //   - ok: until the reset of an exhausted window (a success saying
 //     "remaining 0" predicts the next 429), else 0.
 func (p Policy) Cooldown(o provider.Observation, n int) time.Duration {
@@ -66,6 +67,8 @@ func (p Policy) Cooldown(o provider.Observation, n int) time.Duration {
 		d = p.Long
 	case provider.Overloaded, provider.Server, provider.Transport:
 		d = max(o.RetryAfter, p.Backoff(n))
+	case provider.TooLarge:
+		d = 0
 	default:
 		d = exhaustedReset(o)
 	}

@@ -343,6 +343,22 @@ func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, provider.Cl
 	return s.AvailableFor(now, Need{Tokens: tokens})
 }
 
+// FitsTokens reports whether an attempt of about tokens tokens (prompt
+// plus max_tokens) can ever fit the provider-stated token window, with
+// the window's whole limit (provider.Unknown when none is stated: then it
+// fits). It does not when what the provider is expected to count of it is
+// more than the limit: no wait lets it through (OpenAI refuses it with its
+// 429 "Request too large", provider.TooLarge), while smaller attempts go.
+func (s *State) FitsTokens(tokens int64) (bool, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &s.tokens
+	if w.limit <= 0 {
+		return true, w.limit
+	}
+	return w.expected(tokens) <= w.limit, w.limit
+}
+
 // AvailableFor is AvailableAt for an attempt that must leave a reserve.
 func (s *State) AvailableFor(now time.Time, n Need) (time.Time, provider.Class) {
 	s.mu.Lock()

@@ -2,8 +2,14 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +183,94 @@ func TestAnsweredProbeServesAgain(t *testing.T) {
 	if other.calls.Load() != 0 {
 		t.Errorf("expected b untouched, got %d calls", other.calls.Load())
 	}
+}
+
+// tpm is a fake OpenAI account with a token window of limit tokens per
+// minute: as OpenAI does, it counts a request at admission from the
+// request itself (its characters / 4, plus max_tokens), and answers one
+// larger than the whole limit with its 429 "Request too large", the window
+// full and its reset 0s; it serves the others.
+type tpm struct {
+	limit int64
+	calls atomic.Int32
+	big   atomic.Int32 // of which too large
+}
+
+func (p *tpm) RoundTrip(req *http.Request) (*http.Response, error) {
+	p.calls.Add(1)
+	body, _ := io.ReadAll(req.Body)
+	var v struct {
+		MaxTokens int64 `json:"max_tokens"`
+	}
+	_ = json.Unmarshal(body, &v)
+	need := int64(len(body))/4 + v.MaxTokens
+	limit := strconv.FormatInt(p.limit, 10)
+	if need > p.limit {
+		p.big.Add(1)
+		msg := fmt.Sprintf("Request too large for gpt-4o in organization org-FAKE on tokens per min (TPM): Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully. Visit https://platform.openai.com/account/rate-limits to learn more.", p.limit, need)
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "tokens", "param": nil, "code": "rate_limit_exceeded"}})
+		return reply(429, string(b), "x-ratelimit-limit-tokens", limit, "x-ratelimit-remaining-tokens", limit, "x-ratelimit-reset-tokens", "0s")(req)
+	}
+	return reply(200, okBody, "x-ratelimit-limit-tokens", limit, "x-ratelimit-remaining-tokens", strconv.FormatInt(p.limit-need, 10),
+		"x-ratelimit-reset-tokens", "1s")(req)
+}
+
+// sized is a Chat request of about prompt + maxTokens tokens, its
+// estimate as the chat client API makes it.
+func sized(maxTokens int64) *Request {
+	body := fmt.Sprintf(`{"model":"g","max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, maxTokens)
+	return &Request{Request: wire([]byte(body), false), Tokens: int64(len(body))/4 + maxTokens, OutputTokens: maxTokens}
+}
+
+// A request larger than a token window's whole limit (OpenAI's 429
+// "Request too large ... Limit 30000, Requested 36278", window full, reset
+// 0s) goes where it fits and cools nobody; where it fits nowhere the
+// client is told at once, with the limit, in one non-retryable 413. A
+// window's stated limit says so before any attempt. (A was cooled for
+// everyone, small requests moved to B; with A alone the router made 4
+// attempts and answered 429 Retry-After 1, which an SDK retries forever.)
+func TestRequestLargerThanAWindow(t *testing.T) {
+	const big = 36000
+	t.Run("it fits elsewhere", func(t *testing.T) {
+		clock := newFakeClock()
+		r := newRouter(clock)
+		pa, pb := &tpm{limit: 30000}, &tpm{limit: 100000}
+		a, b := deployment("a", nil), deployment("b", nil)
+		a.Transport, b.Transport = pa, pb
+		a.Quality, b.Quality = 1, 0.5
+		group := []*Deployment{a, b}
+		res := r.Serve(context.Background(), group, sized(big))
+		if res.Err != nil || res.Deployment != b || res.Attempts != 2 || len(clock.Sleeps()) != 0 {
+			t.Fatalf("expected b to take the big request at once, got %v from %s after %d attempts, waits %v", res.Err, nameOf(res.Deployment), res.Attempts, clock.Sleeps())
+		}
+		for n := range 3 {
+			if res := r.Serve(context.Background(), group, sized(100)); res.Deployment != a {
+				t.Errorf("small request %d: expected a (it is not cooling), got %v from %s", n+1, res.Err, nameOf(res.Deployment))
+			}
+		}
+		// a's stated limit says the next big one cannot fit there: b at once.
+		if res := r.Serve(context.Background(), group, sized(big)); res.Deployment != b || res.Attempts != 1 || pa.big.Load() != 1 {
+			t.Errorf("expected the next big request on b alone, got %v from %s after %d attempts (a refused %d)", res.Err, nameOf(res.Deployment), res.Attempts, pa.big.Load())
+		}
+	})
+	t.Run("it fits nowhere", func(t *testing.T) {
+		clock := newFakeClock()
+		r := newRouter(clock)
+		pa := &tpm{limit: 30000}
+		a := deployment("a", nil)
+		a.Transport = pa
+		group := []*Deployment{a}
+		for n, want := range []int32{1, 1} { // the second is told from a's stated limit
+			res := r.Serve(context.Background(), group, sized(big))
+			var e *Error
+			if !errors.As(res.Err, &e) || e.Status != http.StatusRequestEntityTooLarge || e.RetryAfter != 0 ||
+				!strings.Contains(e.Message, "30000") || pa.calls.Load() != want || len(clock.Sleeps()) != 0 {
+				t.Errorf("big request %d: expected one 413 at once naming the limit 30000, no Retry-After, %d call(s) in all; got %v (%+v) after %d calls, waits %v",
+					n+1, want, res.Err, e, pa.calls.Load(), clock.Sleeps())
+			}
+		}
+		if res := r.Serve(context.Background(), group, sized(100)); res.Err != nil || res.Deployment != a {
+			t.Errorf("expected a small request served by a, got %v", res.Err)
+		}
+	})
 }

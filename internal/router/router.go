@@ -270,6 +270,9 @@ func New() *Router {
 //   - 400 client_error: no deployment could express the request (Message says why);
 //   - 400 context_length: the request's estimate is larger than every
 //     deployment's context window (the pre-check: no attempt was made);
+//   - 413 client_error: the request is larger than the token rate limit
+//     of every deployment that could take it (a window's whole limit, as
+//     stated, or a provider's too_large): no wait lets it through;
 //   - 429 rate_limited: every deployment is rate-limited or out of quota;
 //   - 502 server: every deployment failed, or is cooling down after failures;
 //   - 504 transport: the deadline passed.
@@ -338,6 +341,7 @@ type Result struct {
 type attemptState struct {
 	excluded bool // never again in this request (context_length, auth, quota, cannot express)
 	tooSmall bool // its context_window is smaller than the request's estimate: never tried
+	tooLarge bool // the request is larger than its token window's whole limit (stated, or too_large)
 	silent   bool // timed out: only if nothing else is left
 	failed   bool // it failed this request: tried again only if nothing else is left
 	tried    bool // an attempt went out to it
@@ -748,6 +752,11 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	case provider.ContextLength:
 		w.per[i].excluded = true
 		w.minContext = max(w.minContext, d.ContextWindow)
+	case provider.TooLarge:
+		// Larger than its window's whole limit: elsewhere, or the 413. It
+		// failed nothing (no cooldown) and was certain: no attempt spent.
+		w.per[i].excluded, w.per[i].tooLarge = true, true
+		res.refused++
 	case provider.Auth, provider.QuotaExhausted:
 		w.per[i].excluded = true
 		w.failures++
@@ -874,30 +883,47 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 		return res.fail(nil, w)
 	case w.last == nil && w.unplanned != nil:
 		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
-	case w.last == nil:
-		if e := contextError(group, w, req); e != nil {
+	case w.last == nil || w.last.obs.Class == provider.TooLarge:
+		if e := sizeError(group, w, req); e != nil {
 			return res.fail(e, w)
 		}
 	}
 	return res.fail(r.finalError(w, group, now, req), w)
 }
 
-// contextError is the 400 of a request that no deployment's context window
-// can take (the pre-check, before any attempt): nil unless every deployment
-// that serves its format was skipped for it.
-func contextError(group []*Deployment, w *walk, req *Request) *Error {
-	largest, any := int64(0), false
+// sizeError is the refusal of a request too large for every deployment
+// that serves its format, nil unless each was left out for its size: a 413
+// when the token window of one of them can never admit it (its stated
+// limit, or the provider's too_large), naming the largest such limit; else
+// a 400 when their context windows are all too small (the pre-check,
+// before any attempt). Neither is worth a retry: the client is told so.
+func sizeError(group []*Deployment, w *walk, req *Request) *Error {
+	largest, limit, windows, any := int64(0), int64(provider.Unknown), false, false
 	for i, d := range group {
 		if !d.Provider.Serves(req.Format) {
 			continue
 		}
-		if !w.per[i].tooSmall {
+		switch p := w.per[i]; {
+		case p.tooLarge:
+			_, l := d.State.FitsTokens(req.Tokens)
+			windows, limit = true, max(limit, l)
+		case p.tooSmall:
+			largest = max(largest, d.ContextWindow)
+		default:
 			return nil
 		}
-		any, largest = true, max(largest, d.ContextWindow)
+		any = true
 	}
-	if !any {
+	switch {
+	case !any:
 		return nil
+	case windows:
+		msg := "this request is larger than the token rate limit of every deployment of this model"
+		if limit > 0 {
+			msg += fmt.Sprintf(" (the largest: %d tokens, prompt plus max_tokens)", limit)
+		}
+		return &Error{Status: http.StatusRequestEntityTooLarge, Class: provider.ClientError,
+			Message: msg + "; no wait lets it through: reduce the prompt or max_tokens"}
 	}
 	return &Error{Status: http.StatusBadRequest, Class: provider.ContextLength,
 		Message: contextMessage(req, "this model", largest)}
@@ -963,6 +989,10 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now, dead
 			}
 			if !req.fitsContext(d) {
 				per[i].tooSmall = true // the pre-check: it cannot take the request
+				continue
+			}
+			if fits, _ := d.State.FitsTokens(need.Tokens); !fits {
+				per[i].tooLarge = true // no wait would let it through there
 				continue
 			}
 			cands = append(cands, scored{i: i, cost: estimateCost(d, req)})

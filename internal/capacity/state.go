@@ -352,11 +352,11 @@ func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, provider.Cl
 func (s *State) FitsTokens(tokens int64) (bool, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := &s.tokens
-	if w.limit <= 0 {
-		return true, w.limit
-	}
-	return w.expected(tokens) <= w.limit, w.limit
+	return s.fitsTokens(tokens), s.tokens.limit
+}
+
+func (s *State) fitsTokens(tokens int64) bool {
+	return s.tokens.limit <= 0 || s.tokens.expected(tokens) <= s.tokens.limit
 }
 
 // AvailableFor is AvailableAt for an attempt that must leave a reserve.
@@ -464,6 +464,9 @@ type Features struct {
 	// Disabled: an operator took the deployment out (State.Disable); the
 	// router does not try it.
 	Disabled bool
+	// TooLarge: the request is larger than the stated token window's whole
+	// limit (see FitsTokens); no wait lets it through.
+	TooLarge bool
 	// Headroom is the smallest of remaining/limit over the known windows
 	// (provider-stated and declared), after this request's tokens; provider.Unknown
 	// (-1) when no window is known.
@@ -506,7 +509,7 @@ func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool)
 func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 	tokens := n.Tokens
 	rq, tk := s.requests.current(now), s.tokens.current(now)
-	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight, Disabled: s.disabled}
+	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight, Disabled: s.disabled, TooLarge: !s.fitsTokens(tokens)}
 	f.At, f.Why = s.availableAtCur(now, n, rq, tk)
 	f.Probe = !f.At.After(now) && s.circuit(now) == HalfOpen // half-open: after failures
 	if stream && s.ttft > 0 {

@@ -371,11 +371,13 @@ func (r *Router) Serve(ctx context.Context, group []*Deployment, req *Request) *
 // ServeGroup answers req from g, trying the best-ranked usable deployment
 // first, with failover. When no deployment has capacity it waits in g's
 // queue for its turn (see queue). It spends no more than MaxAttempts
-// attempts (certain refusals spend none) and never waits past the deadline: when every deployment is
-// cooling past it, or its place in the queue cannot be served before it,
-// it answers at once, with Retry-After set to when it could be; or, when g
-// has a Fallback, goes on to that group (and its fallback, in turn) with
-// what is left of the deadline and the attempts.
+// attempts (certain refusals spend none) and never waits past the
+// deadline: when every deployment is cooling past it, or its place in the
+// queue cannot be served before it, it answers at once, with Retry-After
+// set to when it could be; or, when g has a Fallback, goes on to that
+// group (and its fallback, in turn) with what is left of the deadline and
+// the attempts. A deployment that failed the request is tried again only
+// when no other deployment of g, and no fallback group, is left.
 func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result {
 	res := &Result{lastEnd: r.Clock.Now()}
 	deadline := res.lastEnd.Add(r.Deadline)
@@ -991,15 +993,12 @@ func candidates(buf []scored, group []*Deployment, per []attemptState, now, dead
 				per[i].tooSmall = true // the pre-check: it cannot take the request
 				continue
 			}
-			if fits, _ := d.State.FitsTokens(need.Tokens); !fits {
-				per[i].tooLarge = true // no wait would let it through there
-				continue
-			}
 			cands = append(cands, scored{i: i, cost: estimateCost(d, req)})
 			f := &cands[len(cands)-1].f
 			d.State.ReadFeaturesFor(f, now, need, req.Stream)
-			if f.Disabled || !retry && !f.At.Before(deadline) {
-				cands = cands[:len(cands)-1] // drained by an operator, or a retry
+			per[i].tooLarge = per[i].tooLarge || f.TooLarge // no wait would let it through there
+			if f.Disabled || f.TooLarge || !retry && !f.At.Before(deadline) {
+				cands = cands[:len(cands)-1] // drained by an operator, too large, or a retry
 			}
 		}
 	}

@@ -69,6 +69,10 @@ type State struct {
 	// failure of an attempt sent before that belongs to the same event
 	// (one outage, one spent window) and counts once.
 	failSeq uint64
+	// recoveredSeq is the probe whose success closed the last outage: a
+	// server failure of an attempt sent before it is a late answer of that
+	// outage, already paid for by its cooldown.
+	recoveredSeq uint64
 	// answered: an answer came, so that slow start is over.
 	answered bool
 	// disabled: an operator took the deployment out (Disable).
@@ -190,6 +194,11 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	if probe {
 		s.probing = false
 	}
+	if !anyAttempt && a.seq < s.recoveredSeq && o.Class.Transient() && o.Class != provider.RateLimited {
+		// Sent before the probe that proved the deployment back: neither
+		// its circuit nor its reliability hear of it again.
+		return Observed{}
+	}
 	if o.Class == provider.OK || o.Class.Failure() {
 		s.decayHealth(now)
 		s.attempts++
@@ -208,6 +217,7 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 				// burst's attempts in flight fail as one event (one
 				// consecutive failure) but each counted as an attempt.
 				s.attempts = max(s.attempts-s.failedRun, s.successes)
+				s.recoveredSeq = a.seq
 			}
 			s.consecutiveFailures, s.failedRun = 0, 0
 			// A success proves the circuit closed, whatever opened it

@@ -156,6 +156,52 @@ func TestAProbeForgivesAWholeBurst(t *testing.T) {
 	}
 }
 
+// Attempts of the burst still in flight when the probe proved the
+// deployment back, that fail after it (sent before the outage's first
+// failure, answered late), are the outage the probe closed: they neither
+// reopen the circuit nor hold the reliability down again. A failure of an
+// attempt sent after the probe is a new one.
+func TestLateFailuresOfAClosedOutage(t *testing.T) {
+	s := NewState()
+	for range 4 {
+		s.Observe(t0, provider.NewObservation(provider.OK), DefaultPolicy)
+	}
+	var burst []Attempt
+	for range 8 {
+		a, _ := s.AcquireAttempt(t0, 1)
+		burst = append(burst, a)
+	}
+	fail := func(a Attempt, at time.Time) {
+		s.ObserveAttempt(a, at, provider.NewObservation(provider.Server), DefaultPolicy)
+		s.ReleaseAttempt(a)
+	}
+	for _, a := range burst[:4] {
+		fail(a, t0.Add(300*time.Millisecond))
+	}
+	now := t0.Add(1900 * time.Millisecond)
+	p, ok := s.AcquireAttempt(now, 1)
+	if !ok || !p.Probe {
+		t.Fatalf("expected the probe, got %+v %v", p, ok)
+	}
+	s.ObserveAttempt(p, now, provider.NewObservation(provider.OK), DefaultPolicy)
+	s.ReleaseAttempt(p)
+	now = now.Add(100 * time.Millisecond)
+	for _, a := range burst[4:] {
+		fail(a, now)
+	}
+	if snap := s.Snapshot(now); snap.Circuit != Closed || snap.ConsecutiveFailures != 0 {
+		t.Errorf("expected the circuit closed after the outage's late failures, got %s after %d failures", snap.Circuit, snap.ConsecutiveFailures)
+	}
+	if r := s.Features(now, 1, false).Reliability; r < 0.999 {
+		t.Errorf("expected reliability 1 still, got %v", r)
+	}
+	a, _ := s.AcquireAttempt(now, 1)
+	fail(a, now)
+	if c := s.Snapshot(now).Circuit; c != Open {
+		t.Errorf("expected a new failure to open the circuit, got %s", c)
+	}
+}
+
 // Health decays with a half-life: a failure five minutes before a
 // success weighs half of it.
 func TestHealthDecaysBetweenObservations(t *testing.T) {

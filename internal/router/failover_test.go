@@ -142,8 +142,10 @@ func TestRefusedKeysSpendNoAttempts(t *testing.T) {
 
 // After a burst of 500s on the top-ranked deployment (8 attempts in flight
 // at once, one outage), its probe at 1.9 s answers 200: it serves the next
-// requests again, as it did before the burst. (It served 0 of the next 4:
-// the burst's failures held its reliability down after the probe.)
+// requests again, as it did before the burst, even when the burst's last
+// attempts fail after the probe. (It served 0 of the next 4: the burst's
+// failures held its reliability down after the probe, and its late ones
+// opened the circuit again.)
 func TestAnsweredProbeServesAgain(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
@@ -164,16 +166,22 @@ func TestAnsweredProbeServesAgain(t *testing.T) {
 		}
 		burst = append(burst, at)
 	}
-	clock.Advance(300 * time.Millisecond)
-	for _, at := range burst {
-		a.State.ObserveAttempt(at, clock.Now(), provider.NewObservation(provider.Server), r.Policy)
-		a.State.ReleaseAttempt(at)
+	fail := func(burst []capacity.Attempt) {
+		for _, at := range burst {
+			a.State.ObserveAttempt(at, clock.Now(), provider.NewObservation(provider.Server), r.Policy)
+			a.State.ReleaseAttempt(at)
+		}
 	}
+	clock.Advance(300 * time.Millisecond)
+	fail(burst[:6])
 	clock.Advance(1600 * time.Millisecond) // the probe at 1.9 s
 	if f := a.State.Features(clock.Now(), 10, false); !f.Probe {
 		t.Fatalf("expected a half-open, waiting for its probe: %+v", f)
 	}
 	for n := range 5 {
+		if n == 1 {
+			fail(burst[6:]) // the burst's last two, answered after the probe
+		}
 		res := r.Serve(context.Background(), group, chatReq)
 		if res.Err != nil || res.Deployment != a {
 			t.Errorf("request %d after the burst: expected a (the probe, then its place back), got %v from %s", n+1, res.Err, nameOf(res.Deployment))

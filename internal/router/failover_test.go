@@ -282,3 +282,27 @@ func TestRequestLargerThanAWindow(t *testing.T) {
 		}
 	})
 }
+
+// A fallback group that cannot serve before the deadline (rate-limited
+// past it) is no way out: the group's own failed deployment is retried
+// after its backoff instead, and answers. (The request went to the
+// cooling fallback and was answered 429.)
+func TestNoFallbackThatCannotServe(t *testing.T) {
+	clock := newFakeClock()
+	r := newRouter(clock)
+	blip := &script{replies: []func(*http.Request) (*http.Response, error){reply(500, `{"error":{"message":"boom"}}`), reply(200, okBody)}}
+	a := deployment("a", blip)
+	g := NewGroup("smart", []*Deployment{a})
+	f := deployment("f", always(200, okBody))
+	g.Fallback = NewGroup("cheap", []*Deployment{f})
+	rl := provider.NewObservation(provider.RateLimited)
+	rl.RetryAfter = 10 * time.Minute
+	f.State.Observe(clock.Now(), rl, r.Policy)
+	res := r.ServeGroup(context.Background(), g, chatReq)
+	if res.Err != nil || res.Deployment != a || res.Attempts != 2 || blip.calls.Load() != 2 {
+		t.Errorf("expected a to answer its retry, got %v from %s after %d attempts", res.Err, nameOf(res.Deployment), res.Attempts)
+	}
+	if s := clock.Sleeps(); len(s) != 1 || s[0] != r.Policy.Backoff(1) {
+		t.Errorf("expected one wait of the backoff, got %v", s)
+	}
+}

@@ -531,7 +531,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		if len(cands) == 0 {
 			return r.giveUp(res, w, group, now, req)
 		}
-		if retry && fallbackLeft(g, req) {
+		if retry && fallbackLeft(g, req, need, now, deadline) {
 			// Only deployments that failed it or cool past its deadline are
 			// left here: the fallback group, untried, before any of them.
 			if w.last == nil {
@@ -551,7 +551,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 		}
 		if ready == 0 {
-			if free == 0 && fallbackLeft(g, req) && recovering(cands, w.per, now) {
+			if free == 0 && recovering(cands, w.per, now) && fallbackLeft(g, req, need, now, deadline) {
 				// Its deployments cool down after failures, or failed this
 				// request: the fallback group, rather than a wait for a
 				// retry that may fail again.
@@ -790,10 +790,31 @@ func (r *Router) attemptsLeft(res *Result) bool {
 }
 
 // fallbackLeft reports whether the walk of g may go on to g's fallback
-// group when g has nothing better left for req: a request pinned to one
-// deployment, or a resume's (it stays in the stream's group), has none.
-func fallbackLeft(g *Group, req *Request) bool {
-	return g.Fallback != nil && req.Pinned == nil && req.resume == nil
+// group when g has nothing better left for req: whether that group, or one
+// after it, has a deployment that serves req's format and may take it
+// before its deadline (a fallback cooling past it is no way out). A
+// request pinned to one deployment, or a resume's (it stays in the
+// stream's group), has none.
+func fallbackLeft(g *Group, req *Request, need capacity.Need, now, deadline time.Time) bool {
+	if g.Fallback == nil || req.Pinned != nil || req.resume != nil {
+		return false
+	}
+	var f capacity.Features
+	for hop := range g.Fallback.Chain() {
+		if over, _ := hop.Spending.Over(now); over {
+			continue
+		}
+		for _, d := range hop.Deployments {
+			if !d.Provider.Serves(req.Format) || !req.fitsContext(d) {
+				continue
+			}
+			d.State.ReadFeaturesFor(&f, now, need, req.Stream)
+			if !f.Disabled && !f.TooLarge && f.At.Before(deadline) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unpredicted notes a 429 the budget let through: the provider's count was

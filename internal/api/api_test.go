@@ -160,6 +160,9 @@ func TestErrorBodies(t *testing.T) {
 		{fromRouter(&router.Error{Status: 400, Class: provider.ClientError, Message: "n > 1 is not supported by anthropic"}),
 			`{"error":{"message":"n > 1 is not supported by anthropic","type":"invalid_request_error","param":null,"code":"unsupported_request"}}`,
 			`{"type":"error","error":{"type":"invalid_request_error","message":"n > 1 is not supported by anthropic"}}`},
+		{fromRouter(&router.Error{Status: 413, Class: provider.ClientError, Message: "larger than every token window"}), // never retried
+			`{"error":{"message":"larger than every token window","type":"invalid_request_error","param":null,"code":"unsupported_request"}}`,
+			`{"type":"error","error":{"type":"request_too_large","message":"larger than every token window"}}`},
 		{ModelNotFoundError("nope"),
 			`{"error":{"message":"the model \"nope\" does not exist; GET /v1/models lists the model groups","type":"invalid_request_error","param":"model","code":"model_not_found"}}`,
 			`{"type":"error","error":{"type":"not_found_error","message":"the model \"nope\" does not exist; GET /v1/models lists the model groups"}}`},

@@ -261,6 +261,23 @@ func TestRequestLargerThanAWindow(t *testing.T) {
 			t.Errorf("expected the next big request on b alone, got %v from %s after %d attempts (a refused %d)", res.Err, nameOf(res.Deployment), res.Attempts, pa.big.Load())
 		}
 	})
+	t.Run("it fits in the fallback group", func(t *testing.T) {
+		clock := newFakeClock()
+		r := newRouter(clock)
+		pa, pb := &tpm{limit: 30000}, &tpm{limit: 100000}
+		a, b := deployment("a", nil), deployment("b", nil)
+		a.Transport, b.Transport = pa, pb
+		g := NewGroup("smart", []*Deployment{a})
+		g.Fallback = NewGroup("big", []*Deployment{b})
+		for n := range 2 {
+			if res := r.ServeGroup(context.Background(), g, sized(big)); res.Err != nil || res.Deployment != b || len(clock.Sleeps()) != 0 {
+				t.Errorf("big request %d: expected the fallback's b at once, got %v from %s", n+1, res.Err, nameOf(res.Deployment))
+			}
+		}
+		if pa.calls.Load() != 1 {
+			t.Errorf("expected a asked once (then known too small), got %d", pa.calls.Load())
+		}
+	})
 	t.Run("it fits nowhere", func(t *testing.T) {
 		clock := newFakeClock()
 		r := newRouter(clock)

@@ -126,12 +126,14 @@ func TestFixtures(t *testing.T) {
 			if !hasRateLimitHeaders(resp.Header) {
 				// Unknown is not zero: nothing stated, nothing known.
 				// (A 429 that names its window spent, with no header, states
-				// that window's remaining count: the case says so.)
+				// that window's remaining count, and one too large for the
+				// window its limit: the case says so.)
 				for name, v := range map[string]int64{
 					"limit_requests": o.Requests.Limit, "remaining_requests": o.Requests.Remaining,
 					"limit_tokens": o.Tokens.Limit, "remaining_tokens": o.Tokens.Remaining,
 				} {
-					stated := name == "remaining_requests" && c.RemainingRequests != nil || name == "remaining_tokens" && c.RemainingTokens != nil
+					stated := name == "remaining_requests" && c.RemainingRequests != nil || name == "remaining_tokens" && c.RemainingTokens != nil ||
+						name == "limit_tokens" && c.LimitTokens != nil && c.Class == provider.TooLarge.String()
 					if v != provider.Unknown && !stated {
 						t.Errorf("%s: no rate-limit header, expected unknown, got %d", name, v)
 					}

@@ -406,19 +406,20 @@ func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provid
 	return o
 }
 
-// tooLargeMessage is OpenAI's 429 for a request larger than a token
-// window's whole limit: "Request too large for gpt-4o in organization
-// org-... on tokens per min (TPM): Limit 30000, Requested 36278. The input
-// or output tokens must be reduced in order to run successfully." (The
-// window is full and its reset 0s: waiting cannot cure it.) Sources:
-// testdata/dialects.json.
+// tooLargeMessage is OpenAI's 429 (Groq's 413) for a request larger than
+// a token window's whole limit: "Request too large for gpt-4o in
+// organization org-... on tokens per min (TPM): Limit 30000, Requested
+// 36278. The input or output tokens must be reduced in order to run
+// successfully." (The window is full and its reset 0s: waiting cannot
+// cure it.) Sources: testdata/dialects.json.
 var tooLargeMessage = regexp.MustCompile(`(?i)\brequest too large\b.*?\blimit:? ?(\d+), requested:? ?(\d+)`)
 
-// tooLarge reports whether a 429's message says the request is larger than
-// a window's whole limit (and not only than what is left of it), and the
+// tooLarge reports whether a 429's message (OpenAI), or a 413's (Groq
+// sends the same message with 413), says the request is larger than a
+// window's whole limit (and not only than what is left of it), and the
 // limit it names, in tokens.
 func tooLarge(status int, msg string) (limit int64, ok bool) {
-	if status != http.StatusTooManyRequests {
+	if status != http.StatusTooManyRequests && status != http.StatusRequestEntityTooLarge {
 		return 0, false
 	}
 	m := tooLargeMessage.FindStringSubmatch(msg)

@@ -249,6 +249,7 @@ func TestRequestTooLargeIsNotARateLimit(t *testing.T) {
 		{"the window's remainder", 429, `{"error": {"message": "Rate limit reached for gpt-4o in organization org-FAKE on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.", "type": "tokens", "code": "rate_limit_exceeded"}}`, provider.RateLimited, provider.Unknown},
 		{"no numbers", 429, `{"error": {"message": "Request too large; try again later", "type": "tokens"}}`, provider.RateLimited, provider.Unknown},
 		{"a 400 that echoes the words", 400, tooLarge, provider.ClientError, provider.Unknown},
+		{"a 413 of another kind", 413, `{"error":{"message":"Request Entity Too Large"}}`, provider.ClientError, provider.Unknown},
 	} {
 		o := (&OpenAI{}).Observe(tc.status, http.Header{}, []byte(tc.body), time.Now())
 		if o.Class != tc.want || o.Tokens.Limit != tc.limit {

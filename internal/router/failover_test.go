@@ -323,3 +323,57 @@ func TestNoFallbackThatCannotServe(t *testing.T) {
 		t.Errorf("expected one wait of the backoff, got %v", s)
 	}
 }
+
+// failOnce fails its call number at (from 1) with a 500 and passes the
+// others on.
+type failOnce struct {
+	next   http.RoundTripper
+	at     int32
+	calls  atomic.Int32
+	failed atomic.Bool
+}
+
+func (f *failOnce) RoundTrip(req *http.Request) (*http.Response, error) {
+	if f.calls.Add(1) == f.at {
+		f.failed.Store(true)
+		return reply(500, `{"error":{"message":"boom"}}`)(req)
+	}
+	return f.next.RoundTrip(req)
+}
+
+// A request that failed on one deployment and waits in the queue is not
+// told 429 because the deployments it has not tried cannot serve its place
+// in time: when they cannot, the one it failed on is usable again. Two
+// deployments of 10 per 10 s, deadline 25 s (60 before the deadline), a
+// burst of 55; b fails one request once. (That request was told 429,
+// "cannot serve this request before its deadline", its place counted
+// against a alone.)
+func TestAFailedRequestInTheQueueStillCountsOnItsFailedDeployment(t *testing.T) {
+	c := newManualClock()
+	pa, pb := &windowed{c: c, limit: 10, span: 10 * time.Second}, &windowed{c: c, limit: 10, span: 10 * time.Second}
+	a, b := deployment("a", nil), deployment("b", nil)
+	flaky := &failOnce{next: pb, at: 12} // the first of b's second window in the burst
+	a.Transport, b.Transport = pa, flaky
+	r := New()
+	r.Clock, r.Rand = c, func() float64 { return 0 }
+	r.Deadline, r.MaxAttempts = 25*time.Second, 8
+	g := NewGroup("limited", []*Deployment{a, b})
+	for range 2 { // teach both their windows
+		if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil {
+			t.Fatalf("warm-up: %v", res.Err)
+		}
+	}
+	c.advanceTo(c.Now().Add(10 * time.Second))
+	out := make([]served, 55)
+	simulate(t, c, len(out), func(i int) {
+		out[i] = outcomeOf(r.ServeGroup(context.Background(), g, userReq("u", DefaultPriority)), 0)
+	})
+	for i, o := range out {
+		if o.status != 200 {
+			t.Errorf("request %d: expected 200, got %+v", i, o)
+		}
+	}
+	if !flaky.failed.Load() {
+		t.Error("expected b to fail one request")
+	}
+}

@@ -103,7 +103,7 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 		return nil, -1
 	}
 	var buf [16]scored
-	cands, _ := candidates(buf[:0], g.Deployments, w.per, now, deadline, req, need, w.minContext)
+	cands, _ := candidates(buf[:0], g.Deployments, w, now, deadline, req, need)
 	for k := 0; k < len(cands); k++ {
 		if cands[k].i == i || cands[k].f.Probe {
 			cands = append(cands[:k], cands[k+1:]...)

@@ -357,6 +357,9 @@ type walk struct {
 	limited    int      // failures that were rate limits or spent quotas
 	minContext int64    // after a context_length failure: only larger windows; -1 none
 	pending    *outcome // a failed attempt not yet logged (logPending)
+	// widen: the deployments it has not tried cannot serve it in time, so
+	// those it failed on are candidates again (see candidates).
+	widen bool
 	// prior is the last failed attempt of the group this one falls back
 	// from: the first attempt here is its failover.
 	prior *outcome
@@ -521,7 +524,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		if !r.attemptsLeft(res) {
 			return r.giveUp(res, w, group, now, req)
 		}
-		cands, retry := candidates(candBuf[:0], group, w.per, now, deadline, req, need, w.minContext)
+		cands, retry := candidates(candBuf[:0], group, w, now, deadline, req, need)
 		if !now.Before(deadline) {
 			if me != nil {
 				return res.fail(queueError(cands, now), w) // waited its turn until the deadline
@@ -567,6 +570,12 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 				continue
 			}
 			if err := r.wait(ctx, g, me, cands, free, w, need, now, deadline); err != nil {
+				if _, late := err.(*Error); late && !retry && !w.widen {
+					// Those it has not tried cannot serve it before its
+					// deadline: those it failed on may.
+					w.widen = true
+					continue
+				}
 				return res.fail(err, w)
 			}
 			continue
@@ -991,14 +1000,19 @@ func (res *Result) passOn(o *outcome) {
 	res.Error = &obs
 }
 
-// candidates collects into buf the deployments still eligible for this
-// request, with their features. The retries (deployments that failed this
-// request or cool past its deadline) are left out while any other remains,
-// and those that timed out on it (silent) while any retry remains; retry
-// reports that only retries are left.
-func candidates(buf []scored, group []*Deployment, per []attemptState, now, deadline time.Time, req *Request, need capacity.Need, minContext int64) (cands []scored, retry bool) {
+// candidates collects into buf the deployments still eligible for the
+// request of walk w, with their features. The retries (deployments that
+// failed this request or cool past its deadline) are left out while any
+// other remains, unless w.widen, and those that timed out on it (silent)
+// while any retry remains; retry reports that retries are in.
+func candidates(buf []scored, group []*Deployment, w *walk, now, deadline time.Time, req *Request, need capacity.Need) (cands []scored, retry bool) {
 	cands = buf
-	for pass := 0; pass < 3 && len(cands) == 0; pass++ {
+	per, minContext := w.per, w.minContext
+	pass := 0
+	if w.widen {
+		pass = 1
+	}
+	for ; pass < 3 && len(cands) == 0; pass++ {
 		retry = pass > 0
 		for i, d := range group {
 			if per[i].excluded || !retry && per[i].failed || pass < 2 && per[i].silent || !d.Provider.Serves(req.Format) ||

@@ -25,7 +25,7 @@ func withWindows(t testing.TB, d *Deployment, now time.Time, req, tok provider.W
 func scoreOf(t *testing.T, r *Router, group []*Deployment, req *Request, now time.Time) map[string]float64 {
 	t.Helper()
 	var per [16]attemptState
-	cands, _ := candidates(nil, group, per[:len(group)], now, now.Add(DefaultDeadline), req, capacity.Need{Tokens: req.Tokens}, -1)
+	cands, _ := candidates(nil, group, &walk{per: per[:len(group)], minContext: -1}, now, now.Add(DefaultDeadline), req, capacity.Need{Tokens: req.Tokens})
 	n := readyFirst(cands, now)
 	r.score(group, cands[:n])
 	out := map[string]float64{}
@@ -206,11 +206,12 @@ func BenchmarkRank16(b *testing.B) {
 	req := &Request{Request: wire(chatReq.Body, false), PromptTokens: 1000, OutputTokens: 500, Tokens: 1500}
 	var per [16]attemptState
 	var buf [16]scored
+	w := &walk{per: per[:], minContext: -1}
 	now := clock.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		cands, _ := candidates(buf[:0], group, per[:], now, now.Add(DefaultDeadline), req, capacity.Need{Tokens: req.Tokens}, -1)
+		cands, _ := candidates(buf[:0], group, w, now, now.Add(DefaultDeadline), req, capacity.Need{Tokens: req.Tokens})
 		n := readyFirst(cands, now)
 		r.score(group, cands[:n])
 		_ = r.pick(group, cands[:n])

@@ -339,7 +339,7 @@ type Result struct {
 
 // attemptState is what one request learned about a deployment.
 type attemptState struct {
-	excluded bool // never again in this request (context_length, auth, quota, cannot express)
+	excluded bool // never again in this request (context_length, too_large, auth, quota, cannot express)
 	tooSmall bool // its context_window is smaller than the request's estimate: never tried
 	tooLarge bool // the request is larger than its token window's whole limit (stated, or too_large)
 	silent   bool // timed out: only if nothing else is left

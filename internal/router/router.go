@@ -184,10 +184,11 @@ type Router struct {
 	Deadline time.Duration
 	// MaxAttempts bounds upstream attempts per request, over its group and
 	// the fallback groups it goes on to. A certain refusal (401 or 403: the
-	// key; a spent quota or balance: 402, insufficient_quota) spends none:
-	// it is instant, and the deployment is out of the request (and its
-	// circuit open) after it, so each deployment refuses once at most and
-	// a request makes at most MaxAttempts plus that many attempts.
+	// key; a spent quota or balance: 402, insufficient_quota; too_large: a
+	// request larger than the token window) spends none: it is instant,
+	// and the deployment is out of the request after it (a bad key's or a
+	// spent quota's circuit open), so each deployment refuses once at most
+	// and a request makes at most MaxAttempts plus that many attempts.
 	MaxAttempts int
 	// Policy turns failures into waits (backoff base and cap, long cooldown).
 	Policy capacity.Policy
@@ -330,7 +331,8 @@ type Result struct {
 	// what a trace tells as the wait before the next.
 	lastEnd time.Time
 	// refused counts the attempts a deployment refused for certain (its
-	// key, its quota): they spend none of MaxAttempts (see attemptsLeft).
+	// key, its quota, too_large): they spend none of MaxAttempts (see
+	// attemptsLeft).
 	refused int
 	// Err is set when the router answers with an error of its own (*Error),
 	// or ErrClientGone.
@@ -791,7 +793,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 
 // attemptsLeft reports whether res may make another attempt: MaxAttempts
 // bounds those made, less the certain refusals (a revoked key, a spent
-// quota), which another deployment's attempt must not pay for. Each
+// quota, too_large), which another deployment's attempt must not pay for. Each
 // deployment refuses a request once at most (it is then excluded), so the
 // attempts stay bounded by MaxAttempts plus the number of deployments.
 func (r *Router) attemptsLeft(res *Result) bool {

@@ -519,3 +519,37 @@ func TestDeclaredForecastForgetsExpiredAttempts(t *testing.T) {
 		t.Errorf("expected 5 requests in the last minute, got %d", n)
 	}
 }
+
+// A stated token limit refuses a larger request only once a too_large
+// answer has shown that it bounds one request; a larger limit stated
+// later lets larger requests fit again.
+func TestFitsTokensOnceTooLargeWasSeen(t *testing.T) {
+	s := NewState()
+	limit := func(n int64) provider.Observation {
+		o := provider.NewObservation(provider.OK)
+		o.Tokens = provider.Window{Limit: n, Remaining: n, Reset: time.Second}
+		return o
+	}
+	s.Observe(t0, limit(30000), DefaultPolicy)
+	if ok, l := s.FitsTokens(36000); !ok || l != 30000 {
+		t.Errorf("a limit alone: expected it to fit (limit 30000), got %v (%d)", ok, l)
+	}
+	tl := limit(30000)
+	tl.Class = provider.TooLarge
+	if got := s.Observe(t0, tl, DefaultPolicy); got.Cooldown != 0 {
+		t.Errorf("too_large: expected no cooldown, got %v", got.Cooldown)
+	}
+	if ok, _ := s.FitsTokens(36000); ok {
+		t.Error("after too_large: expected 36000 tokens not to fit 30000")
+	}
+	if ok, _ := s.FitsTokens(29000); !ok {
+		t.Error("after too_large: expected 29000 tokens to fit 30000")
+	}
+	if f := s.Features(t0, 36000, false); !f.TooLarge || f.At.After(t0) {
+		t.Errorf("expected the feature TooLarge and no wait for others, got %+v", f)
+	}
+	s.Observe(t0, limit(100000), DefaultPolicy)
+	if ok, _ := s.FitsTokens(36000); !ok {
+		t.Error("a raised limit: expected 36000 tokens to fit 100000")
+	}
+}

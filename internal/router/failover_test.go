@@ -377,3 +377,22 @@ func TestAFailedRequestInTheQueueStillCountsOnItsFailedDeployment(t *testing.T) 
 		t.Error("expected b to fail one request")
 	}
 }
+
+// A stated token limit smaller than a request refuses it only once the
+// deployment has shown that its limit bounds what one request may ask
+// (a too_large answer): a window may count less than prompt plus
+// max_tokens (Anthropic's output-tokens window, reported when it is the
+// tightest, counts the output only), so a limit alone proves nothing.
+func TestAStatedLimitAloneRefusesNothing(t *testing.T) {
+	clock := newFakeClock()
+	r := newRouter(clock)
+	counts := always(200, okBody, "x-ratelimit-limit-tokens", "8000", "x-ratelimit-remaining-tokens", "8000", "x-ratelimit-reset-tokens", "1s")
+	a := deployment("a", counts)
+	group := []*Deployment{a}
+	if res := r.Serve(context.Background(), group, sized(100)); res.Err != nil {
+		t.Fatalf("warm-up: %v", res.Err)
+	}
+	if res := r.Serve(context.Background(), group, sized(11000)); res.Err != nil || res.Deployment != a || counts.calls.Load() != 2 {
+		t.Errorf("expected a to be asked and answer, got %v after %d calls", res.Err, counts.calls.Load())
+	}
+}

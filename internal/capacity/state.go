@@ -718,6 +718,7 @@ func (s *State) Reset(now time.Time) {
 	defer s.mu.Unlock()
 	defer s.shareObserved(now, s.sharedPartsLocked())
 	s.openUntil, s.openReason, s.consecutiveFailures, s.probing = time.Time{}, provider.OK, 0, false
+	s.capped = false
 	s.requests = window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown}
 	s.tokens = window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown}
 	s.fleet.reservedUntil, s.fleet.probeElsewhereUntil = time.Time{}, time.Time{}

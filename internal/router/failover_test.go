@@ -25,11 +25,6 @@ func nameOf(d *Deployment) string {
 	return d.Name
 }
 
-// always is a fake provider that answers every call alike.
-func always(status int, body string, headers ...string) *script {
-	return &script{replies: []func(*http.Request) (*http.Response, error){reply(status, body, headers...)}}
-}
-
 // The issue's group smart: tier 1 is east (429, Retry-After 30, past the
 // 20 s deadline) and west (500 on every request); tier 2 claude is
 // healthy; the fallback group cheap is healthy; max_attempts 4. No
@@ -43,13 +38,13 @@ func TestFailoverNeverRetriesWhileAnotherIsUntried(t *testing.T) {
 		r := newRouter(clock)
 		r.Deadline, r.MaxAttempts = 20*time.Second, 4
 		s := map[string]*script{
-			"east":   always(429, rateLimited, "Retry-After", "30"),
-			"west":   always(500, `{"error":{"message":"boom","type":"server_error"}}`),
-			"claude": always(200, okBody),
-			"cheap":  always(200, okBody),
+			"east":   dScript(reply(429, rateLimited, "Retry-After", "30")),
+			"west":   dScript(reply(500, `{"error":{"message":"boom","type":"server_error"}}`)),
+			"claude": dScript(reply(200, okBody)),
+			"cheap":  dScript(reply(200, okBody)),
 		}
 		if claudeFails {
-			s["claude"] = always(500, `{"error":{"message":"boom","type":"server_error"}}`)
+			s["claude"] = dScript(reply(500, `{"error":{"message":"boom","type":"server_error"}}`))
 		}
 		east, west, claude := deployment("east", s["east"]), deployment("west", s["west"]), deployment("claude", s["claude"])
 		claude.Tier = 2
@@ -100,13 +95,13 @@ func TestFailoverNeverRetriesWhileAnotherIsUntried(t *testing.T) {
 // request got 502 and the sixth was never tried.)
 func TestRefusedKeysSpendNoAttempts(t *testing.T) {
 	revoked := []*script{
-		always(401, `{"error": {"message": "Incorrect API key provided: sk-FAKE****.", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}`),
-		always(403, `{"error": {"message": "Project proj_FAKE does not have access to model gpt-4o", "type": "invalid_request_error", "param": null, "code": "model_not_found"}}`),
-		always(402, `{"error": {"message": "Insufficient Balance", "type": "unknown_error", "param": null, "code": "invalid_request_error"}}`),
-		always(401, `{"error": {"message": "Incorrect API key provided: sk-FAKE****.", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}`),
-		always(403, `{"error": {"message": "Project proj_FAKE does not have access to model gpt-4o", "type": "invalid_request_error", "param": null, "code": "model_not_found"}}`),
+		dScript(reply(401, `{"error": {"message": "Incorrect API key provided: sk-FAKE****.", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}`)),
+		dScript(reply(403, `{"error": {"message": "Project proj_FAKE does not have access to model gpt-4o", "type": "invalid_request_error", "param": null, "code": "model_not_found"}}`)),
+		dScript(reply(402, `{"error": {"message": "Insufficient Balance", "type": "unknown_error", "param": null, "code": "invalid_request_error"}}`)),
+		dScript(reply(401, `{"error": {"message": "Incorrect API key provided: sk-FAKE****.", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}`)),
+		dScript(reply(403, `{"error": {"message": "Project proj_FAKE does not have access to model gpt-4o", "type": "invalid_request_error", "param": null, "code": "model_not_found"}}`)),
 	}
-	healthy := always(200, okBody)
+	healthy := dScript(reply(200, okBody))
 	var group []*Deployment
 	for i, s := range revoked {
 		group = append(group, deployment(string(rune('a'+i)), s))
@@ -131,7 +126,7 @@ func TestRefusedKeysSpendNoAttempts(t *testing.T) {
 	// Failures that may pass spend max_attempts as before.
 	var failing []*Deployment
 	for i := range 6 {
-		failing = append(failing, deployment(string(rune('a'+i)), always(500, `{"error":{"message":"boom"}}`)))
+		failing = append(failing, deployment(string(rune('a'+i)), dScript(reply(500, `{"error":{"message":"boom"}}`))))
 	}
 	res = newRouter(newFakeClock()).Serve(context.Background(), failing, chatReq)
 	var e *Error
@@ -149,7 +144,7 @@ func TestRefusedKeysSpendNoAttempts(t *testing.T) {
 func TestAnsweredProbeServesAgain(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
-	top, other := always(200, okBody), always(200, okBody)
+	top, other := dScript(reply(200, okBody)), dScript(reply(200, okBody))
 	a, b := deployment("a", top), deployment("b", other)
 	a.Quality, b.Quality = 1, 0.5
 	group := []*Deployment{a, b}
@@ -307,10 +302,10 @@ func TestRequestLargerThanAWindow(t *testing.T) {
 func TestNoFallbackThatCannotServe(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
-	blip := &script{replies: []func(*http.Request) (*http.Response, error){reply(500, `{"error":{"message":"boom"}}`), reply(200, okBody)}}
+	blip := dScript(reply(500, `{"error":{"message":"boom"}}`), reply(200, okBody))
 	a := deployment("a", blip)
 	g := NewGroup("smart", []*Deployment{a})
-	f := deployment("f", always(200, okBody))
+	f := deployment("f", dScript(reply(200, okBody)))
 	g.Fallback = NewGroup("cheap", []*Deployment{f})
 	rl := provider.NewObservation(provider.RateLimited)
 	rl.RetryAfter = 10 * time.Minute
@@ -386,7 +381,7 @@ func TestAFailedRequestInTheQueueStillCountsOnItsFailedDeployment(t *testing.T) 
 func TestAStatedLimitAloneRefusesNothing(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
-	counts := always(200, okBody, "x-ratelimit-limit-tokens", "8000", "x-ratelimit-remaining-tokens", "8000", "x-ratelimit-reset-tokens", "1s")
+	counts := dScript(reply(200, okBody, "x-ratelimit-limit-tokens", "8000", "x-ratelimit-remaining-tokens", "8000", "x-ratelimit-reset-tokens", "1s"))
 	a := deployment("a", counts)
 	group := []*Deployment{a}
 	if res := r.Serve(context.Background(), group, sized(100)); res.Err != nil {

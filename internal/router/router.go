@@ -572,9 +572,10 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 				continue
 			}
 			if err := r.wait(ctx, g, me, cands, free, w, need, now, deadline); err != nil {
-				if _, late := err.(*Error); late && !retry && !w.widen {
+				if _, late := err.(*Error); late && !retry && !w.widen && !fallbackLeft(g, req, need, now, deadline) {
 					// Those it has not tried cannot serve it before its
-					// deadline: those it failed on may.
+					// deadline, and no fallback group is left: those it
+					// failed on may.
 					w.widen = true
 					continue
 				}

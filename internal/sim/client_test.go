@@ -1,0 +1,274 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/api"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
+)
+
+// clients is a scenario's traffic: n requests of the Chat Completions
+// API, in a burst (spread 0) or arriving open-loop over spread (Poisson),
+// a share of them streams, priorities drawn in 0..priorities-1.
+type clients struct {
+	n          int
+	spread     time.Duration
+	streams    float64
+	maxTokens  int64
+	prompt     int // characters of the prompt
+	priorities int
+	// sdk: each client retries as the official SDKs do (PROVIDERS.md,
+	// "Clients' own retries"): twice, on 408, 409, 429 and 5xx, unless
+	// x-should-retry says false, waiting Retry-After or 0.5 s doubling.
+	sdk bool
+	// bigEvery: every bigEvery-th request has a prompt of bigPrompt
+	// characters instead (0: none).
+	bigEvery, bigPrompt int
+	// warm: one request per sized deployment first (outside the count),
+	// then a wait for every window to renew, as the benchmark does.
+	warm bool
+}
+
+// outcome is one client request as its client saw it.
+type outcome struct {
+	id        int
+	stream    bool
+	arrival   time.Duration
+	tokens    int64 // the provider's estimate of it
+	words     int   // of its answer
+	maxTokens int64
+	status    int
+	header    http.Header
+	answered  time.Duration // the status (a stream's first byte)
+	ended     time.Duration
+	text      string
+	complete  bool // a 200 whose stream ended with [DONE], or an answer
+	inBand    bool // a stream that ended with an error event
+	maxGap    time.Duration
+	tries     int
+	first     time.Duration // the first try's status (the SDK's retries aside)
+}
+
+// run sends the scenario's requests and waits for them all.
+func (w *world) run(c clients) {
+	if c.warm {
+		w.warmUp(c)
+	}
+	w.mu.Lock()
+	w.counted = true
+	w.mu.Unlock()
+	w.snapshot()
+	base := w.elapsed()
+	var wg sync.WaitGroup
+	at := time.Duration(0)
+	for i := range c.n {
+		if c.spread > 0 {
+			at += time.Duration(w.exp() * float64(c.spread) / float64(c.n))
+		}
+		stream := w.float() < c.streams
+		prio := 0
+		if c.priorities > 1 {
+			prio = int(w.float() * float64(c.priorities))
+		}
+		arrival := base + at
+		wg.Go(func() {
+			time.Sleep(arrival - w.elapsed())
+			w.client(i, stream, prio, c)
+		})
+	}
+	wg.Wait()
+}
+
+// warmUp teaches the router each sized deployment's statement with one
+// request pinned to it, then waits until every window renewed.
+func (w *world) warmUp(c clients) {
+	longest := time.Duration(0)
+	for _, g := range w.groups {
+		for _, d := range g.Deployments {
+			p := d.Transport.(*provider)
+			if !p.sized {
+				continue
+			}
+			req := w.request(-1, false, 0, c)
+			req.Pinned = d
+			res := w.router.ServeGroup(context.Background(), g, req)
+			w.logf("warm-up on %s: %d %v", p.name, res.Status, res.Err)
+			for _, l := range p.limits {
+				longest = max(longest, l.span)
+			}
+		}
+	}
+	time.Sleep(longest + time.Second)
+}
+
+// body is request id's body: its number first in the prompt, padded.
+func body(id int, stream bool, c clients) []byte {
+	size := c.prompt
+	if c.bigEvery > 0 && id%c.bigEvery == 0 {
+		size = c.bigPrompt
+	}
+	prompt := fmt.Sprintf("r%d ", id) + strings.Repeat("x", max(size-8, 0))
+	b := fmt.Sprintf(`{"model":"sim","messages":[{"role":"user","content":%q}],"stream":%t`, prompt, stream)
+	if c.maxTokens > 0 {
+		b += fmt.Sprintf(`,"max_tokens":%d`, c.maxTokens)
+	}
+	return []byte(b + "}")
+}
+
+// request is what the Chat API makes of request id's body.
+func (w *world) request(id int, stream bool, prio int, c clients) *router.Request {
+	req, _, e := api.Chat{}.Parse(body(id, stream, c), nil)
+	if e != nil {
+		panic(e)
+	}
+	req.Priority = prio
+	return req
+}
+
+// client sends request id and reads its answer, as the Chat API writes
+// it, retrying as an SDK when c.sdk; then checks what it got.
+func (w *world) client(id int, stream bool, prio int, c clients) {
+	o := &outcome{id: id, stream: stream, arrival: w.elapsed()}
+	u, _ := parseUpstream(body(id, stream, c))
+	o.tokens, o.maxTokens, o.words = u.tokens(), c.maxTokens, len(answer("", id, c.maxTokens))
+	w.logf("client r%d arrives (stream %t, priority %d, %d tokens)", id, stream, prio, o.tokens)
+	for {
+		o.tries++
+		rec := &recorder{w: w, header: http.Header{}}
+		res := w.router.ServeGroup(context.Background(), w.groups[0], w.request(id, stream, prio, c))
+		_ = api.Chat{}.Write(rec, res)
+		rec.read(o)
+		if o.tries == 1 {
+			o.first = o.answered - o.arrival
+		}
+		w.logf("client r%d got %d after %v (try %d, %d attempts, text %q, retry-after %q, x-should-retry %q)", id, o.status,
+			o.answered-o.arrival, o.tries, res.Attempts, clip(o.text), o.header.Get("Retry-After"), o.header.Get("x-should-retry"))
+		wait, again := sdkRetry(o, c)
+		if !again {
+			break
+		}
+		time.Sleep(wait)
+	}
+	w.mu.Lock()
+	w.outcomes = append(w.outcomes, o)
+	w.mu.Unlock()
+	w.checkOutcome(o)
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:20] + "..." + s[len(s)-17:]
+	}
+	return s
+}
+
+// sdkRetry is what an official SDK does after o's try: whether it tries
+// again, and after how long (openai-node's and anthropic-sdk's rules).
+func sdkRetry(o *outcome, c clients) (time.Duration, bool) {
+	if !c.sdk || o.tries > 2 {
+		return 0, false
+	}
+	switch o.header.Get("x-should-retry") {
+	case "false":
+		return 0, false
+	case "true":
+	default:
+		if s := o.status; s != 408 && s != 409 && s != 429 && s < 500 {
+			return 0, false
+		}
+	}
+	if ra := o.header.Get("Retry-After"); ra != "" {
+		if s, err := strconv.Atoi(ra); err == nil {
+			return time.Duration(s) * time.Second, true
+		}
+		if t, err := http.ParseTime(ra); err == nil {
+			return time.Until(t), true
+		}
+	}
+	return time.Duration(float64(500*time.Millisecond) * math.Pow(2, float64(o.tries-1))), true
+}
+
+// recorder is the client's end of the router's answer: its status, headers
+// and body, each write's instant.
+type recorder struct {
+	w         *world
+	header    http.Header
+	status    int
+	answered  time.Duration
+	last      time.Duration
+	maxGap    time.Duration
+	body      bytes.Buffer
+	wroteHead bool
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if !r.wroteHead {
+		r.status, r.answered, r.last, r.wroteHead = status, r.w.elapsed(), r.w.elapsed(), true
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	now := r.w.elapsed()
+	r.maxGap, r.last = max(r.maxGap, now-r.last), now
+	return r.body.Write(b)
+}
+
+func (r *recorder) Flush() {}
+
+// read fills o from what was written: the answer's text, or the stream's
+// text and how it ended.
+func (r *recorder) read(o *outcome) {
+	o.status, o.header, o.answered, o.ended, o.maxGap = r.status, r.header, r.answered, r.w.elapsed(), r.maxGap
+	o.text, o.complete, o.inBand = "", false, false
+	if r.status != http.StatusOK {
+		return
+	}
+	if !o.stream {
+		var a struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(r.body.Bytes(), &a) == nil && len(a.Choices) == 1 {
+			o.text, o.complete = a.Choices[0].Message.Content, true
+		}
+		return
+	}
+	var text strings.Builder
+	for _, line := range strings.Split(r.body.String(), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		switch {
+		case !ok:
+		case data == "[DONE]":
+			o.complete = true
+		case strings.Contains(data, `"error"`):
+			o.inBand = true
+		default:
+			var c struct {
+				Choices []struct {
+					Delta struct {
+						Content string `json:"content"`
+					} `json:"delta"`
+				} `json:"choices"`
+			}
+			if json.Unmarshal([]byte(data), &c) == nil && len(c.Choices) > 0 {
+				text.WriteString(c.Choices[0].Delta.Content)
+			}
+		}
+	}
+	o.text = text.String()
+}

@@ -269,8 +269,8 @@ func TestSpendingJustBeforeAResetCountsAgainstTheNext(t *testing.T) {
 
 // When a fixed window's next reset is: unknown once the stated one passed
 // with no span known; a span after the request that starts it after an
-// idle span; the span stated in the last window, kept across windows
-// without a statement.
+// idle span; the span the statements bound, kept across windows without
+// a statement.
 func TestNextReset(t *testing.T) {
 	w := newWindowA()
 	w.update(t0, t0, winA(1, 0, 0), 0, 0) // span unknown
@@ -291,16 +291,19 @@ func TestNextReset(t *testing.T) {
 	w.update(t0, t0, winA(10, 0, 10*time.Second), 0, 0)
 	w.spend(atA(10*time.Second+ResetMargin), 10) // roll: next reset +20.1 s
 	w.update(atA(11*time.Second), atA(10*time.Second+ResetMargin), winA(10, 0, 4*time.Second), 0, 0)
-	w.spend(atA(15*time.Second+ResetMargin), 10) // roll: span 4 s from now on
-	t3 := atA(25*time.Second + 2*ResetMargin)
+	w.spend(atA(15*time.Second+ResetMargin), 10) // roll: span 4 s stated, but no window is longer than 5.05 s
+	// (the second statement's reset is at the latest at +15.05 s, the
+	// first one's at the earliest at +10 s): projected with that bound.
+	period := 5*time.Second + ResetMargin
+	t3 := atA(15*time.Second + ResetMargin).Add(period + ResetMargin)
 	w.spend(t3, 10) // roll without a statement since
-	if at := w.availableAt(t3, 1, 0); !at.Equal(t3.Add(4*time.Second + ResetMargin)) {
-		t.Errorf("expected the next reset 4.05 s later, got %v", at.Sub(t3))
+	if at := w.availableAt(t3, 1, 0); !at.Equal(t3.Add(period + ResetMargin)) {
+		t.Errorf("expected the next reset %v later, got %v", period+ResetMargin, at.Sub(t3))
 	}
-	t4 := t3.Add(4*time.Second + ResetMargin)
+	t4 := t3.Add(period + ResetMargin)
 	w.spend(t4, 10)
-	if at := w.availableAt(t4, 1, 0); !at.Equal(t4.Add(4*time.Second + ResetMargin)) {
-		t.Errorf("span kept: expected the next reset 4.05 s later, got %v", at.Sub(t4))
+	if at := w.availableAt(t4, 1, 0); !at.Equal(t4.Add(period + ResetMargin)) {
+		t.Errorf("span kept: expected the next reset %v later, got %v", period+ResetMargin, at.Sub(t4))
 	}
 }
 

@@ -3,7 +3,9 @@ package sim
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -112,8 +114,8 @@ func (p *provider) RoundTrip(hr *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("sim: unreadable body: %w", err)
 	}
 	at := time.Now()
-	p.w.arrive(p, u, at)
-	a := p.admit(u, at)
+	n := p.w.arrive(p, u, at)
+	a := p.admit(u, at, n)
 	p.w.logf("provider %s r%d admitted: %d, delivered in %v%s", p.name, u.id, a.status, a.delay, statement(a.header))
 	ctx := hr.Context()
 	if a.hang {
@@ -162,13 +164,15 @@ func statement(h http.Header) string {
 
 // admit decides an attempt at its arrival: a fault, a refused prefill, a
 // request too large for a window, a window without room, or an answer.
-func (p *provider) admit(u upstream, at time.Time) reply {
+// n is the attempt's number in its request (its random draws are the
+// attempt's own, whatever order concurrent attempts arrive in).
+func (p *provider) admit(u upstream, at time.Time, n int) reply {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	a := reply{header: http.Header{"Content-Type": {"application/json"}}, delay: errLatency}
 	a.in = (u.prompt + 3) / 4
 	var extra time.Duration
-	if f := p.fault(at); f != nil {
+	if f := p.fault(at, u.id, n); f != nil {
 		switch f.kind {
 		case failStatus:
 			a.status, a.body = f.status, p.dialect.errorBody(f.errKind, f.msg)
@@ -200,7 +204,7 @@ func (p *provider) admit(u upstream, at time.Time) reply {
 	a.words = p.words(u)
 	a.out = int64(len(a.words))
 	slow := 1 + p.drift*at.Sub(p.w.start).Minutes()
-	a.delay = time.Duration(float64(p.latency)*slow*(0.9+0.2*p.w.float())) + extra
+	a.delay = time.Duration(float64(p.latency)*slow*(0.9+0.2*p.chance(u.id, n, -1))) + extra
 	if !u.stream {
 		a.delay += time.Duration(float64(p.perWord)*slow) * time.Duration(len(a.words))
 		a.body = p.dialect.answer(fmt.Sprint(u.id), p.family, strings.Join(a.words, ""), a.in, a.out)
@@ -237,16 +241,24 @@ func (p *provider) take(u upstream, at time.Time, a *reply) int {
 	return http.StatusOK
 }
 
-// fault is the fault active at at, if any.
-func (p *provider) fault(at time.Time) *fault {
+// fault is the fault active at at for attempt n of request id, if any.
+func (p *provider) fault(at time.Time, id, n int) *fault {
 	t := at.Sub(p.w.start)
 	for i := range p.faults {
 		f := &p.faults[i]
-		if t >= f.from && (f.until == 0 || t < f.until) && (f.p == 0 || p.w.float() < f.p) {
+		if t >= f.from && (f.until == 0 || t < f.until) && (f.p == 0 || p.chance(id, n, i) < f.p) {
 			return f
 		}
 	}
 	return nil
+}
+
+// chance is a random number in [0, 1) of attempt n of request id at p,
+// for draw salt: from the seed, p's name and those alone.
+func (p *provider) chance(id, n, salt int) float64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d/%d/%d", p.name, id, n, salt)
+	return rand.New(rand.NewPCG(p.w.seed, h.Sum64())).Float64()
 }
 
 // words is the answer to u: the family's answer, or what follows the

@@ -132,8 +132,9 @@ func (t traceWriter) Write(b []byte) (int, error) {
 }
 
 // arrive is told of each attempt when it reaches p: the invariants of
-// stated cooldowns and hedges are checked at once.
-func (w *world) arrive(p *provider, u upstream, at time.Time) {
+// stated cooldowns and hedges are checked at once. It returns the
+// attempt's number in its request.
+func (w *world) arrive(p *provider, u upstream, at time.Time) int {
 	w.mu.Lock()
 	a := w.reqs[u.id]
 	if a == nil {
@@ -146,7 +147,7 @@ func (w *world) arrive(p *provider, u upstream, at time.Time) {
 	if a.inflight > 1 {
 		a.hedges++
 	}
-	hedges, counted := a.hedges, w.counted
+	hedges, counted, n := a.hedges, w.counted, a.n
 	w.mu.Unlock()
 	p.mu.Lock()
 	until := p.cooldown
@@ -157,6 +158,7 @@ func (w *world) arrive(p *provider, u upstream, at time.Time) {
 	if hedges > 1 {
 		w.violate("r%d has %d attempts at once (at most one hedge)", u.id, hedges+1)
 	}
+	return n
 }
 
 // leave is told of each attempt when p has delivered it (an answer's

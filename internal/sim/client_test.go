@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +54,7 @@ type outcome struct {
 	ended     time.Duration
 	text      string
 	complete  bool // a 200 whose stream ended with [DONE], or an answer
+	leaked    bool // the answer holds a provider's API key
 	inBand    bool // a stream that ended with an error event
 	maxGap    time.Duration
 	tries     int
@@ -232,6 +235,9 @@ func (r *recorder) Flush() {}
 func (r *recorder) read(o *outcome) {
 	o.status, o.header, o.answered, o.ended, o.maxGap = r.status, r.header, r.answered, r.w.elapsed(), r.maxGap
 	o.text, o.complete, o.inBand = "", false, false
+	o.leaked = strings.Contains(r.body.String(), keyMark) || slices.ContainsFunc(slices.Collect(maps.Values(r.header)), func(v []string) bool {
+		return strings.Contains(strings.Join(v, " "), keyMark)
+	})
 	if r.status != http.StatusOK {
 		return
 	}

@@ -34,6 +34,7 @@ type upstream struct {
 	maxTokens int64  // 0: unset
 	stream    bool   //
 	prefill   string // the text of a final assistant message ("" none)
+	key       string // the API key it came with
 }
 
 // tokens is the provider's estimate at admission: characters / 4 and

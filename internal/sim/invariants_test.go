@@ -35,6 +35,9 @@ func (w *world) checkOutcome(o *outcome) {
 	if o.status == http.StatusOK {
 		w.checkText(o)
 	}
+	if o.leaked {
+		w.violate("r%d's answer (%d) holds a provider's API key", o.id, o.status)
+	}
 }
 
 // checkUntried: a deployment of any tier or fallback group that the
@@ -63,8 +66,8 @@ func (p *provider) couldServe(o *outcome, now, by time.Time) bool {
 	defer p.mu.Unlock()
 	t := now.Sub(p.w.start)
 	for _, f := range p.faults {
-		if t >= f.from && (f.until == 0 || t < f.until) && f.p == 0 && f.kind <= hang || f.kind == slowed && now.Add(f.wait).After(by) {
-			return false
+		if f.active(t) && f.p == 0 && (f.kind <= hang || f.kind == slowed && now.Add(f.wait).After(by)) {
+			return false // certain to fail it now
 		}
 	}
 	if now.Before(p.cooldown) {

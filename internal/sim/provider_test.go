@@ -1,12 +1,15 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -113,6 +116,7 @@ func (p *provider) RoundTrip(hr *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: unreadable body: %w", err)
 	}
+	u.key = cmp.Or(hr.Header.Get("x-api-key"), strings.TrimPrefix(hr.Header.Get("Authorization"), "Bearer "))
 	at := time.Now()
 	n := p.w.arrive(p, u, at)
 	a := p.admit(u, at, n)
@@ -154,9 +158,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // statement is the rate-limit headers of h, for the trace.
 func statement(h http.Header) string {
 	var b strings.Builder
-	for k, v := range h {
-		if k := strings.ToLower(k); strings.Contains(k, "ratelimit") || k == "retry-after" {
-			fmt.Fprintf(&b, " %s=%s", k, v[0])
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if lk := strings.ToLower(k); strings.Contains(lk, "ratelimit") || lk == "retry-after" {
+			fmt.Fprintf(&b, " %s=%s", lk, h[k][0])
 		}
 	}
 	return b.String()
@@ -175,7 +179,8 @@ func (p *provider) admit(u upstream, at time.Time, n int) reply {
 	if f := p.fault(at, u.id, n); f != nil {
 		switch f.kind {
 		case failStatus:
-			a.status, a.body = f.status, p.dialect.errorBody(f.errKind, f.msg)
+			// {key}: the key it got, echoed as some providers do.
+			a.status, a.body = f.status, p.dialect.errorBody(f.errKind, strings.ReplaceAll(f.msg, "{key}", u.key))
 			return a
 		case limited:
 			a.status, a.body = http.StatusTooManyRequests, p.dialect.errorBody("limited", "Rate limit reached. Please try again later.")
@@ -245,13 +250,15 @@ func (p *provider) take(u upstream, at time.Time, a *reply) int {
 func (p *provider) fault(at time.Time, id, n int) *fault {
 	t := at.Sub(p.w.start)
 	for i := range p.faults {
-		f := &p.faults[i]
-		if t >= f.from && (f.until == 0 || t < f.until) && (f.p == 0 || p.chance(id, n, i) < f.p) {
+		if f := &p.faults[i]; f.active(t) && (f.p == 0 || p.chance(id, n, i) < f.p) {
 			return f
 		}
 	}
 	return nil
 }
+
+// active reports whether f is on at t into the run.
+func (f *fault) active(t time.Duration) bool { return t >= f.from && (f.until == 0 || t < f.until) }
 
 // chance is a random number in [0, 1) of attempt n of request id at p,
 // for draw salt: from the seed, p's name and those alone.

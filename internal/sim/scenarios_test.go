@@ -61,6 +61,14 @@ func (d *draw) dialect() dialect { return [...]dialect{openAI{}, anthropic{}}[d.
 
 func (d *draw) shape() shape { return shape(d.pick(3)) }
 
+// stating gives each of ps a drawn way of stating a 429's wait.
+func (d *draw) stating(ps ...*provider) []*provider {
+	for _, p := range ps {
+		p.retry = retryAfter(d.pick(3))
+	}
+	return ps
+}
+
 // healthy is a provider that only its windows limit: the ideal
 // scheduler counts it.
 func healthy(name, family string, dl dialect, latency time.Duration, limits ...limit) *provider {
@@ -107,13 +115,14 @@ var scenarios = []scenario{
 			s.providers = []*provider{healthy("ten", "gpt-sim", d.dialect(), lat, requests(10, 10*time.Second, d.shape())),
 				healthy("thirty", "gpt-sim", d.dialect(), lat, requests(30, 10*time.Second, d.shape()))}
 		}
+		d.stating(s.providers...)
 		return s
 	}},
 	{name: "token-window", kind: 2, build: func(d *draw) *setup {
 		// 30 requests of max_tokens 900 on 4,000 tokens per 10 s: those
 		// no window can serve before their deadline are told at once.
 		return &setup{router: deadline(20 * time.Second), limitsStated: true,
-			providers: []*provider{healthy("tpm", "gpt-sim", d.dialect(), 100*time.Millisecond, tokens(4000, 10*time.Second, d.shape()))},
+			providers: d.stating(healthy("tpm", "gpt-sim", d.dialect(), 100*time.Millisecond, tokens(4000, 10*time.Second, d.shape()))),
 			clients:   clients{n: 30, prompt: 200, maxTokens: 900, warm: true}}
 	}},
 	{name: "failover-wall", kind: 3, build: func(d *draw) *setup {
@@ -138,7 +147,7 @@ var scenarios = []scenario{
 		// Five of six deployments have revoked keys (401, 403, 402); the
 		// sixth is healthy: max_attempts is not spent on the revoked.
 		why := []fault{
-			{kind: failStatus, status: 401, errKind: "auth", msg: "Incorrect API key provided: sk-sim****."},
+			{kind: failStatus, status: 401, errKind: "auth", msg: "Incorrect API key provided: {key}."},
 			{kind: failStatus, status: 403, errKind: "denied", msg: "Country, region, or territory not supported"},
 			{kind: failStatus, status: 402, errKind: "billing", msg: "Your credit balance is too low to access the API."},
 		}
@@ -255,7 +264,7 @@ var scenarios = []scenario{
 		flaky := healthy("flaky", "gpt-sim", d.dialect(), time.Second, tokens(20000, time.Minute, bucket))
 		flaky.faults = []fault{{kind: hang, p: 0.05}, {kind: stall, after: 2, wait: 45 * time.Second, p: 0.1}, {kind: cut, after: 4, p: 0.1}}
 		flaky.sized, burst.sized = false, false
-		return &setup{providers: []*provider{daily, burst, flaky}, limitsStated: true,
+		return &setup{providers: d.stating(daily, burst, flaky), limitsStated: true,
 			clients: clients{n: 150, spread: 60 * time.Second, streams: 0.5, priorities: 3, prompt: 800, maxTokens: 128}}
 	}},
 }

@@ -15,6 +15,7 @@ var (
 	seedFlag     = flag.Uint64("sim.seed", 0, "run this seed alone (0: seeds 1..sim.seeds)")
 	seedsFlag    = flag.Int("sim.seeds", 4, "how many seeds to run, 1..N")
 	scenarioFlag = flag.String("sim.scenario", "", "run this scenario alone")
+	traceFlag    = flag.Bool("sim.trace", false, "log every run's whole trace")
 )
 
 // TestSim runs every scenario on each seed, in virtual time; a broken
@@ -58,11 +59,11 @@ func runScenario(t *testing.T, sc scenario, seeds []uint64) int {
 	failed := 0
 	for _, seed := range seeds {
 		w := simulate(t, sc, seed)
+		if *traceFlag {
+			t.Logf("seed %d's trace:\n%s", seed, strings.Join(w.trace, "\n"))
+		}
 		if len(w.violations) == 0 {
 			t.Logf("seed %d: ok: %s", seed, w.summary)
-			if os.Getenv("SIMTRACE") != "" {
-				t.Logf("%s", strings.Join(w.trace, "\n"))
-			}
 			continue
 		}
 		failed++

@@ -75,10 +75,13 @@ func newWorld(seed uint64, sc *setup) *world {
 	return w
 }
 
+// keyMark is in every provider's API key, and must reach no client.
+const keyMark = "-sim-secret-key"
+
 // deployment is p as the router's configuration makes it: the real
 // adapter of p's dialect, the Caddyfile's default timeouts.
 func (w *world) deployment(p *provider) *router.Deployment {
-	ep := prov.Endpoint{BaseURL: "https://" + p.name + ".invalid/v1", APIKey: "sk-sim-" + p.name + "-secret"}
+	ep := prov.Endpoint{BaseURL: "https://" + p.name + ".invalid/v1", APIKey: "sk-" + p.name + keyMark}
 	var pv prov.Provider = &adapters.OpenAI{Endpoint: ep, Continuation: p.continues}
 	if _, ok := p.dialect.(anthropic); ok {
 		pv = &adapters.Anthropic{Endpoint: ep}
@@ -127,7 +130,12 @@ func (w *world) violate(format string, args ...any) {
 type traceWriter struct{ w *world }
 
 func (t traceWriter) Write(b []byte) (int, error) {
-	t.w.logf("router %s", strings.TrimRight(string(b), "\n"))
+	line := strings.TrimRight(string(b), "\n")
+	if strings.Contains(line, keyMark) {
+		line = strings.ReplaceAll(line, keyMark, "-****")
+		t.w.violate("the router logged a provider's API key: %s", line)
+	}
+	t.w.logf("router %s", line)
 	return len(b), nil
 }
 

@@ -32,8 +32,8 @@ type clients struct {
 	// "Clients' own retries"): twice, on 408, 409, 429 and 5xx, unless
 	// x-should-retry says false, waiting Retry-After or 0.5 s doubling.
 	sdk bool
-	// bigEvery: every bigEvery-th request has a prompt of bigPrompt
-	// characters instead (0: none).
+	// bigEvery: every bigEvery-th request (the first after bigEvery-1
+	// others) has a prompt of bigPrompt characters instead (0: none).
 	bigEvery, bigPrompt int
 	// warm: one request per sized deployment first (outside the count),
 	// then a wait for every window to renew, as the benchmark does.
@@ -116,7 +116,7 @@ func (w *world) warmUp(c clients) {
 // body is request id's body: its number first in the prompt, padded.
 func body(id int, stream bool, c clients) []byte {
 	size := c.prompt
-	if c.bigEvery > 0 && id%c.bigEvery == 0 {
+	if c.bigEvery > 0 && id%c.bigEvery == c.bigEvery-1 {
 		size = c.bigPrompt
 	}
 	prompt := fmt.Sprintf("r%d ", id) + strings.Repeat("x", max(size-8, 0))

@@ -21,7 +21,7 @@ import (
 type faultKind uint8
 
 const (
-	failStatus faultKind = iota // an error status (status, kind: see dialect.errorBody)
+	failStatus faultKind = iota // an error status (status, kind: see dialect.errorBody) after wait
 	limited                     // a 429 with Retry-After wait, its windows unstated
 	hang                        // no answer until the attempt gives up (a timeout)
 	cut                         // a stream's connection lost after `after` words
@@ -83,11 +83,13 @@ type provider struct {
 	idle        time.Duration // idle_timeout (0: the default)
 	price       float64       // USD per 1M tokens, in and out (0: 2)
 
-	refusals int // prefills refused
+	refusals int             // prefills refused
+	answered []time.Duration // when each of its answers (200) came (a stream's first byte), into the run
 	w        *world
 	mu       sync.Mutex
 	windows  []*window
-	cooldown time.Time // the latest wait a delivered 429 stated
+	cooldown time.Time // the end of the latest wait a delivered 429 stated
+	stated   time.Time // when that 429 was delivered
 }
 
 // errLatency is how long an error takes to come back (no generation).
@@ -179,8 +181,10 @@ func (p *provider) admit(u upstream, at time.Time, n int) reply {
 	if f := p.fault(at, u.id, n); f != nil {
 		switch f.kind {
 		case failStatus:
-			// {key}: the key it got, echoed as some providers do.
+			// {key}: the key it got, echoed as some providers do; wait:
+			// how long the error takes (0: errLatency).
 			a.status, a.body = f.status, p.dialect.errorBody(f.errKind, strings.ReplaceAll(f.msg, "{key}", u.key))
+			a.delay = cmp.Or(f.wait, errLatency)
 			return a
 		case limited:
 			a.status, a.body = http.StatusTooManyRequests, p.dialect.errorBody("limited", "Rate limit reached. Please try again later.")
@@ -214,6 +218,7 @@ func (p *provider) admit(u upstream, at time.Time, n int) reply {
 		a.delay += time.Duration(float64(p.perWord)*slow) * time.Duration(len(a.words))
 		a.body = p.dialect.answer(fmt.Sprint(u.id), p.family, strings.Join(a.words, ""), a.in, a.out)
 	}
+	p.answered = append(p.answered, at.Add(a.delay).Sub(p.w.start))
 	return a
 }
 

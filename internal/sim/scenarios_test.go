@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,6 +46,7 @@ var knownFailing = map[string]int{
 	"failover-wall":          3,
 	"revoked-keys":           3,
 	"too-large":              4,
+	"half-open":              5,
 	"resume-afresh":          6,
 	"resume-prefill-refused": 6,
 	"resume-silent":          6,
@@ -128,7 +131,8 @@ var scenarios = []scenario{
 	{name: "failover-wall", kind: 3, build: func(d *draw) *setup {
 		// Tier 1 is east (429, Retry-After 30, past the deadline) and
 		// west (500 on every request); tier 2 and the fallback group are
-		// healthy: nobody waits, nobody gets 502.
+		// healthy: nobody gets 502 or 429 (a wait for east when it comes
+		// back before the deadline is the tiers' rule, and no fault).
 		east := failing("east", "gpt-sim", openAI{}, fault{kind: limited, wait: 30 * time.Second})
 		west := failing("west", "gpt-sim", openAI{}, fault{kind: failStatus, status: 500, errKind: "server", msg: "The server had an error while processing your request."})
 		claude := healthy("claude", "claude-sim", anthropic{}, 300*time.Millisecond, requests(1000, time.Minute, bucket))
@@ -140,8 +144,7 @@ var scenarios = []scenario{
 			ps[0], ps[1] = west, east
 		}
 		return &setup{router: func(r *router.Router) { r.Deadline, r.MaxAttempts = 20*time.Second, 4 },
-			providers: ps, clients: clients{n: 12, spread: 24 * time.Second, streams: 0.5, prompt: 100},
-			checks: []func(*world) string{servedWithin(2 * time.Second)}}
+			providers: ps, clients: clients{n: 12, spread: 24 * time.Second, streams: 0.5, prompt: 100}}
 	}},
 	{name: "revoked-keys", kind: 3, build: func(d *draw) *setup {
 		// Five of six deployments have revoked keys (401, 403, 402); the
@@ -172,22 +175,25 @@ var scenarios = []scenario{
 		// (where there is a B), A is cooled for nobody, and where they fit
 		// nowhere the client gets one clear non-retryable error.
 		s := &setup{router: deadline(20 * time.Second), limitsStated: true,
-			providers: []*provider{healthy("a", "gpt-sim", openAI{}, 200*time.Millisecond, tokens(30000, time.Minute, bucket))},
-			clients:   clients{n: 40, spread: 20 * time.Second, prompt: 4000, maxTokens: 256, bigEvery: 4, bigPrompt: 4 * 36000},
+			providers: []*provider{cheapest(healthy("a", "gpt-sim", openAI{}, 200*time.Millisecond, tokens(30000, time.Minute, bucket)))},
+			clients:   clients{n: 40, spread: 40 * time.Second, prompt: 1000, maxTokens: 256, bigEvery: 4, bigPrompt: 4 * 36000},
 			checks:    []func(*world) string{tooLargeTold}}
 		if d.pick(2) == 0 {
-			s.providers = append(s.providers, healthy("b", "gpt-sim", openAI{}, 400*time.Millisecond, tokens(200000, time.Minute, bucket)))
+			s.providers = append(s.providers, healthy("b", "gpt-sim", openAI{}, 400*time.Millisecond, tokens(400000, time.Minute, bucket)))
+			s.checks = append(s.checks, smallOn(s.providers[0], 0.8))
 		}
 		return s
 	}},
 	{name: "half-open", kind: 5, build: func(d *draw) *setup {
-		// A burst of 500s on the top-ranked deployment: once its probe
-		// answers, it serves again.
-		a := cheapest(healthy("top", "gpt-sim", d.dialect(), 500*time.Millisecond, requests(1000, time.Minute, bucket)))
-		a.faults = []fault{{kind: failStatus, status: 500, errKind: "server", msg: "Internal server error", until: time.Duration(3+d.pick(3)) * time.Second}}
+		// A burst of slow 500s on the top-ranked (the faster) deployment,
+		// many in flight at once: once its probe has answered, it serves
+		// again.
+		a := healthy("top", "gpt-sim", d.dialect(), 400*time.Millisecond, requests(1000, time.Minute, bucket))
+		a.faults = []fault{{kind: failStatus, status: 500, errKind: "server", msg: "Internal server error", until: time.Duration(3+d.pick(3)) * time.Second,
+			wait: time.Duration(1+d.pick(2)) * time.Second}}
 		b := healthy("next", "gpt-sim", d.dialect(), 500*time.Millisecond, requests(1000, time.Minute, bucket))
 		return &setup{providers: []*provider{a, b}, clients: clients{n: 120, spread: 15 * time.Second, prompt: 100, maxTokens: 8, streams: float64(d.pick(3)) / 2},
-			checks: []func(*world) string{chosenFirst("top", 9*time.Second, 0.4, true)}}
+			checks: []func(*world) string{servesAgain(a, 4)}}
 	}},
 	{name: "resume-afresh", kind: 6, build: func(d *draw) *setup {
 		// Streams cut mid-way on a; b takes up a continuation but answers
@@ -276,18 +282,6 @@ func cheapest(p *provider) *provider {
 	return p
 }
 
-// servedWithin: every served request answered within d of its arrival.
-func servedWithin(d time.Duration) func(*world) string {
-	return func(w *world) string {
-		for _, o := range w.outcomes {
-			if o.status == http.StatusOK && o.answered-o.arrival > d {
-				return fmt.Sprintf("r%d served after %v (at most %v: a usable deployment was there)", o.id, o.answered-o.arrival, d)
-			}
-		}
-		return ""
-	}
-}
-
 // chosenFirst: of the requests that arrived after from, the share whose
 // first attempt went to name is at least share (atLeast) or at most it.
 func chosenFirst(name string, from time.Duration, share float64, atLeast bool) func(*world) string {
@@ -298,6 +292,37 @@ func chosenFirst(name string, from time.Duration, share float64, atLeast bool) f
 			return ""
 		}
 		return fmt.Sprintf("%s chosen first for %d of the %d requests after %v (%s)", name, by[name], n, from, w.perAnswer())
+	}
+}
+
+// servesAgain: once p's answer to an attempt sent after its faults ended
+// came (its probe's), it is chosen first for one of the next n requests
+// at least.
+func servesAgain(p *provider, n int) func(*world) string {
+	return func(w *world) string {
+		end := p.faults[0].until
+		i := slices.IndexFunc(p.answered, func(t time.Duration) bool { return t >= end })
+		if i < 0 {
+			return fmt.Sprintf("%s never answered after its faults ended at %v", p.name, end)
+		}
+		probed := p.answered[i]
+		os := slices.Clone(w.outcomes)
+		slices.SortFunc(os, func(a, b *outcome) int { return cmp.Compare(a.arrival, b.arrival) })
+		first, next := 0, 0
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, o := range os {
+			if a := w.reqs[o.id]; o.arrival > probed && next < n && a != nil {
+				next++
+				if a.first == p {
+					first++
+				}
+			}
+		}
+		if first > 0 || next == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%s answered its probe at %v, then was chosen first for %d of the next %d requests", p.name, probed, first, next)
 	}
 }
 
@@ -322,6 +347,29 @@ func tooLargeTold(w *world) string {
 		}
 	}
 	return ""
+}
+
+// smallOn: of the requests that fit p's windows, at least share went
+// first to p (the cheapest): a request too large for it cooled it for
+// nobody.
+func smallOn(p *provider, share float64) func(*world) string {
+	return func(w *world) string {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		small, on := 0, 0
+		for _, o := range w.outcomes {
+			if a := w.reqs[o.id]; a != nil && !slices.ContainsFunc(p.windows, func(win *window) bool { return !win.fits(win.cost(o.tokens)) }) {
+				small++
+				if a.first == p {
+					on++
+				}
+			}
+		}
+		if float64(on) >= share*float64(small) {
+			return ""
+		}
+		return fmt.Sprintf("%d of the %d requests that fit %s went there first (%s was cooled for them)", on, small, p.name, p.name)
+	}
 }
 
 // refusedOnce: a deployment that refuses prefill is asked for one at most

@@ -423,14 +423,18 @@ func (w *window) shareOf(n int64) int64 {
 }
 
 // forecastUnits is forecast in the router's estimate units: what the
-// window lets start, divided by what it counts per unit estimated;
-// provider.Unknown until that is learned (the estimate, prompt plus
-// max_tokens, only bounds what a provider counts from above: no request is
-// refused early on it).
+// window lets start, divided by what it counts per unit estimated. Until
+// that ratio is learned it is taken as 1: providers admit a request on an
+// estimate made from the request itself, its characters and its
+// max_tokens, before any token is generated (OpenAI; Anthropic's output
+// tokens likewise, PROVIDERS.md), which is what the router's estimate,
+// prompt bytes / 4 plus max_tokens, counts. So a request that the window
+// cannot start before its deadline is told at once, not when the
+// deadline passes; once learned, the ratio corrects the forecast.
 func (w *window) forecastUnits(now, until time.Time, reserve float64, whole bool) int64 {
 	f := w.forecast(now, until, reserve, whole)
 	if f < 0 || w.ratio <= 0 {
-		return provider.Unknown
+		return f
 	}
 	return int64(float64(f) / w.ratio)
 }

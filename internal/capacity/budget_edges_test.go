@@ -191,13 +191,13 @@ func TestAWindowsRatio(t *testing.T) {
 
 	w = newWindowA()
 	w.update(t0, t0, winA(1000, 1000, 10*time.Second), 0, 0)
-	if got := w.forecastUnits(t0, t0, 0, false); got != provider.Unknown {
-		t.Errorf("no ratio learned: expected unknown, got %d", got)
+	if got := w.forecastUnits(t0, t0, 0, false); got != 1000 || w.ratio != 0 {
+		t.Errorf("no ratio learned: expected the window's 1000 (a ratio of 1, the estimate is what is admitted on), got %d (ratio %v)", got, w.ratio)
 	}
 	now := atA(6 * time.Second)
 	w.update(now, now, winA(1000, 900, 10*time.Second+100*msA), 0, 100) // the next window
-	if got := w.forecastUnits(now, now, 0, false); got != provider.Unknown {
-		t.Errorf("an answer from the next window: expected no ratio learned, got %d", got)
+	if got := w.forecastUnits(now, now, 0, false); got != 900 || w.ratio != 0 {
+		t.Errorf("an answer from the next window: expected no ratio learned (900 at 1), got %d (ratio %v)", got, w.ratio)
 	}
 
 	w = newWindowA()
@@ -248,8 +248,8 @@ func TestObserveTeachesNoRatio(t *testing.T) {
 	s := NewState()
 	s.Observe(t0, tok(1000, 10*time.Second), DefaultPolicy)
 	s.Observe(atA(time.Second), tok(900, 9*time.Second), DefaultPolicy)
-	if _, tk := s.Forecast(atA(time.Second), atA(2*time.Second), 0); tk != provider.Unknown {
-		t.Errorf("expected the tokens forecast unknown, got %d", tk)
+	if _, tk := s.Forecast(atA(time.Second), atA(2*time.Second), 0); tk != 900 || s.tokens.ratio != 0 {
+		t.Errorf("expected the ratio unlearned and the tokens forecast at 1 (900), got %d (ratio %v)", tk, s.tokens.ratio)
 	}
 }
 

@@ -32,6 +32,10 @@ type clients struct {
 	// "Clients' own retries"): twice, on 408, 409, 429 and 5xx, unless
 	// x-should-retry says false, waiting Retry-After or 0.5 s doubling.
 	sdk bool
+	// greedy is the share of requests at temperature 0 (the others are
+	// sampled: no two attempts write the same answer past its first
+	// words).
+	greedy float64
 	// bigEvery: every bigEvery-th request (the first after bigEvery-1
 	// others) has a prompt of bigPrompt characters instead (0: none).
 	bigEvery, bigPrompt int
@@ -113,7 +117,8 @@ func (w *world) warmUp(c clients) {
 	time.Sleep(longest + time.Second)
 }
 
-// body is request id's body: its number first in the prompt, padded.
+// body is request id's body: its number first in the prompt, padded;
+// temperature 0 for the greedy share (by id: the same on every try).
 func body(id int, stream bool, c clients) []byte {
 	size := c.prompt
 	if c.bigEvery > 0 && id%c.bigEvery == c.bigEvery-1 {
@@ -123,6 +128,9 @@ func body(id int, stream bool, c clients) []byte {
 	b := fmt.Sprintf(`{"model":"sim","messages":[{"role":"user","content":%q}],"stream":%t`, prompt, stream)
 	if c.maxTokens > 0 {
 		b += fmt.Sprintf(`,"max_tokens":%d`, c.maxTokens)
+	}
+	if float64(id%10) < 10*c.greedy {
+		b += `,"temperature":0`
 	}
 	return []byte(b + "}")
 }
@@ -142,7 +150,7 @@ func (w *world) request(id int, stream bool, prio int, c clients) *router.Reques
 func (w *world) client(id int, stream bool, prio int, c clients) {
 	o := &outcome{id: id, stream: stream, arrival: w.elapsed()}
 	u, _ := parseUpstream(body(id, stream, c))
-	o.tokens, o.maxTokens, o.words = u.tokens(), c.maxTokens, len(answer("", id, c.maxTokens))
+	o.tokens, o.maxTokens, o.words = u.tokens(), c.maxTokens, len(answer("", id, c.maxTokens, 0))
 	w.logf("client r%d arrives (stream %t, priority %d, %d tokens)", id, stream, prio, o.tokens)
 	for {
 		o.tries++

@@ -34,6 +34,7 @@ type upstream struct {
 	maxTokens int64  // 0: unset
 	stream    bool   //
 	prefill   string // the text of a final assistant message ("" none)
+	greedy    bool   // temperature 0: every attempt writes the same answer
 	key       string // the API key it came with
 }
 
@@ -49,14 +50,16 @@ func parseUpstream(body []byte) (upstream, error) {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
-		MaxTokens    int64 `json:"max_tokens"`
-		MaxCompleted int64 `json:"max_completion_tokens"`
-		Stream       bool  `json:"stream"`
+		MaxTokens    int64    `json:"max_tokens"`
+		MaxCompleted int64    `json:"max_completion_tokens"`
+		Stream       bool     `json:"stream"`
+		Temperature  *float64 `json:"temperature"`
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
 		return upstream{}, err
 	}
-	u := upstream{id: -1, maxTokens: max(b.MaxTokens, b.MaxCompleted), stream: b.Stream}
+	u := upstream{id: -1, maxTokens: max(b.MaxTokens, b.MaxCompleted), stream: b.Stream,
+		greedy: b.Temperature != nil && *b.Temperature == 0}
 	for i, m := range b.Messages {
 		text := contentText(m.Content)
 		u.prompt += int64(len(text))

@@ -81,20 +81,23 @@ func (p *provider) couldServe(o *outcome, now, by time.Time) bool {
 	return !now.Add(p.nominal(o)).After(by)
 }
 
-// checkText: an answer is one of its models' answers; a stream is, or,
-// ended in-band, begins one.
+// checkText: an answer is the text one of its attempts told (a
+// continuation's: with the text it continued); a stream ended in-band
+// begins one.
 func (w *world) checkText(o *outcome) {
 	if !o.complete && !o.inBand {
 		w.violate("r%d: a 200 that ended without its terminator or an error", o.id)
 		return
 	}
-	for _, p := range w.sc.providers {
-		full := strings.Join(answer(p.family, o.id, o.maxTokens), "")
-		if o.text == full || o.inBand && strings.HasPrefix(full, o.text) {
+	w.mu.Lock()
+	stories := w.stories[o.id]
+	w.mu.Unlock()
+	for _, told := range stories {
+		if o.text == told || o.inBand && strings.HasPrefix(told, o.text) {
 			return
 		}
 	}
-	w.violate("r%d's text %q repeats, loses or reorders its answer", o.id, o.text)
+	w.violate("r%d's text %q is none its attempts told: it repeats, loses or reorders one", o.id, o.text)
 }
 
 // finish checks the run as a whole: upstream 429s per served where limits

@@ -83,7 +83,7 @@ type provider struct {
 	idle        time.Duration // idle_timeout (0: the default)
 	price       float64       // USD per 1M tokens, in and out (0: 2)
 
-	refusals int             // prefills refused
+	refusals []time.Time     // when it refused each prefill
 	answered []time.Duration // when each of its answers (200) came (a stream's first byte), into the run
 	w        *world
 	mu       sync.Mutex
@@ -203,14 +203,16 @@ func (p *provider) admit(u upstream, at time.Time, n int) reply {
 		}
 	}
 	if u.prefill != "" && p.cont == refuses {
-		p.refusals++
+		p.refusals = append(p.refusals, at)
 		a.status, a.body = http.StatusBadRequest, p.dialect.errorBody("refused", refusal)
 		return a
 	}
 	if a.status = p.take(u, at, &a); a.status != http.StatusOK {
 		return a
 	}
-	a.words = p.words(u)
+	var story string
+	a.words, story = p.words(u, n)
+	p.w.told(u.id, story)
 	a.out = int64(len(a.words))
 	slow := 1 + p.drift*at.Sub(p.w.start).Minutes()
 	a.delay = time.Duration(float64(p.latency)*slow*(0.9+0.2*p.chance(u.id, n, -1))) + extra
@@ -273,31 +275,50 @@ func (p *provider) chance(id, n, salt int) float64 {
 	return rand.New(rand.NewPCG(p.w.seed, h.Sum64())).Float64()
 }
 
-// words is the answer to u: the family's answer, or what follows the
-// prefill when the provider continues it.
-func (p *provider) words(u upstream) []string {
-	full := answer(p.family, u.id, u.maxTokens)
+// words is the answer to attempt n of u, and the whole text it tells
+// (its story): the family's answer, or what follows the prefill when the
+// provider continues it (the story then begins with the prefill).
+func (p *provider) words(u upstream, n int) ([]string, string) {
+	var sample uint64
+	if !u.greedy {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s/%d/%d", p.name, u.id, n)
+		sample = h.Sum64() | 1
+	}
+	full := answer(p.family, u.id, u.maxTokens, sample)
 	if u.prefill == "" || p.cont == afresh {
-		return full
+		return full, strings.Join(full, "")
 	}
-	text := strings.Join(full, "")
-	rest := text[min(len(u.prefill), len(text)):]
-	if rest == "" {
-		return nil
+	// It goes on after the prefill's words; a prefill without its
+	// trailing space (as providers require) is continued with one.
+	rest := slices.Clone(full[min(len(strings.Fields(u.prefill)), len(full)):])
+	if len(rest) > 0 && !strings.HasSuffix(u.prefill, " ") {
+		rest[0] = " " + rest[0]
 	}
-	return strings.SplitAfter(rest, " ")
+	return rest, u.prefill + strings.Join(rest, "")
 }
 
-// answer is family's answer to request id: words that differ by family
-// and request (as sampling would), at most maxTokens of them (0: unset).
-func answer(family string, id int, maxTokens int64) []string {
+// stableWords is how many words every attempt at a request begins with,
+// sampled or not.
+const stableWords = 2
+
+// answer is family's answer to request id: 8 to 16 words, at most
+// maxTokens (0: unset), that differ by family and request. After the
+// first stableWords, an attempt's sample (0: temperature 0) draws them:
+// sampling makes a fresh answer differ from the first one after a few
+// tokens unless temperature is 0 (PROVIDERS.md).
+func answer(family string, id int, maxTokens int64, sample uint64) []string {
 	n := 8 + id%9
 	if maxTokens > 0 {
 		n = min(n, int(maxTokens))
 	}
 	words := make([]string, n)
 	for k := range words {
-		words[k] = fmt.Sprintf("%s%d ", family, (id*7+k*13)%100)
+		v := (id*7 + k*13) % 100
+		if sample != 0 && k >= stableWords {
+			v = 100 + int((sample>>8+uint64(k)*2654435761)%900) // never a greedy word
+		}
+		words[k] = fmt.Sprintf("%s%d ", family, v)
 	}
 	return words
 }
@@ -333,6 +354,9 @@ func (p *provider) write(ctx context.Context, pw *io.PipeWriter, u upstream, a r
 					return
 				}
 			}
+		}
+		if word == 0 {
+			p.w.began(u.id)
 		}
 		if word > 0 && word <= len(a.words) && !sleep(ctx, p.perWord) {
 			end("", ctx.Err())

@@ -78,6 +78,15 @@ func healthy(name, family string, dl dialect, latency time.Duration, limits ...l
 	return &provider{name: name, family: family, dialect: dl, limits: limits, latency: latency, perWord: 5 * time.Millisecond, sized: true}
 }
 
+// unsized leaves ps out of the ideal scheduler: a scenario of resumes
+// measures splices and waits, not capacity.
+func unsized(ps ...*provider) []*provider {
+	for _, p := range ps {
+		p.sized = false
+	}
+	return ps
+}
+
 // failing is a provider that always fails with f.
 func failing(name, family string, dl dialect, f fault) *provider {
 	return &provider{name: name, family: family, dialect: dl, latency: 100 * time.Millisecond, perWord: 5 * time.Millisecond,
@@ -202,8 +211,8 @@ var scenarios = []scenario{
 		a.faults = []fault{{kind: cut, after: 3 + d.pick(3)}}
 		b := healthy("b", "claude-sim", d.dialect(), 150*time.Millisecond, requests(1000, time.Minute, bucket))
 		b.cont, b.continues = afresh, prov.PrefixFlag
-		return &setup{providers: []*provider{a, b},
-			clients: clients{n: 20, spread: 20 * time.Second, streams: 1, prompt: 100}}
+		return &setup{providers: unsized(a, b),
+			clients: clients{n: 20, spread: 20 * time.Second, streams: 1, prompt: 100, greedy: 0.5}}
 	}},
 	{name: "resume-prefill-refused", kind: 6, build: func(d *draw) *setup {
 		// b refuses prefill (Claude 4.6): it is asked once, then
@@ -212,8 +221,8 @@ var scenarios = []scenario{
 		a.faults = []fault{{kind: [...]faultKind{cut, midError}[d.pick(2)], after: 3 + d.pick(3)}}
 		b := healthy("b", "claude-sim", anthropic{}, 150*time.Millisecond, requests(1000, time.Minute, bucket))
 		b.cont = refuses
-		return &setup{providers: []*provider{a, b},
-			clients: clients{n: 20, spread: 20 * time.Second, streams: 1, prompt: 100},
+		return &setup{providers: unsized(a, b),
+			clients: clients{n: 20, spread: 20 * time.Second, streams: 1, prompt: 100, greedy: 0.5},
 			checks:  []func(*world) string{refusedOnce}}
 	}},
 	{name: "resume-silent", kind: 6, build: func(d *draw) *setup {
@@ -227,11 +236,11 @@ var scenarios = []scenario{
 		b.faults = []fault{{kind: limited, wait: 15 * time.Second, until: 40 * time.Second}}
 		c := healthy("c", "gpt-sim", openAI{}, 150*time.Millisecond, requests(1000, time.Minute, bucket))
 		for _, p := range []*provider{a, b, c} {
-			p.sized, p.idle = false, 10*time.Second
+			p.idle = 10 * time.Second
 		}
-		return &setup{providers: []*provider{a, b, c}, router: func(r *router.Router) { r.Resume = router.ResumeAny },
-			clients: clients{n: 10, spread: 30 * time.Second, streams: 1, prompt: 100},
-			checks:  []func(*world) string{silentAtMost(10 * time.Second), notTried("c")}}
+		return &setup{providers: unsized(a, b, c), router: func(r *router.Router) { r.Resume = router.ResumeAny },
+			clients: clients{n: 10, spread: 30 * time.Second, streams: 1, prompt: 100, greedy: 0.5},
+			checks:  []func(*world) string{silentAtMost(10 * time.Second), notResumedOn("c")}}
 	}},
 	{name: "hedge-slow", kind: 7, build: func(d *draw) *setup {
 		// With hedge_after, a deployment that got slow stops being chosen
@@ -372,27 +381,31 @@ func smallOn(p *provider, share float64) func(*world) string {
 	}
 }
 
-// refusedOnce: a deployment that refuses prefill is asked for one at most
-// once in a run.
+// refusedOnce: a deployment that refused prefill is not asked for one
+// once its refusal has come back (requests that broke at once may ask it
+// together).
 func refusedOnce(w *world) string {
 	for _, p := range w.sc.providers {
-		if p.refusals > 1 {
-			return fmt.Sprintf("%s refused prefill %d times (remembered after the first)", p.name, p.refusals)
+		if len(p.refusals) == 0 {
+			continue
+		}
+		told := p.refusals[0].Add(errLatency + time.Millisecond)
+		if again := slices.IndexFunc(p.refusals, func(t time.Time) bool { return !t.Before(told) }); again >= 0 {
+			return fmt.Sprintf("%s refused prefill %d times, again %v after its first refusal came back", p.name, len(p.refusals),
+				p.refusals[again].Sub(p.refusals[0]))
 		}
 	}
 	return ""
 }
 
-// notTried: no attempt went to name.
-func notTried(name string) func(*world) string {
+// notResumedOn: no resume of a broken stream went to name.
+func notResumedOn(name string) func(*world) string {
 	return func(w *world) string {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for id, a := range w.reqs {
-			for p := range a.tried {
-				if p.name == name {
-					return fmt.Sprintf("r%d was sent to %s, whose answer cannot match its stream", id, name)
-				}
+			if slices.ContainsFunc(a.resumed, func(p *provider) bool { return p.name == name }) {
+				return fmt.Sprintf("r%d's broken stream was taken up on %s, whose answer cannot match it", id, name)
 			}
 		}
 		return ""

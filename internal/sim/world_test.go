@@ -33,6 +33,7 @@ type world struct {
 	violations []string
 	reqs       map[int]*attempts
 	outcomes   []*outcome
+	stories    map[int][]string // each request's texts, as its attempts told them
 	// counted: past the warm-up; upstream429 the windows' 429s since.
 	counted     bool
 	upstream429 int
@@ -47,11 +48,15 @@ type attempts struct {
 	inflight int
 	hedges   int
 	n        int
+	// began: a stream of the request has sent its first word; resumed
+	// are the providers asked after that (a resume's attempts).
+	began   bool
+	resumed []*provider
 }
 
 func newWorld(seed uint64, sc *setup) *world {
 	w := &world{seed: seed, start: time.Now(), sc: sc, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)),
-		reqs: map[int]*attempts{}}
+		reqs: map[int]*attempts{}, stories: map[int][]string{}}
 	r := router.New()
 	r.Rand = w.float
 	r.Logger = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", LevelKey: "level",
@@ -151,6 +156,9 @@ func (w *world) arrive(p *provider, u upstream, at time.Time) int {
 	}
 	a.tried[p] = true
 	a.n++
+	if a.began {
+		a.resumed = append(a.resumed, p)
+	}
 	a.inflight++
 	if a.inflight > 1 {
 		a.hedges++
@@ -191,4 +199,21 @@ func (w *world) leave(p *provider, id int, a *reply) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// told records a text an attempt at request id tells (a continuation's
+// with the text it continues).
+func (w *world) told(id int, story string) {
+	w.mu.Lock()
+	w.stories[id] = append(w.stories[id], story)
+	w.mu.Unlock()
+}
+
+// began records that a stream of request id sent its first word.
+func (w *world) began(id int) {
+	w.mu.Lock()
+	if a := w.reqs[id]; a != nil {
+		a.began = true
+	}
+	w.mu.Unlock()
 }

@@ -225,3 +225,21 @@ func TestAnswersNarrowTheAnchor(t *testing.T) {
 		t.Errorf("the anchor [%v, %v] was not narrowed by the second answer", lo.Sub(t0), hi.Sub(t0))
 	}
 }
+
+// The gap between two stated resets bounds a window's span only while the
+// limits stay: a countdown longer than it (the operator's account got a
+// longer window, or another config's state) drops it, so that the window
+// is not projected to roll early.
+func TestAStaleGapIsDropped(t *testing.T) {
+	w := newWindowA()
+	w.update(t0, t0, winA(10, 5, time.Second), 0, 0)
+	w.update(atA(1100*msA), atA(1100*msA), winA(10, 5, time.Second), 0, 0) // the next 1 s window
+	if p := w.period(); p <= 0 || p > 1200*msA {
+		t.Fatalf("expected a period of about 1.1 s from two stated resets, got %v", p)
+	}
+	now := atA(3 * time.Second)
+	w.update(now, now, winA(10, 9, 2*time.Second), 0, 0) // now 2 s windows
+	if p := w.period(); p < 2*time.Second {
+		t.Errorf("a 2 s countdown left the period at %v", p)
+	}
+}

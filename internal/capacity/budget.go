@@ -118,6 +118,9 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 		if w.span <= 0 {
 			w.span = d
 		}
+		if d > w.gap+ResetMargin {
+			w.gap = 0 // a window longer than the bound: the limits changed, measure again
+		}
 	}
 	reset, uncertain := time.Time{}, w.uncertain // a count without a reset is only good for this instant...
 	if o.Reset >= 0 {
@@ -193,7 +196,8 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 	if !w.statedLo.IsZero() && lo.After(w.statedHi) {
 		// A later window: the time from the last stated reset bounds the
 		// span from above (a window of unknown span is projected with it).
-		if g := reset.Sub(w.statedLo); g > 0 && (w.gap == 0 || g < w.gap) {
+		// One that is surely longer than the bound proves it stale.
+		if g := reset.Sub(w.statedLo); g > 0 && (w.gap == 0 || g < w.gap || lo.Sub(w.statedHi) > w.gap) {
 			w.gap = g
 		}
 	}

@@ -55,14 +55,13 @@ type outcome struct {
 	status    int
 	header    http.Header
 	answered  time.Duration // the status (a stream's first byte)
-	ended     time.Duration
 	text      string
-	complete  bool // a 200 whose stream ended with [DONE], or an answer
-	leaked    bool // the answer holds a provider's API key
-	inBand    bool // a stream that ended with an error event
-	maxGap    time.Duration
+	complete  bool          // a 200 whose stream ended with [DONE], or an answer
+	leaked    bool          // the answer holds a provider's API key
+	inBand    bool          // a stream that ended with an error event
+	maxGap    time.Duration // the longest silence of the stream
 	tries     int
-	first     time.Duration // the first try's status (the SDK's retries aside)
+	first     time.Duration // until the first try's status (the SDK's retries aside)
 }
 
 // run sends the scenario's requests and waits for them all.
@@ -216,7 +215,7 @@ type recorder struct {
 	status    int
 	answered  time.Duration
 	last      time.Duration
-	maxGap    time.Duration
+	maxGap    time.Duration // the longest silence of the stream
 	body      bytes.Buffer
 	wroteHead bool
 }
@@ -241,7 +240,7 @@ func (r *recorder) Flush() {}
 // read fills o from what was written: the answer's text, or the stream's
 // text and how it ended.
 func (r *recorder) read(o *outcome) {
-	o.status, o.header, o.answered, o.ended, o.maxGap = r.status, r.header, r.answered, r.w.elapsed(), r.maxGap
+	o.status, o.header, o.answered, o.maxGap = r.status, r.header, r.answered, r.maxGap
 	o.text, o.complete, o.inBand = "", false, false
 	o.leaked = strings.Contains(r.body.String(), keyMark) || slices.ContainsFunc(slices.Collect(maps.Values(r.header)), func(v []string) bool {
 		return strings.Contains(strings.Join(v, " "), keyMark)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	prov "github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // clients is a scenario's traffic: n requests of the Chat Completions
@@ -32,6 +33,9 @@ type clients struct {
 	// "Clients' own retries"): twice, on 408, 409, 429 and 5xx, unless
 	// x-should-retry says false, waiting Retry-After or 0.5 s doubling.
 	sdk bool
+	// messages is the share of requests in the Anthropic Messages API
+	// (the others: Chat Completions).
+	messages float64
 	// greedy is the share of requests at temperature 0 (the others are
 	// sampled: no two attempts write the same answer past its first
 	// words).
@@ -48,6 +52,7 @@ type clients struct {
 type outcome struct {
 	id        int
 	stream    bool
+	format    prov.Format
 	arrival   time.Duration
 	tokens    int64 // the provider's estimate of it
 	words     int   // of its answer
@@ -80,15 +85,17 @@ func (w *world) run(c clients) {
 		if c.spread > 0 {
 			at += time.Duration(w.exp() * float64(c.spread) / float64(c.n))
 		}
-		stream := w.float() < c.streams
-		prio := 0
+		q := query{id: i, stream: w.float() < c.streams, format: prov.Chat}
 		if c.priorities > 1 {
-			prio = int(w.float() * float64(c.priorities))
+			q.prio = int(w.float() * float64(c.priorities))
+		}
+		if c.messages > 0 && w.float() < c.messages {
+			q.format = prov.Messages
 		}
 		arrival := base + at
 		wg.Go(func() {
 			time.Sleep(arrival - w.elapsed())
-			w.client(i, stream, prio, c)
+			w.client(q, c)
 		})
 	}
 	wg.Wait()
@@ -104,7 +111,7 @@ func (w *world) warmUp(c clients) {
 			if !p.sized {
 				continue
 			}
-			req := w.request(-1, false, 0, c)
+			req := w.request(query{id: -1, format: prov.Chat}, c)
 			req.Pinned = d
 			res := w.router.ServeGroup(context.Background(), g, req)
 			w.logf("warm-up on %s: %d %v", p.name, res.Status, res.Err)
@@ -116,51 +123,72 @@ func (w *world) warmUp(c clients) {
 	time.Sleep(longest + time.Second)
 }
 
-// body is request id's body: its number first in the prompt, padded;
-// temperature 0 for the greedy share (by id: the same on every try).
-func body(id int, stream bool, c clients) []byte {
+// query is one client request: its number, whether it streams, its
+// priority and its API (Chat Completions or Anthropic Messages).
+type query struct {
+	id, prio int
+	stream   bool
+	format   prov.Format
+}
+
+// apis are the client APIs the simulated clients speak.
+var apis = map[prov.Format]api.API{prov.Chat: api.Chat{}, prov.Messages: api.Messages{}}
+
+// maxTokens is q's max_tokens: the clients', or 256 for a Messages
+// request (where it is required); 0 unset.
+func (q query) maxTokens(c clients) int64 {
+	if c.maxTokens == 0 && q.format == prov.Messages {
+		return 256
+	}
+	return c.maxTokens
+}
+
+// body is q's body: its number first in the prompt, padded; temperature
+// 0 for the greedy share (by number: the same on every try).
+func (q query) body(c clients) []byte {
 	size := c.prompt
-	if c.bigEvery > 0 && id%c.bigEvery == c.bigEvery-1 {
+	if c.bigEvery > 0 && q.id%c.bigEvery == c.bigEvery-1 {
 		size = c.bigPrompt
 	}
-	prompt := fmt.Sprintf("r%d ", id) + strings.Repeat("x", max(size-8, 0))
-	b := fmt.Sprintf(`{"model":"sim","messages":[{"role":"user","content":%q}],"stream":%t`, prompt, stream)
-	if c.maxTokens > 0 {
-		b += fmt.Sprintf(`,"max_tokens":%d`, c.maxTokens)
+	prompt := fmt.Sprintf("r%d ", q.id) + strings.Repeat("x", max(size-8, 0))
+	b := fmt.Sprintf(`{"model":"sim","messages":[{"role":"user","content":%q}],"stream":%t`, prompt, q.stream)
+	if n := q.maxTokens(c); n > 0 {
+		b += fmt.Sprintf(`,"max_tokens":%d`, n)
 	}
-	if float64(id%10) < 10*c.greedy {
+	if float64(q.id%10) < 10*c.greedy {
 		b += `,"temperature":0`
 	}
 	return []byte(b + "}")
 }
 
-// request is what the Chat API makes of request id's body.
-func (w *world) request(id int, stream bool, prio int, c clients) *router.Request {
-	req, _, e := api.Chat{}.Parse(body(id, stream, c), nil)
+// request is what q's client API makes of its body.
+func (w *world) request(q query, c clients) *router.Request {
+	req, _, e := apis[q.format].Parse(q.body(c), http.Header{"Anthropic-Version": {"2023-06-01"}})
 	if e != nil {
 		panic(e)
 	}
-	req.Priority = prio
+	req.Priority = q.prio
 	return req
 }
 
-// client sends request id and reads its answer, as the Chat API writes
-// it, retrying as an SDK when c.sdk; then checks what it got.
-func (w *world) client(id int, stream bool, prio int, c clients) {
-	o := &outcome{id: id, stream: stream, arrival: w.elapsed()}
-	u, _ := parseUpstream(body(id, stream, c))
-	o.tokens, o.maxTokens, o.words = u.tokens(), c.maxTokens, len(answer("", id, c.maxTokens, 0))
-	w.logf("client r%d arrives (stream %t, priority %d, %d tokens)", id, stream, prio, o.tokens)
+// client sends q and reads its answer, as its client API writes it,
+// retrying as an SDK when c.sdk; then checks what it got.
+func (w *world) client(q query, c clients) {
+	o := &outcome{id: q.id, stream: q.stream, format: q.format, arrival: w.elapsed()}
+	u, _ := parseUpstream(q.body(c))
+	o.tokens, o.maxTokens = u.tokens(), q.maxTokens(c)
+	o.words = len(answer("", q.id, o.maxTokens, 0))
+	w.logf("client r%d arrives (%v, stream %t, priority %d, %d tokens)", q.id, q.format, q.stream, q.prio, o.tokens)
 	for {
 		o.tries++
 		rec := &recorder{w: w, header: http.Header{}}
-		res := w.router.ServeGroup(context.Background(), w.groups[0], w.request(id, stream, prio, c))
-		_ = api.Chat{}.Write(rec, res)
+		res := w.router.ServeGroup(context.Background(), w.groups[0], w.request(q, c))
+		_ = apis[q.format].Write(rec, res)
 		rec.read(o)
 		if o.tries == 1 {
 			o.first = o.answered - o.arrival
 		}
-		w.logf("client r%d got %d after %v (try %d, %d attempts, text %q, retry-after %q, x-should-retry %q)", id, o.status,
+		w.logf("client r%d got %d after %v (try %d, %d attempts, text %q, retry-after %q, x-should-retry %q)", q.id, o.status,
 			o.answered-o.arrival, o.tries, res.Attempts, clip(o.text), o.header.Get("Retry-After"), o.header.Get("x-should-retry"))
 		wait, again := sdkRetry(o, c)
 		if !again {
@@ -238,7 +266,7 @@ func (r *recorder) Write(b []byte) (int, error) {
 func (r *recorder) Flush() {}
 
 // read fills o from what was written: the answer's text, or the stream's
-// text and how it ended.
+// text and how it ended, in o's API.
 func (r *recorder) read(o *outcome) {
 	o.status, o.header, o.answered, o.maxGap = r.status, r.header, r.answered, r.maxGap
 	o.text, o.complete, o.inBand = "", false, false
@@ -249,39 +277,78 @@ func (r *recorder) read(o *outcome) {
 		return
 	}
 	if !o.stream {
-		var a struct {
-			Choices []struct {
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal(r.body.Bytes(), &a) == nil && len(a.Choices) == 1 {
-			o.text, o.complete = a.Choices[0].Message.Content, true
-		}
+		o.text, o.complete = answerText(o.format, r.body.Bytes())
 		return
 	}
 	var text strings.Builder
+	event := ""
 	for _, line := range strings.Split(r.body.String(), "\n") {
+		if name, ok := strings.CutPrefix(line, "event: "); ok {
+			event = name
+			continue
+		}
 		data, ok := strings.CutPrefix(line, "data: ")
 		switch {
 		case !ok:
-		case data == "[DONE]":
+		case data == "[DONE]" || event == "message_stop":
 			o.complete = true
-		case strings.Contains(data, `"error"`):
+		case event == "error" || o.format == prov.Chat && strings.Contains(data, `"error"`):
 			o.inBand = true
 		default:
-			var c struct {
-				Choices []struct {
-					Delta struct {
-						Content string `json:"content"`
-					} `json:"delta"`
-				} `json:"choices"`
-			}
-			if json.Unmarshal([]byte(data), &c) == nil && len(c.Choices) > 0 {
-				text.WriteString(c.Choices[0].Delta.Content)
-			}
+			text.WriteString(deltaText(o.format, []byte(data)))
 		}
 	}
 	o.text = text.String()
+}
+
+// answerText is the text of a non-streaming answer in format f, and
+// whether it is one.
+func answerText(f prov.Format, body []byte) (string, bool) {
+	var a struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	if json.Unmarshal(body, &a) != nil {
+		return "", false
+	}
+	if f == prov.Messages {
+		var b strings.Builder
+		for _, c := range a.Content {
+			b.WriteString(c.Text)
+		}
+		return b.String(), len(a.Content) > 0
+	}
+	if len(a.Choices) != 1 {
+		return "", false
+	}
+	return a.Choices[0].Message.Content, true
+}
+
+// deltaText is the text a stream event of format f adds.
+func deltaText(f prov.Format, data []byte) string {
+	var e struct {
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+		Delta struct {
+			Text string `json:"text"`
+		} `json:"delta"`
+	}
+	switch {
+	case json.Unmarshal(data, &e) != nil:
+		return ""
+	case f == prov.Messages:
+		return e.Delta.Text
+	case len(e.Choices) > 0:
+		return e.Choices[0].Delta.Content
+	}
+	return ""
 }

@@ -109,7 +109,8 @@ var scenarios = []scenario{
 		return &setup{providers: []*provider{
 			healthy("a", "gpt-sim", openAI{}, lat[d.pick(3)], requests(600, time.Minute, d.shape())),
 			healthy("b", "gpt-sim", d.dialect(), lat[d.pick(3)], requests(600, time.Minute, d.shape()), tokens(1e6, time.Minute, bucket)),
-		}, clients: clients{n: 80, spread: 30 * time.Second, streams: 0.5, priorities: 3, prompt: 400, maxTokens: 64}, limitsStated: true}
+		}, clients: clients{n: 80, spread: 30 * time.Second, streams: 0.5, priorities: 3, prompt: 400, maxTokens: 64, messages: 0.5},
+			limitsStated: true}
 	}},
 	{name: "window-roll", kind: 1, build: func(d *draw) *setup {
 		// Fixed windows (or buckets) under a burst: the reset is stated at
@@ -212,7 +213,7 @@ var scenarios = []scenario{
 		b := healthy("b", "claude-sim", d.dialect(), 150*time.Millisecond, requests(1000, time.Minute, bucket))
 		b.cont, b.continues = afresh, prov.PrefixFlag
 		return &setup{providers: unsized(a, b),
-			clients: clients{n: 20, spread: 20 * time.Second, streams: 1, prompt: 100, greedy: 0.5}}
+			clients: clients{n: 20, spread: 20 * time.Second, streams: 1, prompt: 100, greedy: 0.5, messages: 0.5}}
 	}},
 	{name: "resume-prefill-refused", kind: 6, build: func(d *draw) *setup {
 		// b refuses prefill (Claude 4.6): it is asked once, then
@@ -222,7 +223,7 @@ var scenarios = []scenario{
 		b := healthy("b", "claude-sim", anthropic{}, 150*time.Millisecond, requests(1000, time.Minute, bucket))
 		b.cont = refuses
 		return &setup{providers: unsized(a, b),
-			clients: clients{n: 20, spread: 20 * time.Second, streams: 1, prompt: 100, greedy: 0.5},
+			clients: clients{n: 20, spread: 20 * time.Second, streams: 1, prompt: 100, greedy: 0.5, messages: 0.5},
 			checks:  []func(*world) string{refusedOnce}}
 	}},
 	{name: "resume-silent", kind: 6, build: func(d *draw) *setup {
@@ -239,7 +240,7 @@ var scenarios = []scenario{
 			p.idle = 10 * time.Second
 		}
 		return &setup{providers: unsized(a, b, c), router: func(r *router.Router) { r.Resume = router.ResumeAny },
-			clients: clients{n: 10, spread: 30 * time.Second, streams: 1, prompt: 100, greedy: 0.5},
+			clients: clients{n: 10, spread: 30 * time.Second, streams: 1, prompt: 100, greedy: 0.5, messages: 0.5},
 			checks:  []func(*world) string{silentAtMost(10 * time.Second), notResumedOn("c")}}
 	}},
 	{name: "hedge-slow", kind: 7, build: func(d *draw) *setup {
@@ -281,7 +282,7 @@ var scenarios = []scenario{
 		flaky.faults = []fault{{kind: hang, p: 0.05}, {kind: stall, after: 2, wait: 45 * time.Second, p: 0.1}, {kind: cut, after: 4, p: 0.1}}
 		flaky.sized, burst.sized = false, false
 		return &setup{providers: d.stating(daily, burst, flaky), limitsStated: true,
-			clients: clients{n: 150, spread: 60 * time.Second, streams: 0.5, priorities: 3, prompt: 800, maxTokens: 128}}
+			clients: clients{n: 150, spread: 60 * time.Second, streams: 0.5, priorities: 3, prompt: 800, maxTokens: 128, messages: 0.3, greedy: 0.3}}
 	}},
 }
 

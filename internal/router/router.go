@@ -34,10 +34,17 @@ import (
 
 // Defaults of the router's settings and of a provider's timeouts (the
 // Caddyfile's defaults; the backoff's are capacity.DefaultPolicy's).
+//
+// DefaultTimeout is 0: a non-streaming attempt runs as long as the request's
+// deadline allows, since a long answer (a minute of generation) is a working
+// provider's, and cutting it only to retry elsewhere with less time left
+// serves nothing. A silent provider is bounded by the deadline alone unless a
+// timeout is set. Streams are bounded by DefaultTTFTTimeout until their first
+// content and DefaultIdleTimeout between events after it.
 const (
 	DefaultDeadline    = 60 * time.Second
 	DefaultMaxAttempts = 4
-	DefaultTimeout     = 30 * time.Second
+	DefaultTimeout     = time.Duration(0)
 	DefaultTTFTTimeout = 15 * time.Second
 	DefaultIdleTimeout = 30 * time.Second
 )
@@ -55,7 +62,8 @@ type Deployment struct {
 	Provider provider.Provider
 	// Transport performs the upstream exchange (Caddy's HTTP transport).
 	Transport http.RoundTripper
-	// Timeout bounds one non-streaming attempt until its body is read.
+	// Timeout bounds one non-streaming attempt until its body is read; 0:
+	// the request's deadline alone (DefaultTimeout).
 	Timeout time.Duration
 	// TTFTTimeout bounds a streaming attempt until its first content.
 	TTFTTimeout time.Duration

@@ -54,9 +54,11 @@ func (r *Router) exchange(ctx context.Context, g *Group, req *Request, res *Resu
 		return append(buf, exchanged{i, a, a.exchange(req)})
 	}
 	done := make(chan exchanged, 2)
-	go func() { done <- exchanged{i, a, a.exchange(req)} }()
 	fire := make(chan struct{})
+	// The timer is set before the attempt is sent: HedgeAfter counts from
+	// the send, whatever the scheduler does.
 	timer := r.Clock.AfterFunc(r.HedgeAfter, func() { close(fire) })
+	go func() { done <- exchanged{i, a, a.exchange(req)} }()
 	select {
 	case e := <-done:
 		timer.Stop()

@@ -1031,12 +1031,12 @@ func rateLimitedError(wait time.Duration) *Error {
 }
 
 // coolingError answers when every eligible deployment is cooling past the
-// deadline: 429 when they are all rate-limited or out of quota, else 502;
-// both with Retry-After until the earliest comes back. A deployment only
-// busy (slow start: the router's own pacing, not a provider's limit) makes
-// it a 504: the request ran out of time.
+// deadline: 429 when they are all rate-limited or out of quota, with
+// Retry-After until the earliest reset; else 502, with Retry-After until
+// the earliest comes back by itself (backAfter). A deployment only busy
+// (slow start: the router's own pacing, not a provider's limit) makes it a
+// 504: the request ran out of time.
 func coolingError(cands []scored, first scored, now time.Time) *Error {
-	wait := first.f.At.Sub(now)
 	for _, c := range cands {
 		if c.f.Why == provider.OK {
 			return deadlineError()
@@ -1045,10 +1045,28 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 	for _, c := range cands {
 		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
 			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
-				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(wait)}
+				Message: "every deployment of this model is failing; retry later", RetryAfter: backAfter(cands, now)}
 		}
 	}
-	return rateLimitedError(wait)
+	return rateLimitedError(first.f.At.Sub(now))
+}
+
+// backAfter is the Retry-After of a group whose deployments all cool: the
+// wait until the first that comes back by itself does (a window's reset, a
+// failing circuit's next probe, in whole seconds), 0 (none) when only keys
+// their providers refused hold them out: an operator brings those back,
+// and the hour the router waits before it asks again promises nothing.
+func backAfter(cands []scored, now time.Time) time.Duration {
+	var at time.Time
+	for _, c := range cands {
+		if c.f.Why != provider.Auth && c.f.At.After(now) && (at.IsZero() || c.f.At.Before(at)) {
+			at = c.f.At
+		}
+	}
+	if at.IsZero() {
+		return 0
+	}
+	return retryAfterSeconds(at.Sub(now))
 }
 
 // finalError answers when attempts or eligible deployments ran out, with

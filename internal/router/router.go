@@ -268,19 +268,31 @@ func New() *Router {
 }
 
 // Error is a failure the router answers itself (not a provider's answer
-// passed on). Client APIs write it in their format:
+// passed on). Client APIs write it in their format, with x-should-retry:
+// false (the router already walked the deployments within the deadline),
+// and RetryAfter as Retry-After:
 //
-//   - 400 client_error: no deployment could express the request (Message says why);
+//   - 400 client_error: no deployment could express the request (Message
+//     says why); no Retry-After;
 //   - 400 context_length: the request's estimate is larger than every
-//     deployment's context window (the pre-check: no attempt was made);
-//   - 429 rate_limited: every deployment is rate-limited or out of quota;
-//   - 502 server: every deployment failed, or is cooling down after failures;
-//   - 504 transport: the deadline passed.
+//     deployment's context window (the pre-check: no attempt was made); no
+//     Retry-After;
+//   - 429 rate_limited (quota_exhausted for a spent budget): every
+//     deployment is rate-limited or out of quota; Retry-After until the
+//     earliest reset (or the budget's renewal);
+//   - 502 server: every deployment failed, or is cooling down after
+//     failures; Retry-After, when they cool, until the first comes back by
+//     itself (a reset, a failing circuit's next probe), none when only keys
+//     their providers refused hold them out, or when attempts ran out;
+//   - 503 server: every deployment is disabled by its operator; no
+//     Retry-After;
+//   - 504 transport: the deadline passed; no Retry-After.
 type Error struct {
 	Status  int
 	Class   provider.Class
 	Message string
-	// RetryAfter, when positive, is sent as Retry-After (whole seconds).
+	// RetryAfter, when positive, is sent as Retry-After (whole seconds): a
+	// real wait until capacity may be back, never a guess; 0: none.
 	RetryAfter time.Duration
 }
 

@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,5 +60,40 @@ func TestOpenAIGoSDKDoesNotRetryARouterGiveUp(t *testing.T) {
 				t.Errorf("%s: expected x-should-retry: false, got %v", tc.name, last)
 			}
 		})
+	}
+}
+
+// pass_through makes one attempt and no failover: when its provider cannot
+// be reached, the client's own retry is the only one, and the 502 leaves
+// it alone (no x-should-retry).
+func TestPassThroughUnreachableLeavesRetriesToTheClient(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String() // nothing listens there once closed
+	l.Close()
+	load(t, `
+http://localhost:9080 {
+	llm_router /v1/* {
+		pass_through gone
+		provider gone {
+			type openai
+			base_url http://`+closed+`/v1
+			api_key sk-pass-through
+		}
+		model passgone {
+			deployment gone passgone-up
+		}
+	}
+}
+`)
+	resp, err := http.Post(routerURL+"/v1/audio/speech", "application/json", strings.NewReader(`{"input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if _, set := resp.Header["X-Should-Retry"]; resp.StatusCode != http.StatusBadGateway || set {
+		t.Errorf("expected 502 without x-should-retry, got %d %v", resp.StatusCode, resp.Header)
 	}
 }

@@ -94,7 +94,8 @@ const (
 )
 
 // Error is a refusal or a failure the router answers itself, in the
-// client's format, with x-should-retry: false (see writeError).
+// client's format, with x-should-retry: false (see writeError) unless
+// Retryable.
 type Error struct {
 	Status  int
 	Code    Code
@@ -102,6 +103,11 @@ type Error struct {
 	Message string
 	// RetryAfter, when positive, is sent as Retry-After (whole seconds).
 	RetryAfter time.Duration
+	// Retryable leaves the client's own retry policy alone (no
+	// x-should-retry): the router made one attempt and did not retry it
+	// (pass_through's provider could not be reached), so the client's
+	// retry is the only one.
+	Retryable bool
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -210,7 +216,9 @@ type streamWriter interface {
 // probe), for a client that schedules its own retry. A provider's own error
 // passed on (write) is its statement, and gets neither.
 func writeError(w http.ResponseWriter, f format, e *Error) {
-	w.Header().Set("X-Should-Retry", "false")
+	if !e.Retryable {
+		w.Header().Set("X-Should-Retry", "false")
+	}
 	if e.RetryAfter > 0 {
 		// Rounded up: a client that waits exactly this long comes back
 		// after the window renewed, not just before.

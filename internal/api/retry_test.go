@@ -55,4 +55,11 @@ func TestTheRoutersOwnErrorsTellClientsNotToRetry(t *testing.T) {
 	if w.Header().Get("X-Should-Retry") != "false" {
 		t.Errorf("a refusal before routing: expected x-should-retry false, got %q", w.Header().Get("X-Should-Retry"))
 	}
+	w = httptest.NewRecorder()
+	e := Errorf(http.StatusBadGateway, Unavailable, "", "one attempt, not retried")
+	e.Retryable = true
+	Chat{}.WriteError(w, e)
+	if _, set := w.Header()["X-Should-Retry"]; set || w.Code != http.StatusBadGateway {
+		t.Errorf("a Retryable error: expected 502 and no x-should-retry, got %d %q", w.Code, w.Header().Get("X-Should-Retry"))
+	}
 }

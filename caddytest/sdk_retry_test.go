@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
@@ -22,14 +24,14 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// The official OpenAI Go SDK, with its default retries (2 more on 408,
-// 409, 429 and 5xx, sleeping any Retry-After up to a minute), asks the
-// router once when the router gives up: its 502 (every provider failing)
-// and its 429 (every provider limited past the deadline) say
-// x-should-retry: false, with the Retry-After the router knows. Without
-// it, a 1 s deadline became three requests and seconds of the SDK's
-// sleeping.
-func TestOpenAIGoSDKDoesNotRetryARouterGiveUp(t *testing.T) {
+// The official OpenAI and Anthropic Go SDKs, with their default retries
+// (2 more on 408, 409, 429 and 5xx, sleeping any Retry-After up to a
+// minute), ask the router once when the router gives up: its 502 (every
+// provider failing) and its 429 (every provider limited past the deadline)
+// say x-should-retry: false, with the Retry-After the router knows.
+// Without it, a 1 s deadline became three requests and 2 s (502) or 6 s
+// (429, Retry-After 3) of the SDK's sleeping.
+func TestOfficialSDKsDoNotRetryARouterGiveUp(t *testing.T) {
 	for _, tc := range []struct {
 		name, group, fault string
 		status             int
@@ -58,6 +60,21 @@ func TestOpenAIGoSDKDoesNotRetryARouterGiveUp(t *testing.T) {
 			}
 			if last == nil || last.Header.Get("X-Should-Retry") != "false" {
 				t.Errorf("%s: expected x-should-retry: false, got %v", tc.name, last)
+			}
+
+			// The Anthropic Go SDK alike, on the Messages endpoint.
+			counter = &countingTransport{}
+			ac := anthropic.NewClient(aoption.WithBaseURL(routerURL+"/"), aoption.WithAPIKey("client-key"),
+				aoption.WithHTTPClient(&http.Client{Transport: counter}))
+			began = time.Now()
+			_, err = ac.Messages.New(context.Background(), anthropic.MessageNewParams{Model: tc.group, MaxTokens: 10,
+				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+			var aErr *anthropic.Error
+			if !errors.As(err, &aErr) || aErr.StatusCode != tc.status {
+				t.Fatalf("%s, Anthropic SDK: expected a %d *anthropic.Error, got %v", tc.name, tc.status, err)
+			}
+			if n := counter.n.Load(); n != 1 || time.Since(began) > 2*time.Second {
+				t.Errorf("%s, Anthropic SDK: expected one request within the deadline, got %d in %s", tc.name, n, time.Since(began))
 			}
 		})
 	}

@@ -21,7 +21,7 @@ func TestGiveUpsRetryAfter(t *testing.T) {
 	failed := provider.Observation{Class: provider.Server}
 	overloaded := provider.Observation{Class: provider.Overloaded, RetryAfter: 10 * time.Second}
 	refused := provider.Observation{Class: provider.Auth}
-	ok := func(*http.Request) (*http.Response, error) { return reply(200, okBody)(nil) }
+	ok := reply(200, okBody)
 	for _, tc := range []struct {
 		name       string
 		a, b       *provider.Observation // observed before the request; nil: none

@@ -50,9 +50,6 @@ var knownFailing = map[string]int{
 	"resume-afresh":          6,
 	"resume-prefill-refused": 6,
 	"resume-silent":          6,
-	"hedge-slow":             7,
-	"long-answer":            8,
-	"give-up":                8,
 }
 
 // draw is a scenario's random choices of its parameters.

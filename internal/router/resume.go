@@ -67,6 +67,15 @@ func SameModel(a, b string) bool {
 	return a == b || norm(a) == norm(b)
 }
 
+// prefillRefusal matches a provider's message refusing a continuation
+// because its model takes no prefill at all, not because of this
+// request: Claude Opus 4.6, Sonnet 4.6, Opus 4.7 and later answer 400
+// "This model does not support assistant message prefill. The
+// conversation must end with a user message." or "Prefilling assistant
+// messages is not supported for this model"; a prefix flag's server
+// "prefix is not supported".
+var prefillRefusal = regexp.MustCompile(`(?i)\b(prefill|prefix)\w*\b[^.]*\bnot\s+supported|does\s+not\s+support\b[^.]*\b(prefill|prefix)|must\s+end\s+with\s+a\s+user\s+message`)
+
 // prepareResume readies a stream that is req's answer to be resumed:
 // ctx is the client's request, attempts those made so far.
 func (s *Stream) prepareResume(ctx context.Context, req *Request, attempts int) {
@@ -173,7 +182,7 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 	// asked of each once, so that none is waited for that cannot.
 	capable := map[*Deployment]bool{}
 	for _, d := range s.group.Deployments {
-		if r.Resume == ResumeAny || SameModel(d.Model, s.model) {
+		if !d.refusesPrefill.Load() && (r.Resume == ResumeAny || SameModel(d.Model, s.model)) {
 			p, err := d.Provider.Plan(s.parent, d.Model, creq)
 			capable[d] = err == nil && p != nil && p.Format() == s.format
 		}
@@ -195,10 +204,14 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 		if res.Error == nil || res.Error.Class != provider.ClientError || res.Deployment == nil {
 			return nil, nil, ""
 		}
-		// A provider that refuses a continuation (a model without prefill):
-		// not asked for another in this request.
+		// A provider that refuses a continuation: not asked for another in
+		// this request; in none when it says its model takes no prefill.
+		learned := prefillRefusal.MatchString(res.Error.Message)
+		if learned {
+			res.Deployment.refusesPrefill.Store(true)
+		}
 		r.Logger.Info("deployment refused to continue a broken stream", zap.String("deployment", res.Deployment.Name),
-			zap.Int("status", res.Status), zap.String("message", res.Error.Message))
+			zap.Int("status", res.Status), zap.String("message", res.Error.Message), zap.Bool("remembered", learned))
 		s.refused = append(s.refused, res.Deployment)
 	}
 	return nil, nil, ""

@@ -1,0 +1,168 @@
+package router
+
+// A resume's continuation checked before it is spliced, providers that
+// refuse prefill remembered, and resumes bounded by idle_timeout and tried
+// only where they can match. The fakes are built from how providers
+// continue an answer (PROVIDERS.md, "Continuing an answer"): Claude 4.5
+// and earlier honour a prefill; Claude 4.6 and later refuse it with 400;
+// several Anthropic-compatible APIs and proxies accept it and answer from
+// the beginning.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/llmrouter/caddy-llm-router/internal/wire/messages/messagestest"
+)
+
+// prefillOf returns the text of a Messages body's final assistant message
+// (a prefill: its text blocks joined), ok false when the body ends with
+// the user's.
+func prefillOf(body []byte) (text string, ok bool) {
+	var b struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &b) != nil || len(b.Messages) == 0 || b.Messages[len(b.Messages)-1].Role != "assistant" {
+		return "", false
+	}
+	last := b.Messages[len(b.Messages)-1].Content
+	if json.Unmarshal(last, &text) == nil {
+		return text, true
+	}
+	var blocks []struct{ Type, Text string }
+	_ = json.Unmarshal(last, &blocks)
+	for _, bl := range blocks {
+		text += bl.Text
+	}
+	return text, true
+}
+
+// claudeStream is a whole Messages stream of message id: one text block
+// in pieces.
+func claudeStream(id string, pieces ...string) replyFunc {
+	evs := []string{brkStart(id, 10), brkBlockStart(0, "text")}
+	for _, p := range pieces {
+		evs = append(evs, brkDelta(0, p))
+	}
+	evs = append(evs, brkBlockStop(0), brkMsgDelta("end_turn", 5), brkMsgStop)
+	return sse(evs...)
+}
+
+// asked counts the requests a fake Claude was sent: continuations (a
+// final assistant message) and the others.
+type asked struct{ continuations, fresh atomic.Int32 }
+
+// note counts req, then answers it with next (which may read its body
+// again).
+func (a *asked) note(next func(req *http.Request, prefill string, continues bool) (*http.Response, error)) replyFunc {
+	return func(req *http.Request) (*http.Response, error) {
+		body, _ := io.ReadAll(req.Body)
+		p, ok := prefillOf(body)
+		if ok {
+			a.continuations.Add(1)
+		} else {
+			a.fresh.Add(1)
+		}
+		return next(req, p, ok)
+	}
+}
+
+// honoursPrefill is Claude 4.5 or earlier: a prefill is continued, so its
+// answer is what of answer follows the prefill (the whole answer when it
+// does not begin with it), in two pieces.
+func (a *asked) honoursPrefill(id, answer string) replyFunc {
+	return a.note(func(req *http.Request, prefill string, _ bool) (*http.Response, error) {
+		rest := strings.TrimPrefix(answer, prefill)
+		half := len(rest) / 2
+		return claudeStream(id, rest[:half], rest[half:])(req)
+	})
+}
+
+// ignoresPrefill is an Anthropic-compatible API that accepts a prefill
+// and answers from the beginning: pieces whatever it was asked.
+func (a *asked) ignoresPrefill(id string, pieces ...string) replyFunc {
+	return a.note(func(req *http.Request, _ string, _ bool) (*http.Response, error) {
+		return claudeStream(id, pieces...)(req)
+	})
+}
+
+// refusesPrefill is Claude 4.6 or later: a prefill gets the 400 of the
+// fixture; a request that ends with the user's is answered with pieces.
+func (a *asked) refusesPrefill(t *testing.T, fixture, id string, pieces ...string) replyFunc {
+	refusal := fromFixture(t, fixture)
+	return a.note(func(req *http.Request, _ string, continues bool) (*http.Response, error) {
+		if continues {
+			return refusal(req)
+		}
+		return claudeStream(id, pieces...)(req)
+	})
+}
+
+// fromFixture answers with testdata/name, a response as it came over the
+// wire.
+func fromFixture(t *testing.T, name string) replyFunc {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(req *http.Request) (*http.Response, error) {
+		return http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), req)
+	}
+}
+
+// cutClaude is a Claude stream cut after pieces of text.
+func cutClaude(id string, pieces ...string) replyFunc {
+	evs := []string{brkStart(id, 10), brkBlockStart(0, "text")}
+	for _, p := range pieces {
+		evs = append(evs, brkDelta(0, p))
+	}
+	return cut(evs...)
+}
+
+// A deployment that refuses prefill (Claude 4.6 and later, in either of
+// Anthropic's wordings) is remembered as such: the next request's resume
+// does not ask it to continue again, and goes straight to one that does.
+func TestAPrefillRefusalIsRemembered(t *testing.T) {
+	for _, fixture := range []string{"anthropic-400-prefill-unsupported.http", "anthropic-400-prefilling-not-supported.http"} {
+		var new46, old45 asked
+		b := replies(new46.refusesPrefill(t, fixture, "msg_b", "The weather in Paris is mild."))
+		c := replies(old45.honoursPrefill("msg_c", "The weather in Paris is mild."))
+		db, dc := claude(deployment("b", b)), claude(deployment("c", c))
+		db.Model, db.Quality, dc.Quality = "claude-opus-4-6", 0.5, 0
+		r := newRouter(newFakeClock())
+		r.Resume = ResumeAny
+		for i := range 2 {
+			// Each request's stream breaks on a fresh deployment ranked first.
+			a := replies(cutClaude("msg_a", "The weather", " in Paris is"))
+			da := claude(deployment("a"+itoa(i), a))
+			da.Quality = 1
+			res := r.Serve(context.Background(), []*Deployment{da, db, dc}, messagesReq())
+			if res.Stream == nil {
+				t.Fatalf("%s: request %d: expected a's stream, got %v", fixture, i, res.Err)
+			}
+			out, err := relayMessages(res.Stream)
+			if m := messagestest.Assemble(t, out); err != nil || m.Blocks[0].Text != "The weather in Paris is mild." {
+				t.Errorf("%s: request %d: expected c's continuation, got %q %v", fixture, i, m.Blocks[0].Text, err)
+			}
+		}
+		if n := new46.continuations.Load(); n != 1 {
+			t.Errorf("%s: expected the deployment that refused prefill asked to continue once, got %d", fixture, n)
+		}
+		if n := old45.continuations.Load(); n != 2 {
+			t.Errorf("%s: expected c to continue both streams, got %d", fixture, n)
+		}
+	}
+}

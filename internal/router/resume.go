@@ -156,6 +156,9 @@ func (s *Stream) announce() {
 	}
 	s.pendingResume = nil
 	s.resumes++
+	if s.splice.Restarted() {
+		p.how = "replayed" // a continuation's answer that began again
+	}
 	if s.r.Observer != nil {
 		s.r.Observer.Resume(p.from, s.d, p.how)
 	}

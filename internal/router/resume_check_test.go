@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"testing"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages/messagestest"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // prefillOf returns the text of a Messages body's final assistant message
@@ -130,6 +132,66 @@ func cutClaude(id string, pieces ...string) replyFunc {
 		evs = append(evs, brkDelta(0, p))
 	}
 	return cut(evs...)
+}
+
+// A provider that ignores the prefill answers the continuation from the
+// beginning. Its answer is checked before it is spliced: one that repeats
+// the client's text is spliced as a replay (only what follows that text
+// reaches the client); one that repeats its first words and then departs
+// (sampling) can be neither matched nor told apart from a continuation:
+// the stream ends in-band, never as a whole answer.
+func TestAFreshAnswerToAContinuationIsChecked(t *testing.T) {
+	const had = "Crash testing a gateway means "
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		want   string
+		clean  bool
+	}{
+		{"repeats", []string{"Crash testing", " a gateway means sending", " it faults on purpose."}, had + "sending it faults on purpose.", true},
+		{"repeats in one piece", []string{had + "sending it faults."}, had + "sending it faults.", true},
+		{"departs", []string{"Crash testing a gateway", " is breaking it on purpose."}, had, false},
+		{"departs within the probe", []string{"Crash tests are fun."}, had, false},
+	} {
+		var seen asked
+		a := replies(cutClaude("msg_a", "Crash testing", " a gateway means "))
+		b := replies(seen.ignoresPrefill("msg_b", tc.pieces...))
+		da, db := claude(deployment("a", a)), claude(deployment("b", b))
+		da.Quality = 1
+		r := newRouter(newFakeClock())
+		obs := &countingObserver{unpredicted: map[string]int{}}
+		r.Observer = obs
+		res := r.Serve(context.Background(), []*Deployment{da, db}, messagesReq())
+		if res.Stream == nil {
+			t.Fatalf("%s: expected a's stream, got %v", tc.name, res.Err)
+		}
+		var out []byte
+		stopped := false
+		err := res.Stream.Relay(func(ev provider.Event, done bool) error {
+			if stopped = done; !done {
+				out = provider.AppendEvent(out, ev.Name, ev.Data)
+			}
+			return nil
+		})
+		m := messagestest.Assemble(t, out)
+		text := ""
+		if len(m.Blocks) > 0 {
+			text = m.Blocks[0].Text
+		}
+		var se *StreamError
+		switch {
+		case seen.continuations.Load() != 1:
+			t.Errorf("%s: expected b asked to continue once, got %d", tc.name, seen.continuations.Load())
+		case text != tc.want || len(m.Blocks) != 1:
+			t.Errorf("%s: expected the client to read %q in one block, got %q (%d blocks)", tc.name, tc.want, text, len(m.Blocks))
+		case tc.clean && (err != nil || !stopped || m.ID != "msg_a"):
+			t.Errorf("%s: expected a whole answer msg_a, got %v, events %v", tc.name, err, m.Events)
+		case tc.clean && (len(obs.resumes) != 1 || obs.resumes[0] != "a>b replayed"):
+			t.Errorf("%s: expected one resume a>b told as a replay, got %v", tc.name, obs.resumes)
+		case !tc.clean && (!errors.As(err, &se) || stopped):
+			t.Errorf("%s: expected the in-band error, got %v, events %v", tc.name, err, m.Events)
+		}
+	}
 }
 
 // A deployment that refuses prefill (Claude 4.6 and later, in either of

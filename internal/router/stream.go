@@ -214,18 +214,34 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 func (s *Stream) relay(event func(provider.Event, bool) error, ev provider.Event) error {
 	s.usage.Add(ev)
 	if s.splice != nil {
-		out, ok, err := s.splice.Event(ev)
+		return s.spliced(event)(s.splice.Event(ev))
+	}
+	if s.transcript != nil {
+		s.transcript.Add(ev)
+	}
+	return s.send(event, ev)
+}
+
+// spliced returns what sends the events a splice let through, then ends
+// the attempt on the splice's error: its answer cannot be spliced in.
+func (s *Stream) spliced(event func(provider.Event, bool) error) func([]provider.Event, error) error {
+	return func(outs []provider.Event, err error) error {
+		for _, out := range outs {
+			s.announce()
+			if err := s.send(event, out); err != nil {
+				return err
+			}
+		}
 		if err != nil {
 			return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+err.Error())
 		}
-		if !ok {
-			return nil
-		}
-		ev = out
-		s.announce()
-	} else if s.transcript != nil {
-		s.transcript.Add(ev)
+		return nil
 	}
+}
+
+// send writes one event to the client, without the usage it did not ask
+// for.
+func (s *Stream) send(event func(provider.Event, bool) error, ev provider.Event) error {
 	ev, ok := s.usage.Hide(ev)
 	if !ok {
 		return nil
@@ -284,11 +300,17 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 	}
 }
 
-// end finishes the client's stream: unless a replay ended before giving
-// all of the text the client has.
+// end finishes the client's stream, after what a resumed attempt's
+// splice still held: unless a replay ended before giving all of the text
+// the client has.
 func (s *Stream) end(event func(provider.Event, bool) error) error {
-	if s.splice != nil && s.splice.Owes() {
-		return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+errOwed.Error())
+	if s.splice != nil {
+		if err := s.spliced(event)(s.splice.End()); err != nil {
+			return err
+		}
+		if s.splice.Owes() {
+			return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+errOwed.Error())
+		}
 	}
 	s.announce()
 	return event(provider.Event{}, true)

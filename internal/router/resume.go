@@ -5,11 +5,13 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/resume"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -118,11 +120,18 @@ func (s *Stream) resume(se *StreamError) bool {
 	for _, l := range s.done {
 		prior = addUsage(prior, l.Usage)
 	}
+	// The client's stream is silent from the break: the resume has what
+	// idle_timeout allows it until new text reaches the client.
 	deadline := r.Clock.Now().Add(r.Deadline)
+	if idle := from.IdleTimeout; idle > 0 && idle < r.Deadline {
+		deadline = r.Clock.Now().Add(idle)
+	}
 	before := s.attempts
 	next, splice, how := s.continuation(prior, deadline)
-	if next == nil && s.transcript.CanReplay() && s.attempts < r.MaxAttempts && s.parent.Err() == nil {
-		if res := s.attempt(s.req.Request, nil, deadline, 0); res.Stream != nil {
+	replays := s.replayMatches()
+	if next == nil && s.transcript.CanReplay() && s.attempts < r.MaxAttempts && s.parent.Err() == nil &&
+		slices.ContainsFunc(s.group.Deployments, replays) {
+		if res := s.attempt(s.req.Request, replays, deadline, 0); res.Stream != nil {
 			next, splice, how = res.Stream, s.transcript.Replay(prior), "replayed"
 		}
 	}
@@ -137,8 +146,30 @@ func (s *Stream) resume(se *StreamError) bool {
 	}
 	s.leg, s.pending, s.pendingBytes, s.first = next.leg, next.pending, next.pendingBytes, next.first
 	s.splice, s.textAt = splice, len(s.transcript.Text())
+	if s.d.IdleTimeout > 0 {
+		// Until the new attempt gives the client new text, its silence is
+		// what is left of the resume's (see Stream.next).
+		s.idleLeft = max(deadline.Sub(r.Clock.Now()), time.Nanosecond)
+	}
 	s.pendingResume = &pendingResume{from: from, how: how, failure: se.Message}
 	return true
+}
+
+// replayMatches returns which deployments a replay may be asked of: those
+// whose answer can begin with exactly the text the client has. Sampling
+// makes a fresh answer depart from the first after a few tokens unless
+// temperature is 0, and another model's answer is another text: a
+// deployment of the same model (SameModel) as the stream's first attempt,
+// when the request asks for temperature 0 or the client has at most
+// resume.RestartProbe bytes (about 4 tokens) of text.
+func (s *Stream) replayMatches() func(*Deployment) bool {
+	few := len(s.transcript.Text()) <= resume.RestartProbe
+	greedy := false
+	if start, end, err := jsonbody.FindMember(s.req.Body, "temperature"); err == nil && start >= 0 {
+		t, err := strconv.ParseFloat(string(s.req.Body[start:end]), 64)
+		greedy = err == nil && t == 0
+	}
+	return func(d *Deployment) bool { return (few || greedy) && SameModel(d.Model, s.model) }
 }
 
 // pendingResume is a resume told (metrics, log) once its attempt's answer

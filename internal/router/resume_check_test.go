@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages/messagestest"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -225,6 +226,151 @@ func TestAPrefillRefusalIsRemembered(t *testing.T) {
 		}
 		if n := old45.continuations.Load(); n != 2 {
 			t.Errorf("%s: expected c to continue both streams, got %d", fixture, n)
+		}
+	}
+}
+
+// A resume does not wait for a cooling deployment past the broken
+// deployment's idle_timeout: with the only other deployment back in 20 s
+// and idle_timeout 5 s, the stream ends in-band within 5 s of the break,
+// and the cooling one is never asked.
+func TestAResumeWaitsNoLongerThanIdleTimeout(t *testing.T) {
+	a := replies(cut(textChunk("a", "Hello, "), textChunk("a", "wo")), reply(500, `{"error":{"message":"down"}}`))
+	b := replies(sse(textChunk("b", "Hello, world!"), finalChunk("b"), "data: [DONE]"))
+	da, db := deployment("a", a), deployment("b", b)
+	da.Quality, da.IdleTimeout = 1, 5*time.Second
+	db.Model = da.Model // a replay could match
+	clock := newFakeClock()
+	r := newRouter(clock)
+	db.State.Observe(clock.Now(), provider.Observation{Class: provider.RateLimited, RetryAfter: 20 * time.Second}, r.Policy)
+	res := r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq))
+	if res.Stream == nil {
+		t.Fatalf("expected a's stream, got %v", res.Err)
+	}
+	broke := clock.Now()
+	_, err := relay(t, res.Stream)
+	var se *StreamError
+	if !errors.As(err, &se) || b.calls.Load() != 0 {
+		t.Errorf("expected the in-band error and b never asked, got %v, b asked %d times", err, b.calls.Load())
+	}
+	if waited := clock.Now().Sub(broke); waited > 5*time.Second {
+		t.Errorf("expected the resume given up within idle_timeout (5s), it took %v (sleeps %v)", waited, clock.Sleeps())
+	}
+}
+
+// A replay is tried only where it can reproduce the client's text: a
+// deployment of the same model, and either temperature 0 or a text of a
+// few tokens (past them, sampling makes a fresh answer differ). Elsewhere
+// it is not asked, and the stream ends in-band at once.
+func TestAReplayIsTriedOnlyWhereItCanMatch(t *testing.T) {
+	const long = "Crash testing a gateway means sending it "
+	for _, tc := range []struct {
+		name      string
+		sameModel bool
+		temp      string
+		had       []string
+		asked     bool
+	}{
+		{"another model at temperature 0", false, `"temperature":0,`, []string{long}, false},
+		{"same model, sampled, long text", true, ``, []string{long}, false},
+		{"same model, temperature 1, long text", true, `"temperature":1,`, []string{long}, false},
+		{"same model at temperature 0", true, `"temperature":0,`, []string{long}, true},
+		{"same model, sampled, a few tokens", true, ``, []string{"Crash "}, true},
+	} {
+		had := strings.Join(tc.had, "")
+		a := replies(cut(textChunk("a", had)))
+		b := replies(sse(textChunk("b", had+"faults."), finalChunk("b"), "data: [DONE]"))
+		da, db := deployment("a", a), deployment("b", b)
+		da.Quality = 1
+		if tc.sameModel {
+			db.Model = da.Model
+		}
+		r := newRouter(newFakeClock())
+		r.MaxAttempts = 2
+		body := `{"model":"fast","stream":true,` + tc.temp + `"messages":[{"role":"user","content":"what is crash testing?"}]}`
+		res := r.Serve(context.Background(), []*Deployment{da, db}, streamReq(body))
+		got, err := relay(t, res.Stream)
+		text, _, _, dones, _ := chatText(t, got)
+		var se *StreamError
+		switch {
+		case tc.asked && (b.calls.Load() != 1 || err != nil || text != had+"faults." || dones != 1):
+			t.Errorf("%s: expected the replay spliced in, got b asked %d, %q %v", tc.name, b.calls.Load(), text, err)
+		case !tc.asked && (b.calls.Load() != 0 || !errors.As(err, &se)):
+			t.Errorf("%s: expected no replay asked and the in-band error, got b asked %d, %v", tc.name, b.calls.Load(), err)
+		}
+	}
+}
+
+// slowReplay answers with a stream of first, then chunks of text, each
+// after its gap on clock; broke is set when it is asked. A chunk that may
+// come past idle_timeout (wait) first gives the router's timer (which the
+// fake clock runs on a goroutine) its chance to end the attempt.
+func slowReplay(clock *fakeClock, broke *time.Time, first string, chunks ...timedChunk) replyFunc {
+	return func(req *http.Request) (*http.Response, error) {
+		steps := []func() ([]byte, error){func() ([]byte, error) { *broke = clock.Now(); return evE(textChunk("b", first)), nil }}
+		for _, c := range chunks {
+			steps = append(steps, func() ([]byte, error) {
+				clock.Advance(c.gap)
+				if c.wait {
+					select {
+					case <-req.Context().Done():
+						return nil, req.Context().Err()
+					case <-time.After(2 * time.Second):
+					}
+				}
+				return evE(textChunk("b", c.text)), nil
+			})
+		}
+		steps = append(steps, func() ([]byte, error) { return append(evE(finalChunk("b")), evE("data: [DONE]")...), nil })
+		return streamOfE(&readsE{steps: steps}, req)
+	}
+}
+
+type timedChunk struct {
+	gap  time.Duration
+	text string
+	wait bool // the router's timer may end the attempt by then: give it its chance
+}
+
+// A replay's repeat of the client's text gives the client nothing new: it
+// does not count as content for idle_timeout (5 s), counted from the
+// break. b's replay that reaches new text only 6 s after the break ends
+// in-band at 5 s, and b is not blamed for it; one that reaches it at 4 s
+// goes on, with idle_timeout counted afresh from there.
+func TestAReplayGivingNothingNewIsBoundedByIdleTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		chunks []timedChunk
+		want   string
+		clean  bool
+	}{
+		{"new text at 6 s", []timedChunk{{3 * time.Second, ", ", false}, {3 * time.Second, "world!", true}}, "Hello, wo", false},
+		{"new text at 4 s", []timedChunk{{4 * time.Second, ", world", false}, {4 * time.Second, "!", true}}, "Hello, world!", true},
+	} {
+		clock := newFakeClock()
+		var broke time.Time
+		a := replies(cut(textChunk("a", "Hello, "), textChunk("a", "wo")))
+		b := replies(slowReplay(clock, &broke, "Hello", tc.chunks...))
+		da, db := deployment("a", a), deployment("b", b)
+		da.Quality, db.Model = 1, da.Model
+		da.IdleTimeout, db.IdleTimeout = 5*time.Second, 5*time.Second
+		r := newRouter(clock)
+		res := r.Serve(context.Background(), []*Deployment{da, db}, streamReq(helloReq))
+		got, err := relay(t, res.Stream)
+		text, _, _, dones, _ := chatText(t, got)
+		var se *StreamError
+		switch {
+		case text != tc.want || b.calls.Load() != 1:
+			t.Errorf("%s: expected %q from b's replay, got %q %v, b asked %d", tc.name, tc.want, text, err, b.calls.Load())
+		case tc.clean && (err != nil || dones != 1):
+			t.Errorf("%s: expected the whole answer, got %v, %d [DONE]", tc.name, err, dones)
+		case !tc.clean && (!errors.As(err, &se) || dones != 0):
+			t.Errorf("%s: expected the in-band error, got %v, %d [DONE]", tc.name, err, dones)
+		case !tc.clean && clock.Now().Sub(broke) > 6*time.Second:
+			t.Errorf("%s: expected the replay ended by its next read after idle_timeout, it ran %v", tc.name, clock.Now().Sub(broke))
+		}
+		if s := db.State.Snapshot(clock.Now()); s.ConsecutiveFailures != 0 {
+			t.Errorf("%s: expected b not blamed for the resume's silence, got %d failures", tc.name, s.ConsecutiveFailures)
 		}
 	}
 }

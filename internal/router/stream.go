@@ -178,6 +178,14 @@ type StreamError struct {
 
 func (e *StreamError) Error() string { return e.Message }
 
+// errTooLate ends a resumed attempt that gave the client no new text
+// within idle_timeout of the break.
+var errTooLate = errors.New("the new answer gave nothing past the text the client already has within idle_timeout")
+
+// owes reports whether the current attempt took up a broken stream and
+// has given the client no new text yet.
+func (s *Stream) owes() bool { return s.splice != nil && s.splice.Owes() }
+
 // errOwed ends a replay that ended before giving all of the text the
 // client has.
 var errOwed = errors.New("the new answer ended within the text the client already has")
@@ -214,7 +222,12 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 func (s *Stream) relay(event func(provider.Event, bool) error, ev provider.Event) error {
 	s.usage.Add(ev)
 	if s.splice != nil {
-		return s.spliced(event)(s.splice.Event(ev))
+		owed := s.owes()
+		outs, err := s.splice.Event(ev)
+		if owed && !s.owes() {
+			s.idleLeft = s.d.IdleTimeout // new text reaches the client: its silence ends here
+		}
+		return s.spliced(event)(outs, err)
 	}
 	if s.transcript != nil {
 		s.transcript.Add(ev)
@@ -278,6 +291,10 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 			}
 			msg := "stream from the provider was cut"
 			if errors.Is(cause, errIdleTimeout) {
+				if s.owes() {
+					// Its provider answers; the resume gave the client nothing in time.
+					return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+errTooLate.Error())
+				}
 				msg = "stream from the provider went silent"
 			}
 			return s.failed(provider.NewObservation(provider.Transport), msg)
@@ -308,7 +325,7 @@ func (s *Stream) end(event func(provider.Event, bool) error) error {
 		if err := s.spliced(event)(s.splice.End()); err != nil {
 			return err
 		}
-		if s.splice.Owes() {
+		if s.owes() {
 			return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+errOwed.Error())
 		}
 	}
@@ -319,7 +336,10 @@ func (s *Stream) end(event func(provider.Event, bool) error) error {
 // next reads the next event, bounded by idle_timeout: the longest the
 // provider may take, waiting time only (not the client's), from one
 // content event to the next. Keep-alives and pings do not count, so that a
-// provider that only sends them cannot hold a client forever.
+// provider that only sends them cannot hold a client forever; nor does a
+// resumed attempt's content that gives the client nothing new (a
+// replay's repeat of the client's text, a continuation held until it is
+// checked): the client's silence is bounded as the provider's.
 func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observation, error) {
 	idle := s.d.IdleTimeout
 	if idle <= 0 {
@@ -339,7 +359,7 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 	began := s.r.Clock.Now()
 	ev, kind, obs, err := s.in.Next()
 	s.idle.Stop()
-	if kind == provider.EventData || kind == provider.EventFinal {
+	if (kind == provider.EventData || kind == provider.EventFinal) && !s.owes() {
 		s.idleLeft = idle
 	} else if s.idleLeft -= s.r.Clock.Now().Sub(began); s.idleLeft <= 0 {
 		s.idleLeft = time.Nanosecond // spent: the next wait ends at once

@@ -92,10 +92,12 @@ func (s *Stream) prepareResume(ctx context.Context, req *Request, attempts int) 
 // observed on its deployment) with another attempt: first a
 // continuation, a request that ends with the text the client has, on a
 // deployment that continues text it did not write (the Resume mode says
-// which; one that refuses a continuation is not asked again); else a
-// replay of the request from its start on any deployment of the group,
-// whose text must begin with exactly what the client has. Each has
-// deadline from the moment the stream broke, and the request's attempts
+// which; one that refuses a continuation is not asked again in this
+// request, one whose model takes no prefill in no later one); else a replay of the request from its start
+// where it can match (replayMatches), whose text must begin with exactly
+// what the client has. Both have the broken deployment's idle_timeout
+// (the router's deadline when shorter or unset) from the moment the stream
+// broke until new text reaches the client, and the request's attempts
 // left. It reports whether the stream goes on; false leaves the broken
 // attempt closed, for an in-band error.
 func (s *Stream) resume(se *StreamError) bool {

@@ -151,7 +151,7 @@ func (s *Stream) resume(se *StreamError) bool {
 	if s.d.IdleTimeout > 0 {
 		// Until the new attempt gives the client new text, its silence is
 		// what is left of the resume's (see Stream.next).
-		s.idleLeft = max(deadline.Sub(r.Clock.Now()), time.Nanosecond)
+		s.idleLeft = min(s.d.IdleTimeout, max(deadline.Sub(r.Clock.Now()), time.Nanosecond))
 	}
 	s.pendingResume = &pendingResume{from: from, how: how, failure: se.Message}
 	return true

@@ -227,7 +227,7 @@ func (s *Stream) relay(event func(provider.Event, bool) error, ev provider.Event
 		if owed && !s.owes() {
 			s.idleLeft = s.d.IdleTimeout // new text reaches the client: its silence ends here
 		}
-		return s.spliced(event)(outs, err)
+		return s.sendSpliced(event, outs, err)
 	}
 	if s.transcript != nil {
 		s.transcript.Add(ev)
@@ -235,21 +235,19 @@ func (s *Stream) relay(event func(provider.Event, bool) error, ev provider.Event
 	return s.send(event, ev)
 }
 
-// spliced returns what sends the events a splice let through, then ends
-// the attempt on the splice's error: its answer cannot be spliced in.
-func (s *Stream) spliced(event func(provider.Event, bool) error) func([]provider.Event, error) error {
-	return func(outs []provider.Event, err error) error {
-		for _, out := range outs {
-			s.announce()
-			if err := s.send(event, out); err != nil {
-				return err
-			}
+// sendSpliced sends the events a splice let through (outs), then ends the
+// attempt on the splice's error (err): its answer cannot be spliced in.
+func (s *Stream) sendSpliced(event func(provider.Event, bool) error, outs []provider.Event, err error) error {
+	for _, out := range outs {
+		s.announce()
+		if err := s.send(event, out); err != nil {
+			return err
 		}
-		if err != nil {
-			return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+err.Error())
-		}
-		return nil
 	}
+	if err != nil {
+		return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+err.Error())
+	}
+	return nil
 }
 
 // send writes one event to the client, without the usage it did not ask
@@ -322,7 +320,8 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 // the client has.
 func (s *Stream) end(event func(provider.Event, bool) error) error {
 	if s.splice != nil {
-		if err := s.spliced(event)(s.splice.End()); err != nil {
+		outs, err := s.splice.End()
+		if err := s.sendSpliced(event, outs, err); err != nil {
 			return err
 		}
 		if s.owes() {

@@ -101,10 +101,9 @@ func (a *asked) ignoresPrefill(id string, pieces ...string) replyFunc {
 	})
 }
 
-// refusesPrefill is Claude 4.6 or later: a prefill gets the 400 of the
-// fixture; a request that ends with the user's is answered with pieces.
-func (a *asked) refusesPrefill(t *testing.T, fixture, id string, pieces ...string) replyFunc {
-	refusal := fromFixture(t, fixture)
+// refusesPrefill is Claude 4.6 or later: a prefill gets refusal (a 400);
+// a request that ends with the user's is answered with pieces.
+func (a *asked) refusesPrefill(refusal replyFunc, id string, pieces ...string) replyFunc {
 	return a.note(func(req *http.Request, _ string, continues bool) (*http.Response, error) {
 		if continues {
 			return refusal(req)
@@ -198,10 +197,20 @@ func TestAFreshAnswerToAContinuationIsChecked(t *testing.T) {
 // A deployment that refuses prefill (Claude 4.6 and later, in either of
 // Anthropic's wordings) is remembered as such: the next request's resume
 // does not ask it to continue again, and goes straight to one that does.
+// A 400 that refuses only that request's continuation is not remembered.
 func TestAPrefillRefusalIsRemembered(t *testing.T) {
-	for _, fixture := range []string{"anthropic-400-prefill-unsupported.http", "anthropic-400-prefilling-not-supported.http"} {
+	for _, tc := range []struct {
+		fixture string
+		refusal replyFunc
+		asked   int32
+	}{
+		{"anthropic-400-prefill-unsupported.http", fromFixture(t, "anthropic-400-prefill-unsupported.http"), 1},
+		{"anthropic-400-prefilling-not-supported.http", fromFixture(t, "anthropic-400-prefilling-not-supported.http"), 1},
+		{"a refusal of this request only", reply(400, `{"type":"error","error":{"type":"invalid_request_error","message":"final assistant content cannot end with trailing whitespace"}}`), 2},
+	} {
+		fixture := tc.fixture
 		var new46, old45 asked
-		b := replies(new46.refusesPrefill(t, fixture, "msg_b", "The weather in Paris is mild."))
+		b := replies(new46.refusesPrefill(tc.refusal, "msg_b", "The weather in Paris is mild."))
 		c := replies(old45.honoursPrefill("msg_c", "The weather in Paris is mild."))
 		db, dc := claude(deployment("b", b)), claude(deployment("c", c))
 		db.Model, db.Quality, dc.Quality = "claude-opus-4-6", 0.5, 0
@@ -221,8 +230,8 @@ func TestAPrefillRefusalIsRemembered(t *testing.T) {
 				t.Errorf("%s: request %d: expected c's continuation, got %q %v", fixture, i, m.Blocks[0].Text, err)
 			}
 		}
-		if n := new46.continuations.Load(); n != 1 {
-			t.Errorf("%s: expected the deployment that refused prefill asked to continue once, got %d", fixture, n)
+		if n := new46.continuations.Load(); n != tc.asked {
+			t.Errorf("%s: expected the deployment that refused asked to continue %d times, got %d", fixture, tc.asked, n)
 		}
 		if n := old45.continuations.Load(); n != 2 {
 			t.Errorf("%s: expected c to continue both streams, got %d", fixture, n)

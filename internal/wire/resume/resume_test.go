@@ -249,3 +249,51 @@ func TestAContinuationIsToldFromARestart(t *testing.T) {
 }
 
 func jsonString(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// A continuation that began again where no replay can take the place of
+// the client's text (a Messages answer whose first block closed): it ends
+// with ErrRestarted, and nothing of it reaches the client.
+func TestARestartAfterAClosedBlockEnds(t *testing.T) {
+	tr := New(provider.Messages)
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"id":"m","usage":{"input_tokens":5,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Crash testing a gateway. "}}`,
+		`{"type":"content_block_stop","index":0}`,
+	} {
+		tr.Add(provider.Event{Data: []byte(ev)})
+	}
+	_, s := tr.Prefix(provider.Usage{})
+	var out []provider.Event
+	var err error
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"id":"n","usage":{"input_tokens":7,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Crash testing a gateway. It"}}`,
+	} {
+		var got []provider.Event
+		got, err = s.Event(provider.Event{Data: []byte(ev)})
+		out = append(out, got...)
+	}
+	if !errors.Is(err, ErrRestarted) || len(out) != 0 {
+		t.Errorf("expected ErrRestarted and nothing let through, got %v, %d events", err, len(out))
+	}
+}
+
+// A probe holds maxHeld events at most: a continuation that sends only
+// empty deltas is decided on the text it has (none: a continuation), and
+// what it held is let go.
+func TestAProbeHoldsBoundedEvents(t *testing.T) {
+	tr := New(provider.Chat)
+	tr.Add(provider.Event{Data: []byte(`{"id":"a","choices":[{"index":0,"delta":{"content":"Crash testing a gateway means"}}]}`)})
+	_, s := tr.Prefix(provider.Usage{})
+	empty := provider.Event{Data: []byte(`{"id":"b","choices":[{"index":0,"delta":{"content":""}}]}`)}
+	for i := range maxHeld {
+		if _, err := s.Event(empty); err != nil || s.Owes() != (i < maxHeld-1) {
+			t.Fatalf("event %d: expected the probe held until %d events, got owes %v, %v", i, maxHeld, s.Owes(), err)
+		}
+	}
+	if len(s.held) != 0 {
+		t.Errorf("expected the held events let go, %d kept", len(s.held))
+	}
+}

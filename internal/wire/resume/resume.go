@@ -373,7 +373,7 @@ func (s *Splice) decide(final bool) ([]provider.Event, error) {
 		return nil, ErrRestarted // the client's text is more than the one block a replay takes the place of
 	case restart:
 		s.skip, s.strict, s.restarted, s.base, s.join = had, true, true, 0, s.t.blocks == 1
-	case c >= min(n, restartHint) && c > 0:
+	case c >= min(n, restartHint):
 		return nil, ErrRestarted
 	}
 	var out []provider.Event
@@ -408,8 +408,11 @@ func (s *Splice) textOf(ev provider.Event) (string, bool) {
 	switch s.t.f {
 	case provider.Chat:
 		var c chatChunk
-		if json.Unmarshal(ev.Data, &c) != nil || len(c.Choices) != 1 || nonEmpty(c.Usage) || otherContent(ev.Data) {
+		switch {
+		case json.Unmarshal(ev.Data, &c) != nil || len(c.Choices) > 1 || nonEmpty(c.Usage) || otherContent(ev.Data):
 			return "", false
+		case len(c.Choices) == 0:
+			return "", true // no choice yet (a server's opening chunk of filter results)
 		}
 		ch := &c.Choices[0]
 		d := &ch.Delta

@@ -297,3 +297,31 @@ func TestAProbeHoldsBoundedEvents(t *testing.T) {
 		t.Errorf("expected the held events let go, %d kept", len(s.held))
 	}
 }
+
+// A chunk with no choice yet (an OpenAI-compatible server's opening
+// filter results) tells nothing: the probe holds it and decides on the
+// text that follows.
+func TestAProbeWaitsPastAChunkWithoutChoices(t *testing.T) {
+	tr := New(provider.Chat)
+	tr.Add(provider.Event{Data: []byte(`{"id":"a","choices":[{"index":0,"delta":{"content":"Crash testing a gateway means "}}]}`)})
+	_, s := tr.Prefix(provider.Usage{})
+	var text strings.Builder
+	for _, ev := range []string{
+		`{"id":"b","choices":[],"prompt_filter_results":[{"prompt_index":0,"content_filter_results":{}}]}`,
+		`{"id":"b","choices":[{"index":0,"delta":{"content":"Crash testing a gateway means sending"}}]}`,
+	} {
+		outs, err := s.Event(provider.Event{Data: []byte(ev)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range outs {
+			var c chatChunk
+			if json.Unmarshal(o.Data, &c) == nil && len(c.Choices) == 1 && c.Choices[0].Delta.Content != nil {
+				text.WriteString(*c.Choices[0].Delta.Content)
+			}
+		}
+	}
+	if text.String() != "sending" || !s.Restarted() {
+		t.Errorf("expected the answer begun again spliced as a replay (%q), got %q, restarted %v", "sending", text.String(), s.Restarted())
+	}
+}

@@ -102,6 +102,12 @@ type Deployment struct {
 	// got), it is redacted from what the router logs, keeps and passes on.
 	// Values under 8 bytes are not looked for.
 	Secrets []string
+
+	// refusesPrefill is learned: the deployment refused a resume's
+	// continuation as a model without prefill (see prefillRefusal), so it
+	// is not asked for another (a replay it may still serve). It lasts as
+	// long as the Deployment: a config reload makes it anew.
+	refusesPrefill atomic.Bool
 }
 
 // Request is what the router needs of one client request: the request as

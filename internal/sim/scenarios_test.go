@@ -41,15 +41,12 @@ type setup struct {
 // when one passes on every seed (take it out of the list then). The
 // integration engineer empties it as the fixes land.
 var knownFailing = map[string]int{
-	"window-roll":            1,
-	"token-window":           2,
-	"failover-wall":          3,
-	"revoked-keys":           3,
-	"too-large":              4,
-	"half-open":              5,
-	"resume-afresh":          6,
-	"resume-prefill-refused": 6,
-	"resume-silent":          6,
+	"window-roll":   1,
+	"token-window":  2,
+	"failover-wall": 3,
+	"revoked-keys":  3,
+	"too-large":     4,
+	"half-open":     5,
 }
 
 // draw is a scenario's random choices of its parameters.

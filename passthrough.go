@@ -89,7 +89,10 @@ func (h *Handler) provisionPassThrough() error {
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			h.logger.Debug("pass_through: the provider could not be reached", zap.String("provider", name), zap.Error(err))
+			// One attempt, no failover: the client's own retry is the only
+			// one (no x-should-retry), but not after a whole deadline.
 			e := api.Errorf(http.StatusBadGateway, api.Unavailable, "", "pass_through: provider %s could not be reached", name)
+			e.Retryable = true
 			if errors.Is(err, errHeaderDeadline) {
 				e = api.Errorf(http.StatusGatewayTimeout, api.Deadline, "", "pass_through: provider %s did not answer within the deadline", name)
 			}

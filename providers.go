@@ -80,7 +80,10 @@ type ProviderConfig struct {
 	APIKey string `json:"api_key,omitempty"`
 
 	// Timeout bounds one non-streaming attempt, until the response is
-	// complete. Default: 30s.
+	// complete. Default: none (router.DefaultTimeout): the request's
+	// deadline alone, so that a long answer is let finish rather than cut
+	// and retried elsewhere with less time left. Set it to fail over from a
+	// provider that stalls sooner.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
 	// TTFTTimeout bounds a streaming attempt until its first event of

@@ -76,6 +76,12 @@ type options struct {
 	busyBudget                time.Duration
 	driverCPUs, caddyCPUs     string
 	allCPUs                   string
+	// contentionLatencies are the answer latencies each contention
+	// scenario runs at, contentionRuns how many times, contentionOnly
+	// the scenarios (nil: all).
+	contentionLatencies []time.Duration
+	contentionRuns      int
+	contentionOnly      map[string]bool
 }
 
 func runBench(args []string) int {
@@ -101,6 +107,9 @@ func runBench(args []string) int {
 	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, memory, failover, contention, affinity, profile")
 	fs.IntVar(&o.profileRate, "profile-rate", 0, "rate of the profiled runs (0: the head-to-head rate, else the highest rate reverse_proxy and router-1 sustained)")
 	fs.DurationVar(&o.profileDur, "profile-duration", 5*time.Second, "length of each CPU and allocation profile")
+	latencies := fs.String("contention-latencies", "100ms", "answer latencies of the contention scenarios, comma-separated; above 100ms a scenario's windows, deadline and spread are stretched to three answers a window at least")
+	fs.IntVar(&o.contentionRuns, "contention-runs", 1, "how many times the contention scenarios run")
+	scenarios := fs.String("contention-scenarios", "", "only these contention scenarios, comma-separated (burst, unequal, open-loop, tpm, fleet)")
 	pin := fs.Bool("pin", true, "pin the Caddy under test to its own CPUs, apart from the load generator and upstreams (taskset)")
 	_ = fs.Parse(args)
 	if o.caddy == "" {
@@ -111,6 +120,20 @@ func runBench(args []string) int {
 		o.only = map[string]bool{}
 		for _, p := range strings.Split(*only, ",") {
 			o.only[strings.TrimSpace(p)] = true
+		}
+	}
+	for _, l := range strings.Split(*latencies, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(l))
+		if err != nil || d <= 0 {
+			fmt.Fprintf(os.Stderr, "llmbench run: bad contention latency %q\n", l)
+			return 2
+		}
+		o.contentionLatencies = append(o.contentionLatencies, d)
+	}
+	if *scenarios != "" {
+		o.contentionOnly = map[string]bool{}
+		for _, n := range strings.Split(*scenarios, ",") {
+			o.contentionOnly[strings.TrimSpace(n)] = true
 		}
 	}
 	for _, r := range strings.Split(*rates, ",") {

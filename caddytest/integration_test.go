@@ -143,7 +143,12 @@ func stats(t *testing.T, port int) mockStats {
 
 func chat(t *testing.T, model string, stream bool, headers ...string) *http.Response {
 	t.Helper()
-	body := fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"Say hello."}]}`, model, stream)
+	return chatBody(t, fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"Say hello."}]}`, model, stream), headers...)
+}
+
+// chatBody posts a Chat Completions request's body (see chat).
+func chatBody(t *testing.T, body string, headers ...string) *http.Response {
+	t.Helper()
 	for try := 0; ; try++ {
 		req, err := http.NewRequest(http.MethodPost, routerURL+"/v1/chat/completions", strings.NewReader(body))
 		if err != nil {

@@ -137,15 +137,19 @@ const (
 //
 // An answer to an API request (chat completions, embeddings, messages,
 // generateContent, invoke, converse, rawPredict) is decided in this
-// order: the request is counted in Stats; Latency passes; a wrong API
+// order, as a real provider decides admission when a request arrives:
+// the request is counted in Stats; a wrong API
 // key gets 401 (gemini: 403 when no key is sent; bedrock: 403 for bad
 // credentials or signature; vertex: 401 for a missing, unknown or
 // expired access token); an unparsable body gets 400; a body the
 // provider's schema rejects gets 400 (bedrock, vertex's anthropic
 // publisher); a continuation the provider rejects gets 400 (see
-// Continuation and continuation.go); RateLimit may answer 429; the
-// first active matching fault applies; otherwise the normal answer is
-// sent. Errors are in the dialect's own format.
+// Continuation and continuation.go); RateLimit may answer 429; each of
+// those refusals is sent at once. An admitted request then waits
+// Latency (its generation: the rate-limit headers, computed at
+// admission, come after it, as a real provider's do); the first active
+// matching fault applies; otherwise the normal answer is sent. Errors
+// are in the dialect's own format.
 //
 // Use without Caddy: Setup then HTTPHandler; Close releases requests
 // still waiting.
@@ -165,9 +169,11 @@ type Handler struct {
 	// request names none.
 	Model string `json:"model,omitempty"`
 
-	// Latency delays the response headers of every API answer (chat
-	// completions, embeddings, messages, generateContent), errors and
-	// faults included. Default: 0 (no
+	// Latency delays the response headers of every admitted API
+	// request (chat completions, embeddings, messages,
+	// generateContent), faults included: its generation. Refusals (401,
+	// 400, 429) come at once, and the rate-limit headers state what
+	// held at admission, Latency before they are read. Default: 0 (no
 	// delay). Unit: duration (JSON integer nanoseconds or a string
 	// such as "150ms").
 	Latency caddy.Duration `json:"latency,omitempty"`

@@ -577,6 +577,43 @@ func TestRateLimitRequests(t *testing.T) {
 	}
 }
 
+// A real provider decides admission, and computes its rate-limit
+// headers, when the request arrives; the answer brings them after the
+// generation (Latency), and a refusal comes at once (PROVIDERS.md). The
+// router's anchoring of resets is only tested by a mock that does this.
+func TestRateLimitIsStatedAtAdmission(t *testing.T) {
+	const latency = 300 * time.Millisecond
+	clock := newFakeClock()
+	s := serve(t, Handler{Latency: caddy.Duration(latency), RateLimit: &RateLimit{Requests: 2, Window: caddy.Duration(10 * time.Second)}}, clock)
+	readAll(t, s.post(t, "/v1/chat/completions", chatBody)) // starts the window, at 0 on the mock's clock
+	clock.advance(time.Second)
+	// The mock's clock moves 5 s on while the second request generates:
+	// its headers still state the window as it was when it arrived (1 s
+	// in: 9 s left), not when it answered (4 s left).
+	moved := make(chan struct{})
+	go func() {
+		time.Sleep(latency / 3)
+		clock.advance(5 * time.Second)
+		close(moved)
+	}()
+	sent := time.Now()
+	resp := s.post(t, "/v1/chat/completions", chatBody)
+	readAll(t, resp)
+	<-moved
+	if took := time.Since(sent); resp.StatusCode != 200 || took < latency {
+		t.Fatalf("expected 200 after the latency, got %d after %v", resp.StatusCode, took)
+	}
+	if got := resp.Header.Get("x-ratelimit-reset-requests"); got != "9s" {
+		t.Errorf("expected the reset stated at admission (9s), got %q", got)
+	}
+	sent = time.Now()
+	resp = s.post(t, "/v1/chat/completions", chatBody)
+	readAll(t, resp)
+	if took := time.Since(sent); resp.StatusCode != 429 || took >= latency {
+		t.Errorf("expected a 429 at once, got %d after %v", resp.StatusCode, took)
+	}
+}
+
 func TestRateLimitTokens(t *testing.T) {
 	clock := newFakeClock()
 	per := tokensOf(chatBody) + DefaultChunks

@@ -201,10 +201,6 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 
 	p := pacer{ctx: r.Context(), done: h.st.done}
 	defer p.stop()
-	if !p.wait(time.Duration(h.Latency)) {
-		h.abandon(r)
-		return
-	}
 
 	hdr := w.Header()
 	if h.dialect != dlOpenAI {
@@ -285,6 +281,12 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		h.st.stats.RateLimited++
 		h.st.mu.Unlock()
 		h.writeRateLimited(w, lim, model)
+		return
+	}
+	// Admitted: the generation takes Latency, and the headers, computed
+	// at admission, come with the answer after it (PROVIDERS.md).
+	if !p.wait(time.Duration(h.Latency)) {
+		h.abandon(r)
 		return
 	}
 

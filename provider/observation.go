@@ -97,6 +97,13 @@ type Window struct {
 	Remaining int64
 	// Reset is how long after the response the window refreshes.
 	Reset time.Duration
+	// Instant says that the provider stated Reset as an instant (an RFC
+	// 3339 time, a Unix time), which Observe turned into a duration from
+	// the time it was given: exact but for clock skew. False for a
+	// countdown ("9.8s", "6m0s", seconds), which the provider computed when
+	// it admitted the request, some time between the attempt's send and
+	// its first byte: the router anchors it to that interval.
+	Instant bool
 }
 
 // UnknownWindow is a Window with nothing stated.

@@ -36,6 +36,21 @@ func TestParseReset(t *testing.T) {
 	}
 }
 
+// A countdown is not an instant: the router anchors the one and not the
+// other.
+func TestParseResetInstant(t *testing.T) {
+	ref := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	for in, want := range map[string]bool{
+		"20s": false, "2": false, "33011.375": false, "17ms": false,
+		"2025-08-21T12:40:07Z": true, "1755780030": true, "1755780030000": true,
+		"Thu, 21 Aug 2025 12:40:30 GMT": true, "soon": false,
+	} {
+		if _, got := ParseResetInstant(in, ref); got != want {
+			t.Errorf("ParseResetInstant(%q): instant %v, want %v", in, got, want)
+		}
+	}
+}
+
 func TestMessageHint(t *testing.T) {
 	for msg, want := range map[string]time.Duration{
 		"Please try again in 125ms.":     125 * time.Millisecond,

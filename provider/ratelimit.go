@@ -50,34 +50,44 @@ func ParseCount(v string) int64 {
 // MaxCooldown is garbage (a Retry-After of 1e12), not advice, and
 // reads as Unknown, so the router's own backoff applies.
 func ParseReset(v string, ref time.Time) time.Duration {
+	d, _ := ParseResetInstant(v, ref)
+	return d
+}
+
+// ParseResetInstant is ParseReset, and reports whether v named an
+// instant (a Unix time, RFC 3339, an HTTP-date) rather than a countdown.
+// A countdown counts from when the provider admitted the request, some
+// time between its send and its first byte (PROVIDERS.md); an instant is
+// exact but for clock skew (see Window.Instant).
+func ParseResetInstant(v string, ref time.Time) (d time.Duration, instant bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return Unknown
+		return Unknown, false
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
 		switch {
 		case math.IsNaN(f) || f < 0:
-			return Unknown
+			return Unknown, false
 		case f > 1e12:
-			return ClampWait(time.UnixMilli(int64(f)).Sub(ref))
+			return ClampWait(time.UnixMilli(int64(f)).Sub(ref)), true
 		case f > 1e9:
-			return ClampWait(time.Unix(int64(f), 0).Sub(ref))
+			return ClampWait(time.Unix(int64(f), 0).Sub(ref)), true
 		}
-		return seconds(f)
+		return seconds(f), false
 	}
 	if d, err := time.ParseDuration(v); err == nil {
 		if d < 0 {
-			return Unknown
+			return Unknown, false
 		}
-		return ClampWait(d)
+		return ClampWait(d), false
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return ClampWait(t.Sub(ref))
+		return ClampWait(t.Sub(ref)), true
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return ClampWait(t.Sub(ref))
+		return ClampWait(t.Sub(ref)), true
 	}
-	return Unknown
+	return Unknown, false
 }
 
 // seconds converts non-negative float seconds to a duration, Unknown past

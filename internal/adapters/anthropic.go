@@ -227,7 +227,7 @@ func anthropicWindow(h http.Header, kind string, ref time.Time) provider.Window 
 		w.Remaining = provider.ParseCount(v)
 	}
 	if v := h.Get(prefix + "Reset"); v != "" {
-		w.Reset = provider.ParseReset(v, ref)
+		w.Reset, w.Instant = provider.ParseResetInstant(v, ref)
 	}
 	return w
 }

@@ -94,7 +94,8 @@ const (
 )
 
 // Error is a refusal or a failure the router answers itself, in the
-// client's format.
+// client's format, with x-should-retry: false (see writeError) unless
+// Retryable.
 type Error struct {
 	Status  int
 	Code    Code
@@ -102,6 +103,11 @@ type Error struct {
 	Message string
 	// RetryAfter, when positive, is sent as Retry-After (whole seconds).
 	RetryAfter time.Duration
+	// Retryable leaves the client's own retry policy alone (no
+	// x-should-retry): the router made one attempt and did not retry it
+	// (pass_through's provider could not be reached), so the client's
+	// retry is the only one.
+	Retryable bool
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -199,8 +205,20 @@ type streamWriter interface {
 	failed(w io.Writer, e *router.StreamError) error
 }
 
-// writeError answers with e in f's format, and its Retry-After.
+// writeError answers with e in f's format, its Retry-After, and
+// x-should-retry: false. The official SDKs (OpenAI's and Anthropic's, in
+// Python, Node and Go) retry 408, 409, 429 and 5xx twice more unless that
+// header says false, and sleep any Retry-After (PROVIDERS.md): an error the
+// router answers itself is either a refusal of the request as it is, or a
+// give-up after it walked the deployments within the request's deadline,
+// and a retry at once would only wait the deadline again. Retry-After, when
+// set, is the router's real wait (a reset, a renewal, a circuit's next
+// probe), for a client that schedules its own retry. A provider's own error
+// passed on (write) is its statement, and gets neither.
 func writeError(w http.ResponseWriter, f format, e *Error) {
+	if !e.Retryable {
+		w.Header().Set("X-Should-Retry", "false")
+	}
 	if e.RetryAfter > 0 {
 		// Rounded up: a client that waits exactly this long comes back
 		// after the window renewed, not just before.

@@ -30,19 +30,42 @@ import (
 // ResetMargin is added to every stated reset: a reset stated to the
 // millisecond (rounded), or as an instant by a clock a little ahead of
 // ours, must not let the router refill a window the provider has not.
+//
+// A reset stated as a countdown is anchored to when the provider made the
+// statement: when it admitted the request, some time between the
+// attempt's send and its first byte (PROVIDERS.md), not when the router
+// reads it. The window is taken to be full again only at the latest
+// instant the countdown allows (the read, plus the countdown, plus the
+// margin), and what is sent from the earliest (the send, plus the
+// countdown) is charged to the next window too (carry): the provider's
+// window may have rolled already. Answers to attempts sent at different
+// times narrow that interval: for a fixed window each one states the same
+// instant, so the reset lies in every answer's interval.
 const ResetMargin = 50 * time.Millisecond
 
 type window struct {
 	limit, remaining int64     // provider.Unknown until stated
-	reset            time.Time // a fixed window: when it is full again; zero = not stated
-	span             time.Duration
+	reset            time.Time // a fixed window: when it is full again, at the latest; zero = not stated
+	// uncertain is how long before reset the provider's window may have
+	// rolled already (the countdown's anchor: from the attempt's send to
+	// its read, narrowed by later answers; ResetMargin at least): what is
+	// spent from then on counts against the next window too.
+	uncertain time.Duration
+	span      time.Duration
+	// gap is the shortest time seen between two stated resets of a fixed
+	// window (from the earliest the first may have been to the latest the
+	// next may be; 0 until seen): no window is longer, since a window that
+	// starts with its first request may be idle in between. statedLo and
+	// statedHi bound the last stated reset (projections aside).
+	gap                time.Duration
+	statedLo, statedHi time.Time
 	// refills: the window proved to refill continuously, at rate units per
 	// second (0 until a statement implies it); remaining is then the count
 	// at at.
 	refills bool
 	rate    float64
 	at      time.Time
-	// carry is what was spent within ResetMargin before a fixed window's
+	// carry is what was spent within uncertain before a fixed window's
 	// reset: the provider's window may have ended already, so it counts
 	// against the next one too.
 	carry  int64
@@ -95,16 +118,19 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 		if w.span <= 0 {
 			w.span = d
 		}
+		if d > w.gap+ResetMargin {
+			w.gap = 0 // a window longer than the bound: the limits changed, measure again
+		}
 	}
-	reset := time.Time{} // a count without a reset is only good for this instant...
+	reset, uncertain := time.Time{}, w.uncertain // a count without a reset is only good for this instant...
 	if o.Reset >= 0 {
-		reset = now.Add(min(o.Reset, provider.MaxCooldown) + ResetMargin)
+		reset, uncertain = w.anchor(now, sent, o)
 	} else if w.reset.After(now) {
 		reset = w.reset // ...unless the window's reset is known
 	}
 	if o.Remaining < 0 {
 		if o.Reset >= 0 {
-			w.reset = reset
+			w.reset, w.uncertain = reset, uncertain
 		}
 		return
 	}
@@ -145,7 +171,63 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 	}
 	w.stated = o.Remaining
 	w.at = now
-	w.reset = reset
+	w.reset, w.uncertain = reset, uncertain
+}
+
+// anchor returns when a window whose reset o states (Reset >= 0) is full
+// again at the latest, and how long before that it may have rolled
+// already (see ResetMargin): a countdown counts from some instant between
+// sent and now, an instant only has the margin. For a fixed window whose
+// current reset is known, a statement whose interval overlaps it speaks
+// of the same instant: the reset lies in both, so the two narrow each
+// other; one that does not overlap is a new window (or a refilling one:
+// its reset moves with each statement), and stands alone.
+func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time, uncertain time.Duration) {
+	d := min(o.Reset, provider.MaxCooldown)
+	reset, uncertain = now.Add(d+ResetMargin), ResetMargin
+	if !o.Instant && sent.Before(now) {
+		uncertain += now.Sub(sent)
+	}
+	lo := reset.Add(-uncertain)
+	defer func() { w.statedLo, w.statedHi = reset.Add(-uncertain), reset }()
+	if w.refilling() {
+		return reset, uncertain
+	}
+	if !w.statedLo.IsZero() && lo.After(w.statedHi) {
+		// A later window: the time from the last stated reset bounds the
+		// span from above (a window of unknown span is projected with it).
+		// One that is surely longer than the bound proves it stale.
+		if g := reset.Sub(w.statedLo); g > 0 && (w.gap == 0 || g < w.gap || lo.Sub(w.statedHi) > w.gap) {
+			w.gap = g
+		}
+	}
+	if w.reset.IsZero() || !w.reset.After(now) {
+		return reset, uncertain
+	}
+	oldLo := w.reset.Add(-w.uncertain)
+	if lo.After(w.reset) || reset.Before(oldLo) {
+		return reset, uncertain
+	}
+	hi := reset
+	if w.reset.Before(hi) {
+		hi = w.reset
+	}
+	if oldLo.After(lo) {
+		lo = oldLo
+	}
+	return hi, max(hi.Sub(lo), ResetMargin)
+}
+
+// period is what a fixed window's resets are projected with once the
+// stated one passed: the shortest gap seen between two stated resets
+// when one was (no window is longer), else the span (the longest
+// countdown stated, which no window is shorter than). A window that grows
+// past the gap is found by its first 429, whose statement corrects it.
+func (w *window) period() time.Duration {
+	if w.gap > 0 {
+		return w.gap
+	}
+	return w.span
 }
 
 // ratioWeight is the weight of a new sample of window.ratio; minRatio its
@@ -201,16 +283,17 @@ func (w *window) nextReset(now time.Time) time.Time {
 	if w.reset.IsZero() || w.reset.After(now) {
 		return w.reset
 	}
-	if w.span <= 0 {
+	span := w.period()
+	if span <= 0 {
 		return time.Time{}
 	}
 	// A window that starts with its first request after the last one
 	// ended starts a little after the router's reset: a margin each time;
 	// and after a span without a request it starts with the next one.
-	if now.Sub(w.reset) >= w.span {
-		return now.Add(w.span + ResetMargin)
+	if now.Sub(w.reset) >= span {
+		return now.Add(span + ResetMargin)
 	}
-	return w.reset.Add(w.span + ResetMargin)
+	return w.reset.Add(span + ResetMargin)
 }
 
 // keep is the share of the limit an attempt must leave unspent (reserve).
@@ -278,7 +361,7 @@ func (w *window) spend(now time.Time, n int64) {
 				w.stated = w.limit
 			}
 			w.carry = 0
-		} else if !now.Before(w.reset.Add(-ResetMargin)) {
+		} else if !now.Before(w.reset.Add(-max(w.uncertain, ResetMargin))) {
 			w.carry += n
 		}
 	}
@@ -319,7 +402,7 @@ func (w *window) forecast(now, until time.Time, reserve float64, whole bool) int
 	// Each later reset comes a span and a margin after the one before, as
 	// nextReset rolls the window: the provider's next window starts with
 	// the first request after its reset.
-	resets := int64(until.Sub(r)/(w.span+ResetMargin)) + 1
+	resets := int64(until.Sub(r)/(w.period()+ResetMargin)) + 1
 	per := max(w.limit-keep, 0)
 	if resets > 0 && per > (math.MaxInt64/4)/resets {
 		return math.MaxInt64 / 4 // more than anyone will ask
@@ -344,14 +427,18 @@ func (w *window) shareOf(n int64) int64 {
 }
 
 // forecastUnits is forecast in the router's estimate units: what the
-// window lets start, divided by what it counts per unit estimated;
-// provider.Unknown until that is learned (the estimate, prompt plus
-// max_tokens, only bounds what a provider counts from above: no request is
-// refused early on it).
+// window lets start, divided by what it counts per unit estimated. Until
+// that ratio is learned it is taken as 1: providers admit a request on an
+// estimate made from the request itself, its characters and its
+// max_tokens, before any token is generated (OpenAI; Anthropic's output
+// tokens likewise, PROVIDERS.md), which is what the router's estimate,
+// prompt bytes / 4 plus max_tokens, counts. So a request that the window
+// cannot start before its deadline is told at once, not when the
+// deadline passes; once learned, the ratio corrects the forecast.
 func (w *window) forecastUnits(now, until time.Time, reserve float64, whole bool) int64 {
 	f := w.forecast(now, until, reserve, whole)
 	if f < 0 || w.ratio <= 0 {
-		return provider.Unknown
+		return f
 	}
 	return int64(float64(f) / w.ratio)
 }

@@ -191,13 +191,13 @@ func TestAWindowsRatio(t *testing.T) {
 
 	w = newWindowA()
 	w.update(t0, t0, winA(1000, 1000, 10*time.Second), 0, 0)
-	if got := w.forecastUnits(t0, t0, 0, false); got != provider.Unknown {
-		t.Errorf("no ratio learned: expected unknown, got %d", got)
+	if got := w.forecastUnits(t0, t0, 0, false); got != 1000 || w.ratio != 0 {
+		t.Errorf("no ratio learned: expected the window's 1000 (a ratio of 1, the estimate is what is admitted on), got %d (ratio %v)", got, w.ratio)
 	}
 	now := atA(6 * time.Second)
 	w.update(now, now, winA(1000, 900, 10*time.Second+100*msA), 0, 100) // the next window
-	if got := w.forecastUnits(now, now, 0, false); got != provider.Unknown {
-		t.Errorf("an answer from the next window: expected no ratio learned, got %d", got)
+	if got := w.forecastUnits(now, now, 0, false); got != 900 || w.ratio != 0 {
+		t.Errorf("an answer from the next window: expected no ratio learned (900 at 1), got %d (ratio %v)", got, w.ratio)
 	}
 
 	w = newWindowA()
@@ -248,8 +248,8 @@ func TestObserveTeachesNoRatio(t *testing.T) {
 	s := NewState()
 	s.Observe(t0, tok(1000, 10*time.Second), DefaultPolicy)
 	s.Observe(atA(time.Second), tok(900, 9*time.Second), DefaultPolicy)
-	if _, tk := s.Forecast(atA(time.Second), atA(2*time.Second), 0); tk != provider.Unknown {
-		t.Errorf("expected the tokens forecast unknown, got %d", tk)
+	if _, tk := s.Forecast(atA(time.Second), atA(2*time.Second), 0); tk != 900 || s.tokens.ratio != 0 {
+		t.Errorf("expected the ratio unlearned and the tokens forecast at 1 (900), got %d (ratio %v)", tk, s.tokens.ratio)
 	}
 }
 
@@ -269,8 +269,8 @@ func TestSpendingJustBeforeAResetCountsAgainstTheNext(t *testing.T) {
 
 // When a fixed window's next reset is: unknown once the stated one passed
 // with no span known; a span after the request that starts it after an
-// idle span; the span stated in the last window, kept across windows
-// without a statement.
+// idle span; the span the statements bound, kept across windows without
+// a statement.
 func TestNextReset(t *testing.T) {
 	w := newWindowA()
 	w.update(t0, t0, winA(1, 0, 0), 0, 0) // span unknown
@@ -291,16 +291,19 @@ func TestNextReset(t *testing.T) {
 	w.update(t0, t0, winA(10, 0, 10*time.Second), 0, 0)
 	w.spend(atA(10*time.Second+ResetMargin), 10) // roll: next reset +20.1 s
 	w.update(atA(11*time.Second), atA(10*time.Second+ResetMargin), winA(10, 0, 4*time.Second), 0, 0)
-	w.spend(atA(15*time.Second+ResetMargin), 10) // roll: span 4 s from now on
-	t3 := atA(25*time.Second + 2*ResetMargin)
+	w.spend(atA(15*time.Second+ResetMargin), 10) // roll: span 4 s stated, but no window is longer than 5.05 s
+	// (the second statement's reset is at the latest at +15.05 s, the
+	// first one's at the earliest at +10 s): projected with that bound.
+	period := 5*time.Second + ResetMargin
+	t3 := atA(15*time.Second + ResetMargin).Add(period + ResetMargin)
 	w.spend(t3, 10) // roll without a statement since
-	if at := w.availableAt(t3, 1, 0); !at.Equal(t3.Add(4*time.Second + ResetMargin)) {
-		t.Errorf("expected the next reset 4.05 s later, got %v", at.Sub(t3))
+	if at := w.availableAt(t3, 1, 0); !at.Equal(t3.Add(period + ResetMargin)) {
+		t.Errorf("expected the next reset %v later, got %v", period+ResetMargin, at.Sub(t3))
 	}
-	t4 := t3.Add(4*time.Second + ResetMargin)
+	t4 := t3.Add(period + ResetMargin)
 	w.spend(t4, 10)
-	if at := w.availableAt(t4, 1, 0); !at.Equal(t4.Add(4*time.Second + ResetMargin)) {
-		t.Errorf("span kept: expected the next reset 4.05 s later, got %v", at.Sub(t4))
+	if at := w.availableAt(t4, 1, 0); !at.Equal(t4.Add(period + ResetMargin)) {
+		t.Errorf("span kept: expected the next reset %v later, got %v", period+ResetMargin, at.Sub(t4))
 	}
 }
 

@@ -126,3 +126,28 @@ func TestFeaturesAreWhatTheRankingReads(t *testing.T) {
 		t.Errorf("half-open: expected the probe, got %+v", f)
 	}
 }
+
+// A censored latency (an attempt cancelled after d without answering)
+// says the deployment is at least that slow: it sets an unmeasured EWMA,
+// raises one below it as a sample would (weight 0.3), and leaves one above
+// it alone; streams by time to first content, answers by total latency.
+func TestACensoredLatencyOnlyRaisesTheEWMA(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	s := NewState()
+	s.RecordAtLeast(2*time.Second, 0)
+	if f := s.Features(now, 10, false); !near(f.Latency, 2) {
+		t.Errorf("unmeasured, then at least 2 s: expected 2, got %v", f.Latency)
+	}
+	s.RecordAtLeast(4*time.Second, 0)
+	if f := s.Features(now, 10, false); !near(f.Latency, 2.6) {
+		t.Errorf("2 s, then at least 4 s: expected 2 + 0.3 x 2 = 2.6, got %v", f.Latency)
+	}
+	s.RecordAtLeast(time.Second, 0)
+	if f := s.Features(now, 10, false); !near(f.Latency, 2.6) {
+		t.Errorf("2.6 s, then at least 1 s: expected 2.6 unchanged, got %v", f.Latency)
+	}
+	s.RecordAtLeast(0, 3*time.Second)
+	if f := s.Features(now, 10, true); !near(f.Latency, 3) {
+		t.Errorf("a stream's time to first content at least 3 s: expected 3, got %v", f.Latency)
+	}
+}

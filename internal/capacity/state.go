@@ -290,6 +290,23 @@ func (s *State) RecordLatency(total, ttft time.Duration) {
 	}
 }
 
+// RecordAtLeast folds in a censored sample: an attempt cancelled before it
+// answered (a hedge the other attempt won) took at least total
+// (non-streaming) or ttft (streaming, to its first content) without
+// answering. It raises an EWMA below it as a sample would, and leaves one
+// above it alone (the deployment is known to be at least that slow, not
+// faster than believed); a zero duration is no sample.
+func (s *State) RecordAtLeast(total, ttft time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sec := total.Seconds(); total > 0 && sec > s.latency {
+		s.latency = ewma(s.latency, sec)
+	}
+	if sec := ttft.Seconds(); ttft > 0 && sec > s.ttft {
+		s.ttft = ewma(s.ttft, sec)
+	}
+}
+
 func ewma(old, sample float64) float64 {
 	if old == 0 {
 		return sample

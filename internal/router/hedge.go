@@ -54,9 +54,11 @@ func (r *Router) exchange(ctx context.Context, g *Group, req *Request, res *Resu
 		return append(buf, exchanged{i, a, a.exchange(req)})
 	}
 	done := make(chan exchanged, 2)
-	go func() { done <- exchanged{i, a, a.exchange(req)} }()
 	fire := make(chan struct{})
+	// The timer is set before the attempt is sent: HedgeAfter counts from
+	// the send, whatever the scheduler does.
 	timer := r.Clock.AfterFunc(r.HedgeAfter, func() { close(fire) })
+	go func() { done <- exchanged{i, a, a.exchange(req)} }()
 	select {
 	case e := <-done:
 		timer.Stop()
@@ -76,7 +78,7 @@ func (r *Router) exchange(ctx context.Context, g *Group, req *Request, res *Resu
 			loser = h
 		}
 		loser.cancel(errHedgeLost)
-		r.drop(<-done)
+		r.drop(<-done, req.Stream)
 		buf = append(buf, first)
 	} else {
 		buf = append(buf, first, <-done) // the failure, then the other
@@ -146,9 +148,19 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 // drop ends the attempt of a hedged pair that did not answer: an answer
 // that came anyway is observed (what it says of capacity is true, and it
 // spent what it used), a stream closed; its claim is released either way.
-func (r *Router) drop(e exchanged) {
+// One cancelled before it answered is a censored latency sample (stream:
+// of time to first content): its deployment took at least that long, so
+// that one slower than its peers stops ranking first.
+func (r *Router) drop(e exchanged, stream bool) {
 	out := e.out
-	if out.end == answered && !errors.Is(context.Cause(e.a.ctx), errHedgeLost) {
+	lost := errors.Is(context.Cause(e.a.ctx), errHedgeLost)
+	switch {
+	case lost && out.obs.Class != provider.OK && stream:
+		out.d.State.RecordAtLeast(0, out.took)
+	case lost && out.obs.Class != provider.OK:
+		out.d.State.RecordAtLeast(out.took, 0)
+	}
+	if out.end == answered && !lost {
 		out.d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 		if out.obs.Class == provider.OK && out.stream == nil {
 			if u, ok := provider.UsageOf(out.format, out.body); ok {

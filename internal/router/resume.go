@@ -5,11 +5,13 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/resume"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -67,6 +69,15 @@ func SameModel(a, b string) bool {
 	return a == b || norm(a) == norm(b)
 }
 
+// prefillRefusal matches a provider's message refusing a continuation
+// because its model takes no prefill at all, not because of this
+// request: Claude Opus 4.6, Sonnet 4.6, Opus 4.7 and later answer 400
+// "This model does not support assistant message prefill. The
+// conversation must end with a user message." or "Prefilling assistant
+// messages is not supported for this model"; a prefix flag's server
+// "prefix is not supported".
+var prefillRefusal = regexp.MustCompile(`(?i)\b(prefill|prefix)\w*\b[^.]*\bnot\s+supported|does\s+not\s+support\b[^.]*\b(prefill|prefix)|must\s+end\s+with\s+a\s+user\s+message`)
+
 // prepareResume readies a stream that is req's answer to be resumed:
 // ctx is the client's request, attempts those made so far.
 func (s *Stream) prepareResume(ctx context.Context, req *Request, attempts int) {
@@ -81,10 +92,12 @@ func (s *Stream) prepareResume(ctx context.Context, req *Request, attempts int) 
 // observed on its deployment) with another attempt: first a
 // continuation, a request that ends with the text the client has, on a
 // deployment that continues text it did not write (the Resume mode says
-// which; one that refuses a continuation is not asked again); else a
-// replay of the request from its start on any deployment of the group,
-// whose text must begin with exactly what the client has. Each has
-// deadline from the moment the stream broke, and the request's attempts
+// which; one that refuses a continuation is not asked again in this
+// request, one whose model takes no prefill in no later one); else a replay of the request from its start
+// where it can match (replayMatches), whose text must begin with exactly
+// what the client has. Both have the broken deployment's idle_timeout
+// (the router's deadline when shorter or unset) from the moment the stream
+// broke until new text reaches the client, and the request's attempts
 // left. It reports whether the stream goes on; false leaves the broken
 // attempt closed, for an in-band error.
 func (s *Stream) resume(se *StreamError) bool {
@@ -109,11 +122,18 @@ func (s *Stream) resume(se *StreamError) bool {
 	for _, l := range s.done {
 		prior = addUsage(prior, l.Usage)
 	}
+	// The client's stream is silent from the break: the resume has what
+	// idle_timeout allows it until new text reaches the client.
 	deadline := r.Clock.Now().Add(r.Deadline)
+	if idle := from.IdleTimeout; idle > 0 && idle < r.Deadline {
+		deadline = r.Clock.Now().Add(idle)
+	}
 	before := s.attempts
 	next, splice, how := s.continuation(prior, deadline)
-	if next == nil && s.transcript.CanReplay() && s.attempts < r.MaxAttempts && s.parent.Err() == nil {
-		if res := s.attempt(s.req.Request, nil, deadline, 0); res.Stream != nil {
+	replays := s.replayMatches()
+	if next == nil && s.transcript.CanReplay() && s.attempts < r.MaxAttempts && s.parent.Err() == nil &&
+		slices.ContainsFunc(s.group.Deployments, replays) {
+		if res := s.attempt(s.req.Request, replays, deadline, 0); res.Stream != nil {
 			next, splice, how = res.Stream, s.transcript.Replay(prior), "replayed"
 		}
 	}
@@ -128,8 +148,30 @@ func (s *Stream) resume(se *StreamError) bool {
 	}
 	s.leg, s.pending, s.pendingBytes, s.first = next.leg, next.pending, next.pendingBytes, next.first
 	s.splice, s.textAt = splice, len(s.transcript.Text())
+	if s.d.IdleTimeout > 0 {
+		// Until the new attempt gives the client new text, its silence is
+		// what is left of the resume's (see Stream.next).
+		s.idleLeft = min(s.d.IdleTimeout, max(deadline.Sub(r.Clock.Now()), time.Nanosecond))
+	}
 	s.pendingResume = &pendingResume{from: from, how: how, failure: se.Message}
 	return true
+}
+
+// replayMatches returns which deployments a replay may be asked of: those
+// whose answer can begin with exactly the text the client has. Sampling
+// makes a fresh answer depart from the first after a few tokens unless
+// temperature is 0, and another model's answer is another text: a
+// deployment of the same model (SameModel) as the stream's first attempt,
+// when the request asks for temperature 0 or the client has at most
+// resume.RestartProbe bytes (about 4 tokens) of text.
+func (s *Stream) replayMatches() func(*Deployment) bool {
+	few := len(s.transcript.Text()) <= resume.RestartProbe
+	greedy := false
+	if start, end, err := jsonbody.FindMember(s.req.Body, "temperature"); err == nil && start >= 0 {
+		t, err := strconv.ParseFloat(string(s.req.Body[start:end]), 64)
+		greedy = err == nil && t == 0
+	}
+	return func(d *Deployment) bool { return (few || greedy) && SameModel(d.Model, s.model) }
 }
 
 // pendingResume is a resume told (metrics, log) once its attempt's answer
@@ -147,6 +189,9 @@ func (s *Stream) announce() {
 	}
 	s.pendingResume = nil
 	s.resumes++
+	if s.splice.Restarted() {
+		p.how = "replayed" // a continuation's answer that began again
+	}
 	if s.r.Observer != nil {
 		s.r.Observer.Resume(p.from, s.d, p.how)
 	}
@@ -173,7 +218,7 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 	// asked of each once, so that none is waited for that cannot.
 	capable := map[*Deployment]bool{}
 	for _, d := range s.group.Deployments {
-		if r.Resume == ResumeAny || SameModel(d.Model, s.model) {
+		if !d.refusesPrefill.Load() && (r.Resume == ResumeAny || SameModel(d.Model, s.model)) {
 			p, err := d.Provider.Plan(s.parent, d.Model, creq)
 			capable[d] = err == nil && p != nil && p.Format() == s.format
 		}
@@ -195,10 +240,14 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 		if res.Error == nil || res.Error.Class != provider.ClientError || res.Deployment == nil {
 			return nil, nil, ""
 		}
-		// A provider that refuses a continuation (a model without prefill):
-		// not asked for another in this request.
+		// A provider that refuses a continuation: not asked for another in
+		// this request; in none when it says its model takes no prefill.
+		learned := prefillRefusal.MatchString(res.Error.Message)
+		if learned {
+			res.Deployment.refusesPrefill.Store(true)
+		}
 		r.Logger.Info("deployment refused to continue a broken stream", zap.String("deployment", res.Deployment.Name),
-			zap.Int("status", res.Status), zap.String("message", res.Error.Message))
+			zap.Int("status", res.Status), zap.String("message", res.Error.Message), zap.Bool("remembered", learned))
 		s.refused = append(s.refused, res.Deployment)
 	}
 	return nil, nil, ""

@@ -145,7 +145,7 @@ func TestNoContinuationWithOnlyTheReplaysAttempt(t *testing.T) {
 		a := replies(cut(textChunk("a", "Hello, "), textChunk("a", "wo")))
 		b := replies(sse(textChunk("b", "Hello, world!"), finalChunk("b"), "data: [DONE]"))
 		da, db := deployment("a", a), deployment("b", b)
-		da.Quality = 1
+		da.Quality, db.Model = 1, da.Model
 		db.Provider.(*adapters.OpenAI).Continuation = provider.PrefixFlag
 		core, logs := observer.New(zapcore.DebugLevel)
 		r := newRouter(newFakeClock())

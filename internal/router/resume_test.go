@@ -209,7 +209,7 @@ func TestResumeModes(t *testing.T) {
 		mode    ResumeMode
 		resumed bool
 		bAsked  int32
-	}{{ResumeSameModel, false, 1}, {ResumeAny, true, 1}, {ResumeOff, false, 0}} {
+	}{{ResumeSameModel, false, 0}, {ResumeAny, true, 1}, {ResumeOff, false, 0}} {
 		var seen bodies
 		a := &script{replies: []func(*http.Request) (*http.Response, error){cut(textChunk("a", "Hello"))}}
 		b := &script{replies: []func(*http.Request) (*http.Response, error){seen.keep(sse(textChunk("b", ", world"), finalChunk("b"), "data: [DONE]"))}}
@@ -228,8 +228,9 @@ func TestResumeModes(t *testing.T) {
 		case !tc.resumed && (!errors.As(err, &se) || dones != 0 || text != "Hello"):
 			t.Errorf("%s: expected an in-band error after %q, got %q %v, %d [DONE]", tc.mode, "Hello", text, err, dones)
 		}
-		// same_model asks b, of another model, only for a replay (its text,
-		// not beginning with the client's, is not spliced in); off not at all.
+		// same_model does not ask b, of another model, even for a replay
+		// (another model's answer cannot begin with the client's text); off
+		// not at all.
 		if n := b.calls.Load(); n != tc.bAsked {
 			t.Errorf("%s: expected b asked %d times, got %d", tc.mode, tc.bAsked, n)
 		}
@@ -240,7 +241,7 @@ func TestResumeModes(t *testing.T) {
 }
 
 // Where no deployment continues text, the request is asked again from its
-// start (of any deployment of the group, whatever the mode): its text
+// start (of a deployment of the same model, whatever the mode): its text
 // goes on past what the client has; one that departs from it ends the
 // stream in-band, never as a complete answer.
 func TestAReplayGoesOnOnlyFromTheSameText(t *testing.T) {
@@ -259,7 +260,7 @@ func TestAReplayGoesOnOnlyFromTheSameText(t *testing.T) {
 		b := &script{replies: []func(*http.Request) (*http.Response, error){sse(tc.b...)}}
 		da, db := deployment("a", a), deployment("b", b)
 		da.Quality = 1
-		db.Model = "other-model" // a replay may finish on any deployment
+		db.Model = da.Model // a replay is asked of a deployment of the same model
 		obs := &countingObserver{unpredicted: map[string]int{}}
 		r := newRouter(newFakeClock())
 		r.Observer = obs

@@ -34,10 +34,17 @@ import (
 
 // Defaults of the router's settings and of a provider's timeouts (the
 // Caddyfile's defaults; the backoff's are capacity.DefaultPolicy's).
+//
+// DefaultTimeout is 0: a non-streaming attempt runs as long as the request's
+// deadline allows, since a long answer (a minute of generation) is a working
+// provider's, and cutting it only to retry elsewhere with less time left
+// serves nothing. A silent provider is bounded by the deadline alone unless a
+// timeout is set. Streams are bounded by DefaultTTFTTimeout until their first
+// content and DefaultIdleTimeout between events after it.
 const (
 	DefaultDeadline    = 60 * time.Second
 	DefaultMaxAttempts = 4
-	DefaultTimeout     = 30 * time.Second
+	DefaultTimeout     = time.Duration(0)
 	DefaultTTFTTimeout = 15 * time.Second
 	DefaultIdleTimeout = 30 * time.Second
 )
@@ -55,7 +62,8 @@ type Deployment struct {
 	Provider provider.Provider
 	// Transport performs the upstream exchange (Caddy's HTTP transport).
 	Transport http.RoundTripper
-	// Timeout bounds one non-streaming attempt until its body is read.
+	// Timeout bounds one non-streaming attempt until its body is read; 0:
+	// the request's deadline alone (DefaultTimeout).
 	Timeout time.Duration
 	// TTFTTimeout bounds a streaming attempt until its first content.
 	TTFTTimeout time.Duration
@@ -94,6 +102,12 @@ type Deployment struct {
 	// got), it is redacted from what the router logs, keeps and passes on.
 	// Values under 8 bytes are not looked for.
 	Secrets []string
+
+	// refusesPrefill is learned: the deployment refused a resume's
+	// continuation as a model without prefill (see prefillRefusal), so it
+	// is not asked for another (a replay it may still serve). It lasts as
+	// long as the Deployment: a config reload makes it anew.
+	refusesPrefill atomic.Bool
 }
 
 // Request is what the router needs of one client request: the request as
@@ -266,22 +280,35 @@ func New() *Router {
 }
 
 // Error is a failure the router answers itself (not a provider's answer
-// passed on). Client APIs write it in their format:
+// passed on). Client APIs write it in their format, with x-should-retry:
+// false (the router already walked the deployments within the deadline),
+// and RetryAfter as Retry-After:
 //
-//   - 400 client_error: no deployment could express the request (Message says why);
+//   - 400 client_error: no deployment could express the request (Message
+//     says why); no Retry-After;
 //   - 400 context_length: the request's estimate is larger than every
-//     deployment's context window (the pre-check: no attempt was made);
+//     deployment's context window (the pre-check: no attempt was made); no
+//     Retry-After;
 //   - 413 client_error: the request is larger than the token rate limit
-//     of every deployment that could take it (a window's whole limit, as
-//     stated, or a provider's too_large): no wait lets it through;
-//   - 429 rate_limited: every deployment is rate-limited or out of quota;
-//   - 502 server: every deployment failed, or is cooling down after failures;
-//   - 504 transport: the deadline passed.
+//     of every deployment that could take it (a provider's too_large, or
+//     the limit of a window that refused one so before): no wait lets it
+//     through; no Retry-After;
+//   - 429 rate_limited (quota_exhausted for a spent budget): every
+//     deployment is rate-limited or out of quota; Retry-After until the
+//     earliest reset (or the budget's renewal);
+//   - 502 server: every deployment failed, or is cooling down after
+//     failures; Retry-After, when they cool, until the first comes back by
+//     itself (a reset, a failing circuit's next probe), none when only keys
+//     their providers refused hold them out, or when attempts ran out;
+//   - 503 server: every deployment is disabled by its operator; no
+//     Retry-After;
+//   - 504 transport: the deadline passed; no Retry-After.
 type Error struct {
 	Status  int
 	Class   provider.Class
 	Message string
-	// RetryAfter, when positive, is sent as Retry-After (whole seconds).
+	// RetryAfter, when positive, is sent as Retry-After (whole seconds): a
+	// real wait until capacity may be back, never a guess; 0: none.
 	RetryAfter time.Duration
 }
 
@@ -1130,12 +1157,12 @@ func rateLimitedError(wait time.Duration) *Error {
 }
 
 // coolingError answers when every eligible deployment is cooling past the
-// deadline: 429 when they are all rate-limited or out of quota, else 502;
-// both with Retry-After until the earliest comes back. A deployment only
-// busy (slow start: the router's own pacing, not a provider's limit) makes
-// it a 504: the request ran out of time.
+// deadline: 429 when they are all rate-limited or out of quota, with
+// Retry-After until the earliest reset; else 502, with Retry-After until
+// the earliest comes back by itself (backAfter). A deployment only busy
+// (slow start: the router's own pacing, not a provider's limit) makes it a
+// 504: the request ran out of time.
 func coolingError(cands []scored, first scored, now time.Time) *Error {
-	wait := first.f.At.Sub(now)
 	for _, c := range cands {
 		if c.f.Why == provider.OK {
 			return deadlineError()
@@ -1144,10 +1171,28 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 	for _, c := range cands {
 		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
 			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
-				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(wait)}
+				Message: "every deployment of this model is failing; retry later", RetryAfter: backAfter(cands, now)}
 		}
 	}
-	return rateLimitedError(wait)
+	return rateLimitedError(first.f.At.Sub(now))
+}
+
+// backAfter is the Retry-After of a group whose deployments all cool: the
+// wait until the first that comes back by itself does (a window's reset, a
+// failing circuit's next probe, in whole seconds), 0 (none) when only keys
+// their providers refused hold them out: an operator brings those back,
+// and the hour the router waits before it asks again promises nothing.
+func backAfter(cands []scored, now time.Time) time.Duration {
+	var at time.Time
+	for _, c := range cands {
+		if c.f.Why != provider.Auth && c.f.At.After(now) && (at.IsZero() || c.f.At.Before(at)) {
+			at = c.f.At
+		}
+	}
+	if at.IsZero() {
+		return 0
+	}
+	return retryAfterSeconds(at.Sub(now))
 }
 
 // finalError answers when attempts or eligible deployments ran out, with

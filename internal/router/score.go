@@ -18,6 +18,8 @@ import (
 //	    (prompt tokens x cost_input + max_tokens (or 256) x cost_output, per 1M);
 //	  - L: (fastest + 0.1 s) / (this + 0.1 s), over the EWMA of time to first
 //	    token for a stream, of total latency otherwise (0.1 s softens noise);
+//	    an attempt that lost a hedge counts as at least as slow as the time
+//	    it ran (capacity.State.RecordAtLeast);
 //	  - R: the time-decayed success rate (half-life 5 min, one virtual success);
 //	  - Q: the configured quality;
 //	  - K: the smallest share left of any known rate-limit window (stated by

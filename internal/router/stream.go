@@ -178,6 +178,14 @@ type StreamError struct {
 
 func (e *StreamError) Error() string { return e.Message }
 
+// errTooLate ends a resumed attempt that gave the client no new text
+// within idle_timeout of the break.
+var errTooLate = errors.New("the new answer gave nothing past the text the client already has within idle_timeout")
+
+// owes reports whether the current attempt took up a broken stream and
+// has given the client no new text yet.
+func (s *Stream) owes() bool { return s.splice != nil && s.splice.Owes() }
+
 // errOwed ends a replay that ended before giving all of the text the
 // client has.
 var errOwed = errors.New("the new answer ended within the text the client already has")
@@ -214,18 +222,37 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 func (s *Stream) relay(event func(provider.Event, bool) error, ev provider.Event) error {
 	s.usage.Add(ev)
 	if s.splice != nil {
-		out, ok, err := s.splice.Event(ev)
-		if err != nil {
-			return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+err.Error())
+		owed := s.owes()
+		outs, err := s.splice.Event(ev)
+		if owed && !s.owes() {
+			s.idleLeft = s.d.IdleTimeout // new text reaches the client: its silence ends here
 		}
-		if !ok {
-			return nil
-		}
-		ev = out
-		s.announce()
-	} else if s.transcript != nil {
+		return s.sendSpliced(event, outs, err)
+	}
+	if s.transcript != nil {
 		s.transcript.Add(ev)
 	}
+	return s.send(event, ev)
+}
+
+// sendSpliced sends the events a splice let through (outs), then ends the
+// attempt on the splice's error (err): its answer cannot be spliced in.
+func (s *Stream) sendSpliced(event func(provider.Event, bool) error, outs []provider.Event, err error) error {
+	for _, out := range outs {
+		s.announce()
+		if err := s.send(event, out); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+err.Error())
+	}
+	return nil
+}
+
+// send writes one event to the client, without the usage it did not ask
+// for.
+func (s *Stream) send(event func(provider.Event, bool) error, ev provider.Event) error {
 	ev, ok := s.usage.Hide(ev)
 	if !ok {
 		return nil
@@ -262,6 +289,10 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 			}
 			msg := "stream from the provider was cut"
 			if errors.Is(cause, errIdleTimeout) {
+				if s.owes() {
+					// Its provider answers; the resume gave the client nothing in time.
+					return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+errTooLate.Error())
+				}
 				msg = "stream from the provider went silent"
 			}
 			return s.failed(provider.NewObservation(provider.Transport), msg)
@@ -284,11 +315,18 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 	}
 }
 
-// end finishes the client's stream: unless a replay ended before giving
-// all of the text the client has.
+// end finishes the client's stream, after what a resumed attempt's
+// splice still held: unless a replay ended before giving all of the text
+// the client has.
 func (s *Stream) end(event func(provider.Event, bool) error) error {
-	if s.splice != nil && s.splice.Owes() {
-		return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+errOwed.Error())
+	if s.splice != nil {
+		outs, err := s.splice.End()
+		if err := s.sendSpliced(event, outs, err); err != nil {
+			return err
+		}
+		if s.owes() {
+			return s.failed(provider.NewObservation(provider.OK), "resumed stream: "+errOwed.Error())
+		}
 	}
 	s.announce()
 	return event(provider.Event{}, true)
@@ -297,7 +335,10 @@ func (s *Stream) end(event func(provider.Event, bool) error) error {
 // next reads the next event, bounded by idle_timeout: the longest the
 // provider may take, waiting time only (not the client's), from one
 // content event to the next. Keep-alives and pings do not count, so that a
-// provider that only sends them cannot hold a client forever.
+// provider that only sends them cannot hold a client forever; nor does a
+// resumed attempt's content that gives the client nothing new (a
+// replay's repeat of the client's text, a continuation held until it is
+// checked): the client's silence is bounded as the provider's.
 func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observation, error) {
 	idle := s.d.IdleTimeout
 	if idle <= 0 {
@@ -317,7 +358,7 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 	began := s.r.Clock.Now()
 	ev, kind, obs, err := s.in.Next()
 	s.idle.Stop()
-	if kind == provider.EventData || kind == provider.EventFinal {
+	if (kind == provider.EventData || kind == provider.EventFinal) && !s.owes() {
 		s.idleLeft = idle
 	} else if s.idleLeft -= s.r.Clock.Now().Sub(began); s.idleLeft <= 0 {
 		s.idleLeft = time.Nanosecond // spent: the next wait ends at once

@@ -5,8 +5,10 @@
 // while a deployment had capacity, an answer after the deadline, a truncated
 // answer presented as complete. The router resumes broken streams (resume
 // any): a continuation on the deployments that continue text (anthropic's
-// prefill, steady's prefix), else a replay; every deployment writes the same
-// reply, so both must give the client exactly the whole of it.
+// prefill, steady's prefix), else a replay: every deployment serves one
+// model, asked at temperature 0, and writes the same reply (a deterministic
+// backend, where a replay can match), so both must give the client exactly
+// the whole of it.
 package soak
 
 import (
@@ -152,9 +154,9 @@ http://127.0.0.1:%[1]d {
 			idle_timeout 1s
 		}
 		model soak {
-			deployment oa gpt
-			deployment an claude
-			deployment gm gemini
+			deployment oa llama
+			deployment an llama
+			deployment gm llama
 			deployment steady llama
 		}
 	}
@@ -322,7 +324,7 @@ func mockStats(client *http.Client, port int) (*mockllm.Stats, error) {
 // one sends one request and classifies what the client saw; it returns
 // how long until the answer (a stream: its headers) came.
 func one(client *http.Client, url string, stream bool, o Options, res *Result) time.Duration {
-	body := fmt.Sprintf(`{"model":"soak","stream":%v,"messages":[{"role":"user","content":"soak"}]}`, stream)
+	body := fmt.Sprintf(`{"model":"soak","stream":%v,"temperature":0,"messages":[{"role":"user","content":"soak"}]}`, stream)
 	ctx, cancel := context.WithTimeout(context.Background(), o.Deadline+30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))

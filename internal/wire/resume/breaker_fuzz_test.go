@@ -7,6 +7,7 @@ package resume
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,14 +41,17 @@ func FuzzBreakerTranscriptAndSplice(f *testing.F) {
 		prior := provider.Usage{InputTokens: 5, OutputTokens: 3}
 		_, cont := tr.Prefix(prior)
 		for _, ev := range []string{first, next, next} {
-			out, ok, _ := cont.Event(provider.Event{Data: []byte(ev)})
-			if ok && len(out.Data) == 0 {
+			outs, _ := cont.Event(provider.Event{Data: []byte(ev)})
+			if slices.ContainsFunc(outs, func(o provider.Event) bool { return len(o.Data) == 0 }) {
 				t.Fatalf("an event let through empty")
 			}
 		}
+		if outs, _ := cont.End(); slices.ContainsFunc(outs, func(o provider.Event) bool { return len(o.Data) == 0 }) {
+			t.Fatalf("an event let through empty at the end")
+		}
 		rep := tr.Replay(prior)
 		for _, ev := range []string{next, first} {
-			_, _, _ = rep.Event(provider.Event{Data: []byte(ev)})
+			_, _ = rep.Event(provider.Event{Data: []byte(ev)})
 		}
 		for _, f := range []provider.Format{provider.Chat, provider.Messages, provider.Responses} {
 			for _, body := range []string{first, next} {

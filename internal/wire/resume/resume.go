@@ -245,7 +245,53 @@ type Splice struct {
 	join bool
 	// input is what the new stream's message_start said of its input.
 	input provider.Usage
+	// probe: a continuation's answer not yet told apart from one that
+	// starts the answer again (see RestartProbe): its events are held,
+	// and its text gathered in heard, until the text departs from the
+	// client's or repeats enough of it. replayable: a restart can take the
+	// place of the client's text (CanReplay); restarted: one did.
+	probe, replayable, restarted bool
+	held                         []provider.Event
+	heard                        []byte
 }
+
+// RestartProbe is how much of a continuation's text, in bytes (about 4
+// tokens), is held back and compared with the start of the client's text
+// before any of it is spliced in. Some providers accept a continuation
+// and ignore it: they answer from the beginning, and sampling makes that
+// answer depart from the client's text after a few tokens unless
+// temperature is 0. A continuation whose text
+//   - begins with the client's first RestartProbe bytes (all of the
+//     client's text when it is shorter) began again: it is spliced as a
+//     replay (only what follows the client's text reaches the client; a
+//     departure from that text ends the stream, ErrDiverged);
+//   - departs from the client's text, or ends, after repeating at least
+//     restartHint bytes of its start can be neither matched nor told
+//     apart from a continuation: ErrRestarted, the stream ends in-band;
+//   - departs within its first restartHint bytes (it does not begin as
+//     the client's text does) is a continuation, spliced as it is.
+//
+// A continuation that legitimately begins as the answer it continues
+// began is thus ended (in-band), not misspliced, unless the client's text
+// is shorter than RestartProbe and the continuation repeats all of it.
+// The events held wait for at most RestartProbe bytes of text (or maxHeld
+// events): the client's stream is silent no longer than that takes.
+const RestartProbe = 16
+
+// restartHint is the shortest repeat of the client's text's start that
+// tells a restart (see RestartProbe); maxHeld bounds the events a probe
+// holds (empty deltas, pings) before it decides on the text it has.
+const (
+	restartHint = 4
+	maxHeld     = 64
+)
+
+// ErrRestarted is returned by Splice.Event when a continuation's text
+// began the answer again (it repeats the start of the client's text) and
+// cannot be spliced in as a replay: it departed from the client's text,
+// or the client's text spans more than the one block a replay takes the
+// place of (see RestartProbe).
+var ErrRestarted = errors.New("the continuation began the answer again instead of going on from the text the client already has")
 
 // Prefix returns the text a continuation's request ends with (the
 // assistant's, for the provider to continue) and the splice of its
@@ -256,7 +302,7 @@ type Splice struct {
 func (t *Transcript) Prefix(prior provider.Usage) (string, *Splice) {
 	text := t.Text()
 	trimmed := strings.TrimRightFunc(text, unicode.IsSpace)
-	s := &Splice{t: t, skip: text[len(trimmed):], prior: prior}
+	s := &Splice{t: t, skip: text[len(trimmed):], prior: prior, probe: true, replayable: t.CanReplay()}
 	s.base, s.join = t.blocks, false
 	if t.open {
 		s.base, s.join = t.blocks-1, true
@@ -271,14 +317,134 @@ func (t *Transcript) Replay(prior provider.Usage) *Splice {
 	return &Splice{t: t, skip: t.Text(), strict: true, prior: prior, base: 0, join: t.blocks == 1}
 }
 
-// Event returns ev, an event of the new stream (as its plan relays it), as
-// the client is to receive it; ok false when it is dropped (the new
-// stream's start, text the client has). err is ErrDiverged when a
-// replay's text departs from the client's.
-func (s *Splice) Event(ev provider.Event) (out provider.Event, ok bool, err error) {
+// Event returns what the client is to receive of ev, an event of the new
+// stream (as its plan relays it): ev rewritten, nothing (the new
+// stream's start, text the client has, a continuation's start held until
+// it is told apart from a restart: see RestartProbe), or the events held
+// until ev. err is ErrDiverged when a replay's text departs from the
+// client's, ErrRestarted when a continuation's began again and cannot be
+// spliced as a replay; the events returned with it go to the client first.
+func (s *Splice) Event(ev provider.Event) ([]provider.Event, error) {
 	if len(ev.Data) == 0 {
-		return ev, false, nil
+		return nil, nil
 	}
+	if s.probe {
+		text, plain := s.textOf(ev)
+		s.held = append(s.held, provider.Event{Name: ev.Name, Data: bytes.Clone(ev.Data)})
+		s.heard = append(s.heard, text...)
+		return s.decide(!plain || len(s.held) >= maxHeld)
+	}
+	out, ok, err := s.event(ev)
+	if !ok {
+		return nil, err
+	}
+	return []provider.Event{out}, err
+}
+
+// End returns what the splice still holds when the new stream ended:
+// a continuation's events not yet told apart (decided on the text they
+// have). Owes then says whether the client's text is still owed.
+func (s *Splice) End() ([]provider.Event, error) {
+	if !s.probe {
+		return nil, nil
+	}
+	return s.decide(true)
+}
+
+// Restarted reports whether a continuation's answer began again and was
+// spliced as a replay.
+func (s *Splice) Restarted() bool { return s.restarted }
+
+// decide tells a probed continuation from a restart on the text heard so
+// far (final: no more will be heard before it must decide), and lets the
+// held events through as the one or the other; nothing while it cannot
+// tell yet.
+func (s *Splice) decide(final bool) ([]provider.Event, error) {
+	had := s.t.Text()
+	c, n := commonPrefix(s.heard, had), min(len(had), RestartProbe)
+	restart := c >= n
+	if !restart && c == len(s.heard) && !final {
+		return nil, nil // what it said so far is how the client's text begins
+	}
+	held := s.held
+	s.probe, s.held, s.heard = false, nil, nil
+	switch {
+	case restart && !s.replayable:
+		return nil, ErrRestarted // the client's text is more than the one block a replay takes the place of
+	case restart:
+		s.skip, s.strict, s.restarted, s.base, s.join = had, true, true, 0, s.t.blocks == 1
+	case c >= min(n, restartHint):
+		return nil, ErrRestarted
+	}
+	var out []provider.Event
+	for _, ev := range held {
+		o, ok, err := s.event(ev)
+		if ok {
+			out = append(out, o)
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// commonPrefix returns how many bytes a and b begin with alike.
+func commonPrefix(a []byte, b string) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// textOf returns the text ev, an event of a probed continuation, adds to
+// the answer's first block, and whether ev holds nothing else (a role, a
+// start, a ping): what lets the probe go on. A finish, usage, a tool call,
+// reasoning or an event it does not read end the probe.
+func (s *Splice) textOf(ev provider.Event) (string, bool) {
+	switch s.t.f {
+	case provider.Chat:
+		var c chatChunk
+		switch {
+		case json.Unmarshal(ev.Data, &c) != nil || len(c.Choices) > 1 || nonEmpty(c.Usage) || otherContent(ev.Data):
+			return "", false
+		case len(c.Choices) == 0:
+			return "", true // no choice yet (a server's opening chunk of filter results)
+		}
+		ch := &c.Choices[0]
+		d := &ch.Delta
+		switch {
+		case ch.Index != 0 || stated(ch.FinishReason) || nonEmpty(d.ToolCalls) || nonEmpty(d.FunctionCall) ||
+			stated(d.ReasoningContent) || stated(d.Reasoning) || stated(d.Refusal):
+			return "", false
+		case d.Content == nil:
+			return "", true
+		}
+		return *d.Content, true
+	case provider.Messages:
+		var e messagesEvent
+		if json.Unmarshal(ev.Data, &e) != nil {
+			return "", false
+		}
+		first := e.Index != nil && *e.Index == 0
+		switch {
+		case e.Type == "message_start", e.Type == "ping":
+			return "", true
+		case e.Type == "content_block_start" && first && e.ContentBlock != nil && e.ContentBlock.Type == "text":
+			return e.ContentBlock.Text, true
+		case e.Type == "content_block_delta" && first && e.Delta != nil && e.Delta.Type == "text_delta":
+			return e.Delta.Text, true
+		}
+	}
+	return "", false
+}
+
+// event rewrites one event of the new stream for the client (see Event);
+// ok false when it is dropped.
+func (s *Splice) event(ev provider.Event) (out provider.Event, ok bool, err error) {
 	switch s.t.f {
 	case provider.Chat:
 		out, ok, err = s.chat(ev)
@@ -689,8 +855,9 @@ func otherContent(data []byte) bool {
 }
 
 // Owes reports whether a replay has not yet given all of the text the
-// client has: its end now would leave the client's text unconfirmed.
-func (s *Splice) Owes() bool { return s.strict && s.skip != "" }
+// client has (its end now would leave the client's text unconfirmed), or
+// a continuation is not yet told apart from one (End tells).
+func (s *Splice) Owes() bool { return s.probe || s.strict && s.skip != "" }
 
 // member returns the JSON value of data's top-level member key, nil when
 // absent.

@@ -1,6 +1,8 @@
 package resume
 
 import (
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -76,12 +78,12 @@ func TestSpliceAfterAClosedBlock(t *testing.T) {
 		`{"type":"content_block_stop","index":0}`,
 		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}`,
 	} {
-		got, ok, err := s.Event(provider.Event{Data: []byte(ev)})
+		got, err := s.Event(provider.Event{Data: []byte(ev)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
-			out = append(out, string(got.Data))
+		for _, g := range got {
+			out = append(out, string(g.Data))
 		}
 	}
 	want := []string{
@@ -180,5 +182,146 @@ func TestTranscriptIsBounded(t *testing.T) {
 	}
 	if tr.Resumable() == nil || len(tr.Text()) != 0 {
 		t.Errorf("expected an answer over MaxText not resumable and let go, kept %d bytes", len(tr.Text()))
+	}
+}
+
+// A continuation's text is held (at most RestartProbe bytes) and compared
+// with the start of the client's text before it is spliced: one that goes
+// on is spliced as it is; one that begins again is spliced as a replay
+// (what follows the client's text); one that repeats the start and then
+// departs ends with ErrRestarted; one that shares fewer than restartHint
+// bytes with the start is a continuation.
+func TestAContinuationIsToldFromARestart(t *testing.T) {
+	const had = "Crash testing a gateway means "
+	chunk := func(text string) provider.Event {
+		return provider.Event{Data: []byte(`{"id":"b","choices":[{"index":0,"delta":{"content":` + jsonString(text) + `}}]}`)}
+	}
+	finish := provider.Event{Data: []byte(`{"id":"b","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)}
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		want   string // what the client reads after had
+		err    error
+		heldTo int // pieces after which the first event is let through
+	}{
+		{"goes on", []string{" sending", " it faults."}, "sending it faults.", nil, 0},
+		{"begins again", []string{"Crash testing a ", "gateway means sending", " it faults."}, "sending it faults.", nil, 1},
+		{"begins again, short pieces", []string{"Crash", " test", "ing a", " gate", "way means", " sending"}, "sending", nil, 5},
+		{"begins again and departs", []string{"Crash", " test", "s are fun."}, "", ErrRestarted, -1},
+		{"shares under restartHint bytes", []string{"Cr", "ay"}, "Cray", nil, 1},
+	} {
+		tr := New(provider.Chat)
+		tr.Add(chunk(had))
+		_, s := tr.Prefix(provider.Usage{})
+		var got strings.Builder
+		var err error
+		firstOut := -1
+		for i, p := range append(tc.pieces, "") {
+			ev := chunk(p)
+			if i == len(tc.pieces) {
+				ev = finish
+			}
+			var outs []provider.Event
+			if outs, err = s.Event(ev); err != nil {
+				break
+			}
+			for _, o := range outs {
+				var c chatChunk
+				_ = json.Unmarshal(o.Data, &c)
+				if len(c.Choices) == 1 && c.Choices[0].Delta.Content != nil {
+					got.WriteString(*c.Choices[0].Delta.Content)
+					if firstOut < 0 {
+						firstOut = i
+					}
+				}
+			}
+		}
+		if !errors.Is(err, tc.err) || got.String() != tc.want || tc.err == nil && s.Owes() {
+			t.Errorf("%s: expected %q (error %v), got %q (%v, owes %v)", tc.name, tc.want, tc.err, got.String(), err, s.Owes())
+		}
+		if firstOut != tc.heldTo {
+			t.Errorf("%s: expected the first text let through at piece %d, got %d", tc.name, tc.heldTo, firstOut)
+		}
+		if tc.name == "begins again" && !s.Restarted() {
+			t.Errorf("%s: expected Restarted", tc.name)
+		}
+	}
+}
+
+func jsonString(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// A continuation that began again where no replay can take the place of
+// the client's text (a Messages answer whose first block closed): it ends
+// with ErrRestarted, and nothing of it reaches the client.
+func TestARestartAfterAClosedBlockEnds(t *testing.T) {
+	tr := New(provider.Messages)
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"id":"m","usage":{"input_tokens":5,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Crash testing a gateway. "}}`,
+		`{"type":"content_block_stop","index":0}`,
+	} {
+		tr.Add(provider.Event{Data: []byte(ev)})
+	}
+	_, s := tr.Prefix(provider.Usage{})
+	var out []provider.Event
+	var err error
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"id":"n","usage":{"input_tokens":7,"output_tokens":1}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Crash testing a gateway. It"}}`,
+	} {
+		var got []provider.Event
+		got, err = s.Event(provider.Event{Data: []byte(ev)})
+		out = append(out, got...)
+	}
+	if !errors.Is(err, ErrRestarted) || len(out) != 0 {
+		t.Errorf("expected ErrRestarted and nothing let through, got %v, %d events", err, len(out))
+	}
+}
+
+// A probe holds maxHeld events at most: a continuation that sends only
+// empty deltas is decided on the text it has (none: a continuation), and
+// what it held is let go.
+func TestAProbeHoldsBoundedEvents(t *testing.T) {
+	tr := New(provider.Chat)
+	tr.Add(provider.Event{Data: []byte(`{"id":"a","choices":[{"index":0,"delta":{"content":"Crash testing a gateway means"}}]}`)})
+	_, s := tr.Prefix(provider.Usage{})
+	empty := provider.Event{Data: []byte(`{"id":"b","choices":[{"index":0,"delta":{"content":""}}]}`)}
+	for i := range maxHeld {
+		if _, err := s.Event(empty); err != nil || s.Owes() != (i < maxHeld-1) {
+			t.Fatalf("event %d: expected the probe held until %d events, got owes %v, %v", i, maxHeld, s.Owes(), err)
+		}
+	}
+	if len(s.held) != 0 {
+		t.Errorf("expected the held events let go, %d kept", len(s.held))
+	}
+}
+
+// A chunk with no choice yet (an OpenAI-compatible server's opening
+// filter results) tells nothing: the probe holds it and decides on the
+// text that follows.
+func TestAProbeWaitsPastAChunkWithoutChoices(t *testing.T) {
+	tr := New(provider.Chat)
+	tr.Add(provider.Event{Data: []byte(`{"id":"a","choices":[{"index":0,"delta":{"content":"Crash testing a gateway means "}}]}`)})
+	_, s := tr.Prefix(provider.Usage{})
+	var text strings.Builder
+	for _, ev := range []string{
+		`{"id":"b","choices":[],"prompt_filter_results":[{"prompt_index":0,"content_filter_results":{}}]}`,
+		`{"id":"b","choices":[{"index":0,"delta":{"content":"Crash testing a gateway means sending"}}]}`,
+	} {
+		outs, err := s.Event(provider.Event{Data: []byte(ev)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range outs {
+			var c chatChunk
+			if json.Unmarshal(o.Data, &c) == nil && len(c.Choices) == 1 && c.Choices[0].Delta.Content != nil {
+				text.WriteString(*c.Choices[0].Delta.Content)
+			}
+		}
+	}
+	if text.String() != "sending" || !s.Restarted() {
+		t.Errorf("expected the answer begun again spliced as a replay (%q), got %q, restarted %v", "sending", text.String(), s.Restarted())
 	}
 }

@@ -391,3 +391,33 @@ func TestAStatedLimitAloneRefusesNothing(t *testing.T) {
 		t.Errorf("expected a to be asked and answer, got %v after %d calls", res.Err, counts.calls.Load())
 	}
 }
+
+// A tier-1 deployment rate-limited until 150 ms before the deadline is no
+// tier to wait for when tier 2 needs 300 ms to answer: the wait would
+// leave no time for its answer or a failover after it. Tier 2 at once.
+// (The request waited 19.85 s for east, met its 429 again and was told
+// 504: the simulation's failover-wall, seeds 2 and 13.)
+func TestNoWaitForATierBackTooLateToFailOver(t *testing.T) {
+	clock := newFakeClock()
+	r := newRouter(clock)
+	r.Deadline = 20 * time.Second
+	limited := dScript(reply(429, rateLimited, "Retry-After", "30"))
+	east, claude := deployment("east", limited), deployment("claude", dOK())
+	claude.Tier = 2
+	claude.State.RecordLatency(300*time.Millisecond, 300*time.Millisecond)
+	rl := provider.NewObservation(provider.RateLimited)
+	rl.RetryAfter = 19850 * time.Millisecond
+	east.State.Observe(clock.Now(), rl, r.Policy)
+	res := r.Serve(context.Background(), []*Deployment{east, claude}, chatReq)
+	if res.Err != nil || res.Deployment != claude || len(clock.Sleeps()) != 0 || limited.calls.Load() != 0 {
+		t.Errorf("expected claude at once, got %v from %s after waits %v (east asked %d times)", res.Err, nameOf(res.Deployment), clock.Sleeps(), limited.calls.Load())
+	}
+	// Back with time to spare (10 s before the deadline): the tiers' rule, a wait.
+	east.State.Reset(clock.Now())
+	rl.RetryAfter = 10 * time.Second
+	east.State.Observe(clock.Now(), rl, r.Policy)
+	limited.replies = []func(*http.Request) (*http.Response, error){reply(200, okBody)}
+	if res := r.Serve(context.Background(), []*Deployment{east, claude}, chatReq); res.Deployment != east {
+		t.Errorf("expected a wait for east, got %v from %s", res.Err, nameOf(res.Deployment))
+	}
+}

@@ -14,8 +14,10 @@ func tierOf(d *Deployment) int { return max(d.Tier, 1) }
 // request before its deadline, with the lower tiers (which cannot, and
 // stay for the answer): a deployment of tier n+1 is tried only when none
 // of tier n or lower can. A tier can serve when one of its deployments
-// (or a lower tier's) comes back before the deadline and the known
-// windows forecast room for the request's place in the queue; a tier
+// (or a lower tier's) comes back before the deadline, early enough that
+// its answer or a failover after it still fits (the fastest known latency
+// above the tier), and the known windows forecast room for the request's
+// place in the queue; a tier
 // whose deployments all cool down after failures, or failed this request,
 // cannot (a higher tier is not kept waiting for a retry that may fail
 // again). When no
@@ -44,13 +46,26 @@ func (r *Router) tiered(g *Group, cands []scored, per []attemptState, me *waiter
 			}
 		}
 		sub := cands[:k]
-		if earliest(sub).f.At.Before(deadline) && !recovering(sub, per, now) {
+		if earliest(sub).f.At.Before(deadline.Add(-failoverTime(cands[k:]))) && !recovering(sub, per, now) {
 			if enough, _ := forecast(group, sub, ahead+1, tokensAhead+req.Tokens, need.Reserve, now, deadline, false); enough {
 				return sub
 			}
 		}
 	}
 	return cands
+}
+
+// failoverTime is the fastest known latency of cands (the higher tiers),
+// 0 when none is known: a lower tier that comes back later than that
+// before the deadline would leave a failover no time to answer.
+func failoverTime(cands []scored) time.Duration {
+	fastest := 0.0
+	for _, c := range cands {
+		if l := c.f.Latency; l > 0 && (fastest == 0 || l < fastest) {
+			fastest = l
+		}
+	}
+	return time.Duration(fastest * float64(time.Second))
 }
 
 // nextTier is the lowest tier of the candidates above t.

@@ -104,6 +104,13 @@ type Window struct {
 	// it admitted the request, some time between the attempt's send and
 	// its first byte: the router anchors it to that interval.
 	Instant bool
+	// BoundsRequest says that the provider admits a request only when its
+	// own estimate of it (prompt plus max_tokens) fits the window's whole
+	// Limit, so that a larger one is refused however long it waits
+	// (OpenAI's tokens per minute, whose 429 says "Request too large").
+	// False when not known: a window may count less than that (Anthropic's
+	// most restrictive token window may be its output tokens).
+	BoundsRequest bool
 }
 
 // UnknownWindow is a Window with nothing stated.

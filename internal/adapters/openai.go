@@ -375,6 +375,10 @@ func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provid
 	ref := provider.RefTime(h, now)
 	o := provider.NewObservation(provider.OK)
 	o.Requests, o.Tokens = openAIWindows(h, ref)
+	// OpenAI's (and Groq's, Azure's) tokens per minute admit a request on
+	// its own estimate, characters and max_tokens (PROVIDERS.md): a request
+	// larger than the whole limit never fits.
+	o.Tokens.BoundsRequest = o.Tokens.Limit > 0 && provider.ParseCount(h.Get("x-ratelimit-limit-tokens")) == o.Tokens.Limit
 	o.RetryAfter = provider.RetryAfter(h, ref)
 	if status >= 200 && status < 300 {
 		return o
@@ -399,6 +403,7 @@ func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provid
 		if o.Tokens.Limit < 0 {
 			o.Tokens.Limit = limit // stated only in the message
 		}
+		o.Tokens.BoundsRequest = true
 	}
 	if o.RetryAfter < 0 && (o.Class == provider.RateLimited || o.Class == provider.Overloaded) {
 		o.RetryAfter = hint

@@ -258,6 +258,24 @@ func TestRequestTooLargeIsNotARateLimit(t *testing.T) {
 	}
 }
 
+// OpenAI's x-ratelimit-limit-tokens bounds one request (admission counts
+// the request's own estimate); a token window under other headers is not
+// known to, nor is Anthropic's most restrictive one.
+func TestTokenWindowsThatBoundARequest(t *testing.T) {
+	ok := func(p provider.Provider, kv ...string) provider.Window {
+		return p.Observe(200, headerOf(kv...), nil, time.Now()).Tokens
+	}
+	if w := ok(&OpenAI{}, "x-ratelimit-limit-tokens", "30000", "x-ratelimit-remaining-tokens", "29000", "x-ratelimit-reset-tokens", "2s"); !w.BoundsRequest || w.Limit != 30000 {
+		t.Errorf("openai: expected a bounding window of 30000, got %+v", w)
+	}
+	if w := ok(&OpenAI{}, "x-ratelimit-limit-tokens-minute", "30000", "x-ratelimit-remaining-tokens-minute", "29000"); w.BoundsRequest {
+		t.Errorf("a per-minute window under another name: expected it not known to bound a request, got %+v", w)
+	}
+	if w := ok(&Anthropic{}, "anthropic-ratelimit-tokens-limit", "8000", "anthropic-ratelimit-tokens-remaining", "7000"); w.BoundsRequest || w.Limit != 8000 {
+		t.Errorf("anthropic: expected a window of 8000 not known to bound a request, got %+v", w)
+	}
+}
+
 func headerOf(kv ...string) http.Header {
 	h := http.Header{}
 	for i := 0; i+1 < len(kv); i += 2 {

@@ -77,9 +77,10 @@ type State struct {
 	answered bool
 	// disabled: an operator took the deployment out (Disable).
 	disabled bool
-	// capped: a too_large answer showed that the token window's limit
-	// bounds what one request may ask (FitsTokens); a limit alone does
-	// not, since a window may count less than prompt plus max_tokens.
+	// capped: the token window's limit bounds what one request may ask
+	// (FitsTokens), as its provider type stated (Window.BoundsRequest) or
+	// a too_large answer showed; a limit alone does not, since a window
+	// may count less than prompt plus max_tokens.
 	capped bool
 
 	lastClass   provider.Class
@@ -194,7 +195,7 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 		s.answered = true
 	}
 	s.lastClass, s.lastAt = o.Class, now
-	s.capped = s.capped || o.Class == provider.TooLarge
+	s.capped = s.capped || o.Tokens.BoundsRequest || o.Class == provider.TooLarge
 	probe := s.probing && (a.Probe || anyAttempt) // this answers the half-open circuit's probe
 	if probe {
 		s.probing = false
@@ -376,23 +377,26 @@ func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, provider.Cl
 }
 
 // FitsTokens reports whether an attempt of about tokens tokens (prompt
-// plus max_tokens) can ever fit the provider-stated token window, with
-// the window's whole limit (provider.Unknown when none is stated: then it
-// fits). It does not when what the provider is expected to count of it is
-// more than the limit, once the deployment has refused a request as
-// larger than the limit (provider.TooLarge: OpenAI's 429 "Request too
-// large"), which shows that the limit bounds one request: no wait lets it
-// through there, while smaller attempts go. Before that, a limit alone
-// refuses nothing (a window may count less than prompt plus max_tokens:
-// Anthropic's output tokens).
+// plus max_tokens, the estimate providers admit on) can ever fit the
+// provider-stated token window, with the window's whole limit
+// (provider.Unknown when none is stated: then it fits). It does not when
+// it is larger than the limit of a window known to bound one request (its
+// provider type says so, provider.Window.BoundsRequest, or a request was
+// refused as larger than it, provider.TooLarge: OpenAI's 429 "Request too
+// large"): no wait lets it through there, while smaller attempts go. A
+// limit not known to bound a request refuses nothing (a window may count
+// less than prompt plus max_tokens: Anthropic's output tokens).
 func (s *State) FitsTokens(tokens int64) (bool, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.fitsTokens(tokens), s.tokens.limit
 }
 
+// fitsTokens compares the estimate itself, not what a learned ratio
+// expects the window to count: a ratio learned from small answers of a
+// refilling window says nothing of admission.
 func (s *State) fitsTokens(tokens int64) bool {
-	return !s.capped || s.tokens.limit <= 0 || s.tokens.expected(tokens) <= s.tokens.limit
+	return !s.capped || s.tokens.limit <= 0 || tokens <= s.tokens.limit
 }
 
 // AvailableFor is AvailableAt for an attempt that must leave a reserve.

@@ -520,9 +520,10 @@ func TestDeclaredForecastForgetsExpiredAttempts(t *testing.T) {
 	}
 }
 
-// A stated token limit refuses a larger request only once a too_large
-// answer has shown that it bounds one request; a larger limit stated
-// later lets larger requests fit again.
+// A stated token limit refuses a larger request only once it is known to
+// bound one request: a too_large answer showed it, or its provider type
+// said so (BoundsRequest); a larger limit stated later lets larger
+// requests fit again; a ratio learned from small answers changes nothing.
 func TestFitsTokensOnceTooLargeWasSeen(t *testing.T) {
 	s := NewState()
 	limit := func(n int64) provider.Observation {
@@ -551,5 +552,17 @@ func TestFitsTokensOnceTooLargeWasSeen(t *testing.T) {
 	s.Observe(t0, limit(100000), DefaultPolicy)
 	if ok, _ := s.FitsTokens(36000); !ok {
 		t.Error("a raised limit: expected 36000 tokens to fit 100000")
+	}
+
+	b := NewState()
+	bounds := limit(30000)
+	bounds.Tokens.BoundsRequest = true
+	for range 3 { // answers that state the same remaining: a ratio near 0
+		a, _ := b.AcquireFor(t0, Need{Tokens: 500})
+		b.ObserveAttempt(a, t0, bounds, DefaultPolicy)
+		b.ReleaseAttempt(a)
+	}
+	if ok, _ := b.FitsTokens(36000); ok {
+		t.Error("a limit that bounds a request: expected 36000 tokens not to fit 30000")
 	}
 }

@@ -256,6 +256,22 @@ func TestRequestLargerThanAWindow(t *testing.T) {
 			t.Errorf("expected the next big request on b alone, got %v from %s after %d attempts (a refused %d)", res.Err, nameOf(res.Deployment), res.Attempts, pa.big.Load())
 		}
 	})
+	t.Run("a stated limit says so before any attempt", func(t *testing.T) {
+		clock := newFakeClock()
+		r := newRouter(clock)
+		pa := &tpm{limit: 30000}
+		a := deployment("a", nil)
+		a.Transport = pa
+		group := []*Deployment{a}
+		if res := r.Serve(context.Background(), group, sized(100)); res.Err != nil {
+			t.Fatalf("warm-up: %v", res.Err)
+		}
+		res := r.Serve(context.Background(), group, sized(big))
+		var e *Error
+		if !errors.As(res.Err, &e) || e.Status != http.StatusRequestEntityTooLarge || res.Attempts != 0 || pa.big.Load() != 0 {
+			t.Errorf("expected a 413 at once, a not asked, got %v after %d attempts (a refused %d)", res.Err, res.Attempts, pa.big.Load())
+		}
+	})
 	t.Run("it fits in the fallback group", func(t *testing.T) {
 		clock := newFakeClock()
 		r := newRouter(clock)
@@ -373,15 +389,16 @@ func TestAFailedRequestInTheQueueStillCountsOnItsFailedDeployment(t *testing.T) 
 	}
 }
 
-// A stated token limit smaller than a request refuses it only once the
-// deployment has shown that its limit bounds what one request may ask
-// (a too_large answer): a window may count less than prompt plus
-// max_tokens (Anthropic's output-tokens window, reported when it is the
-// tightest, counts the output only), so a limit alone proves nothing.
-func TestAStatedLimitAloneRefusesNothing(t *testing.T) {
+// A token limit smaller than a request refuses it only where it is known
+// to bound a request (OpenAI's x-ratelimit-limit-tokens, or a too_large
+// answer): a window may count less than prompt plus max_tokens
+// (Anthropic's most restrictive token window may be its output tokens), so
+// a limit alone proves nothing; here a per-minute window under another
+// header name, which the OpenAI adapter does not take to bound one.
+func TestATokenLimitNotKnownToBoundARequestRefusesNothing(t *testing.T) {
 	clock := newFakeClock()
 	r := newRouter(clock)
-	counts := dScript(reply(200, okBody, "x-ratelimit-limit-tokens", "8000", "x-ratelimit-remaining-tokens", "8000", "x-ratelimit-reset-tokens", "1s"))
+	counts := dScript(reply(200, okBody, "x-ratelimit-limit-tokens-minute", "8000", "x-ratelimit-remaining-tokens-minute", "8000", "x-ratelimit-reset-tokens-minute", "1s"))
 	a := deployment("a", counts)
 	group := []*Deployment{a}
 	if res := r.Serve(context.Background(), group, sized(100)); res.Err != nil {

@@ -291,8 +291,8 @@ func New() *Router {
 //     Retry-After;
 //   - 413 client_error: the request is larger than the token rate limit
 //     of every deployment that could take it (a provider's too_large, or
-//     the limit of a window that refused one so before): no wait lets it
-//     through; no Retry-After;
+//     a stated limit known to bound a request, capacity.State.FitsTokens):
+//     no wait lets it through; no Retry-After;
 //   - 429 rate_limited (quota_exhausted for a spent budget): every
 //     deployment is rate-limited or out of quota; Retry-After until the
 //     earliest reset (or the budget's renewal);

@@ -43,7 +43,6 @@ type setup struct {
 var knownFailing = map[string]int{
 	"window-roll":  1,
 	"token-window": 2,
-	"too-large":    4,
 }
 
 // draw is a scenario's random choices of its parameters.

@@ -15,9 +15,10 @@ func tierOf(d *Deployment) int { return max(d.Tier, 1) }
 // stay for the answer): a deployment of tier n+1 is tried only when none
 // of tier n or lower can. A tier can serve when one of its deployments
 // (or a lower tier's) comes back before the deadline, early enough that
-// its answer or a failover after it still fits (the fastest known latency
-// above the tier), and the known windows forecast room for the request's
-// place in the queue; a tier
+// its answer and a failover after it still fit (its own latency, and twice
+// the fastest known latency above the tier, for the spread of answer
+// times), and the known windows forecast room for the request's place in
+// the queue; a tier
 // whose deployments all cool down after failures, or failed this request,
 // cannot (a higher tier is not kept waiting for a retry that may fail
 // again). When no
@@ -46,7 +47,8 @@ func (r *Router) tiered(g *Group, cands []scored, per []attemptState, me *waiter
 			}
 		}
 		sub := cands[:k]
-		if earliest(sub).f.At.Before(deadline.Add(-failoverTime(cands[k:]))) && !recovering(sub, per, now) {
+		back := earliest(sub)
+		if back.f.At.Add(seconds(back.f.Latency)+2*failoverTime(cands[k:])).Before(deadline) && !recovering(sub, per, now) {
 			if enough, _ := forecast(group, sub, ahead+1, tokensAhead+req.Tokens, need.Reserve, now, deadline, false); enough {
 				return sub
 			}
@@ -56,8 +58,7 @@ func (r *Router) tiered(g *Group, cands []scored, per []attemptState, me *waiter
 }
 
 // failoverTime is the fastest known latency of cands (the higher tiers),
-// 0 when none is known: a lower tier that comes back later than that
-// before the deadline would leave a failover no time to answer.
+// 0 when none is known: what a failover to them takes, on average.
 func failoverTime(cands []scored) time.Duration {
 	fastest := 0.0
 	for _, c := range cands {
@@ -65,8 +66,11 @@ func failoverTime(cands []scored) time.Duration {
 			fastest = l
 		}
 	}
-	return time.Duration(fastest * float64(time.Second))
+	return seconds(fastest)
 }
+
+// seconds is a latency EWMA (seconds) as a duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // nextTier is the lowest tier of the candidates above t.
 func nextTier(group []*Deployment, cands []scored, t int) int {

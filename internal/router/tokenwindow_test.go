@@ -23,8 +23,7 @@ type tokenWindowed struct {
 	limit          int64
 	span           time.Duration
 	mu             sync.Mutex
-	start          time.Time
-	used           int64
+	w              fixedSpan
 	served, got429 int
 	latency        time.Duration // of an answer, after admission
 }
@@ -51,25 +50,14 @@ func (p *tokenWindowed) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // admit decides a request of cost tokens when it arrives.
 func (p *tokenWindowed) admit(req *http.Request, cost int64) *http.Response {
-	now := p.c.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.start.IsZero() || !now.Before(p.start.Add(p.span)) {
-		p.start, p.used = now, 0
-	}
-	reset := p.start.Add(p.span).Sub(now)
-	h := http.Header{"Content-Type": {"application/json"}}
-	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(p.limit, 10))
-	h.Set("x-ratelimit-reset-tokens", reset.String())
-	if p.used+cost > p.limit {
+	h, ok := p.w.take(p.c.Now(), p.span, p.limit, cost, "tokens")
+	if !ok {
 		p.got429++
-		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(p.limit-p.used, 10))
-		h.Set("Retry-After", strconv.Itoa(int((reset+time.Second-1)/time.Second)))
 		return &http.Response{StatusCode: 429, Header: h, Body: io.NopCloser(strings.NewReader(rateLimited)), Request: req}
 	}
-	p.used += cost
 	p.served++
-	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(p.limit-p.used, 10))
 	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(okBody)), Request: req}
 }
 

@@ -260,6 +260,17 @@ func (p *windowed) RoundTrip(req *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(okBody)), Request: req}, nil
 }
 
+// manualGroup is a router on c (near-ties to the first, 8 attempts) and a
+// group "limited" of one deployment whose provider is t.
+func manualGroup(c *manualClock, t http.RoundTripper, deadline time.Duration) (*Router, *Group) {
+	d := deployment("a", nil)
+	d.Transport = t
+	r := New()
+	r.Clock, r.Rand = c, func() float64 { return 0 }
+	r.Deadline, r.MaxAttempts = deadline, 8
+	return r, NewGroup("limited", []*Deployment{d})
+}
+
 // limitedGroup is a group of one deployment on a windowed provider (10 per
 // 10 s), its limit taught by one request, and the clock just after the
 // start of the next window.
@@ -267,12 +278,7 @@ func limitedGroup(t *testing.T) (*Router, *Group, *windowed, *manualClock) {
 	t.Helper()
 	c := newManualClock()
 	p := &windowed{c: c, limit: 10, span: 10 * time.Second}
-	d := deployment("a", nil)
-	d.Transport = p
-	r := New()
-	r.Clock, r.Rand = c, func() float64 { return 0 }
-	r.Deadline, r.MaxAttempts = 25*time.Second, 8
-	g := NewGroup("limited", []*Deployment{d})
+	r, g := manualGroup(c, p, 25*time.Second)
 	if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil {
 		t.Fatalf("warm-up: %v", res.Err)
 	}

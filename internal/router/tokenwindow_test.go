@@ -70,12 +70,7 @@ func (p *tokenWindowed) admit(req *http.Request, cost int64) *http.Response {
 func TestATokenWindowTellsAnUnservableRequestAtOnce(t *testing.T) {
 	c := newManualClock()
 	p := &tokenWindowed{c: c, limit: 4000, span: 10 * time.Second}
-	d := deployment("a", nil)
-	d.Transport = p
-	r := New()
-	r.Clock, r.Rand = c, func() float64 { return 0 }
-	r.Deadline, r.MaxAttempts = 20*time.Second, 8
-	g := NewGroup("limited", []*Deployment{d})
+	r, g := manualGroup(c, p, 20*time.Second)
 	req := func(i int) *Request {
 		body := `{"model":"limited","max_tokens":900,"user":"u` + strconv.Itoa(i) + `","messages":[{"role":"user","content":"hi"}]}`
 		return &Request{Request: wire([]byte(body), false), Tokens: 901, PromptTokens: 1, OutputTokens: 900}

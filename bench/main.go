@@ -117,10 +117,7 @@ func runBench(args []string) int {
 		return 2
 	}
 	if *only != "" {
-		o.only = map[string]bool{}
-		for _, p := range strings.Split(*only, ",") {
-			o.only[strings.TrimSpace(p)] = true
-		}
+		o.only = names(*only)
 	}
 	for _, l := range strings.Split(*latencies, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(l))
@@ -131,10 +128,7 @@ func runBench(args []string) int {
 		o.contentionLatencies = append(o.contentionLatencies, d)
 	}
 	if *scenarios != "" {
-		o.contentionOnly = map[string]bool{}
-		for _, n := range strings.Split(*scenarios, ",") {
-			o.contentionOnly[strings.TrimSpace(n)] = true
-		}
+		o.contentionOnly = names(*scenarios)
 	}
 	for _, r := range strings.Split(*rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(r))
@@ -275,4 +269,13 @@ func orNone(s string) string {
 // logf prints progress to stderr, with the time since the start.
 func (b *bench) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(b.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// names is the set of a comma-separated list's names.
+func names(list string) map[string]bool {
+	set := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		set[strings.TrimSpace(n)] = true
+	}
+	return set
 }

@@ -243,3 +243,21 @@ func TestAStaleGapIsDropped(t *testing.T) {
 		t.Errorf("a 2 s countdown left the period at %v", p)
 	}
 }
+
+// A window that counts what answers used, not the estimate (max_tokens
+// of 4,000 on a window of 1,500 tokens, 30 counted), says so with its
+// first answer: the forecast does not take the estimate as what it
+// counts, and a burst is not told 429 for a window it fits in.
+func TestAFirstAnswerBoundsTheRatio(t *testing.T) {
+	w := newWindowA()
+	w.update(t0, t0, winA(1500, 1470, 2*time.Second), 0, 4030)
+	if got := w.forecastUnits(t0, t0, 0, false); got < 10*4030 {
+		t.Errorf("1,470 left at most 30 counted per 4,030 estimated: expected room for at least 10 such requests (40,300 units), got %d", got)
+	}
+	// A window that admits on the estimate bounds nothing.
+	w = newWindowA()
+	w.update(t0, t0, winA(4000, 3099, 2*time.Second), 0, 901)
+	if got := w.forecastUnits(t0, t0, 0, false); got != 3099 {
+		t.Errorf("901 counted of 901: expected the window's own 3,099, got %d", got)
+	}
+}

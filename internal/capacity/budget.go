@@ -76,6 +76,12 @@ type window struct {
 	// tokens an answer used where the router estimates prompt plus
 	// max_tokens. Learned from answers that no other attempt overlapped.
 	ratio float64
+	// ratioCap bounds the ratio from above until it is learned (0: no
+	// bound, taken as 1): an answer that no other attempt overlapped
+	// states at most limit - remaining counted in its window, its own
+	// attempt included, so a window that admitted an attempt estimated
+	// above its whole limit does not count the estimate.
+	ratioCap float64
 	// share is this instance's part of what the fleet spends of the window
 	// (fleet mode; 0: not learned, taken as 1): a forecast of what the
 	// window lets this instance start counts only that part. own is what
@@ -146,6 +152,12 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 	}
 	if w.refills && w.limit > 0 && o.Reset > 0 && o.Remaining < w.limit {
 		w.rate = float64(w.limit-o.Remaining) / o.Reset.Seconds()
+	}
+	if since == 0 && estimate > 0 && w.limit > 0 && o.Remaining < w.limit {
+		c := max(float64(w.limit-o.Remaining)/float64(estimate), minRatio)
+		if c < 1 && (w.ratioCap == 0 || c < w.ratioCap) {
+			w.ratioCap = c
+		}
 	}
 	// What the provider counted of this attempt, when nothing overlapped
 	// it: the drop from the last statement of the same window.
@@ -428,17 +440,23 @@ func (w *window) shareOf(n int64) int64 {
 
 // forecastUnits is forecast in the router's estimate units: what the
 // window lets start, divided by what it counts per unit estimated. Until
-// that ratio is learned it is taken as 1: providers admit a request on an
-// estimate made from the request itself, its characters and its
-// max_tokens, before any token is generated (OpenAI; Anthropic's output
-// tokens likewise, PROVIDERS.md), which is what the router's estimate,
-// prompt bytes / 4 plus max_tokens, counts. So a request that the window
-// cannot start before its deadline is told at once, not when the
-// deadline passes; once learned, the ratio corrects the forecast.
+// that ratio is learned it is taken as 1, or as the bound an answer set
+// (ratioCap), when lower: providers admit a request on an estimate made
+// from the request itself, its characters and its max_tokens, before any
+// token is generated (OpenAI; Anthropic's output tokens likewise,
+// PROVIDERS.md), which is what the router's estimate, prompt bytes / 4
+// plus max_tokens, counts; a window that counts what answers used says so
+// with its first answer. So a request that the window cannot start before
+// its deadline is told at once, not when the deadline passes; once
+// learned, the ratio corrects the forecast.
 func (w *window) forecastUnits(now, until time.Time, reserve float64, whole bool) int64 {
 	f := w.forecast(now, until, reserve, whole)
-	if f < 0 || w.ratio <= 0 {
+	r := w.ratio
+	if r <= 0 {
+		r = w.ratioCap
+	}
+	if f < 0 || r <= 0 {
 		return f
 	}
-	return int64(float64(f) / w.ratio)
+	return int64(float64(f) / r)
 }

@@ -209,38 +209,66 @@ type windowed struct {
 	limit          int
 	span           time.Duration
 	mu             sync.Mutex
-	start          time.Time
-	used           int
+	w              fixedSpan
 	served, got429 int
 	order          []string // the request bodies' "user" field, in the order served
 }
 
+// fixedSpan is a provider's fixed window that starts with the first
+// request after the last one ended: what is used of it since start.
+type fixedSpan struct {
+	start time.Time
+	used  int64
+}
+
+// take decides a request of cost units arriving at now on a window of
+// limit per span: it reports the window's headers for the answer (unit
+// "requests" or "tokens") and whether it fits (counted then); a refusal
+// carries Retry-After in whole seconds, rounded up.
+func (w *fixedSpan) take(now time.Time, span time.Duration, limit, cost int64, unit string) (http.Header, bool) {
+	if w.start.IsZero() || !now.Before(w.start.Add(span)) {
+		w.start, w.used = now, 0
+	}
+	reset := w.start.Add(span).Sub(now)
+	h := http.Header{"Content-Type": {"application/json"}}
+	h.Set("x-ratelimit-limit-"+unit, strconv.FormatInt(limit, 10))
+	h.Set("x-ratelimit-reset-"+unit, reset.String())
+	ok := w.used+cost <= limit
+	if ok {
+		w.used += cost
+	} else {
+		h.Set("Retry-After", strconv.Itoa(int((reset+time.Second-1)/time.Second)))
+	}
+	h.Set("x-ratelimit-remaining-"+unit, strconv.FormatInt(limit-w.used, 10))
+	return h, ok
+}
+
 func (p *windowed) RoundTrip(req *http.Request) (*http.Response, error) {
 	body, _ := io.ReadAll(req.Body)
-	now := p.c.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.start.IsZero() || !now.Before(p.start.Add(p.span)) {
-		p.start, p.used = now, 0
-	}
-	reset := p.start.Add(p.span).Sub(now)
-	h := http.Header{"Content-Type": {"application/json"}}
-	h.Set("x-ratelimit-limit-requests", strconv.Itoa(p.limit))
-	h.Set("x-ratelimit-reset-requests", reset.String())
-	if p.used >= p.limit {
+	h, ok := p.w.take(p.c.Now(), p.span, int64(p.limit), 1, "requests")
+	if !ok {
 		p.got429++
-		h.Set("x-ratelimit-remaining-requests", "0")
-		h.Set("Retry-After", strconv.Itoa(int((reset+time.Second-1)/time.Second)))
 		return &http.Response{StatusCode: 429, Header: h, Body: io.NopCloser(strings.NewReader(rateLimited)), Request: req}, nil
 	}
-	p.used++
 	p.served++
 	if i := strings.Index(string(body), `"user":"`); i >= 0 {
 		u := string(body[i+8:])
 		p.order = append(p.order, u[:strings.IndexByte(u, '"')])
 	}
-	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(p.limit-p.used))
 	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(okBody)), Request: req}, nil
+}
+
+// manualGroup is a router on c (near-ties to the first, 8 attempts) and a
+// group "limited" of one deployment whose provider is t.
+func manualGroup(c *manualClock, t http.RoundTripper, deadline time.Duration) (*Router, *Group) {
+	d := deployment("a", nil)
+	d.Transport = t
+	r := New()
+	r.Clock, r.Rand = c, func() float64 { return 0 }
+	r.Deadline, r.MaxAttempts = deadline, 8
+	return r, NewGroup("limited", []*Deployment{d})
 }
 
 // limitedGroup is a group of one deployment on a windowed provider (10 per
@@ -250,12 +278,7 @@ func limitedGroup(t *testing.T) (*Router, *Group, *windowed, *manualClock) {
 	t.Helper()
 	c := newManualClock()
 	p := &windowed{c: c, limit: 10, span: 10 * time.Second}
-	d := deployment("a", nil)
-	d.Transport = p
-	r := New()
-	r.Clock, r.Rand = c, func() float64 { return 0 }
-	r.Deadline, r.MaxAttempts = 25*time.Second, 8
-	g := NewGroup("limited", []*Deployment{d})
+	r, g := manualGroup(c, p, 25*time.Second)
 	if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil {
 		t.Fatalf("warm-up: %v", res.Err)
 	}
@@ -749,7 +772,7 @@ func TestAnUnpredicted429CorrectsTheBudget(t *testing.T) {
 	obs := &countingObserver{unpredicted: map[string]int{}}
 	r.Observer = obs
 	p.mu.Lock()
-	p.start, p.used = c.Now(), 7 // another client of the account took 7
+	p.w = fixedSpan{start: c.Now(), used: 7} // another client of the account took 7
 	p.mu.Unlock()
 	for range 3 {
 		if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil {
@@ -769,7 +792,7 @@ func TestAnUnpredicted429CorrectsTheBudget(t *testing.T) {
 	// answer saying so: the budget believes 10 are left.
 	c.advanceTo(c.Now().Add(10*time.Second + time.Second))
 	p.mu.Lock()
-	p.start, p.used = c.Now(), 10
+	p.w = fixedSpan{start: c.Now(), used: 10}
 	p.mu.Unlock()
 	res = r.ServeGroup(context.Background(), g, chatReq)
 	if !errors.As(res.Err, &e) || e.Status != 429 || res.Attempts != 1 {

@@ -23,8 +23,7 @@ type tokenWindowed struct {
 	limit          int64
 	span           time.Duration
 	mu             sync.Mutex
-	start          time.Time
-	used           int64
+	w              fixedSpan
 	served, got429 int
 	latency        time.Duration // of an answer, after admission
 }
@@ -51,25 +50,14 @@ func (p *tokenWindowed) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // admit decides a request of cost tokens when it arrives.
 func (p *tokenWindowed) admit(req *http.Request, cost int64) *http.Response {
-	now := p.c.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.start.IsZero() || !now.Before(p.start.Add(p.span)) {
-		p.start, p.used = now, 0
-	}
-	reset := p.start.Add(p.span).Sub(now)
-	h := http.Header{"Content-Type": {"application/json"}}
-	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(p.limit, 10))
-	h.Set("x-ratelimit-reset-tokens", reset.String())
-	if p.used+cost > p.limit {
+	h, ok := p.w.take(p.c.Now(), p.span, p.limit, cost, "tokens")
+	if !ok {
 		p.got429++
-		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(p.limit-p.used, 10))
-		h.Set("Retry-After", strconv.Itoa(int((reset+time.Second-1)/time.Second)))
 		return &http.Response{StatusCode: 429, Header: h, Body: io.NopCloser(strings.NewReader(rateLimited)), Request: req}
 	}
-	p.used += cost
 	p.served++
-	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(p.limit-p.used, 10))
 	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(okBody)), Request: req}
 }
 
@@ -82,12 +70,7 @@ func (p *tokenWindowed) admit(req *http.Request, cost int64) *http.Response {
 func TestATokenWindowTellsAnUnservableRequestAtOnce(t *testing.T) {
 	c := newManualClock()
 	p := &tokenWindowed{c: c, limit: 4000, span: 10 * time.Second}
-	d := deployment("a", nil)
-	d.Transport = p
-	r := New()
-	r.Clock, r.Rand = c, func() float64 { return 0 }
-	r.Deadline, r.MaxAttempts = 20*time.Second, 8
-	g := NewGroup("limited", []*Deployment{d})
+	r, g := manualGroup(c, p, 20*time.Second)
 	req := func(i int) *Request {
 		body := `{"model":"limited","max_tokens":900,"user":"u` + strconv.Itoa(i) + `","messages":[{"role":"user","content":"hi"}]}`
 		return &Request{Request: wire([]byte(body), false), Tokens: 901, PromptTokens: 1, OutputTokens: 900}

@@ -198,11 +198,51 @@ func TestAResetIsAnchoredBetweenSendAndRead(t *testing.T) {
 
 	s = NewState()
 	a, _ = s.AcquireAttempt(t0, 1)
-	o := stated(3, 1, 2*time.Second)
+	o := stated(3, 1, 2500*time.Millisecond) // an instant to the millisecond
 	o.Requests.Instant = true
 	s.ObserveAttempt(a, read, o, DefaultPolicy)
 	if w := &s.requests; w.uncertain != ResetMargin {
 		t.Errorf("an instant's reset is uncertain by %v, want the margin alone", w.uncertain)
+	}
+}
+
+// An instant in whole seconds (Anthropic's RFC 3339 reset) read against a
+// Date header in whole seconds may be up to two seconds early: answers of
+// one fixed window read at different times overlap, so that they narrow
+// the reset instead of each looking like a window of its own (a gap of a
+// fraction of a second between two "windows", which projected the next
+// roll 0.2 s away and drew a 429 for each attempt sent then).
+func TestAWholeSecondInstantIsUncertainByItsResolution(t *testing.T) {
+	w := newWindowA()
+	inst := func(remaining int64, reset time.Duration) provider.Window {
+		o := winA(10, remaining, reset)
+		o.Instant = true
+		return o
+	}
+	// The window resets at +10 s (stated 00:00:10Z); Date reads +2 s.
+	w.update(atA(2100*msA), t0, inst(1, 8*time.Second), 0, 1)
+	w.update(atA(2400*msA), t0, inst(0, 8*time.Second), 0, 1)
+	if w.gap != 0 {
+		t.Errorf("two answers of one window measured a gap of %v between windows", w.gap)
+	}
+	if lo := w.reset.Add(-w.uncertain); lo.After(atA(10 * time.Second)) {
+		t.Errorf("the reset is taken to lie in [+%v, +%v], after the stated instant (+10 s)", lo.Sub(t0), w.reset.Sub(t0))
+	}
+}
+
+// The windows a forecast counts after the next reset come a window apart,
+// however loose the upper bound measured between two stated resets is: a
+// reset anchored between a send and a read 2 s later bounds the span only
+// to within 2 s, and a forecast with that bound counted one window of four
+// too few (the request was told 429 at once, or served late).
+func TestAForecastCountsWindowsOfTheLongestStatedSpan(t *testing.T) {
+	w := newWindowA()
+	w.update(atA(2*time.Second), t0, winA(10, 9, 10*time.Second), 0, 1) // from [+10 s, +12.05 s]
+	sent := atA(13 * time.Second)
+	w.update(sent.Add(2*time.Second), sent, winA(10, 0, 7*time.Second), 0, 1) // from [+20 s, +22.05 s]
+	now := sent.Add(2 * time.Second)
+	if got := w.forecast(now, atA(42500*msA), 0, false); got < 30 {
+		t.Errorf("forecast %d requests before +42.5 s, want 30: windows of 10 s from +22.05 s (+32.1 s, +42.15 s)", got)
 	}
 }
 
@@ -259,5 +299,25 @@ func TestAFirstAnswerBoundsTheRatio(t *testing.T) {
 	w.update(t0, t0, winA(4000, 3099, 2*time.Second), 0, 901)
 	if got := w.forecastUnits(t0, t0, 0, false); got != 3099 {
 		t.Errorf("901 counted of 901: expected the window's own 3,099, got %d", got)
+	}
+}
+
+// A window that starts with its first request (PROVIDERS.md: not every
+// provider aligns its windows to the clock) starts its next span when the
+// router's first attempt after the stated reset arrives: the router must
+// not project the roll a span after the stated reset (a window starting
+// 1 s after that reset rolls 1 s after such a projection), nor forecast
+// the requests of a window that does not start before the deadline.
+func TestAWindowFromItsFirstRequestRollsASpanAfterIt(t *testing.T) {
+	w := newWindowA()
+	w.update(t0, t0, winA(10, 9, 10*time.Second), 0, 1) // the first of its window: the whole span
+	now := atA(11 * time.Second)                        // a second after the window ended
+	until := now.Add(19900 * msA)
+	if got := w.forecast(now, until, 0, false); got > 20 {
+		t.Errorf("forecast %d requests before +30.9 s, want at most 20: a window from the first request at +11 s rolls at +21 s and +31 s", got)
+	}
+	w.spend(now, 1)
+	if want := now.Add(10 * time.Second); w.nextReset(now).Before(want) {
+		t.Errorf("full again at +%v, before the provider's window from +11 s ends (+21 s)", w.nextReset(now).Sub(t0))
 	}
 }

@@ -43,6 +43,13 @@ import (
 // instant, so the reset lies in every answer's interval.
 const ResetMargin = 50 * time.Millisecond
 
+// wholeSecondsUncertainty is how much earlier than the router reads it a
+// reset stated as an instant in whole seconds, against a Date header in
+// whole seconds (http.TimeFormat), may be: a second for the Date's
+// truncation, a second for the instant's rounding (PROVIDERS.md: RFC 3339
+// resets; the simulation rounds them up).
+const wholeSecondsUncertainty = 2 * time.Second
+
 type window struct {
 	limit, remaining int64     // provider.Unknown until stated
 	reset            time.Time // a fixed window: when it is full again, at the latest; zero = not stated
@@ -59,6 +66,9 @@ type window struct {
 	// statedHi bound the last stated reset (projections aside).
 	gap                time.Duration
 	statedLo, statedHi time.Time
+	// longest is the longest countdown stated since the limits last
+	// changed (gap dropped): no window is shorter.
+	longest time.Duration
 	// refills: the window proved to refill continuously, at rate units per
 	// second (0 until a statement implies it); remaining is then the count
 	// at at.
@@ -124,8 +134,10 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 		if w.span <= 0 {
 			w.span = d
 		}
+		w.longest = max(w.longest, d)
 		if d > w.gap+ResetMargin {
 			w.gap = 0 // a window longer than the bound: the limits changed, measure again
+			w.longest = d
 		}
 	}
 	reset, uncertain := time.Time{}, w.uncertain // a count without a reset is only good for this instant...
@@ -197,8 +209,14 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time, uncertain time.Duration) {
 	d := min(o.Reset, provider.MaxCooldown)
 	reset, uncertain = now.Add(d+ResetMargin), ResetMargin
-	if !o.Instant && sent.Before(now) {
+	switch {
+	case !o.Instant && sent.Before(now):
 		uncertain += now.Sub(sent)
+	case o.Instant && d%time.Second == 0:
+		// An instant in whole seconds (Anthropic's RFC 3339), read
+		// against a Date in whole seconds: the reset may be up to a
+		// second earlier for each.
+		uncertain += wholeSecondsUncertainty
 	}
 	lo := reset.Add(-uncertain)
 	defer func() { w.statedLo, w.statedHi = reset.Add(-uncertain), reset }()
@@ -240,6 +258,18 @@ func (w *window) period() time.Duration {
 		return w.gap
 	}
 	return w.span
+}
+
+// forecastPeriod is the span a forecast counts the windows after the
+// next reset with: the longest countdown stated (no window is shorter; a
+// window's first request states all of a window that starts with it),
+// bounded by the period. The router starts each of them when it learns
+// the last one ended (a statement anchors it), not at its projection.
+func (w *window) forecastPeriod() time.Duration {
+	if p := w.period(); w.longest > 0 && w.longest < p {
+		return w.longest
+	}
+	return w.period()
 }
 
 // ratioWeight is the weight of a new sample of window.ratio; minRatio its
@@ -299,13 +329,22 @@ func (w *window) nextReset(now time.Time) time.Time {
 	if span <= 0 {
 		return time.Time{}
 	}
-	// A window that starts with its first request after the last one
-	// ended starts a little after the router's reset: a margin each time;
-	// and after a span without a request it starts with the next one.
-	if now.Sub(w.reset) >= span {
-		return now.Add(span + ResetMargin)
+	// A window aligned to the clock ends a span after the last one; one
+	// that starts with its first request after the last one ended (the
+	// router's own, sent at now) ends a span after that request: the
+	// later of the two, so that neither shape is refilled early.
+	// The latter's span is the longest countdown its last window stated
+	// (its first request's states the whole span), no longer than the
+	// period.
+	whole := w.span
+	if w.spanSeen > 0 {
+		whole = w.spanSeen
 	}
-	return w.reset.Add(span + ResetMargin)
+	next := w.reset.Add(span + ResetMargin)
+	if alt := now.Add(min(whole, span) + ResetMargin); alt.After(next) {
+		return alt
+	}
+	return next
 }
 
 // keep is the share of the limit an attempt must leave unspent (reserve).
@@ -414,7 +453,7 @@ func (w *window) forecast(now, until time.Time, reserve float64, whole bool) int
 	// Each later reset comes a span and a margin after the one before, as
 	// nextReset rolls the window: the provider's next window starts with
 	// the first request after its reset.
-	resets := int64(until.Sub(r)/(w.period()+ResetMargin)) + 1
+	resets := int64(until.Sub(r)/(w.forecastPeriod()+ResetMargin)) + 1
 	per := max(w.limit-keep, 0)
 	if resets > 0 && per > (math.MaxInt64/4)/resets {
 		return math.MaxInt64 / 4 // more than anyone will ask

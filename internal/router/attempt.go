@@ -83,6 +83,7 @@ type attempt struct {
 	began  time.Time
 	plan   provider.Plan
 	out    *outcome
+	stream bool // the request is streamed: its latency is to first content
 }
 
 // plan prepares one attempt on d: its clock and time limit, and the
@@ -139,7 +140,7 @@ func (r *Router) begin(parent context.Context, d *Deployment, req *Request, dead
 	if left := deadline.Sub(now); limit <= 0 || left <= limit {
 		limit, cause = left, errRequestTimeout
 	}
-	a := &attempt{r: r, d: d, parent: parent, began: now, out: &outcome{d: d}}
+	a := &attempt{r: r, d: d, parent: parent, began: now, out: &outcome{d: d}, stream: req.Stream}
 	a.ctx, a.cancel = context.WithCancelCause(parent)
 	a.timer = r.Clock.AfterFunc(limit, func() { a.cancel(cause) })
 	return a
@@ -163,8 +164,10 @@ func (a *attempt) fail(class provider.Class, err error) *outcome {
 		out.end = clientGone
 	case errors.Is(cause, errRequestTimeout):
 		out.end = pastDeadline
+		a.tookAtLeast()
 	case errors.Is(cause, errAttemptTimeout):
 		out.end = timedOut
+		a.tookAtLeast()
 	}
 	out.obs = provider.NewObservation(class)
 	out.obs.Message = err.Error()
@@ -172,6 +175,19 @@ func (a *attempt) fail(class provider.Class, err error) *outcome {
 		out.obs.Message = cause.Error()
 	}
 	return out
+}
+
+// tookAtLeast records an attempt a timeout or the deadline cut before it
+// answered as a censored latency sample: its deployment took at least
+// that long (to its first content, for a stream), so that one that hangs
+// stops ranking first (without a timeout, the default, every request
+// sent to it would wait out its deadline).
+func (a *attempt) tookAtLeast() {
+	if a.stream {
+		a.d.State.RecordAtLeast(0, a.out.took)
+	} else {
+		a.d.State.RecordAtLeast(a.out.took, 0)
+	}
 }
 
 // errorAnswer reads an error status: its body says the class and the wait.

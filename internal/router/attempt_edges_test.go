@@ -126,8 +126,10 @@ func TestStreamWithoutTTFTTimeoutUsesTheTimeout(t *testing.T) {
 
 // A deployment without a timeout of its own (0) is bounded by the request's
 // deadline alone: its attempt is not cut before it, and running into the
-// deadline is a 504 that does not count against the deployment. The same
-// when its timeout ends exactly at the deadline.
+// deadline is a 504. An attempt that hung for the whole deadline failed
+// as a timeout would have (see TestAnAttemptCutByTheDeadlineTeachesItsLatency):
+// it counts against the deployment. The same when its timeout ends
+// exactly at the deadline.
 func TestNoTimeoutMeansTheDeadline(t *testing.T) {
 	for _, timeout := range []time.Duration{0, time.Minute} {
 		c := newFakeClock()
@@ -146,8 +148,8 @@ func TestNoTimeoutMeansTheDeadline(t *testing.T) {
 		if !errors.As(res.Err, &e) || e.Status != http.StatusGatewayTimeout || res.FailoverReason != provider.OK {
 			t.Errorf("timeout %v: expected a 504 at the deadline, got %v (%v)", timeout, res.Err, res.FailoverReason)
 		}
-		if s := group[0].State.Snapshot(c.Now()); s.ConsecutiveFailures != 0 {
-			t.Errorf("timeout %v: the deadline is not a's failure, got %d failures (%q)", timeout, s.ConsecutiveFailures, s.LastMessage)
+		if s := group[0].State.Snapshot(c.Now()); s.ConsecutiveFailures != 1 || s.LastMessage != errRequestTimeout.Error() {
+			t.Errorf("timeout %v: a hang for the whole deadline is a's failure, got %d failures (%q)", timeout, s.ConsecutiveFailures, s.LastMessage)
 		}
 	}
 }

@@ -736,6 +736,12 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 	d := out.d
 	switch out.end {
 	case clientGone, pastDeadline:
+		if out.end == pastDeadline && out.took >= r.Deadline/2 {
+			// It ran out most of the request's deadline without an
+			// answer: a hang, a failure as a timeout is (by default no
+			// timeout is set, and the deadline is the only bound).
+			d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
+		}
 		if out.stream == nil {
 			out.release() // the attempt ended unobserved
 		}

@@ -111,6 +111,11 @@ type Window struct {
 	// False when not known: a window may count less than that (Anthropic's
 	// most restrictive token window may be its output tokens).
 	BoundsRequest bool
+	// Resolution is the unit the provider stated Reset in (1 s for "8s",
+	// "8" or an RFC 3339 time without a fraction; 0 when finer than a
+	// millisecond; see ParseResetInstant): a provider that rounds, down
+	// or up, puts the true reset up to that much from the stated one.
+	Resolution time.Duration
 }
 
 // UnknownWindow is a Window with nothing stated.

@@ -45,8 +45,36 @@ func TestParseResetInstant(t *testing.T) {
 		"2025-08-21T12:40:07Z": true, "1755780030": true, "1755780030000": true,
 		"Thu, 21 Aug 2025 12:40:30 GMT": true, "soon": false,
 	} {
-		if _, got := ParseResetInstant(in, ref); got != want {
+		if _, got, _ := ParseResetInstant(in, ref); got != want {
 			t.Errorf("ParseResetInstant(%q): instant %v, want %v", in, got, want)
+		}
+	}
+}
+
+// A reset's resolution is the unit of its last digit, at most a second:
+// a provider that rounds to it may be up to that far off.
+func TestParseResetResolution(t *testing.T) {
+	ref := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"8": time.Second, "8s": time.Second, "6m0s": time.Second, "1h30m": time.Second,
+		"8.5": 100 * time.Millisecond, "2m59.56s": 10 * time.Millisecond, "17ms": time.Millisecond,
+		"172.799999ms": 0, "33011.375": time.Millisecond,
+		"2025-08-21T12:40:07Z": time.Second, "2025-08-21T12:40:07.25Z": 10 * time.Millisecond,
+		"2025-08-21T12:40:07.123456Z": 0, "1755780030": time.Second, "1755780030000": time.Millisecond,
+		"Thu, 21 Aug 2025 12:40:30 GMT": time.Second,
+	} {
+		if _, _, got := ParseResetInstant(in, ref); got != want {
+			t.Errorf("ParseResetInstant(%q): resolution %v, want %v", in, got, want)
+		}
+	}
+}
+
+// Garbage numbers are no reset: never 0 (already refreshed).
+func TestGarbageResetsAreUnknown(t *testing.T) {
+	ref := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	for _, in := range []string{"Inf", "+Inf", "1e308", "9999999999999999999999", "9223372036854775807"} {
+		if got := ParseReset(in, ref); got != Unknown {
+			t.Errorf("ParseReset(%q): expected Unknown, got %v", in, got)
 		}
 	}
 }

@@ -50,44 +50,90 @@ func ParseCount(v string) int64 {
 // MaxCooldown is garbage (a Retry-After of 1e12), not advice, and
 // reads as Unknown, so the router's own backoff applies.
 func ParseReset(v string, ref time.Time) time.Duration {
-	d, _ := ParseResetInstant(v, ref)
+	d, _, _ := ParseResetInstant(v, ref)
 	return d
 }
 
 // ParseResetInstant is ParseReset, and reports whether v named an
-// instant (a Unix time, RFC 3339, an HTTP-date) rather than a countdown.
-// A countdown counts from when the provider admitted the request, some
-// time between its send and its first byte (PROVIDERS.md); an instant is
-// exact but for clock skew (see Window.Instant).
-func ParseResetInstant(v string, ref time.Time) (d time.Duration, instant bool) {
+// instant (a Unix time, RFC 3339, an HTTP-date) rather than a countdown,
+// and its resolution: the unit its last digit counts (1 s for "8", "8s",
+// "6m0s", Unix seconds, RFC 3339 without a fraction and HTTP-dates; 10 ms
+// for "2m59.56s"; 0 below a millisecond), at most a second. A provider
+// that rounds its reset to that unit, either way, puts the true one up to
+// a unit from the stated one (see Window.Resolution). A countdown counts
+// from when the provider admitted the request, some time between its send
+// and its first byte (PROVIDERS.md); an instant is exact but for clock
+// skew and its resolution (see Window.Instant). Garbage (Inf, numbers past
+// any Unix time in milliseconds) is Unknown, never 0.
+func ParseResetInstant(v string, ref time.Time) (d time.Duration, instant bool, resolution time.Duration) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return Unknown, false
+		return Unknown, false, 0
 	}
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
 		switch {
-		case math.IsNaN(f) || f < 0:
-			return Unknown, false
+		case math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1e15:
+			return Unknown, false, 0
 		case f > 1e12:
-			return ClampWait(time.UnixMilli(int64(f)).Sub(ref)), true
+			return ClampWait(time.UnixMilli(int64(f)).Sub(ref)), true, digitUnit(v, time.Millisecond)
 		case f > 1e9:
-			return ClampWait(time.Unix(int64(f), 0).Sub(ref)), true
+			return ClampWait(time.Unix(int64(f), 0).Sub(ref)), true, digitUnit(v, time.Second)
 		}
-		return seconds(f), false
+		return seconds(f), false, digitUnit(v, time.Second)
 	}
 	if d, err := time.ParseDuration(v); err == nil {
 		if d < 0 {
-			return Unknown, false
+			return Unknown, false, 0
 		}
-		return ClampWait(d), false
+		return ClampWait(d), false, durationUnit(v)
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return ClampWait(t.Sub(ref)), true
+		frac := ""
+		if i := strings.IndexByte(v, '.'); i >= 0 {
+			frac = v[i:]
+			frac = frac[:1+len(frac[1:])-len(strings.TrimLeft(frac[1:], "0123456789"))]
+		}
+		return ClampWait(t.Sub(ref)), true, digitUnit("0"+frac, time.Second)
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return ClampWait(t.Sub(ref)), true
+		return ClampWait(t.Sub(ref)), true, time.Second
 	}
-	return Unknown, false
+	return Unknown, false, 0
+}
+
+// digitUnit is the resolution of a decimal number v counted in unit: unit
+// itself without a fraction, a tenth of it per digit after the point;
+// capped at a second, 0 below a millisecond.
+func digitUnit(v string, unit time.Duration) time.Duration {
+	if i := strings.IndexByte(v, '.'); i >= 0 {
+		for _, c := range v[i+1:] {
+			if c < '0' || c > '9' {
+				break
+			}
+			unit /= 10
+		}
+	}
+	switch {
+	case unit < time.Millisecond:
+		return 0
+	case unit > time.Second:
+		return time.Second
+	}
+	return unit
+}
+
+// durationUnit is the resolution of a Go duration ("6m0s": 1 s, "17ms":
+// 1 ms, "2m59.56s": 10 ms): the unit of its last number, with its
+// fraction's digits.
+func durationUnit(v string) time.Duration {
+	end := len(v)
+	start := strings.LastIndexAny(v, "0123456789") + 1
+	num := strings.LastIndexFunc(v[:start], func(r rune) bool { return (r < '0' || r > '9') && r != '.' }) + 1
+	unit, err := time.ParseDuration("1" + v[start:end])
+	if err != nil {
+		return 0
+	}
+	return digitUnit(v[num:start], unit)
 }
 
 // seconds converts non-negative float seconds to a duration, Unknown past

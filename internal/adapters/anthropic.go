@@ -227,7 +227,7 @@ func anthropicWindow(h http.Header, kind string, ref time.Time) provider.Window 
 		w.Remaining = provider.ParseCount(v)
 	}
 	if v := h.Get(prefix + "Reset"); v != "" {
-		w.Reset, w.Instant = provider.ParseResetInstant(v, ref)
+		w.Reset, w.Instant, w.Resolution = provider.ParseResetInstant(v, ref)
 	}
 	return w
 }

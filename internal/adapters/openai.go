@@ -883,7 +883,7 @@ func (s *windowSet) set(suffix, field, v string, ref time.Time) {
 	case strings.EqualFold(field, "remaining"):
 		w.Remaining = provider.ParseCount(v)
 	case strings.EqualFold(field, "reset"):
-		w.Reset, w.Instant = provider.ParseResetInstant(v, ref)
+		w.Reset, w.Instant, w.Resolution = provider.ParseResetInstant(v, ref)
 	}
 }
 

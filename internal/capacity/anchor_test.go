@@ -207,7 +207,8 @@ func TestAResetIsAnchoredBetweenSendAndRead(t *testing.T) {
 }
 
 // An instant in whole seconds (Anthropic's RFC 3339 reset) read against a
-// Date header in whole seconds may be up to two seconds early: answers of
+// Date header in whole seconds may be up to two seconds early (its
+// Resolution and the Date's): answers of
 // one fixed window read at different times overlap, so that they narrow
 // the reset instead of each looking like a window of its own (a gap of a
 // fraction of a second between two "windows", which projected the next
@@ -216,7 +217,7 @@ func TestAWholeSecondInstantIsUncertainByItsResolution(t *testing.T) {
 	w := newWindowA()
 	inst := func(remaining int64, reset time.Duration) provider.Window {
 		o := winA(10, remaining, reset)
-		o.Instant = true
+		o.Instant, o.Resolution = true, time.Second // as the Anthropic adapter reads "...:10Z"
 		return o
 	}
 	// The window resets at +10 s (stated 00:00:10Z); Date reads +2 s.
@@ -319,5 +320,36 @@ func TestAWindowFromItsFirstRequestRollsASpanAfterIt(t *testing.T) {
 	w.spend(now, 1)
 	if want := now.Add(10 * time.Second); w.nextReset(now).Before(want) {
 		t.Errorf("full again at +%v, before the provider's window from +11 s ends (+21 s)", w.nextReset(now).Sub(t0))
+	}
+}
+
+// A countdown in whole seconds ("8", "8s") that a provider rounds down
+// puts the true reset up to a second later than stated: once a 429 showed
+// that the provider rounds, the window is not taken to be full again
+// before that (a provider stating "8" for 8.87 s drew a 429 for every
+// attempt the router sent in the gap, each window).
+func TestAWholeSecondCountdownIsFullAgainASecondLater(t *testing.T) {
+	w := newWindowA()
+	o := winA(10, 0, 8*time.Second)
+	o.Resolution = time.Second
+	read := atA(100 * msA)
+	w.update(read, t0, o, 0, 1)
+	if want := read.Add(8*time.Second + ResetMargin); !w.reset.Equal(want) {
+		t.Fatalf("before any 429, \"8s\" is exact: full again at +%v, want +%v", w.reset.Sub(t0), want.Sub(t0))
+	}
+	w.learnRounded(time.Second) // a 429 stated the window in whole seconds (State.observe)
+	if want := read.Add(9*time.Second + ResetMargin); w.reset.Before(want) {
+		t.Errorf("full again at +%v, before the latest a floored countdown allows (+%v)", w.reset.Sub(t0), want.Sub(t0))
+	}
+	if lo := w.reset.Add(-w.uncertain); lo.After(t0.Add(7 * time.Second)) {
+		t.Errorf("the carry starts at +%v, after the earliest a rounded-up countdown allows (+7 s)", lo.Sub(t0))
+	}
+	// A provider that states finer countdowns states a whole one exactly.
+	w = newWindowA()
+	w.update(atA(50*msA), t0, winA(10, 5, 9950*msA), 0, 1)
+	w.learnRounded(time.Second)
+	w.update(read, t0, o, 0, 1)
+	if want := read.Add(8*time.Second + ResetMargin); !w.reset.Equal(want) {
+		t.Errorf("after a countdown to the nanosecond, \"8s\" is full again at +%v, want +%v", w.reset.Sub(t0), want.Sub(t0))
 	}
 }

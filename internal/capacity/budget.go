@@ -43,13 +43,6 @@ import (
 // instant, so the reset lies in every answer's interval.
 const ResetMargin = 50 * time.Millisecond
 
-// wholeSecondsUncertainty is how much earlier than the router reads it a
-// reset stated as an instant in whole seconds, against a Date header in
-// whole seconds (http.TimeFormat), may be: a second for the Date's
-// truncation, a second for the instant's rounding (PROVIDERS.md: RFC 3339
-// resets; the simulation rounds them up).
-const wholeSecondsUncertainty = 2 * time.Second
-
 type window struct {
 	limit, remaining int64     // provider.Unknown until stated
 	reset            time.Time // a fixed window: when it is full again, at the latest; zero = not stated
@@ -66,6 +59,10 @@ type window struct {
 	// statedHi bound the last stated reset (projections aside).
 	gap                time.Duration
 	statedLo, statedHi time.Time
+	// precise: a countdown finer than a millisecond was stated, so a
+	// whole one ("10s") is exact, not rounded; rounded: a 429 stated the
+	// window in whole units, so they may be rounded (see anchor).
+	precise, rounded bool
 	// longest is the longest countdown stated since the limits last
 	// changed (gap dropped): no window is shorter.
 	longest time.Duration
@@ -209,14 +206,29 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time, uncertain time.Duration) {
 	d := min(o.Reset, provider.MaxCooldown)
 	reset, uncertain = now.Add(d+ResetMargin), ResetMargin
-	switch {
-	case !o.Instant && sent.Before(now):
+	if !o.Instant && sent.Before(now) {
 		uncertain += now.Sub(sent)
-	case o.Instant && d%time.Second == 0:
-		// An instant in whole seconds (Anthropic's RFC 3339), read
-		// against a Date in whole seconds: the reset may be up to a
-		// second earlier for each.
-		uncertain += wholeSecondsUncertainty
+	}
+	if !o.Instant && o.Resolution == 0 && o.Reset > 0 {
+		w.precise = true
+	}
+	switch r := o.Resolution; {
+	case r <= 0:
+	case o.Instant:
+		// An instant in whole units (an RFC 3339 time in whole seconds)
+		// read against a Date of the same resolution: up to a unit
+		// early for each; late no more than the Date's truncation makes
+		// up for.
+		uncertain += 2 * r
+	case w.rounded && !w.precise:
+		// A countdown in whole units ("8s", "8") from a provider that
+		// never stated a finer one and answered 429 once the router took
+		// its window to be full again: it rounds, down (the reset is up
+		// to a unit later) or up (up to a unit earlier). Until such a
+		// 429, a whole countdown is taken as exact (one that states
+		// "9.994987887s" as well states "10s" exactly).
+		reset = reset.Add(r)
+		uncertain += 2 * r
 	}
 	lo := reset.Add(-uncertain)
 	defer func() { w.statedLo, w.statedHi = reset.Add(-uncertain), reset }()
@@ -246,6 +258,21 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 		lo = oldLo
 	}
 	return hi, max(hi.Sub(lo), ResetMargin)
+}
+
+// learnRounded notes a 429 that stated the window in whole units of r:
+// unless the provider stated finer countdowns, its whole ones may be
+// rounded (see anchor), and the reset held, taken as exact, is widened
+// as anchor would have.
+func (w *window) learnRounded(r time.Duration) {
+	if r <= 0 || w.rounded || w.precise {
+		return
+	}
+	w.rounded = true
+	if !w.reset.IsZero() {
+		w.reset = w.reset.Add(r)
+		w.uncertain += 2 * r
+	}
 }
 
 // period is what a fixed window's resets are projected with once the

@@ -182,6 +182,10 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 			out.Learned = true
 		}
 	}()
+	if o.Class == provider.RateLimited {
+		s.requests.learnRounded(o.Requests.Resolution)
+		s.tokens.learnRounded(o.Tokens.Resolution)
+	}
 	sinceRequests, sinceTokens := s.countedSince(a)
 	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
 		s.requests.update(now, a.Sent, o.Requests, sinceRequests, 1)

@@ -353,3 +353,28 @@ func TestAWholeSecondCountdownIsFullAgainASecondLater(t *testing.T) {
 		t.Errorf("after a countdown to the nanosecond, \"8s\" is full again at +%v, want +%v", w.reset.Sub(t0), want.Sub(t0))
 	}
 }
+
+// Only a 429 where the router believed the window had room teaches that
+// the provider rounds its whole countdowns; a first 429 (nothing known)
+// teaches nothing.
+func TestAnUnpredicted429TeachesRounding(t *testing.T) {
+	whole := func(c provider.Class, remaining int64) provider.Observation {
+		o := provider.NewObservation(c)
+		o.Requests = provider.Window{Limit: 10, Remaining: remaining, Reset: 8 * time.Second, Resolution: time.Second}
+		return o
+	}
+	s := NewState()
+	a, _ := s.AcquireAttempt(t0, 1)
+	s.ObserveAttempt(a, t0, whole(provider.RateLimited, 0), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	if s.requests.rounded {
+		t.Error("a first 429, with nothing known of the window, taught rounding")
+	}
+	s = NewState()
+	s.Observe(t0, whole(provider.OK, 5), DefaultPolicy)
+	a, _ = s.AcquireAttempt(t0, 1)
+	s.ObserveAttempt(a, t0, whole(provider.RateLimited, 0), DefaultPolicy)
+	if !s.requests.rounded {
+		t.Error("a 429 where 5 were believed left taught no rounding")
+	}
+}

@@ -196,6 +196,7 @@ func (b *bench) contentionRun(sc contentionScenario) (contentionRow, error) {
 		urls = append(urls, fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", contRouterBase+i))
 	}
 	client := newClient()
+	client.Timeout = max(client.Timeout, sc.deadline+2*sc.latency+10*time.Second) // a stretched scenario's answers come that late
 	defer client.CloseIdleConnections()
 	body := contentionBody(sc.maxTokens)
 

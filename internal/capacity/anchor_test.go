@@ -378,3 +378,31 @@ func TestAnUnpredicted429TeachesRounding(t *testing.T) {
 		t.Error("a 429 where 5 were believed left taught no rounding")
 	}
 }
+
+// A window whose type says it bounds a request by its estimate (OpenAI's
+// x-ratelimit-limit-tokens) but that answered an attempt estimated above
+// its limit does not count the estimate (an OpenAI-compatible server that
+// counts what answers used): larger requests are not refused there, until
+// a too_large answer says they are.
+func TestAnAnsweredLargeAttemptUncapsTheWindow(t *testing.T) {
+	bounded := func(c provider.Class, limit, remaining int64) provider.Observation {
+		o := provider.NewObservation(c)
+		o.Tokens = provider.Window{Limit: limit, Remaining: remaining, Reset: 2 * time.Second, BoundsRequest: true}
+		return o
+	}
+	s := NewState()
+	s.Observe(t0, bounded(provider.OK, 1500, 1500), DefaultPolicy)
+	if ok, _ := s.FitsTokens(4030); ok {
+		t.Fatal("a window that bounds a request: expected 4,030 tokens not to fit 1,500")
+	}
+	a, _ := s.AcquireAttempt(t0, 4030)
+	s.ObserveAttempt(a, t0, bounded(provider.OK, 1500, 1470), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	if ok, _ := s.FitsTokens(4030); !ok {
+		t.Error("an attempt of 4,030 was answered on 1,500: expected the next to fit")
+	}
+	s.Observe(t0, bounded(provider.TooLarge, 1500, 1470), DefaultPolicy)
+	if ok, _ := s.FitsTokens(4030); ok {
+		t.Error("after too_large: expected 4,030 tokens not to fit 1,500")
+	}
+}

@@ -80,8 +80,12 @@ type State struct {
 	// capped: the token window's limit bounds what one request may ask
 	// (FitsTokens), as its provider type stated (Window.BoundsRequest) or
 	// a too_large answer showed; a limit alone does not, since a window
-	// may count less than prompt plus max_tokens.
-	capped bool
+	// may count less than prompt plus max_tokens. uncapped: an attempt
+	// estimated above the limit was answered, so the window does not
+	// count the estimate (an OpenAI-compatible server that counts what
+	// answers used, as llm_mock does), whatever its type says; until a
+	// too_large answer says otherwise.
+	capped, uncapped bool
 
 	lastClass   provider.Class
 	lastAt      time.Time
@@ -205,7 +209,13 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 		s.answered = true
 	}
 	s.lastClass, s.lastAt = o.Class, now
-	s.capped = s.capped || o.Tokens.BoundsRequest || o.Class == provider.TooLarge
+	switch {
+	case o.Class == provider.TooLarge:
+		s.capped, s.uncapped = true, false
+	case o.Class == provider.OK && s.tokens.limit > 0 && a.tokens > s.tokens.limit:
+		s.uncapped = true
+	}
+	s.capped = s.capped || o.Tokens.BoundsRequest
 	probe := s.probing && (a.Probe || anyAttempt) // this answers the half-open circuit's probe
 	if probe {
 		s.probing = false
@@ -406,7 +416,7 @@ func (s *State) FitsTokens(tokens int64) (bool, int64) {
 // expects the window to count: a ratio learned from small answers of a
 // refilling window says nothing of admission.
 func (s *State) fitsTokens(tokens int64) bool {
-	return !s.capped || s.tokens.limit <= 0 || tokens <= s.tokens.limit
+	return !s.capped || s.uncapped || s.tokens.limit <= 0 || tokens <= s.tokens.limit
 }
 
 // AvailableFor is AvailableAt for an attempt that must leave a reserve.
@@ -749,7 +759,7 @@ func (s *State) Reset(now time.Time) {
 	defer s.mu.Unlock()
 	defer s.shareObserved(now, s.sharedPartsLocked())
 	s.openUntil, s.openReason, s.consecutiveFailures, s.probing = time.Time{}, provider.OK, 0, false
-	s.capped = false
+	s.capped, s.uncapped = false, false
 	s.requests = window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown}
 	s.tokens = window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown}
 	s.fleet.reservedUntil, s.fleet.probeElsewhereUntil = time.Time{}, time.Time{}

@@ -266,8 +266,8 @@ func (h *Handler) annotate(r *http.Request, model string, res *router.Result) {
 		extra.Set(zap.String("llm_model_group", group))
 	}
 	h.metrics.request(model, name, status(res))
-	if group != model {
-		h.metrics.fallback(model, group)
+	if res.Tried != nil && res.Tried.Name != model {
+		h.metrics.fallback(model, res.Tried.Name) // whether it answered or not
 	}
 }
 

@@ -75,8 +75,8 @@ func TestFallbackGroup(t *testing.T) {
 	t.Run("healthy first group", func(t *testing.T) {
 		sa, fa := ok(), ok()
 		r, g, _, _ := setup([]*script{sa}, []*script{fa})
-		if res := r.ServeGroup(context.Background(), g, chatReq); res.Group != g || fa.calls.Load() != 0 {
-			t.Errorf("expected smart to answer and fast untouched, got group %v, fast called %d times", res.Group, fa.calls.Load())
+		if res := r.ServeGroup(context.Background(), g, chatReq); res.Group != g || res.Tried != g || fa.calls.Load() != 0 {
+			t.Errorf("expected smart to answer and fast untouched, got group %v (tried %v), fast called %d times", res.Group, res.Tried, fa.calls.Load())
 		}
 	})
 
@@ -136,12 +136,17 @@ func TestFallbackGroup(t *testing.T) {
 	t.Run("both out", func(t *testing.T) {
 		// smart back in 5 s, fast in 600 s: smart's 429 and its Retry-After.
 		sa := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "5")}}
-		r, g, _, _ := setup([]*script{sa}, []*script{limited()})
+		r, g, f, _ := setup([]*script{sa}, []*script{limited()})
 		r.Deadline = 3 * time.Second
 		res := r.ServeGroup(context.Background(), g, chatReq)
 		var e *Error
 		if !errors.As(res.Err, &e) || e.Status != http.StatusTooManyRequests || e.RetryAfter != 5*time.Second || res.Group != g || res.Attempts != 2 {
 			t.Errorf("expected smart's 429 with Retry-After 5 after 2 attempts, got %v (%v) group %s after %d", res.Err, e, res.Group.Name, res.Attempts)
+		}
+		// The client is told smart's failure, but the request went on to
+		// fast (what the fallbacks metric counts).
+		if res.Tried != f {
+			t.Errorf("expected fast as the last group tried, got %v", res.Tried)
 		}
 	})
 

@@ -320,8 +320,14 @@ var ErrClientGone = errors.New("client went away")
 // Result is the outcome of Serve.
 type Result struct {
 	// Group is the model group that answered, or the last one tried: the
-	// group asked for, or one it fell back to (Group.Fallback).
+	// group asked for, or one it fell back to (Group.Fallback); when no
+	// group served, the one whose failure the client is told (see
+	// betterFailure).
 	Group *Group
+	// Tried is the last model group the request was tried on: Group when
+	// one answered, else perhaps a fallback group after it (metrics count
+	// every request that went on to a fallback group by it).
+	Tried *Group
 	// Deployment answered (nil if none did).
 	Deployment *Deployment
 	// Attempts is the number of upstream attempts made.
@@ -450,11 +456,13 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	if res.Stream != nil {
 		res.Stream.prepareResume(ctx, req, res.Attempts)
 	}
+	tried := res.Group
 	if best.Group != nil && fallsBack(res) {
 		attempts, reason := res.Attempts, res.FailoverReason
 		*res = best
 		res.Attempts, res.FailoverReason = attempts, reason
 	}
+	res.Tried = tried
 	if e, ok := res.Err.(*Error); ok && tooLarge && e.Class == provider.ContextLength && g.Fallback != nil {
 		// Too large for every group of the chain: say so of them all.
 		largest := int64(0)

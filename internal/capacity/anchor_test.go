@@ -406,3 +406,21 @@ func TestAnAnsweredLargeAttemptUncapsTheWindow(t *testing.T) {
 		t.Error("after too_large: expected 4,030 tokens not to fit 1,500")
 	}
 }
+
+// A statement is narrowed by what the provider stated, never by the
+// router's own projection of the next reset: a projection made at a roll
+// may be early (a provider that rounds its countdowns down), and taking
+// the earlier of it and a later statement rolled the window early again,
+// a 429 for every attempt sent then.
+func TestAProjectionDoesNotNarrowAStatement(t *testing.T) {
+	w := newWindowA()
+	w.update(t0, t0, winA(10, 0, 10*time.Second), 0, 1)
+	roll := atA(10*time.Second + ResetMargin)
+	w.spend(roll, 1) // a roll: the next reset projected a span later
+	projected := w.reset
+	read := roll.Add(150 * msA)
+	w.update(read, roll, winA(10, 9, 9950*msA), 0, 1) // the provider: 9.95 s more, read 150 ms later
+	if want := read.Add(9950*msA + ResetMargin); w.reset.Before(want) {
+		t.Errorf("full again at +%v (the projection was +%v), before the statement allows (+%v)", w.reset.Sub(t0), projected.Sub(t0), want.Sub(t0))
+	}
+}

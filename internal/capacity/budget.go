@@ -243,16 +243,16 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 			w.gap = g
 		}
 	}
-	if w.reset.IsZero() || !w.reset.After(now) {
-		return reset, uncertain
-	}
-	oldLo := w.reset.Add(-w.uncertain)
-	if lo.After(w.reset) || reset.Before(oldLo) {
+	// Narrowed only by what was stated: a reset the router projected
+	// (nextReset, at a roll) is its guess, not the provider's word, and
+	// may be early for a provider that rounds.
+	oldLo, oldHi := w.statedLo, w.statedHi
+	if oldHi.IsZero() || !oldHi.After(now) || lo.After(oldHi) || reset.Before(oldLo) {
 		return reset, uncertain
 	}
 	hi := reset
-	if w.reset.Before(hi) {
-		hi = w.reset
+	if oldHi.Before(hi) {
+		hi = oldHi
 	}
 	if oldLo.After(lo) {
 		lo = oldLo

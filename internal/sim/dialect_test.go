@@ -108,6 +108,30 @@ func (openAI) state(h http.Header, ws []*window, at time.Time) {
 	}
 }
 
+// floorSecs: OpenAI's headers from a compatible server that states its
+// resets in whole seconds rounded down, plain ("8") or as a Go duration
+// ("8s"): the true reset is up to a second later than stated.
+type floorSecs struct {
+	openAI
+	plain bool
+}
+
+func (f floorSecs) state(h http.Header, ws []*window, at time.Time) {
+	f.openAI.state(h, ws, at)
+	for _, w := range ws {
+		kind := "requests"
+		if w.tokens {
+			kind = "tokens"
+		}
+		d := w.reset(at).Truncate(time.Second)
+		if f.plain {
+			h.Set("x-ratelimit-reset-"+kind, strconv.Itoa(int(d/time.Second)))
+		} else {
+			h.Set("x-ratelimit-reset-"+kind, d.String())
+		}
+	}
+}
+
 var openAIErrors = map[string]string{
 	"server":   `{"error":{"message":%s,"type":"server_error","param":null,"code":null}}`,
 	"auth":     `{"error":{"message":%s,"type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,

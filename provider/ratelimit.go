@@ -88,12 +88,7 @@ func ParseResetInstant(v string, ref time.Time) (d time.Duration, instant bool, 
 		return ClampWait(d), false, durationUnit(v)
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		frac := ""
-		if i := strings.IndexByte(v, '.'); i >= 0 {
-			frac = v[i:]
-			frac = frac[:1+len(frac[1:])-len(strings.TrimLeft(frac[1:], "0123456789"))]
-		}
-		return ClampWait(t.Sub(ref)), true, digitUnit("0"+frac, time.Second)
+		return ClampWait(t.Sub(ref)), true, digitUnit(v, time.Second) // the only point is the fraction's
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return ClampWait(t.Sub(ref)), true, time.Second
@@ -126,10 +121,9 @@ func digitUnit(v string, unit time.Duration) time.Duration {
 // 1 ms, "2m59.56s": 10 ms): the unit of its last number, with its
 // fraction's digits.
 func durationUnit(v string) time.Duration {
-	end := len(v)
 	start := strings.LastIndexAny(v, "0123456789") + 1
 	num := strings.LastIndexFunc(v[:start], func(r rune) bool { return (r < '0' || r > '9') && r != '.' }) + 1
-	unit, err := time.ParseDuration("1" + v[start:end])
+	unit, err := time.ParseDuration("1" + v[start:])
 	if err != nil {
 		return 0
 	}

@@ -164,10 +164,10 @@ func (a *attempt) fail(class provider.Class, err error) *outcome {
 		out.end = clientGone
 	case errors.Is(cause, errRequestTimeout):
 		out.end = pastDeadline
-		a.tookAtLeast()
+		out.tookAtLeast(a.stream)
 	case errors.Is(cause, errAttemptTimeout):
 		out.end = timedOut
-		a.tookAtLeast()
+		out.tookAtLeast(a.stream)
 	}
 	out.obs = provider.NewObservation(class)
 	out.obs.Message = err.Error()
@@ -177,16 +177,17 @@ func (a *attempt) fail(class provider.Class, err error) *outcome {
 	return out
 }
 
-// tookAtLeast records an attempt a timeout or the deadline cut before it
-// answered as a censored latency sample: its deployment took at least
-// that long (to its first content, for a stream), so that one that hangs
-// stops ranking first (without a timeout, the default, every request
-// sent to it would wait out its deadline).
-func (a *attempt) tookAtLeast() {
-	if a.stream {
-		a.d.State.RecordAtLeast(0, a.out.took)
+// tookAtLeast records an attempt that ended before it answered (cut by a
+// timeout or the deadline, or a hedge the other attempt won) as a
+// censored latency sample: its deployment took at least o.took (to its
+// first content, for a stream), so that one that hangs, or is slower than
+// its peers, stops ranking first (without a timeout, the default, every
+// request sent to a hanging one would wait out its deadline).
+func (o *outcome) tookAtLeast(stream bool) {
+	if stream {
+		o.d.State.RecordAtLeast(0, o.took)
 	} else {
-		a.d.State.RecordAtLeast(a.out.took, 0)
+		o.d.State.RecordAtLeast(o.took, 0)
 	}
 }
 

@@ -154,11 +154,8 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 func (r *Router) drop(e exchanged, stream bool) {
 	out := e.out
 	lost := errors.Is(context.Cause(e.a.ctx), errHedgeLost)
-	switch {
-	case lost && out.obs.Class != provider.OK && stream:
-		out.d.State.RecordAtLeast(0, out.took)
-	case lost && out.obs.Class != provider.OK:
-		out.d.State.RecordAtLeast(out.took, 0)
+	if lost && out.obs.Class != provider.OK {
+		out.tookAtLeast(stream)
 	}
 	if out.end == answered && !lost {
 		out.d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)

@@ -574,7 +574,7 @@ type supply struct {
 func supplyOf(group []*Deployment, cands []scored, reserve float64, now, until time.Time, fleet bool) supply {
 	s := supply{requestsBound: true, tokensBound: true}
 	for _, c := range cands {
-		end := until.Add(-time.Duration(c.f.Latency * float64(time.Second)))
+		end := until.Add(-seconds(c.f.Latency))
 		forecast := group[c.i].State.Forecast
 		if fleet {
 			forecast = group[c.i].State.ForecastFleet

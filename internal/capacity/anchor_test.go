@@ -424,3 +424,15 @@ func TestAProjectionDoesNotNarrowAStatement(t *testing.T) {
 		t.Errorf("full again at +%v (the projection was +%v), before the statement allows (+%v)", w.reset.Sub(t0), projected.Sub(t0), want.Sub(t0))
 	}
 }
+
+// The longest countdown stated is the longest, not the last one: before
+// any gap between stated resets is known, a later, shorter countdown of
+// the same window does not shorten what a forecast counts windows with.
+func TestTheLongestCountdownIsKept(t *testing.T) {
+	w := newWindowA()
+	w.update(t0, t0, winA(10, 9, 10*time.Second), 0, 1)
+	w.update(atA(2*time.Second), atA(2*time.Second), winA(10, 8, 8*time.Second), 0, 1)
+	if w.longest != 10*time.Second {
+		t.Errorf("longest countdown %v after 10 s then 8 s, want 10 s", w.longest)
+	}
+}

@@ -132,7 +132,7 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 			w.span = d
 		}
 		w.longest = max(w.longest, d)
-		if d > w.gap+ResetMargin {
+		if w.gap > 0 && d > w.gap+ResetMargin {
 			w.gap = 0 // a window longer than the bound: the limits changed, measure again
 			w.longest = d
 		}

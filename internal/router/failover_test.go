@@ -220,6 +220,16 @@ func (p *tpm) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // sized is a Chat request of about prompt + maxTokens tokens, its
 // estimate as the chat client API makes it.
+// tpmGroup is a router on a fake clock and a group of one deployment, a,
+// whose provider has a token window of limit.
+func tpmGroup(limit int64) (*Router, *fakeClock, *tpm, []*Deployment) {
+	clock := newFakeClock()
+	pa := &tpm{limit: limit}
+	a := deployment("a", nil)
+	a.Transport = pa
+	return newRouter(clock), clock, pa, []*Deployment{a}
+}
+
 func sized(maxTokens int64) *Request {
 	body := fmt.Sprintf(`{"model":"g","max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, maxTokens)
 	return &Request{Request: wire([]byte(body), false), Tokens: int64(len(body))/4 + maxTokens, OutputTokens: maxTokens}
@@ -257,12 +267,7 @@ func TestRequestLargerThanAWindow(t *testing.T) {
 		}
 	})
 	t.Run("a stated limit says so before any attempt", func(t *testing.T) {
-		clock := newFakeClock()
-		r := newRouter(clock)
-		pa := &tpm{limit: 30000}
-		a := deployment("a", nil)
-		a.Transport = pa
-		group := []*Deployment{a}
+		r, _, pa, group := tpmGroup(30000)
 		if res := r.Serve(context.Background(), group, sized(100)); res.Err != nil {
 			t.Fatalf("warm-up: %v", res.Err)
 		}
@@ -290,12 +295,7 @@ func TestRequestLargerThanAWindow(t *testing.T) {
 		}
 	})
 	t.Run("it fits nowhere", func(t *testing.T) {
-		clock := newFakeClock()
-		r := newRouter(clock)
-		pa := &tpm{limit: 30000}
-		a := deployment("a", nil)
-		a.Transport = pa
-		group := []*Deployment{a}
+		r, clock, pa, group := tpmGroup(30000)
 		for n, want := range []int32{1, 1} { // the second is told from a's stated limit
 			res := r.Serve(context.Background(), group, sized(big))
 			var e *Error
@@ -305,7 +305,7 @@ func TestRequestLargerThanAWindow(t *testing.T) {
 					n+1, want, res.Err, e, pa.calls.Load(), clock.Sleeps())
 			}
 		}
-		if res := r.Serve(context.Background(), group, sized(100)); res.Err != nil || res.Deployment != a {
+		if res := r.Serve(context.Background(), group, sized(100)); res.Err != nil || res.Deployment != group[0] {
 			t.Errorf("expected a small request served by a, got %v", res.Err)
 		}
 	})

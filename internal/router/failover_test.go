@@ -218,8 +218,6 @@ func (p *tpm) RoundTrip(req *http.Request) (*http.Response, error) {
 		"x-ratelimit-reset-tokens", "1s")(req)
 }
 
-// sized is a Chat request of about prompt + maxTokens tokens, its
-// estimate as the chat client API makes it.
 // tpmGroup is a router on a fake clock and a group of one deployment, a,
 // whose provider has a token window of limit.
 func tpmGroup(limit int64) (*Router, *fakeClock, *tpm, []*Deployment) {
@@ -230,6 +228,8 @@ func tpmGroup(limit int64) (*Router, *fakeClock, *tpm, []*Deployment) {
 	return newRouter(clock), clock, pa, []*Deployment{a}
 }
 
+// sized is a Chat request of about prompt + maxTokens tokens, its
+// estimate as the chat client API makes it.
 func sized(maxTokens int64) *Request {
 	body := fmt.Sprintf(`{"model":"g","max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, maxTokens)
 	return &Request{Request: wire([]byte(body), false), Tokens: int64(len(body))/4 + maxTokens, OutputTokens: maxTokens}

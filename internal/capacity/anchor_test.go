@@ -77,7 +77,62 @@ func (e *events) Pop() any {
 // rollRun drives a State as the router does (an attempt when AvailableAt
 // says now, else a look again then) for clients that always have a
 // request, against p, for run; it returns what p admitted and refused.
-func rollRun(t *testing.T, p *fixedWindowProvider, clients int, latency, travel, run time.Duration, seed uint64) (admitted, denied int) {
+// admitter is a provider model of rollRun: admit decides a request
+// arriving at t and returns what its answer states, and, for a reset
+// stated as an instant, that instant (the answer's Reset then counts to it
+// from when it is read).
+type admitter interface {
+	admit(t time.Time) provider.Observation
+	counts() (admitted, denied int)
+}
+
+func (p *fixedWindowProvider) counts() (int, int) { return p.admitted, p.denied }
+
+// bucketProvider is a token bucket of limit requests refilled
+// continuously over span (OpenAI's and Anthropic's, PROVIDERS.md): the
+// reset it states is when the bucket is full again, as a countdown, or
+// (instant) as an RFC 3339 time in whole seconds, rounded up, that the
+// router reads against the answer's Date.
+type bucketProvider struct {
+	limit            int64
+	span             time.Duration
+	instant          bool
+	level            float64
+	at               time.Time
+	admitted, denied int
+}
+
+func (p *bucketProvider) counts() (int, int) { return p.admitted, p.denied }
+
+func (p *bucketProvider) admit(t time.Time) provider.Observation {
+	rate := float64(p.limit) / p.span.Seconds()
+	if p.at.IsZero() {
+		p.level = float64(p.limit)
+	} else {
+		p.level = min(float64(p.limit), p.level+rate*t.Sub(p.at).Seconds())
+	}
+	p.at = t
+	o := provider.NewObservation(provider.RateLimited)
+	if p.level >= 1 {
+		p.level--
+		p.admitted++
+		o = provider.NewObservation(provider.OK)
+	} else {
+		p.denied++
+	}
+	full := time.Duration((float64(p.limit) - p.level) / rate * float64(time.Second))
+	o.Requests = provider.Window{Limit: p.limit, Remaining: int64(p.level), Reset: full}
+	if p.instant {
+		o.Requests.Instant, o.Requests.Resolution = true, time.Second
+		o.Requests.Reset = time.Duration(t.Add(full + time.Second - 1).Truncate(time.Second).UnixNano()) // the instant, read at delivery
+	}
+	if o.Class == provider.RateLimited {
+		o.RetryAfter = full
+	}
+	return o
+}
+
+func rollRun(t *testing.T, p admitter, clients int, latency, travel, run time.Duration, seed uint64) (admitted, denied int) {
 	t.Helper()
 	s := NewState()
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -92,6 +147,9 @@ func rollRun(t *testing.T, p *fixedWindowProvider, clients int, latency, travel,
 			break
 		}
 		if e.answer {
+			if e.obs.Requests.Instant {
+				e.obs.Requests.Reset = provider.ClampWait(time.Unix(0, int64(e.obs.Requests.Reset)).Sub(e.at))
+			}
 			s.ObserveAttempt(e.a, e.at, e.obs, DefaultPolicy)
 			s.ReleaseAttempt(e.a)
 			heap.Push(q, event{at: e.at, client: e.client})
@@ -114,7 +172,7 @@ func rollRun(t *testing.T, p *fixedWindowProvider, clients int, latency, travel,
 		}
 		heap.Push(q, event{at: back, client: e.client, answer: true, a: a, obs: obs})
 	}
-	return p.admitted, p.denied
+	return p.counts()
 }
 
 // jitter is up to a tenth of d either way.
@@ -434,5 +492,40 @@ func TestTheLongestCountdownIsKept(t *testing.T) {
 	w.update(atA(2*time.Second), atA(2*time.Second), winA(10, 8, 8*time.Second), 0, 1)
 	if w.longest != 10*time.Second {
 		t.Errorf("longest countdown %v after 10 s then 8 s, want 10 s", w.longest)
+	}
+}
+
+// A token bucket under a burst states a reset that moves a refill later
+// with each admission (remaining 9, reset 1s; 8, 2s; ...), and, read after
+// it passed, an instant that says nothing of the span: the router must tell
+// it from a fixed window and pace it, and never send more than its limit
+// at once. Taken for a fixed window, every roll drew 429s (the window
+// refilled at the stated reset by what the router spent since, not by
+// its limit); with its span unknown, the router sent every client at
+// once.
+func TestABucketUnderABurstDrawsNoRateLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		latency time.Duration
+		instant bool
+	}{
+		{"100ms countdown", 100 * time.Millisecond, false},
+		{"2s countdown", 2 * time.Second, false},
+		{"100ms instant", 100 * time.Millisecond, true},
+		{"2s instant", 2 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(5) {
+				p := &bucketProvider{limit: 10, span: 10 * time.Second, instant: tc.instant}
+				run := 5 * time.Minute
+				admitted, denied := rollRun(t, p, 60, tc.latency, 5*time.Millisecond, run, seed)
+				if perServed := float64(denied) / float64(max(admitted, 1)); perServed > 0.01 {
+					t.Errorf("seed %d: %d provider 429s for %d served (%.3f per served, want <= 0.01)", seed, denied, admitted, perServed)
+				}
+				if want := int(run/time.Second) * 9 / 10; admitted < want {
+					t.Errorf("seed %d: served %d at 1 a second for %v, want >= %d", seed, admitted, run, want)
+				}
+			}
+		})
 	}
 }

@@ -59,6 +59,10 @@ type window struct {
 	// statedHi bound the last stated reset (projections aside).
 	gap                time.Duration
 	statedLo, statedHi time.Time
+	// statedIn bounds the last stated countdown as the provider counted
+	// it, from its admission of the attempt ([0] > 0; zero after a roll):
+	// with stated, the rate a bucket's statement implies (bucketLike).
+	statedIn [2]time.Duration
 	// precise: a countdown finer than a millisecond was stated, so a
 	// whole one ("10s") is exact, not rounded; rounded: a 429 stated the
 	// window in whole units, so they may be rounded (see anchor).
@@ -103,7 +107,19 @@ type window struct {
 	// rolledAt is when the router last started a new span of the window:
 	// an answer to an attempt sent before speaks of the window before.
 	rolledAt time.Time
+	// holding: a window of known limit whose reset passed while its span
+	// is unknown (an instant already past when it was read: an Anthropic
+	// bucket read after it was full again). The router rolled it to its
+	// limit and counts down from there, since no window shape admits a
+	// burst larger than its limit; the count holds, without a reset,
+	// until an answer states the window again or nothing is in flight
+	// to state it (unhold).
+	holding bool
 }
+
+// holdWait is how long an attempt waits for a holding window's answers
+// before it looks again (an answer wakes the queue before that).
+const holdWait = time.Second
 
 // update folds what an answer stated of the window at now. since is the
 // share of the attempts that the provider may have counted after it
@@ -180,8 +196,9 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 		}
 	}
 	lower, upper := max(o.Remaining-since, 0), o.Remaining
-	if w.refilling() {
-		upper = w.limit
+	if w.refilling() && now.After(sent) {
+		// what refilled since the earliest the statement was made
+		upper = min(satAdd(upper, int64(math.Ceil(w.rate*now.Sub(sent).Seconds()))), w.limit)
 	}
 	switch {
 	case local < 0 || reset.IsZero() || (fixed && reset.After(w.reset.Add(w.span/2))):
@@ -193,6 +210,9 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 	w.stated = o.Remaining
 	w.at = now
 	w.reset, w.uncertain = reset, uncertain
+	if !reset.IsZero() {
+		w.holding = false
+	}
 }
 
 // anchor returns when a window whose reset o states (Reset >= 0) is full
@@ -231,8 +251,23 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 		uncertain += 2 * r
 	}
 	lo := reset.Add(-uncertain)
-	defer func() { w.statedLo, w.statedHi = reset.Add(-uncertain), reset }()
+	// The countdown from the provider's admission: a countdown is stated
+	// then, to its resolution; an instant is read against the answer's
+	// Date (both to theirs), and the admission was at the send at the
+	// earliest.
+	in := [2]time.Duration{d - o.Resolution, d + o.Resolution}
+	if o.Instant {
+		in = [2]time.Duration{d - 2*o.Resolution, d + 2*o.Resolution + max(now.Sub(sent), 0)}
+	}
+	defer func() {
+		w.statedLo, w.statedHi = reset.Add(-uncertain), reset
+		w.statedIn = in
+	}()
 	if w.refilling() {
+		return reset, uncertain
+	}
+	if o.Reset > 0 && w.bucketLike(lo, reset, in, o.Remaining) {
+		w.refills = true
 		return reset, uncertain
 	}
 	if !w.statedLo.IsZero() && lo.After(w.statedHi) {
@@ -258,6 +293,47 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 		lo = oldLo
 	}
 	return hi, max(hi.Sub(lo), ResetMargin)
+}
+
+// bucketLike reports whether a stated reset in [lo, hi], a countdown
+// from the admission within in, with remaining left, proves the window refills
+// continuously, against the last stated one. A bucket's statement implies
+// its rate, (limit - remaining) / countdown, both stated at one instant
+// (its admission), so two statements imply the same rate (within a unit
+// of the count, which a provider floors, and the countdown's resolution),
+// while each admission moves its "full again" instant later by 1/rate
+// (OpenAI's and Anthropic's resets, PROVIDERS.md), as a burst's answers
+// state (remaining 9, reset 1s; 8, 2s; ...). Two resets of a fixed window
+// are the same instant (their anchors overlap) or a whole window apart
+// (no window is shorter than the longest countdown stated), and the rates
+// its statements imply differ (9 left in 10 s, 5 left in 4 s). So a reset
+// surely later than the last one, surely closer to it than the longest
+// countdown, stated with less left, at the same rate, is a bucket's.
+// Anchors are widened by a rounding provider's unit (anchor); a reset of
+// 0 (a window just over, or a bucket full) proves nothing.
+func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int64) bool {
+	if w.statedIn[1] <= 0 || in[1] <= 0 || w.stated < 0 || remaining < 0 || w.limit <= 0 || w.longest <= 0 {
+		return false
+	}
+	rates := func(left int64, in [2]time.Duration) (lo, hi float64) {
+		lo, hi = float64(w.limit-left-1)/in[1].Seconds(), math.Inf(1)
+		if in[0] > 0 {
+			hi = float64(w.limit-left) / in[0].Seconds()
+		}
+		return lo, hi
+	}
+	aLo, aHi := rates(w.stated, w.statedIn)
+	bLo, bHi := rates(remaining, in)
+	if max(aLo, bLo) >= min(aHi, bHi) {
+		return false // not one rate
+	}
+	switch {
+	case lo.After(w.statedHi): // later than the last
+		return remaining < w.stated && hi.Sub(w.statedLo)+ResetMargin < w.longest
+	case w.statedLo.After(hi): // earlier: the last one is the later
+		return w.stated < remaining && w.statedHi.Sub(lo)+ResetMargin < w.longest
+	}
+	return false
 }
 
 // learnRounded notes a 429 that stated the window in whole units of r:
@@ -336,6 +412,9 @@ func (w *window) current(now time.Time) int64 {
 		}
 		return w.remaining + int64(add)
 	case w.reset.IsZero():
+		if w.holding {
+			return w.remaining
+		}
 		return provider.Unknown
 	case w.reset.After(now):
 		return w.remaining
@@ -414,7 +493,18 @@ func (w *window) availableAtCur(now time.Time, cur, n int64, reserve float64) ti
 	if r := w.nextReset(now); r.After(now) {
 		return r
 	}
+	if w.holding {
+		return now.Add(holdWait)
+	}
 	return now
+}
+
+// unhold ends a holding window's count when no attempt is in flight to
+// state it again: the next attempt goes, and its answer says.
+func (w *window) unhold() {
+	if w.holding {
+		w.holding, w.remaining = false, provider.Unknown
+	}
 }
 
 // spend takes n from the window at now (the count never goes below 0), so
@@ -426,15 +516,18 @@ func (w *window) spend(now time.Time, n int64) {
 		return
 	}
 	if !w.refilling() {
-		if !w.reset.After(now) {
+		if !w.holding && !w.reset.After(now) {
 			// The provider's window is taken to be full, as far as the
 			// router knows (none of what it spent lately may count).
 			w.reset = w.nextReset(now)
+			if w.reset.IsZero() && w.limit > 0 {
+				w.holding = true // span unknown: the limit bounds the burst
+			}
 			w.rolledAt = now
 			if w.spanSeen > 0 {
 				w.span, w.spanSeen = w.spanSeen, 0
 			}
-			w.stated = provider.Unknown
+			w.stated, w.statedIn = provider.Unknown, [2]time.Duration{}
 			if w.carry == 0 {
 				w.stated = w.limit
 			}

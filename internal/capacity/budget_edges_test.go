@@ -270,15 +270,24 @@ func TestSpendingJustBeforeAResetCountsAgainstTheNext(t *testing.T) {
 }
 
 // When a fixed window's next reset is: unknown once the stated one passed
-// with no span known; a span after the request that starts it after an
-// idle span; the span the statements bound, kept across windows without
-// a statement.
+// with no span known (the limit still bounds what goes until an answer
+// states the window, or nothing is in flight to); a span after the
+// request that starts it after an idle span; the span the statements
+// bound, kept across windows without a statement.
 func TestNextReset(t *testing.T) {
 	w := newWindowA()
-	w.update(t0, t0, winA(1, 0, 0), 0, 0) // span unknown
+	w.update(t0, t0, winA(2, 0, 0), 0, 0) // span unknown
 	w.spend(atA(60*msA), 1)
 	if at := w.availableAt(atA(60*msA), 1, 0); !at.Equal(atA(60 * msA)) {
-		t.Errorf("span unknown: expected nothing held back, got %v", at.Sub(t0))
+		t.Errorf("span unknown, 1 of 2 spent: expected the second to go, got %v", at.Sub(t0))
+	}
+	w.spend(atA(60*msA), 1)
+	if at := w.availableAt(atA(60*msA), 1, 0); !at.Equal(atA(60*msA + holdWait)) {
+		t.Errorf("span unknown, the limit spent: expected to hold for an answer, got %v", at.Sub(t0))
+	}
+	w.unhold()
+	if at := w.availableAt(atA(60*msA), 1, 0); !at.Equal(atA(60 * msA)) {
+		t.Errorf("span unknown, nothing in flight: expected nothing held back, got %v", at.Sub(t0))
 	}
 
 	w = newWindowA()

@@ -710,6 +710,10 @@ func (s *State) release(a Attempt) {
 	if s.inFlight > 0 {
 		s.inFlight--
 	}
+	if s.inFlight == 0 {
+		s.requests.unhold() // nothing left to state a holding window
+		s.tokens.unhold()
+	}
 	if a.Probe {
 		s.probing = false
 	}

@@ -3,6 +3,7 @@ package llmrouter
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -56,6 +57,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	    model <name> {
 //	        fallback_group  <model group>
+//	        max_queued      <n>
 //	        deployment <provider> <upstream model> [{
 //	            cost_input      <USD per 1M tokens>
 //	            cost_output     <USD per 1M tokens>
@@ -267,6 +269,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 						return err
 					}
 					g.Budget = b
+					continue
+				}
+				if d.Val() == "max_queued" {
+					if g.MaxQueued != 0 {
+						return d.Errf("duplicate subdirective max_queued in model %s", name)
+					}
+					n, err := parseInt(d)
+					if err != nil {
+						return err
+					}
+					if n < 1 || n > math.MaxInt32 {
+						return d.Errf("max_queued must be a whole number from 1 to %d, got %d", math.MaxInt32, n)
+					}
+					g.MaxQueued = int(n)
 					continue
 				}
 				if d.Val() == "alias" {

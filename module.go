@@ -242,6 +242,16 @@ type ModelGroup struct {
 	// Budget is the group's spending limit (Budget): once spent, requests
 	// for the group are answered 429 until it renews. Default: none.
 	Budget *Budget `json:"budget,omitempty"`
+	// MaxQueued bounds how many of the group's requests wait for capacity
+	// in its queue on this instance (each holds its body and its
+	// connection): a request that would wait while it is full is answered
+	// 429 at once, in the client's format, saying that the queue is full,
+	// with x-should-retry: false and a Retry-After until the group's first
+	// deployment is back when one is cooling (none when capacity is free
+	// and those before it are taking it). Default: 10 per second of the
+	// deadline per deployment, at least 100 (router.DefaultMaxQueued: 600
+	// per deployment for the default 60s).
+	MaxQueued int `json:"max_queued,omitempty"`
 }
 
 // Deployment is a provider x an upstream model within a model group.
@@ -310,6 +320,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	limits := map[*capacity.State]declaredLimits{}
 	for _, name := range sortedKeys(h.Models) {
 		g := router.NewGroup(name, nil)
+		g.MaxQueued = h.Models[name].MaxQueued
 		h.groups[name] = g
 		for _, dc := range h.Models[name].Deployments {
 			d, err := h.newDeployment(dc)
@@ -599,6 +610,9 @@ func (g *ModelGroup) validate() error {
 	}
 	if err := g.Budget.validate(); err != nil {
 		return err
+	}
+	if g.MaxQueued < 0 {
+		return errors.New("max_queued must not be negative")
 	}
 	for i, d := range g.Deployments {
 		if d == nil {

@@ -600,7 +600,13 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			if me == nil {
 				me = &waiter{priority: req.Priority, tokens: req.Tokens,
 					reserve: need.Reserve, since: now, deadline: deadline}
-				g.queue.join(me) // and the fleet's queue at its first look (wait)
+				// This instance's queue unless it is full (the fleet's
+				// queue at its first look: wait).
+				if limit := g.maxQueued(r.Deadline); !g.queue.join(me, limit) {
+					me = nil
+					r.debug("the group's queue is full", zap.String("group", g.Name), zap.Int("max_queued", limit))
+					return res.fail(queueFullError(g, cands, limit, now), w)
+				}
 				r.observeQueue(g)
 				// Its tiers and its turn again, from its place: others
 				// may have joined the queue since it chose them.

@@ -66,6 +66,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"max_queued zero", "llm_router {\n" + providers + "\n model m {\n max_queued 0\n deployment p x\n }\n}", "max_queued must be a whole number from 1"},
 		{"max_queued twice", "llm_router {\n" + providers + "\n model m {\n max_queued 5\n max_queued 6\n deployment p x\n }\n}", "duplicate subdirective max_queued in model m"},
 		{"misplaced max_queued", "llm_router {\n max_queued 5\n" + providers + "\n model m { deployment p x } }", "(max_queued belongs in a model block)"},
+		{"bad stream size", "llm_router {\n max_stream_bytes 0\n" + providers + "\n model m { deployment p x } }", `max_stream_bytes: invalid size "0"`},
+		{"max_stream_bytes twice", "llm_router {\n max_stream_bytes 1MiB\n max_stream_bytes 2MiB\n" + providers + "\n model m { deployment p x } }", "duplicate subdirective max_stream_bytes"},
 		{"bad size", "llm_router {\n max_body lots\n" + providers + "\n model m { deployment p x } }", "invalid size"},
 		{"backoff", "llm_router {\n backoff_base 2s\n backoff_max 1s\n" + providers + "\n model m {\n deployment p x\n }\n}", "must not exceed backoff_max"},
 		{"priority braces", "llm_router {\n priority \"x{\"\n" + providers + "\n model m { deployment p x } }", "unbalanced braces"},

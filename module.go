@@ -154,6 +154,16 @@ type Handler struct {
 	// get 413. Default: 8 MB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
+	// MaxStreamBytes bounds what the router relays of one streamed answer,
+	// in bytes of its events' data (over every attempt of a resumed
+	// stream): past it the client's stream ends with an in-band error in
+	// its format that says so (never a terminator), the upstream is
+	// closed, and what was relayed is counted (as the provider stated it,
+	// else estimated: the prompt, and 4 bytes a token of the text). A
+	// non-streamed answer is bounded at 32 MiB, read whole before it is
+	// passed on. Default: 64 MiB (router.DefaultMaxStreamBytes).
+	MaxStreamBytes int64 `json:"max_stream_bytes,omitempty"`
+
 	// Weights of the ranking's features (see router.Weights for the score).
 	// Default: cost 1, latency 1, reliability 1, quality 1, capacity 2.
 	Weights *Weights `json:"weights,omitempty"`
@@ -355,6 +365,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.router.Resume, _ = router.ParseResumeMode(h.Resume) // validated
 	}
 	h.router.HedgeAfter = time.Duration(h.HedgeAfter)
+	if h.MaxStreamBytes > 0 {
+		h.router.MaxStreamBytes = h.MaxStreamBytes
+	}
 	h.router.Policy.BackoffBase = durationOr(h.BackoffBase, capacity.DefaultPolicy.BackoffBase)
 	h.router.Policy.BackoffMax = durationOr(h.BackoffMax, capacity.DefaultPolicy.BackoffMax)
 	h.router.Logger = h.logger
@@ -592,6 +605,9 @@ func (h *Handler) validateSettings() error {
 	}
 	if h.MaxBody < 0 {
 		return errors.New("max_body must not be negative")
+	}
+	if h.MaxStreamBytes < 0 {
+		return errors.New("max_stream_bytes must not be negative")
 	}
 	if w := h.Weights; w != nil {
 		for _, v := range []*float64{w.Cost, w.Latency, w.Reliability, w.Quality, w.Capacity} {

@@ -113,7 +113,7 @@ func (s *Stream) resume(se *StreamError) bool {
 	// The broken attempt: what it used, as stated, or estimated for what
 	// it relayed.
 	from := s.d
-	s.cutLeg(s.req.PromptTokens, len(s.transcript.Text())-s.textAt)
+	s.cutLeg(s.prompt, len(s.transcript.Text())-s.textAt)
 	var prior provider.Usage
 	for _, l := range s.done {
 		prior = addUsage(prior, l.Usage)

@@ -180,8 +180,8 @@ type StreamError struct {
 	// Bounded: the router ended the stream at Router.MaxStreamBytes, no
 	// failure of its provider; Message says so as it is.
 	Bounded bool
-	// final: a resumed attempt's answer departed from the client's text;
-	// no other is asked.
+	// final: no other attempt is asked (a resumed attempt's answer
+	// departed from the client's text, or the stream met its bound).
 	final bool
 }
 

@@ -104,6 +104,8 @@ func TestLoadErrors(t *testing.T) {
 		{"header name", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h","headers":{"Bad Header\n":["x"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header name"},
 		{"header value", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h","headers":{"X-A":["a\nb"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header value"},
 		{"backoff", `{"backoff_base":2000000000,"backoff_max":1000000000,"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not exceed backoff_max"},
+		{"negative max_queued", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"max_queued":-1,"deployments":[{"provider":"a","model":"y"}]}}}`, "model m: max_queued must not be negative"},
+		{"negative max_stream_bytes", `{"max_stream_bytes":-1,"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "max_stream_bytes must not be negative"},
 		{"unnamed group", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"":{"deployments":[{"provider":"a","model":"y"}]}}}`, "needs a name"},
 		{"unnamed provider", `{"providers":{"":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"","model":"y"}]}}}`, "needs a name"},
 	} {

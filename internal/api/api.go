@@ -312,8 +312,12 @@ func writeBody(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// streamFailure is the message of an in-band error that ends a stream.
+// streamFailure is the message of an in-band error that ends a stream:
+// the router's own bound (max_stream_bytes) said as it is.
 func streamFailure(e *router.StreamError) string {
+	if e.Bounded {
+		return e.Message
+	}
 	return "the upstream stream failed after it began: " + e.Message
 }
 

@@ -354,6 +354,16 @@ func TestStreamWriters(t *testing.T) {
 		t.Errorf("chat failure: expected %q, got %q", want, got)
 	}
 
+	// The router's own bound is said as it is: no upstream failed.
+	cut := &router.StreamError{Class: provider.Server, Bounded: true, Message: "the answer was cut at the router's max_stream_bytes (4096 bytes)"}
+	if got, want := write(Chat{}.newStream(provider.Chat), chunk, cut), "data: "+string(chunk.Data)+"\n\n"+
+		`data: {"error":{"message":"the answer was cut at the router's max_stream_bytes (4096 bytes)","type":"server_error","param":null,"code":"stream_interrupted"}}`+"\n\n"; got != want {
+		t.Errorf("chat cut: expected %q, got %q", want, got)
+	}
+	if got := write(Messages{}.newStream(provider.Messages), cut); !strings.Contains(got, `"message":"the answer was cut at the router's max_stream_bytes (4096 bytes)"`) {
+		t.Errorf("messages cut: expected the bound's message as it is, got %q", got)
+	}
+
 	// Native Messages events pass as they came; the end is message_stop
 	// (the decoder keeps the provider's to itself).
 	delta := provider.Event{Name: "message_delta", Data: []byte("{\"type\":\"message_delta\",\n\"usage\":{\"output_tokens\":1}}")}

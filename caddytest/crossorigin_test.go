@@ -3,7 +3,9 @@ package integration
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -111,5 +113,65 @@ http://localhost:9082 {
 	if a, b := stats(t, 9081), stats(t, 9082); a.Requests != 4 || b.Requests != 1 || b.CountTokens != 1 {
 		t.Errorf("expected 4 requests at the OpenAI provider, 1 and 1 count_tokens at the Anthropic one, got %d, %d and %d",
 			a.Requests, b.Requests, b.CountTokens)
+	}
+}
+
+// pass_through through a real Caddy: a form's cross-site upload and a
+// cross-site preflight never reach the provider (a 403 in OpenAI's
+// format); the same upload with an SDK's Bearer key, which a browser
+// sends only after a preflight the Caddyfile allowed, and an SDK's own
+// (no Origin) pass.
+func TestPassThroughRefusesCrossOriginFormUploads(t *testing.T) {
+	var attempts atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		_, _ = w.Write([]byte(`{"id":"file-1","object":"file"}`))
+	}))
+	defer upstream.Close()
+	load(t, `
+http://localhost:9080 {
+	llm_router /v1/* {
+		pass_through oai
+		provider oai {
+			type openai
+			base_url `+upstream.URL+`/v1
+			api_key sk-pass-through
+		}
+		model m {
+			deployment oai m-up
+		}
+	}
+}
+`)
+	const form = "--x\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--x--\r\n"
+	for _, c := range []struct {
+		name, method string
+		header       map[string]string
+		status       int
+		reached      int64
+	}{
+		{"a cross-site form upload", http.MethodPost,
+			map[string]string{"Content-Type": "multipart/form-data; boundary=x", "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}, 403, 0},
+		{"a cross-site preflight", http.MethodOptions,
+			map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Access-Control-Request-Method": "POST"}, 403, 0},
+		{"a preflighted upload with a Bearer key", http.MethodPost, map[string]string{"Content-Type": "multipart/form-data; boundary=x",
+			"Authorization": "Bearer sk-router", "Origin": "https://app.example", "Sec-Fetch-Site": "cross-site"}, 200, 1},
+		{"an SDK's upload", http.MethodPost, map[string]string{"Content-Type": "multipart/form-data; boundary=x", "Authorization": "Bearer sk-router"}, 200, 1},
+	} {
+		before := attempts.Load()
+		req, _ := http.NewRequest(c.method, routerURL+"/v1/files", strings.NewReader(form))
+		for k, v := range c.header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBody(t, resp)
+		if n := attempts.Load() - before; resp.StatusCode != c.status || n != c.reached ||
+			c.status == 403 && (!strings.Contains(body, `"code":"cross_origin_request"`) || resp.Header.Get("Access-Control-Allow-Origin") != "") {
+			t.Errorf("%s: expected %d after %d attempts at the provider, got %d after %d: %v %s", c.name, c.status, c.reached, resp.StatusCode, n, resp.Header, body)
+		}
 	}
 }

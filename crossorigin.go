@@ -32,8 +32,8 @@ import (
 // passRefusal is the 403 for a pass_through request that a page on
 // another origin (crossOrigin) could have sent without a preflight
 // (unasked), or for a preflight itself, whose answer is the Caddyfile's to
-// give: a provider's own (OpenAI's Access-Control-Allow-Origin: *) would
-// let any page act on the operator's account. nil for anything else: an
+// give: a provider's own (one that lets its SDK run in a page allows any
+// origin) would let any page act on the operator's account. nil for anything else: an
 // SDK, curl, a page of the router's own origin, a request the browser
 // preflighted.
 func passRefusal(r *http.Request) *api.Error {

@@ -27,7 +27,7 @@ func TestPassThroughRefusesUnaskedCrossOriginRequests(t *testing.T) {
 	var attempts atomic.Int64
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		attempts.Add(1)
-		w.Header().Set("Access-Control-Allow-Origin", "*") // as OpenAI's API answers
+		w.Header().Set("Access-Control-Allow-Origin", "*") // as a provider whose SDK runs in a page answers
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
 	}))

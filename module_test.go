@@ -3,6 +3,8 @@ package llmrouter
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +21,14 @@ func newCaddyContext(t *testing.T) caddy.Context {
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// postJSON is a client's POST of a JSON body to path, as the SDKs send it
+// (with Content-Type application/json).
+func postJSON(path, body string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	return r
 }
 
 func handlerFromJSON(t *testing.T, raw string) *Handler {

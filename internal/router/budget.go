@@ -92,11 +92,11 @@ func (r *Router) hold(d *Deployment, g *Group, req *Request, now time.Time) (hol
 }
 
 // groupBudget tells a request at once that g's budget cannot hold it
-// before its deadline: the cheapest worst case of g's deployments that
-// serve its format does not fit, and the budget renews after the
-// deadline. A request it may fit after the renewal goes on (and waits for
-// it, waitBudget).
-func (r *Router) groupBudget(g *Group, req *Request, now, deadline time.Time) *Error {
+// now (the cheapest worst case of g's deployments that serve its format
+// does not fit) when the budget renews after its deadline or a fallback
+// group may serve it. A request it may fit after the renewal goes on (and
+// waits for it, waitBudget).
+func (r *Router) groupBudget(g *Group, req *Request, need capacity.Need, now, deadline time.Time) *Error {
 	if g.Spending == nil {
 		return nil
 	}
@@ -107,18 +107,19 @@ func (r *Router) groupBudget(g *Group, req *Request, now, deadline time.Time) *E
 		}
 	}
 	fits, until := g.Spending.Fits(now, max(usd, 0))
-	if fits || until.Before(deadline) {
+	if fits || until.Before(deadline) && !fallbackLeft(g, req, need, now, deadline) {
 		return nil
 	}
 	return (&budgetRefusal{group: true, scope: "model group " + g.Name, spending: g.Spending, usd: usd, until: until}).error(now)
 }
 
 // waitBudget holds a request whose hold g's budget refused: told at once
-// when the budget renews after its deadline, else waiting in g's queue
+// when the budget renews after its deadline or a fallback group may serve
+// it (the group's error lets it go on there), else waiting in g's queue
 // (joining it) until the renewal, or until an attempt under way gives
 // back what it held (its queue is woken then).
 func (r *Router) waitBudget(ctx context.Context, g *Group, me **waiter, req *Request, need capacity.Need, b *budgetRefusal, now, deadline time.Time) error {
-	if !b.until.Before(deadline) {
+	if !b.until.Before(deadline) || fallbackLeft(g, req, need, now, deadline) {
 		return b.error(now)
 	}
 	if *me == nil {

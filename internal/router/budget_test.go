@@ -182,3 +182,26 @@ func TestBudgetWaitsForItsRenewal(t *testing.T) {
 		t.Errorf("expected $0.005 spent in the new window, got %+v", rep)
 	}
 }
+
+// A group whose budget cannot hold the request goes on to its fallback
+// group at once, as when the budget is spent, rather than wait for the
+// renewal.
+func TestBudgetFallsBackRatherThanWait(t *testing.T) {
+	clock := newFakeClock()
+	clock.Advance(19*time.Minute + 50*time.Second) // 10 s before the renewal
+	r := newRouter(clock)
+	paid := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, budgetBody)}}
+	cheap := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody)}}
+	grp := NewGroup("paid", []*Deployment{budgetDeployment("a", paid)})
+	grp.Spending = capacity.NewSpending(capacity.SpendLimit{USD: 0.01, Period: time.Hour}, nil, "group|paid")
+	grp.Spending.Add(clock.Now(), 0.008)
+	grp.Fallback = NewGroup("cheap", []*Deployment{deployment("b", cheap)})
+
+	res := r.ServeGroup(context.Background(), grp, budgetReq)
+	if res.Err != nil || res.Group != grp.Fallback || paid.calls.Load() != 0 || cheap.calls.Load() != 1 {
+		t.Fatalf("expected the fallback group to answer, got %v group %v, calls %d and %d", res.Err, res.Group, paid.calls.Load(), cheap.calls.Load())
+	}
+	if s := clock.Sleeps(); len(s) != 0 {
+		t.Errorf("expected no wait, got %v", s)
+	}
+}

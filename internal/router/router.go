@@ -550,14 +550,14 @@ func fallsBack(res *Result) bool {
 // serve is ServeGroup's loop: it returns res once answered or failed.
 func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk, deadline time.Time) *Result {
 	group := g.Deployments
-	if err := r.groupBudget(g, req, r.Clock.Now(), deadline); err != nil {
-		r.debug("the group's budget cannot hold the request before its deadline", zap.String("group", g.Name), zap.String("why", err.Message))
+	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
+	if err := r.groupBudget(g, req, need, r.Clock.Now(), deadline); err != nil {
+		r.debug("the group's budget cannot hold the request", zap.String("group", g.Name), zap.String("why", err.Message))
 		return res.fail(err, w)
 	}
 	for _, d := range group {
 		r.checkBudget(d, r.Clock.Now())
 	}
-	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
 	var me *waiter // while the request waits in g's queue
 	defer func() {
 		if me != nil {

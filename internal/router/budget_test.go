@@ -205,3 +205,59 @@ func TestBudgetFallsBackRatherThanWait(t *testing.T) {
 		t.Errorf("expected no wait, got %v", s)
 	}
 }
+
+// An attempt the provider refuses before generating (a 400 passed on, a
+// 429 failed over) gives back its whole hold: nothing is spent or held
+// after it, and the budget holds the next request.
+func TestBudgetRefusalGivesBackItsHold(t *testing.T) {
+	clock := newFakeClock()
+	r := newRouter(clock)
+	s := &script{replies: []func(*http.Request) (*http.Response, error){
+		reply(400, `{"error":{"message":"bad","type":"invalid_request_error"}}`),
+		reply(429, rateLimited, "Retry-After", "1"), reply(200, budgetBody)}}
+	grp := NewGroup("paid", []*Deployment{budgetDeployment("a", s)})
+	grp.Spending = capacity.NewSpending(capacity.SpendLimit{USD: 0.005, Period: time.Hour}, nil, "group|paid")
+
+	if res := r.ServeGroup(context.Background(), grp, budgetReq); res.Status != 400 {
+		t.Fatalf("expected the provider's 400, got %d %v", res.Status, res.Err)
+	}
+	if rep := grp.Spending.Report(clock.Now()); rep.SpentUSD != 0 || rep.HeldUSD != 0 {
+		t.Errorf("after a 400: %+v, want nothing spent or held", rep)
+	}
+	if res := r.ServeGroup(context.Background(), grp, budgetReq); res.Err != nil || res.Status != 200 || res.Attempts != 2 {
+		t.Fatalf("expected a 429 then a 200 within the budget, got %d %v after %d attempts", res.Status, res.Err, res.Attempts)
+	}
+	if rep := grp.Spending.Report(clock.Now()); rep.SpentUSD != 0.005 || rep.HeldUSD != 0 {
+		t.Errorf("after the answer: %+v, want $0.005 spent and nothing held", rep)
+	}
+}
+
+// A stream holds its worst case until it ends, then spends what its usage
+// says: while it is relayed the budget has no room for another.
+func TestBudgetStreamHoldsUntilItEnds(t *testing.T) {
+	clock := newFakeClock()
+	r := newRouter(clock)
+	s := replies(sse(textChunk("a", "hi"), finalChunk("a"), usageChunk("a", 100, 40), "data: [DONE]"))
+	grp := NewGroup("paid", []*Deployment{budgetDeployment("a", s)})
+	grp.Spending = capacity.NewSpending(capacity.SpendLimit{USD: 0.005, Period: time.Hour}, nil, "group|paid")
+	req := streamReq(`{"model":"paid","stream":true,"max_tokens":80,"messages":[{"role":"user","content":"hi"}]}`)
+	req.PromptTokens, req.OutputTokens = 100, 80
+
+	res := r.ServeGroup(context.Background(), grp, req)
+	if res.Err != nil || res.Stream == nil {
+		t.Fatalf("expected a stream, got %v", res.Err)
+	}
+	if rep := grp.Spending.Report(clock.Now()); rep.HeldUSD != 0.005 {
+		t.Errorf("while it streams: %+v, want its $0.005 held", rep)
+	}
+	if res := r.ServeGroup(context.Background(), grp, req); res.Err == nil || s.calls.Load() != 1 {
+		t.Errorf("expected no room for a second stream while the first holds the budget, got %v, %d calls", res.Err, s.calls.Load())
+	}
+	if _, err := relay(t, res.Stream); err != nil {
+		t.Fatal(err)
+	}
+	// 100 prompt tokens at $10 and 40 output at $50 per 1M.
+	if rep := grp.Spending.Report(clock.Now()); rep.HeldUSD != 0 || rep.SpentUSD < 0.003-1e-12 || rep.SpentUSD > 0.003+1e-12 {
+		t.Errorf("after the stream: %+v, want $0.003 spent and nothing held", rep)
+	}
+}

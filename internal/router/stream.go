@@ -125,7 +125,8 @@ func (s *Stream) Resumes() int { return s.resumes }
 
 func addUsage(a, b provider.Usage) provider.Usage {
 	return provider.Usage{InputTokens: a.InputTokens + b.InputTokens, CachedInputTokens: a.CachedInputTokens + b.CachedInputTokens,
-		CacheWriteTokens: a.CacheWriteTokens + b.CacheWriteTokens, OutputTokens: a.OutputTokens + b.OutputTokens,
+		CacheWriteTokens: a.CacheWriteTokens + b.CacheWriteTokens, CacheWrite1hTokens: a.CacheWrite1hTokens + b.CacheWrite1hTokens,
+		OutputTokens:    a.OutputTokens + b.OutputTokens,
 		ReasoningTokens: a.ReasoningTokens + b.ReasoningTokens}
 }
 

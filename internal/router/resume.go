@@ -112,11 +112,10 @@ func (s *Stream) resume(se *StreamError) bool {
 	// The broken attempt: what it used, as stated, or estimated for what
 	// it relayed.
 	from := s.d
-	u, stated := s.usage.Usage()
-	u.InputTokens = max(u.InputTokens, s.req.PromptTokens)
-	u.OutputTokens = max(u.OutputTokens, int64(len(s.transcript.Text())-s.textAt+3)/4)
+	_, stated := s.usage.Usage()
+	u, _ := s.charge()
 	s.done = append(s.done, Leg{Deployment: from, Usage: u, Stated: stated})
-	s.closeLeg(&u)
+	s.closeLeg()
 	s.usage = nil // counted in done
 	var prior provider.Usage
 	for _, l := range s.done {

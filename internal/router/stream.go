@@ -81,6 +81,13 @@ type leg struct {
 	idleLeft time.Duration
 	// usage reads the usage of what is relayed, in the stream's format.
 	usage *provider.UsageCounter
+	// What the attempt is charged when its stream does not end whole
+	// (see charge): the request's prompt estimate and max_tokens (0:
+	// unset), the content events relayed, and whether the provider's
+	// stream reached its end.
+	promptTokens, maxTokens int64
+	contentEvents           int64
+	ended                   bool
 	// span is the attempt's trace span, ended with the stream (nil: not
 	// traced); failure says how the stream broke, if it did.
 	span    trace.Span
@@ -110,13 +117,49 @@ func (s *Stream) Usage() (u provider.Usage, ok bool) {
 }
 
 // Legs returns what each attempt of the stream used, in order: one for a
-// stream that was not resumed (none when its provider stated no usage).
+// stream that was not resumed (none when its provider stated no usage
+// and it ended whole).
 func (s *Stream) Legs() []Leg {
 	legs := s.done
-	if u, ok := s.usage.Usage(); ok {
-		legs = append(legs[:len(legs):len(legs)], Leg{Deployment: s.d, Usage: u, Stated: true})
+	if s.usage == nil {
+		return legs // the current attempt is counted in done
+	}
+	if u, ok := s.charge(); ok {
+		_, stated := s.usage.Usage()
+		legs = append(legs[:len(legs):len(legs)], Leg{Deployment: s.d, Usage: u, Stated: stated && s.ended})
 	}
 	return legs
+}
+
+// charge is what the current attempt is charged: what its provider stated
+// when its stream ended whole. One that did not is charged at least its
+// prompt (the provider's stated input, else the request's estimate) and
+// what it relayed (the transcript's text at 4 bytes a token, and at
+// least a token per content event); one the router left before its end
+// (its client went away, a hedge's loser, a resumed answer given up) at
+// least max_tokens of output too, when the request set it: the provider
+// processed the prompt and went on generating until it noticed the closed
+// connection (PROVIDERS.md, "Billing"), up to max_tokens. One that broke
+// (a cut, an error event, silence) ended on the provider's side: what it
+// relayed. ok is false when there is nothing to charge (a whole stream
+// whose provider stated no usage).
+func (s *Stream) charge() (provider.Usage, bool) {
+	u, ok := s.usage.Usage()
+	if s.ended {
+		return u, ok
+	}
+	if !ok || u.InputTokens == 0 {
+		u.InputTokens = max(u.InputTokens, s.promptTokens)
+	}
+	out := s.contentEvents
+	if s.transcript != nil {
+		out = max(out, int64(len(s.transcript.Text())-s.textAt+3)/4)
+	}
+	if s.failure == nil {
+		out = max(out, s.maxTokens)
+	}
+	u.OutputTokens = max(u.OutputTokens, out)
+	return u, true
 }
 
 // Resumes reports how many times the stream was taken up by another
@@ -133,21 +176,19 @@ func addUsage(a, b provider.Usage) provider.Usage {
 // Close releases the upstream stream and the deployment's claim; Relay
 // calls it.
 func (s *Stream) Close() {
-	s.once.Do(func() { s.closeLeg(nil) })
+	s.once.Do(s.closeLeg)
 }
 
-// closeLeg ends the current attempt: what it used is spent (spent, when
-// not nil: what it stated, or its estimate when it stated none), its span
+// closeLeg ends the current attempt: what it used is spent (its charge:
+// what it stated, or its estimate when it did not end whole), its span
 // ended, its claim released and its body closed.
-func (s *Stream) closeLeg(spent *provider.Usage) {
+func (s *Stream) closeLeg() {
 	if s.closed {
 		return // a broken attempt no resume took up: closed then
 	}
 	s.closed = true
-	u, ok := s.usage.Usage()
-	if spent != nil {
-		s.r.spend(s.r.Clock.Now(), s.d, s.group, *spent)
-	} else if ok {
+	u, ok := s.charge()
+	if ok {
 		s.r.spend(s.r.Clock.Now(), s.d, s.group, u)
 	}
 	class, msg := provider.OK, ""
@@ -272,6 +313,7 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 	// The first content may be progress with nothing to relay (a thinking
 	// delta for a Chat Completions client).
 	if len(s.first.Data) > 0 {
+		s.contentEvents++
 		if err := s.relay(event, s.first); err != nil {
 			return err
 		}
@@ -282,6 +324,7 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 		if err != nil {
 			if err == io.EOF && s.in.Complete() {
 				// Complete but without its terminator: finish it for the client.
+				s.ended = true
 				return s.end(event)
 			}
 			cause := context.Cause(s.ctx)
@@ -305,12 +348,16 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 			}
 			return s.failed(obs, "stream failed: "+msg)
 		}
+		if kind == provider.EventData {
+			s.contentEvents++
+		}
+		s.ended = kind == provider.EventDone
 		if len(ev.Data) > 0 {
 			if err := s.relay(event, ev); err != nil {
 				return err
 			}
 		}
-		if kind == provider.EventDone {
+		if s.ended {
 			return s.end(event)
 		}
 	}

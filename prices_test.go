@@ -1,9 +1,18 @@
 package llmrouter
 
 import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
@@ -80,5 +89,77 @@ func TestCachePrices(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: expected an error containing %q, got %v", tc.field, tc.want, err)
 		}
+	}
+}
+
+// A Chat Completions client of an Anthropic deployment keeps the cache
+// writes in its usage object and in the access log's placeholders, and
+// the cost there is Anthropic's bill.
+func TestChatClientOfClaudeKeepsCacheWrites(t *testing.T) {
+	answer, err := os.ReadFile(filepath.Join("testdata", "bills", "anthropic-mixed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	}))
+	defer upstream.Close()
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider an {
+			type anthropic
+			api_key sk-ant-test
+			base_url ` + upstream.URL + `/v1
+		}
+		model claude {
+			deployment an claude-sonnet-4-5 {
+				cost_input 3
+				cost_output 15
+			}
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	repl := caddy.NewReplacer()
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"claude","messages":[{"role":"user","content":"hi"}]}`))
+	r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+	w := httptest.NewRecorder()
+	if err := h.ServeHTTP(w, r, nil); err != nil || w.Code != 200 {
+		t.Fatalf("%d %s %v", w.Code, w.Body, err)
+	}
+	var got struct {
+		Usage struct {
+			PromptTokens        int64 `json:"prompt_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens     int64 `json:"cached_tokens"`
+				CacheWriteTokens int64 `json:"cache_write_tokens"`
+			} `json:"prompt_tokens_details"`
+			CacheCreation struct {
+				Ephemeral5m int64 `json:"ephemeral_5m_input_tokens"`
+				Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
+			} `json:"cache_creation"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if u := got.Usage; u.PromptTokens != 7434 || u.PromptTokensDetails.CachedTokens != 4409 || u.PromptTokensDetails.CacheWriteTokens != 3000 ||
+		u.CacheCreation.Ephemeral5m != 2000 || u.CacheCreation.Ephemeral1h != 1000 {
+		t.Errorf("the client's usage: %s", w.Body)
+	}
+	for name, want := range map[string]string{"input_tokens": "7434", "cached_input_tokens": "4409", "cache_write_tokens": "3000",
+		"cache_write_1h_tokens": "1000", "output_tokens": "300"} {
+		if v, _ := repl.GetString("http.llm_router." + name); v != want {
+			t.Errorf("{http.llm_router.%s} = %q, want %s", name, v, want)
+		}
+	}
+	cost, _ := repl.GetString("http.llm_router.cost_usd")
+	if f, err := strconv.ParseFloat(cost, 64); err != nil || math.Abs(f-claudeBill(25, 2000, 1000, 4409, 300)) > 1e-9 {
+		t.Errorf("{http.llm_router.cost_usd} = %q, want %.7f", cost, claudeBill(25, 2000, 1000, 4409, 300))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -114,4 +115,34 @@ func TestCompletedStreamIsChargedAsStated(t *testing.T) {
 		t.Fatal(err)
 	}
 	spentOn(t, r.Clock.Now(), g, 1, 900, 3, (900*2.5+3*10)/1e6)
+}
+
+// A native Messages stream states its input in message_start (cache reads
+// included): a client that leaves after the first text is charged that
+// input, exact, at its prices, and max_tokens of output.
+func TestAbandonedNativeStreamKeepsStatedInput(t *testing.T) {
+	start := "event: message_start\ndata: " + `{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"claude","content":[],"usage":{"input_tokens":20,"cache_read_input_tokens":980,"output_tokens":1}}}`
+	block := "event: content_block_start\ndata: " + `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`
+	delta := "event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`
+	r, g, req := chargeCase(sse(start, block, delta, delta, delta))
+	d := g.Deployments[0]
+	d.Provider = &adapters.Anthropic{Endpoint: provider.Endpoint{BaseURL: "http://a.invalid/v1", APIKey: "sk-ant"}}
+	d.CostCached = 0.25
+	req.Request = &provider.Request{Format: provider.Messages, Stream: true, Choices: 1,
+		Body: []byte(`{"model":"fast","max_tokens":200,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)}
+	req.PromptTokens = 700 // the estimate: the stated input wins
+	res := r.ServeGroup(context.Background(), g, req)
+	if res.Stream == nil {
+		t.Fatalf("no stream: %v", res.Err)
+	}
+	gone := errors.New("client went away")
+	sent := 0
+	_ = res.Stream.Relay(func(ev provider.Event, done bool) error {
+		if sent++; sent > 3 { // message_start, content_block_start, the first text
+			return gone
+		}
+		return nil
+	})
+	want := (20*2.5 + 980*0.25 + 200*10) / 1e6
+	spentOn(t, r.Clock.Now(), g, 1, 1000, 200, want)
 }

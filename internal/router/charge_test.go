@@ -56,6 +56,7 @@ func TestAbandonedStreamsAreCharged(t *testing.T) {
 	const each = (1000*2.5 + 200*10) / 1e6
 	usage := `data: {"id":"c","object":"chat.completion.chunk","model":"up","choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":40,"total_tokens":1040}}`
 	r, g, req := chargeCase(sse(chunk, chunk, chunk, final, usage, "data: [DONE]"))
+	g.Deployments[0].State.Declare(0, 100000) // a token window of 100,000 a minute
 	gone := errors.New("client went away")
 	for i := range 10 {
 		res := r.ServeGroup(context.Background(), g, req)
@@ -78,6 +79,10 @@ func TestAbandonedStreamsAreCharged(t *testing.T) {
 		}
 	}
 	spentOn(t, r.Clock.Now(), g, 10, 10000, 2000, 10*each)
+	// The token window keeps what admission charged: prompt and max_tokens.
+	if snap := g.Deployments[0].State.Snapshot(r.Clock.Now()); snap.TokensLastMinute != 10*1200 {
+		t.Errorf("declared token window: %d tokens counted in the minute, want %d", snap.TokensLastMinute, 10*1200)
+	}
 }
 
 // A stream that broke after its first chunk (cut, an error event) ended

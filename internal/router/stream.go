@@ -97,9 +97,9 @@ type leg struct {
 }
 
 // Leg is what one attempt of a stream used: the deployment, and its usage
-// as its provider stated it (Stated), or, for an attempt cut before it
-// stated any, the router's estimate of its prompt and of the text it
-// relayed.
+// as its provider stated it (Stated: it stated some), or, for an attempt
+// that did not end whole, what it is charged (Stream.charge): the
+// router's estimate where its provider stated less.
 type Leg struct {
 	Deployment *Deployment
 	Usage      provider.Usage
@@ -126,7 +126,7 @@ func (s *Stream) Legs() []Leg {
 	}
 	if u, ok := s.charge(); ok {
 		_, stated := s.usage.Usage()
-		legs = append(legs[:len(legs):len(legs)], Leg{Deployment: s.d, Usage: u, Stated: stated && s.ended})
+		legs = append(legs[:len(legs):len(legs)], Leg{Deployment: s.d, Usage: u, Stated: stated})
 	}
 	return legs
 }

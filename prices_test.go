@@ -127,6 +127,7 @@ func TestChatClientOfClaudeKeepsCacheWrites(t *testing.T) {
 	defer h.Cleanup()
 	repl := caddy.NewReplacer()
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"claude","messages":[{"role":"user","content":"hi"}]}`))
+	r.Header.Set("Content-Type", "application/json")
 	r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
 	w := httptest.NewRecorder()
 	if err := h.ServeHTTP(w, r, nil); err != nil || w.Code != 200 {

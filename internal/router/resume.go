@@ -112,11 +112,7 @@ func (s *Stream) resume(se *StreamError) bool {
 	// The broken attempt: what it used, as stated, or estimated for what
 	// it relayed.
 	from := s.d
-	_, stated := s.usage.Usage()
-	u, _ := s.charge()
-	s.done = append(s.done, Leg{Deployment: from, Usage: u, Stated: stated})
-	s.closeLeg()
-	s.usage = nil // counted in done
+	s.cutLeg(false) // it broke: ended on its provider's side
 	var prior provider.Usage
 	for _, l := range s.done {
 		prior = addUsage(prior, l.Usage)

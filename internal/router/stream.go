@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -55,6 +56,9 @@ type Stream struct {
 	pendingResume *pendingResume
 	// broke is how the stream ended when it broke and was not resumed.
 	broke *StreamError
+	// sent counts the bytes of event data relayed to the client
+	// (Router.MaxStreamBytes).
+	sent int64
 }
 
 // Broke returns how the stream ended when its provider failed and it was
@@ -124,7 +128,7 @@ func (s *Stream) Legs() []Leg {
 	if s.usage == nil {
 		return legs // the current attempt is counted in done
 	}
-	if u, ok := s.charge(); ok {
+	if u, ok := s.charge(s.failure == nil); ok {
 		_, stated := s.usage.Usage()
 		legs = append(legs[:len(legs):len(legs)], Leg{Deployment: s.d, Usage: u, Stated: stated})
 	}
@@ -136,14 +140,15 @@ func (s *Stream) Legs() []Leg {
 // prompt (the provider's stated input, else the request's estimate) and
 // what it relayed (the transcript's text at 4 bytes a token, and at
 // least a token per content event); one the router left before its end
-// (its client went away, a hedge's loser, a resumed answer given up) at
-// least max_tokens of output too, when the request set it: the provider
-// processed the prompt and went on generating until it noticed the closed
-// connection (PROVIDERS.md, "Billing"), up to max_tokens. One that broke
-// (a cut, an error event, silence) ended on the provider's side: what it
-// relayed. ok is false when there is nothing to charge (a whole stream
-// whose provider stated no usage).
-func (s *Stream) charge() (provider.Usage, bool) {
+// (left: its client went away, a hedge's loser, a resumed answer given
+// up, the answer cut at max_stream_bytes) at least max_tokens of output
+// too, when the request set it: the provider processed the prompt and
+// went on generating until it noticed the closed connection
+// (PROVIDERS.md, "Billing"), up to max_tokens. One that broke (a cut, an
+// error event, silence) ended on the provider's side: what it relayed.
+// ok is false when there is nothing to charge (a whole stream whose
+// provider stated no usage).
+func (s *Stream) charge(left bool) (provider.Usage, bool) {
 	u, ok := s.usage.Usage()
 	if s.ended {
 		return u, ok
@@ -155,7 +160,7 @@ func (s *Stream) charge() (provider.Usage, bool) {
 	if s.transcript != nil {
 		out = max(out, int64(len(s.transcript.Text())-s.textAt+3)/4)
 	}
-	if s.failure == nil {
+	if left {
 		out = max(out, s.maxTokens)
 	}
 	u.OutputTokens = max(u.OutputTokens, out)
@@ -179,15 +184,18 @@ func (s *Stream) Close() {
 	s.once.Do(s.closeLeg)
 }
 
-// closeLeg ends the current attempt: what it used is spent (its charge:
-// what it stated, or its estimate when it did not end whole), its span
-// ended, its claim released and its body closed.
-func (s *Stream) closeLeg() {
+// closeLeg ends the current attempt: its charge (what it stated, or its
+// estimate when it did not end whole) is spent, its span ended, its claim
+// released and its body closed. It was left by the router unless it
+// failed.
+func (s *Stream) closeLeg() { s.closeCharged(s.charge(s.failure == nil)) }
+
+// closeCharged is closeLeg with the attempt's charge u (none: !ok).
+func (s *Stream) closeCharged(u provider.Usage, ok bool) {
 	if s.closed {
 		return // a broken attempt no resume took up: closed then
 	}
 	s.closed = true
-	u, ok := s.charge()
 	if ok {
 		s.r.spend(s.r.Clock.Now(), s.d, s.group, u)
 	}
@@ -213,8 +221,11 @@ type StreamError struct {
 	Class provider.Class
 	// Message says what happened, for the client and the logs (no secrets).
 	Message string
-	// final: a resumed attempt's answer departed from the client's text;
-	// no other is asked.
+	// Bounded: the router ended the stream at Router.MaxStreamBytes, no
+	// failure of its provider; Message says so as it is.
+	Bounded bool
+	// final: no other attempt is asked (a resumed attempt's answer
+	// departed from the client's text, or the stream met its bound).
 	final bool
 }
 
@@ -293,13 +304,41 @@ func (s *Stream) sendSpliced(event func(provider.Event, bool) error, outs []prov
 }
 
 // send writes one event to the client, without the usage it did not ask
-// for.
+// for, unless it would take the stream past Router.MaxStreamBytes.
 func (s *Stream) send(event func(provider.Event, bool) error, ev provider.Event) error {
 	ev, ok := s.usage.Hide(ev)
 	if !ok {
 		return nil
 	}
+	if limit := s.r.MaxStreamBytes; limit > 0 && s.sent+int64(len(ev.Data)) > limit {
+		return s.tooLong(limit)
+	}
+	s.sent += int64(len(ev.Data))
 	return event(ev, false)
+}
+
+// tooLong ends a stream whose next event would take what the client got
+// past limit (Router.MaxStreamBytes): the attempt is closed and what it
+// relayed spent, and the client's stream ends with an in-band error, not
+// resumed (another attempt would only relay more). Its deployment is not
+// failed: a long answer may be what was asked for.
+func (s *Stream) tooLong(limit int64) error {
+	s.failure = &provider.Observation{Class: provider.Server, Message: "answer cut at max_stream_bytes"}
+	s.cutLeg(true) // its provider was still generating
+	s.r.Logger.Warn("stream cut at max_stream_bytes", zap.String("deployment", s.d.Name), zap.Int64("max_stream_bytes", limit))
+	return &StreamError{Class: provider.Server, Bounded: true, final: true,
+		Message: fmt.Sprintf("the answer was cut at the router's max_stream_bytes (%d bytes); ask for a shorter answer (max_tokens)", limit)}
+}
+
+// cutLeg ends the current attempt before its end: its charge (charge;
+// left: the router left it while its provider generated) is spent and
+// kept in done.
+func (s *Stream) cutLeg(left bool) {
+	u, _ := s.charge(left)
+	_, stated := s.usage.Usage()
+	s.done = append(s.done, Leg{Deployment: s.d, Usage: u, Stated: stated})
+	s.closeCharged(u, true)
+	s.usage = nil // counted in done
 }
 
 // relayLeg relays the current attempt's stream until it ends.

@@ -1278,40 +1278,6 @@ func TestEscapedAndMaskedKeysNeverLeave(t *testing.T) {
 	}
 }
 
-// Redaction keeps what is not a key: model names, organizations, words,
-// trace and request IDs, markdown, regions, locales.
-// Google's OAuth access tokens (Vertex AI's) and JWTs (a service
-// account's signed assertion) are secrets whatever words surround them.
-func TestCloudTokensAreRedacted(t *testing.T) {
-	for _, msg := range []string{
-		"Request had invalid authentication credentials ya29.a0AfB_byC1234567890abcdefXYZ",
-		"auth: cannot fetch token: 400 assertion=eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJyb3V0ZXJAeCJ9.c2lnbmF0dXJlLXNpZ25hdHVyZQ",
-	} {
-		if got := redact(msg, nil); strings.Contains(got, "ya29.a0") || strings.Contains(got, "eyJpc3M") || !strings.Contains(got, redactedSecret) {
-			t.Errorf("%q became %q", msg, got)
-		}
-	}
-}
-
-func TestRedactionKeepsUsefulText(t *testing.T) {
-	for _, msg := range []string{
-		"The model pplx-70b-online has been deprecated",
-		"The model hf-internal-testing/tiny-random-gpt2 does not exist",
-		"Model xai-org/grok-1 is not served here",
-		"Missing bearer token in the Authorization header",
-		"trace 4bf92f3577b34da6a3ce929d0e0e4736: upstream failed",
-		"Unsupported value: ***bold*** markdown in name",
-		"request req_0123456789abcdef0123456789abcdef failed",
-		"model gpt-4o-mini, desk-top, task-force, sk-learn",
-		"Invalid region ASIAPACIFIC2 for deployment",
-		"Unknown locale sk-SK. Supported: en-US",
-	} {
-		if got := redact(msg, nil); got != msg {
-			t.Errorf("%q became %q", msg, got)
-		}
-	}
-}
-
 // The context pre-check: a deployment whose context_window is smaller than
 // the request's estimate (prompt + max_tokens) is never tried; when no
 // deployment is large enough the client gets a 400 context_length at once.

@@ -8,6 +8,7 @@ package redact
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"regexp"
 	"strings"
 )
@@ -19,6 +20,18 @@ const Placeholder = "[redacted]"
 // "sk-ab…wxyz", "sk-ab••••wxyz").
 const mask = `*•…·`
 
+// dots is a run of ASCII dots in place of a key's middle
+// ("sk-pro...fXYZ"): only where the key's shape or the router's own key
+// says so, since ordinary text has them too ("Loading... done").
+const dots = `\.{2,}`
+
+// keyChars are the characters of a key on either side of its mask.
+const keyChars = `A-Za-z0-9_\-`
+
+// masked is a prefixed key's rest with a mask in it: stars, bullets, an
+// ellipsis or ASCII dots.
+const masked = `[` + keyChars + `]*(?:[` + mask + `]|` + dots + `)+(?:[` + keyChars + mask + `]|` + dots + `)*`
+
 // keyShapes are the shapes of API keys and of their masked fragments that
 // providers put in error messages ("Incorrect API key provided:
 // sk-ab*****wxyz"): whatever key they show, it is one of ours, and none
@@ -27,11 +40,11 @@ const mask = `*•…·`
 // words ("sk-learn") and regions ("ASIAPACIFIC2") stay.
 var keyShapes = regexp.MustCompile(strings.Join([]string{
 	// OpenAI, Anthropic (sk-ant-), DeepSeek, OpenRouter (sk-or-)
-	`\bsk-(?:[A-Za-z0-9_\-]{16,}|[A-Za-z0-9_\-]*[` + mask + `]+[A-Za-z0-9_\-` + mask + `]*)`,
+	`\bsk-(?:[` + keyChars + `]{16,}|` + masked + `)`,
 	// Groq, Hugging Face, xAI, Perplexity, Cerebras, NVIDIA
-	`\b(?:gsk_|hf_|xai-|pplx-|csk-|nvapi-)(?:[A-Za-z0-9_\-]{20,}|[A-Za-z0-9_\-]*[` + mask + `]+[A-Za-z0-9_\-` + mask + `]*)`,
+	`\b(?:gsk_|hf_|xai-|pplx-|csk-|nvapi-)(?:[` + keyChars + `]{20,}|` + masked + `)`,
 	// Google API keys (39 characters)
-	`\bAIza(?:[0-9A-Za-z_\-]{16,}|[0-9A-Za-z_\-]*[` + mask + `]+[0-9A-Za-z_\-` + mask + `]*)`,
+	`\bAIza(?:[` + keyChars + `]{16,}|` + masked + `)`,
 	// Google OAuth access tokens (Vertex AI's), and JWTs (a service
 	// account's signed assertion, an ID token)
 	`\bya29\.[A-Za-z0-9_\-]{8,}`,
@@ -41,14 +54,17 @@ var keyShapes = regexp.MustCompile(strings.Join([]string{
 	// bearer tokens
 	`(?i)\bbearer\s+[A-Za-z0-9._~+/\-` + mask + `]{16,}=*`,
 	// any other masked key: two or more characters either side of a mask
-	`[A-Za-z0-9_\-]{2,}[` + mask + `]{2,}[A-Za-z0-9_\-]{2,}`,
+	`[` + keyChars + `]{2,}[` + mask + `]{2,}[` + keyChars + `]{2,}`,
 }, "|"))
 
-// keyAfterWord is a long token named a key, token, secret or password,
-// a word or two before it ("Key 3fJk...Nm1 is not valid", "?key=AIza...",
-// "API key provided: 0123...cdef"): an Azure key (32 hex digits, or 84
-// characters) or any other credential.
-var keyAfterWord = regexp.MustCompile(`(?i)(\b(?:api[_-]?)?(?:key|token|secret|password|signature|sig)\b(?:\s+[a-z]+){0,2}(?:\s*[:=]\s*|\s+))([A-Za-z0-9][A-Za-z0-9+/_.\-` + mask + `]{19,}=*)`)
+// keyAfterWord is a token named a key, token, secret or password, a
+// word or two before it ("Key 3fJk...Nm1 is not valid", "?key=AIza...",
+// "API key provided: 0123...cdef", DeepSeek's "Your api key: ****fXYZ is
+// invalid"): a long one (an Azure key, 32 hex digits or 84 characters, or
+// any other credential), or one with a mask of stars, bullets or an
+// ellipsis before or after two or more of its characters.
+var keyAfterWord = regexp.MustCompile(`(?i)(\b(?:api[_-]?)?(?:key|token|secret|password|signature|sig)\b(?:\s+[a-z]+){0,2}(?:\s*[:=]\s*|\s+))` +
+	`([A-Za-z0-9][A-Za-z0-9+/_.\-` + mask + `]{19,}=*|[` + keyChars + `+/]*[` + mask + `]+[` + keyChars + `+/]{2,}=*|[` + keyChars + `+/]{2,}[` + mask + `]+)`)
 
 // JSON is String for a JSON body passed on as it came. A body with
 // escapes ("sk\u002dproj...", "abc\/def") is decoded, redacted string by
@@ -88,12 +104,11 @@ func value(v any, secrets []string) any {
 }
 
 // String removes from msg the deployment's secrets (its key, the
-// credentials of its header lines) and anything shaped like a key.
+// credentials of its header lines: see Secrets) and anything shaped like
+// a key or a masked key (see keyShapes, keyAfterWord).
 func String(msg string, secrets []string) string {
-	for _, s := range secrets {
-		if len(s) >= 8 {
-			msg = strings.ReplaceAll(msg, s, Placeholder)
-		}
+	if spans := secretSpans(msg, secrets); len(spans) > 0 {
+		msg = replace(msg, spans)
 	}
 	if keyShapes.MatchString(msg) {
 		msg = keyShapes.ReplaceAllString(msg, Placeholder)
@@ -102,4 +117,36 @@ func String(msg string, secrets []string) string {
 		msg = keyAfterWord.ReplaceAllString(msg, "${1}"+Placeholder)
 	}
 	return msg
+}
+
+// hidden stands in for a URL's userinfo and query values.
+const hidden = "xxxxx"
+
+// URL is a configured URL (a base_url) as the status page and the admin
+// API show it: its userinfo ("https://xxxxx@host") and every query value
+// ("?api-key=xxxxx&api-version=xxxxx": Azure takes its key there) and
+// fragment masked, the rest as configured; "" when s is no URL.
+func URL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return ""
+	}
+	if u.User != nil {
+		u.User = url.User(hidden)
+	}
+	if u.RawQuery != "" {
+		parts := strings.Split(u.RawQuery, "&")
+		for i, p := range parts {
+			if name, _, ok := strings.Cut(p, "="); ok {
+				parts[i] = name + "=" + hidden
+			} else if p != "" {
+				parts[i] = hidden
+			}
+		}
+		u.RawQuery = strings.Join(parts, "&")
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = hidden, ""
+	}
+	return u.String()
 }

@@ -1,6 +1,11 @@
 package redact
 
 import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
 )
@@ -44,6 +49,99 @@ func TestRedactionKeepsUsefulText(t *testing.T) {
 	} {
 		if got := String(msg, nil); got != msg {
 			t.Errorf("%q became %q", msg, got)
+		}
+	}
+}
+
+// A configured secret is redacted whatever its length: one of 8
+// characters or more wherever it appears, a shorter one where it stands
+// as a token, so that the words that hold it stay.
+func TestConfiguredSecretOfAnyLength(t *testing.T) {
+	for _, tc := range []struct{ secret, msg, want string }{
+		{"x7Q2p", `{"error":{"message":"Invalid API key: x7Q2p","type":"invalid_request_error"}}`,
+			`{"error":{"message":"Invalid API key: [redacted]","type":"invalid_request_error"}}`},
+		{"abc", "Incorrect API key provided: abc. You can find your API key at the dashboard.",
+			"Incorrect API key provided: [redacted]. You can find your API key at the dashboard."},
+		{"ab", "key 'ab' refused; a table of abbreviations stays", "key '[redacted]' refused; a table of abbreviations stays"},
+		{"k", "key=k&x=1 for kk and key-k", "key=[redacted]&x=1 for kk and key-k"},
+		{"Zq8xWv2P", "credentialZq8xWv2Prefused", "credential[redacted]refused"},
+	} {
+		if got := String(tc.msg, []string{tc.secret}); got != tc.want {
+			t.Errorf("secret %q: expected %q, got %q", tc.secret, tc.want, got)
+		}
+	}
+}
+
+// Every masked shape of a key that providers put in their errors is
+// redacted, whether the key is configured (the router knows its own) or
+// not (a key shape, or a mask named a key).
+func TestMaskedShapes(t *testing.T) {
+	const key = "sk-proj-Q3vLd82mNcX0aTfXYZ"
+	for _, tc := range []struct{ source, msg, want string }{
+		{"OpenAI, first 5 and last 4 around stars (openai-python users' reports, e.g. popjane/free_chatgpt_api#3)",
+			"Incorrect API key provided: sk-proj-Q***************fXYZ. You can find",
+			"Incorrect API key provided: [redacted]. You can find"},
+		{"OpenAI-compatible gateway, first 6 and last 4 joined by ASCII dots (issue 26's trial)",
+			"Incorrect API key provided: sk-pro...fXYZ.", "Incorrect API key provided: [redacted]."},
+		{"the same joined by an ellipsis", "API key sk-pro…fXYZ is invalid", "API key [redacted] is invalid"},
+		{"bullets", "key sk-pr••••fXYZ revoked", "key [redacted] revoked"},
+		{"DeepSeek, stars before the last 4 (continuedev/continue#11820)",
+			"Authentication Fails, Your api key: ****fXYZ is invalid", "Authentication Fails, Your api key: [redacted] is invalid"},
+		{"a prefix and stars", "credential sk-proj-Q3v**** refused", "credential [redacted] refused"},
+		{"stars before the last 4, no key word", `"detail": "****fXYZ expired"`, `"detail": "[redacted] expired"`},
+		{"ordinary dots and stars stay", "Loading... done; ***bold*** text", "Loading... done; ***bold*** text"},
+	} {
+		if got := String(tc.msg, []string{key}); got != tc.want {
+			t.Errorf("%s: expected %q, got %q", tc.source, tc.want, got)
+		}
+	}
+	// Not configured: a key's shape, or a mask named a key.
+	for _, tc := range []struct{ source, msg, want string }{
+		{"issue 26's trial", "Incorrect API key provided: sk-pro...fXYZ.", "Incorrect API key provided: [redacted]."},
+		{"DeepSeek (continuedev/continue#11820)", "Authentication Fails, Your api key: ****fcc2 is invalid",
+			"Authentication Fails, Your api key: [redacted] is invalid"},
+		{"DeepSeek, a base64 key's end (qingshungLI/Super-nof1.ai#9)", "Authentication Fails, Your api key: ****Njk= is invalid",
+			"Authentication Fails, Your api key: [redacted] is invalid"},
+		{"OpenAI, a key without sk- (yihong0618/bilingual_book_maker#195)",
+			"Incorrect API key provided: D57rV0ys************************************Pp9p. You can",
+			"Incorrect API key provided: [redacted]. You can"},
+	} {
+		if got := String(tc.msg, nil); got != tc.want {
+			t.Errorf("%s, not configured: expected %q, got %q", tc.source, tc.want, got)
+		}
+	}
+}
+
+// OpenAI's 401 for a wrong key (the fixture, byte-identical) keeps no
+// part of the key it shows.
+func TestOpenAIInvalidKeyFixture(t *testing.T) {
+	raw, err := os.ReadFile("testdata/openai-401-invalid-key.http")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	got := string(JSON(body, []string{"sk-FAKE0123456789abcdef"}))
+	if strings.Contains(got, "sk-FAKE") || !strings.Contains(got, "Incorrect API key provided: [redacted]. You can find") {
+		t.Errorf("expected the masked key redacted, got %s", got)
+	}
+}
+
+// A URL is shown with its userinfo, query values and fragment masked.
+func TestURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://api.openai.com/v1":                                            "https://api.openai.com/v1",
+		"http://user:pass@127.0.0.1:1/v1":                                      "http://xxxxx@127.0.0.1:1/v1",
+		"https://sk-token@gw.example.com/v1":                                   "https://xxxxx@gw.example.com/v1",
+		"https://r.openai.azure.com/openai?api-key=abc&api-version=2024-10-21": "https://r.openai.azure.com/openai?api-key=xxxxx&api-version=xxxxx",
+		"https://h/v1?sv=2024&sig=abc%2Bdef&flag#frag":                         "https://h/v1?sv=xxxxx&sig=xxxxx&xxxxx#xxxxx",
+		"http://[::1%zz/":                                                      "",
+	} {
+		if got := URL(in); got != want {
+			t.Errorf("%s: expected %s, got %s", in, want, got)
 		}
 	}
 }

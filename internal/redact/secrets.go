@@ -1,0 +1,192 @@
+package redact
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The rules for a configured secret (the router knows its own: a
+// provider's key, the credentials of its header lines, those in its
+// base_url), whatever its length:
+//
+//   - whole, it is redacted wherever it appears when it has
+//     AnywhereLength characters or more; a shorter one where it stands as
+//     a token, not inside a word (the character before it and the one
+//     after it, where the secret's own end is a word character, are not
+//     letters, digits, '_' or '-'), so that a two-character key does not
+//     eat the words that hold those two characters;
+//   - masked, it is redacted with its mask where a mask (a run of '*',
+//     '•', '·', '…' or of two or more ASCII dots) has before it the
+//     secret's first characters, or after it its last, 3 or more of
+//     them on one side or 2 or more on each ("sk-pro...fXYZ", "****fXYZ",
+//     "sk-FAKE****").
+
+// AnywhereLength is the length from which a configured secret is
+// redacted even inside a word.
+const AnywhereLength = 8
+
+// maskRun is a mask in a key's middle, for a configured secret: any run
+// of mask characters and of two or more ASCII dots.
+var maskRun = regexp.MustCompile(`(?:[` + mask + `]|` + dots + `)+`)
+
+// span is a part of a text to redact: [from, to) in bytes.
+type span struct{ from, to int }
+
+// secretSpans are the parts of s that show one of the secrets, whole or
+// masked, in order, overlapping ones joined.
+func secretSpans(s string, secrets []string) []span {
+	var out []span
+	var runs [][]int
+	var rev string
+	for _, k := range secrets {
+		if k == "" {
+			continue
+		}
+		out = appendWhole(out, s, k)
+		if runs == nil {
+			if runs = maskRun.FindAllStringIndex(s, -1); runs == nil {
+				runs = [][]int{}
+			}
+			rev = reverse(s)
+		}
+		if len(runs) > 0 {
+			out = appendMasked(out, s, rev, k, runs)
+		}
+	}
+	return join(out)
+}
+
+// appendWhole appends where k stands whole in s (see the rules above).
+func appendWhole(out []span, s, k string) []span {
+	for i := 0; i <= len(s)-len(k); {
+		j := strings.Index(s[i:], k)
+		if j < 0 {
+			break
+		}
+		j += i
+		if len(k) >= AnywhereLength || isToken(s, k, j) {
+			out = append(out, span{j, j + len(k)})
+			i = j + len(k)
+		} else {
+			i = j + 1
+		}
+	}
+	return out
+}
+
+// isToken reports whether k, found at s[at:], stands as a token there.
+func isToken(s, k string, at int) bool {
+	first, _ := utf8.DecodeRuneInString(k)
+	last, _ := utf8.DecodeLastRuneInString(k)
+	if before, _ := utf8.DecodeLastRuneInString(s[:at]); at > 0 && isWord(first) && isWord(before) {
+		return false
+	}
+	end := at + len(k)
+	after, _ := utf8.DecodeRuneInString(s[end:])
+	return end == len(s) || !isWord(last) || !isWord(after)
+}
+
+func isWord(r rune) bool {
+	return r == '_' || r == '-' || unicode.IsLetter(r) || unicode.IsDigit(r)
+}
+
+// appendMasked appends where a mask of s (runs) shows enough of k around
+// it (see the rules above). rev is s reversed, byte by byte.
+func appendMasked(out []span, s, rev, k string, runs [][]int) []span {
+	starts, ends := make([]int, len(runs)), make([]int, len(runs))
+	for i, r := range runs {
+		starts[i], ends[len(runs)-1-i] = r[0], len(s)-r[1]
+	}
+	before := shownBefore(s, k, starts)
+	after := shownBefore(rev, reverse(k), ends)
+	for i, r := range runs {
+		p, q := before[i], after[len(runs)-1-i]
+		if p >= 3 || q >= 3 || p >= 2 && q >= 2 {
+			out = append(out, span{r[0] - p, r[1] + q})
+		}
+	}
+	return out
+}
+
+// shownBefore gives, at each position of at (ascending), the length of
+// the longest prefix of k that ends there in s: one pass of the
+// Knuth-Morris-Pratt matcher, so that a hostile text full of masks costs
+// no more than its length.
+func shownBefore(s, k string, at []int) []int {
+	fail := failure(k)
+	out := make([]int, len(at))
+	n, a := 0, 0
+	for i := 0; a < len(at); i++ {
+		for a < len(at) && at[a] == i {
+			out[a] = n
+			a++
+		}
+		if i == len(s) {
+			break
+		}
+		if n == len(k) {
+			n = fail[n-1]
+		}
+		for n > 0 && s[i] != k[n] {
+			n = fail[n-1]
+		}
+		if s[i] == k[n] {
+			n++
+		}
+	}
+	return out
+}
+
+// failure is the Knuth-Morris-Pratt table of k: for each prefix k[:i+1],
+// the length of its longest proper prefix that is also its suffix.
+func failure(k string) []int {
+	fail := make([]int, len(k))
+	for i, n := 1, 0; i < len(k); i++ {
+		for n > 0 && k[i] != k[n] {
+			n = fail[n-1]
+		}
+		if k[i] == k[n] {
+			n++
+		}
+		fail[i] = n
+	}
+	return fail
+}
+
+func reverse(s string) string {
+	b := []byte(s)
+	slices.Reverse(b)
+	return string(b)
+}
+
+// join sorts spans and joins those that overlap or touch.
+func join(spans []span) []span {
+	if len(spans) < 2 {
+		return spans
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.from - b.from })
+	out := spans[:1]
+	for _, sp := range spans[1:] {
+		if last := &out[len(out)-1]; sp.from <= last.to {
+			last.to = max(last.to, sp.to)
+		} else {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// replace puts Placeholder in place of each span of s.
+func replace(s string, spans []span) string {
+	b := make([]byte, 0, len(s))
+	at := 0
+	for _, sp := range spans {
+		b = append(b, s[at:sp.from]...)
+		b = append(b, Placeholder...)
+		at = sp.to
+	}
+	return string(append(b, s[at:]...))
+}

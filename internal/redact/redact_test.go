@@ -112,6 +112,19 @@ func TestMaskedShapes(t *testing.T) {
 	}
 }
 
+// A mask beside a word that ends with a key's first characters, or
+// starts with its last, shows nothing of the key: the text stays.
+func TestMasksBesideWordsStay(t *testing.T) {
+	for _, tc := range []struct{ key, msg string }{
+		{"ead4c0ffee0123456789", "Thread... reading the docs"},
+		{"0123456789abcdefmark", "see ***bookmarks*** and ....markdown"},
+	} {
+		if got := String(tc.msg, []string{tc.key}); got != tc.msg {
+			t.Errorf("key %s: %q became %q", tc.key, tc.msg, got)
+		}
+	}
+}
+
 // OpenAI's 401 for a wrong key (the fixture, byte-identical) keeps no
 // part of the key it shows.
 func TestOpenAIInvalidKeyFixture(t *testing.T) {

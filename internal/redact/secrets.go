@@ -22,7 +22,8 @@ import (
 //     '•', '·', '…' or of two or more ASCII dots) has before it the
 //     secret's first characters, or after it its last, 3 or more of
 //     them on one side or 2 or more on each ("sk-pro...fXYZ", "****fXYZ",
-//     "sk-FAKE****").
+//     "sk-FAKE****"), those it shows not inside a word ("Thread..."
+//     shows nothing of a key that starts with "ead").
 
 // AnywhereLength is the length from which a configured secret is
 // redacted even inside a word.
@@ -49,8 +50,9 @@ func secretSpans(s string, secrets []string) []span {
 		if runs == nil {
 			if runs = maskRun.FindAllStringIndex(s, -1); runs == nil {
 				runs = [][]int{}
+			} else {
+				rev = reverse(s)
 			}
-			rev = reverse(s)
 		}
 		if len(runs) > 0 {
 			out = appendMasked(out, s, rev, k, runs)
@@ -81,10 +83,19 @@ func appendWhole(out []span, s, k string) []span {
 func isToken(s, k string, at int) bool {
 	first, _ := utf8.DecodeRuneInString(k)
 	last, _ := utf8.DecodeLastRuneInString(k)
-	if before, _ := utf8.DecodeLastRuneInString(s[:at]); at > 0 && isWord(first) && isWord(before) {
-		return false
-	}
-	end := at + len(k)
+	return startsToken(s, at, first) && endsToken(s, at+len(k), last)
+}
+
+// startsToken reports whether text that starts with first at s[at:] is
+// not inside a word there: first is no word character, or the one
+// before it is none.
+func startsToken(s string, at int, first rune) bool {
+	before, _ := utf8.DecodeLastRuneInString(s[:at])
+	return at == 0 || !isWord(first) || !isWord(before)
+}
+
+// endsToken is startsToken for text that ends with last at s[:end].
+func endsToken(s string, end int, last rune) bool {
 	after, _ := utf8.DecodeRuneInString(s[end:])
 	return end == len(s) || !isWord(last) || !isWord(after)
 }
@@ -94,16 +105,22 @@ func isWord(r rune) bool {
 }
 
 // appendMasked appends where a mask of s (runs) shows enough of k around
-// it (see the rules above). rev is s reversed, byte by byte.
+// it (see the rules above), the characters shown starting and ending
+// tokens: "Thread..." shows nothing of a key that starts with "ead". rev
+// is s reversed, byte by byte.
 func appendMasked(out []span, s, rev, k string, runs [][]int) []span {
+	kr := reverse(k)
+	fail, failRev := failure(k), failure(kr)
 	starts, ends := make([]int, len(runs)), make([]int, len(runs))
 	for i, r := range runs {
 		starts[i], ends[len(runs)-1-i] = r[0], len(s)-r[1]
 	}
-	before := shownBefore(s, k, starts)
-	after := shownBefore(rev, reverse(k), ends)
+	before, after := shownBefore(s, k, fail, starts), shownBefore(rev, kr, failRev, ends)
+	first, _ := utf8.DecodeRuneInString(k)
+	last, _ := utf8.DecodeLastRuneInString(k)
 	for i, r := range runs {
-		p, q := before[i], after[len(runs)-1-i]
+		p := bordered(before[i], fail, func(p int) bool { return startsToken(s, r[0]-p, first) })
+		q := bordered(after[len(runs)-1-i], failRev, func(q int) bool { return endsToken(s, r[1]+q, last) })
 		if p >= 3 || q >= 3 || p >= 2 && q >= 2 {
 			out = append(out, span{r[0] - p, r[1] + q})
 		}
@@ -111,12 +128,20 @@ func appendMasked(out []span, s, rev, k string, runs [][]int) []span {
 	return out
 }
 
+// bordered is the longest of n and its borders in a failure table (the
+// shorter prefixes that end where it ends) that ok accepts, or 0.
+func bordered(n int, fail []int, ok func(int) bool) int {
+	for n > 0 && !ok(n) {
+		n = fail[n-1]
+	}
+	return n
+}
+
 // shownBefore gives, at each position of at (ascending), the length of
 // the longest prefix of k that ends there in s: one pass of the
-// Knuth-Morris-Pratt matcher, so that a hostile text full of masks costs
-// no more than its length.
-func shownBefore(s, k string, at []int) []int {
-	fail := failure(k)
+// Knuth-Morris-Pratt matcher (fail is k's table), so that a hostile text
+// full of masks costs no more than its length.
+func shownBefore(s, k string, fail, at []int) []int {
 	out := make([]int, len(at))
 	n, a := 0, 0
 	for i := 0; a < len(at); i++ {

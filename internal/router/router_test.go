@@ -935,6 +935,42 @@ func TestEchoedKeyIsRedacted(t *testing.T) {
 	}
 }
 
+// A short key (under 8 characters) and a masked one (stars before its
+// last 4, as DeepSeek shows it) echoed in a client error are redacted from
+// the body passed on, the restated message and the log; in a stream's
+// error event, from the StreamError.
+func TestEchoedShortOrMaskedKeyIsRedacted(t *testing.T) {
+	for _, tc := range []struct{ key, shown string }{{"x7Q2p", "x7Q2p"}, {"sk-0123456789abcdefXYZ9", "****XYZ9"}} {
+		bad := `{"error":{"message":"credential ` + tc.shown + ` refused","type":"invalid_request_error","code":null}}`
+		d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){reply(400, bad)}})
+		d.Secrets = []string{tc.key}
+		core, logs := observer.New(zapcore.DebugLevel)
+		r := newRouter(newFakeClock())
+		r.Logger = zap.New(core)
+		res := r.Serve(context.Background(), []*Deployment{d}, chatReq)
+		for where, got := range map[string]string{"body": string(res.Body), "message": res.Error.Message} {
+			if strings.Contains(got, tc.shown) || !strings.Contains(got, "credential [redacted] refused") {
+				t.Errorf("key %s, %s: expected it redacted, got %q", tc.key, where, got)
+			}
+		}
+		for _, e := range logs.All() {
+			if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), tc.shown) {
+				t.Errorf("key %s: a log line holds it: %s %v", tc.key, e.Message, e.ContextMap())
+			}
+		}
+		event := `data: {"error":{"message":"credential ` + tc.shown + ` refused","type":"server_error"}}`
+		s := deployment("s", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, event)}})
+		s.Secrets = []string{tc.key}
+		res = newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{s}, &Request{Request: wire(chatReq.Body, true)})
+		if res.Stream == nil {
+			t.Fatalf("expected a stream, got %v", res.Err)
+		}
+		if _, err := relay(t, res.Stream); err == nil || strings.Contains(err.Error(), tc.shown) || !strings.Contains(err.Error(), "[redacted]") {
+			t.Errorf("key %s: expected the stream's error redacted, got %v", tc.key, err)
+		}
+	}
+}
+
 // Log lines say what happened: "failing over" only when another attempt
 // follows (naming it), and a quota spent mid-stream is the once-only error
 // line of a disabled deployment, not a warning.

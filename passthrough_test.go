@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A client's path goes under the provider's base path after the client's
@@ -78,5 +79,55 @@ func TestPassThroughRedactsTheKey(t *testing.T) {
 				t.Errorf("expected %d %s, got %d %q %v", tc.status, tc.want, rec.Code, got, rec.Header())
 			}
 		})
+	}
+}
+
+// A pass_through provider's error body is read within the deadline and
+// up to maxPassError decoded: one that trickles on past the deadline, or
+// a gzip bomb, is passed on cut, redacted, without holding the client.
+func TestPassThroughErrorBounds(t *testing.T) {
+	const key = "sk-proj-PassThrough0123456789wxyz"
+	var bomb bytes.Buffer
+	zw := gzip.NewWriter(&bomb)
+	_, _ = zw.Write([]byte(`{"error":{"message":"key ` + key + ` `))
+	_, _ = zw.Write(make([]byte, 2<<20))
+	_ = zw.Close()
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/bomb" {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write(bomb.Bytes())
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"message":"key `+key+` `)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the rest never comes
+	}))
+	defer upstream.Close()
+	h := handlerFromJSON(t, `{"pass_through":"p","deadline":"300ms","providers":{"p":{"type":"openai","base_url":"`+upstream.URL+`/v1","api_key":"`+key+`"}},
+		"models":{"m":{"deployments":[{"provider":"p","model":"x"}]}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	for _, path := range []string{"/v1/trickle", "/v1/bomb"} {
+		start := time.Now()
+		rec := httptest.NewRecorder()
+		h.passProxy.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{}`)))
+		got := rec.Body.String()
+		if took := time.Since(start); rec.Code != http.StatusBadRequest || !strings.HasPrefix(got, `{"error":{"message":"key [redacted] `) ||
+			len(got) > maxPassError || strings.Contains(got, key) || took > 5*time.Second {
+			t.Errorf("%s: expected the 400 cut and redacted within the deadline, got %d, %d bytes %.60q in %v", path, rec.Code, len(got), got, took)
+		}
+	}
+}
+
+// Accept-Encoding takes gzip unless it says q=0.
+func TestAcceptsGzip(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "gzip": true, "br, gzip;q=0.5": true, "gzip;q=0": false, "gzip; q=0.000, br": false, "deflate, br": false, "X-GZIP": true} {
+		if got := acceptsGzip(http.Header{"Accept-Encoding": {v}}); got != want {
+			t.Errorf("%q: expected %v, got %v", v, want, got)
+		}
 	}
 }

@@ -1,8 +1,30 @@
 // Package redact removes secrets from text the router passes on: a
-// provider's answers and errors (routed or passed through), a stream's
-// in-band error, what the router logs and keeps for the admin API and
-// the status page. One redaction for every path, so that no path forgets
-// a shape of key.
+// provider's errors (routed or passed through) and the bodies passed on
+// with them, a stream's in-band error, count_tokens answers, what the
+// router logs and keeps for the admin API and the status page. One
+// redaction for every path, so that no path forgets a shape of key; each
+// secret found becomes Placeholder.
+//
+// A configured secret (the router knows its own: a provider's key, the
+// credentials of its header lines, those in its base_url) is redacted
+// whatever its length:
+//
+//   - whole, wherever it appears when it has AnywhereLength bytes or
+//     more; a shorter one where it stands as a token, not inside a word
+//     (the character before it and the one after it, where the secret's
+//     own end is a word character, are not letters, digits, '_' or '-'),
+//     so that a two-character key does not eat the words that hold those
+//     two characters;
+//   - masked, with its mask, where a mask (a run of '*', '•', '·', '…' or
+//     of two or more ASCII dots) has before it the secret's first
+//     characters, or after it its last: 3 or more of them on one side or
+//     2 or more on each ("sk-pro...fXYZ", "****fXYZ", "sk-FAKE****"),
+//     those it shows not inside a word ("Thread..." shows nothing of a
+//     key that starts with "ead").
+//
+// Any text shaped like a key, or a masked key, is redacted too, configured
+// or not (see keyShapes and keyAfterWord): whatever key a provider shows,
+// it is one of the router's.
 package redact
 
 import (
@@ -103,9 +125,10 @@ func value(v any, secrets []string) any {
 	return v
 }
 
-// String removes from msg the deployment's secrets (its key, the
-// credentials of its header lines: see Secrets) and anything shaped like
-// a key or a masked key (see keyShapes, keyAfterWord).
+// String removes from msg the configured secrets (a deployment's:
+// router.Deployment.Secrets), whole or masked, and anything shaped like a
+// key or a masked key, by the package's rules; secrets may be nil (the
+// shapes alone) and hold "" (skipped).
 func String(msg string, secrets []string) string {
 	if spans := secretSpans(msg, secrets); len(spans) > 0 {
 		msg = replace(msg, spans)

@@ -8,25 +8,8 @@ import (
 	"unicode/utf8"
 )
 
-// The rules for a configured secret (the router knows its own: a
-// provider's key, the credentials of its header lines, those in its
-// base_url), whatever its length:
-//
-//   - whole, it is redacted wherever it appears when it has
-//     AnywhereLength characters or more; a shorter one where it stands as
-//     a token, not inside a word (the character before it and the one
-//     after it, where the secret's own end is a word character, are not
-//     letters, digits, '_' or '-'), so that a two-character key does not
-//     eat the words that hold those two characters;
-//   - masked, it is redacted with its mask where a mask (a run of '*',
-//     '•', '·', '…' or of two or more ASCII dots) has before it the
-//     secret's first characters, or after it its last, 3 or more of
-//     them on one side or 2 or more on each ("sk-pro...fXYZ", "****fXYZ",
-//     "sk-FAKE****"), those it shows not inside a word ("Thread..."
-//     shows nothing of a key that starts with "ead").
-
-// AnywhereLength is the length from which a configured secret is
-// redacted even inside a word.
+// AnywhereLength is the length, in bytes, from which a configured secret
+// is redacted even inside a word (see the package's rules).
 const AnywhereLength = 8
 
 // maskRun is a mask in a key's middle, for a configured secret: any run

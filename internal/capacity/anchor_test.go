@@ -529,3 +529,37 @@ func TestABucketUnderABurstDrawsNoRateLimit(t *testing.T) {
 		})
 	}
 }
+
+// A provider that floors its countdowns to whole seconds (8.87 s stated
+// "8") states resets of one fixed window too close together to be exact:
+// "10" at its start, "8" at 1.3 s of the next window ending at 20 s
+// (taken as exact: a reset at 9.3 s past the first, closer than the
+// 10 s countdown, which no window is shorter than). The router learns
+// the rounding then, before a 429 would teach it, and takes the window to
+// be full again no earlier than it is.
+func TestResetsTooCloseTeachRounding(t *testing.T) {
+	floored := func(remaining int64, c time.Duration) provider.Observation {
+		o := provider.NewObservation(provider.OK)
+		o.Requests = provider.Window{Limit: 10, Remaining: remaining, Reset: c.Truncate(time.Second), Resolution: time.Second}
+		return o
+	}
+	p := &fixedWindowProvider{limit: 10, span: 10 * time.Second, aligned: true}
+	s := NewState()
+	first := p.admit(t0)
+	first.Requests.Reset, first.Requests.Resolution = first.Requests.Reset.Truncate(time.Second), time.Second
+	s.Observe(t0, first, DefaultPolicy)
+	at := t0.Add(11*time.Second + 300*time.Millisecond)
+	a, _ := s.AcquireAttempt(at, 1)
+	read := at.Add(100 * time.Millisecond)
+	s.ObserveAttempt(a, read, floored(8, t0.Add(20*time.Second).Sub(at)), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	if !s.requests.rounded {
+		t.Fatal("two floored countdowns closer than a window taught no rounding")
+	}
+	for range 8 {
+		s.AcquireAttempt(read, 1)
+	}
+	if at, _ := s.AvailableAt(read, 1); at.Before(t0.Add(20 * time.Second)) {
+		t.Errorf("the window is full again at +20 s, the router takes it at %v", at.Sub(t0))
+	}
+}

@@ -270,6 +270,15 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 		w.refills = true
 		return reset, uncertain
 	}
+	if r := o.Resolution; r > 0 && !o.Instant && !w.rounded && !w.precise && w.tooClose(lo, reset) != 0 {
+		// Two resets of a fixed window too close to be exact countdowns
+		// (a statement at 1.3 s of a window ending at 10 s says "8", one
+		// at 11.1 s of the next "8" again): its whole countdowns are
+		// rounded, learned before its first 429 would teach it.
+		w.learnRounded(r)
+		reset, uncertain = reset.Add(r), uncertain+2*r
+		lo = reset.Add(-uncertain)
+	}
 	if !w.statedLo.IsZero() && lo.After(w.statedHi) {
 		// A later window: the time from the last stated reset bounds the
 		// span from above (a window of unknown span is projected with it).
@@ -327,13 +336,30 @@ func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int
 	if max(aLo, bLo) >= min(aHi, bHi) {
 		return false // not one rate
 	}
-	switch {
-	case lo.After(w.statedHi): // later than the last
-		return remaining < w.stated && hi.Sub(w.statedLo)+ResetMargin < w.longest
-	case w.statedLo.After(hi): // earlier: the last one is the later
-		return w.stated < remaining && w.statedHi.Sub(lo)+ResetMargin < w.longest
+	switch w.tooClose(lo, hi) {
+	case 1:
+		return remaining < w.stated
+	case -1:
+		return w.stated < remaining
 	}
 	return false
+}
+
+// tooClose compares a stated reset in [lo, hi] with the last stated one:
+// 1 when it is surely later and surely closer to it than the longest
+// countdown stated, -1 when surely earlier and as close, 0 otherwise. Two
+// resets of a fixed window whose countdowns are exact are the same
+// instant or a whole window apart, so that one too close is a bucket's
+// (bucketLike) or a rounded countdown's.
+func (w *window) tooClose(lo, hi time.Time) int {
+	switch {
+	case w.statedLo.IsZero() || w.longest <= 0:
+	case lo.After(w.statedHi) && hi.Sub(w.statedLo)+ResetMargin < w.longest:
+		return 1
+	case w.statedLo.After(hi) && w.statedHi.Sub(lo)+ResetMargin < w.longest:
+		return -1
+	}
+	return 0
 }
 
 // learnRounded notes a 429 that stated the window in whole units of r:

@@ -47,6 +47,11 @@ const (
 	DefaultTimeout     = time.Duration(0)
 	DefaultTTFTTimeout = 15 * time.Second
 	DefaultIdleTimeout = 30 * time.Second
+	// DefaultMaxStreamBytes is Router.MaxStreamBytes's default: far more
+	// than a long answer (100,000 output tokens are about 400 KB of text,
+	// their events' JSON some ten times that as one small chunk a token),
+	// so that only a provider that streams without end meets it.
+	DefaultMaxStreamBytes = 64 << 20
 )
 
 // Deployment is a provider x an upstream model: the unit that is ranked,
@@ -218,6 +223,13 @@ type Router struct {
 	// deployment with capacity when the first has produced no content by
 	// then (see hedge.go); 0: no hedging.
 	HedgeAfter time.Duration
+	// MaxStreamBytes bounds what the router relays of one streamed answer,
+	// in bytes of its events' data (over every attempt of a resumed
+	// stream): past it the client's stream ends with an in-band error
+	// (StreamError.Bounded) and the upstream is closed; what was relayed is
+	// spent (as its provider stated it, else estimated). New sets
+	// DefaultMaxStreamBytes; 0: no bound.
+	MaxStreamBytes int64
 	// FleetNaps is how many times a window a waiting request whose turn in
 	// the fleet's queue has not come looks again while capacity is free
 	// (see fleetTurn); New sets DefaultFleetNaps.
@@ -267,15 +279,16 @@ type Observer interface {
 // clock and a no-op logger.
 func New() *Router {
 	return &Router{
-		Deadline:    DefaultDeadline,
-		MaxAttempts: DefaultMaxAttempts,
-		Policy:      capacity.DefaultPolicy,
-		Weights:     DefaultWeights,
-		Rand:        rand.Float64,
-		Clock:       RealClock{},
-		Logger:      zap.NewNop(),
-		FleetNaps:   DefaultFleetNaps,
-		Resume:      ResumeSameModel,
+		Deadline:       DefaultDeadline,
+		MaxAttempts:    DefaultMaxAttempts,
+		Policy:         capacity.DefaultPolicy,
+		Weights:        DefaultWeights,
+		Rand:           rand.Float64,
+		Clock:          RealClock{},
+		Logger:         zap.NewNop(),
+		FleetNaps:      DefaultFleetNaps,
+		Resume:         ResumeSameModel,
+		MaxStreamBytes: DefaultMaxStreamBytes,
 	}
 }
 
@@ -386,8 +399,9 @@ type attemptState struct {
 // deployment, and where it stands.
 type walk struct {
 	per        []attemptState
-	last       *outcome // the last failed attempt
-	unplanned  *outcome // the last deployment that could not express the request
+	last       *outcome       // the last failed attempt
+	unplanned  *outcome       // the last deployment that could not express the request
+	budget     *budgetRefusal // the last deployment whose budget could not hold the request
 	failures   int
 	limited    int      // failures that were rate limits or spent quotas
 	minContext int64    // after a context_length failure: only larger windows; -1 none
@@ -536,16 +550,14 @@ func fallsBack(res *Result) bool {
 // serve is ServeGroup's loop: it returns res once answered or failed.
 func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk, deadline time.Time) *Result {
 	group := g.Deployments
-	if over, until := g.Spending.Over(r.Clock.Now()); over {
-		msg := "model group " + g.Name + ": " + capacity.BudgetMessage(g.Spending.Limit(), until)
-		r.debug("the group's budget is spent", zap.String("group", g.Name), zap.Time("renews", until))
-		return res.fail(&Error{Status: http.StatusTooManyRequests, Class: provider.QuotaExhausted, Message: msg,
-			RetryAfter: max(until.Sub(r.Clock.Now()), time.Second)}, w)
+	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
+	if err := r.groupBudget(g, req, need, r.Clock.Now(), deadline); err != nil {
+		r.debug("the group's budget cannot hold the request", zap.String("group", g.Name), zap.String("why", err.Message))
+		return res.fail(err, w)
 	}
 	for _, d := range group {
 		r.checkBudget(d, r.Clock.Now())
 	}
-	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
 	var me *waiter // while the request waits in g's queue
 	defer func() {
 		if me != nil {
@@ -598,10 +610,10 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 				return res.fail(coolingError(cands, earliest(cands), now), w)
 			}
 			if me == nil {
-				me = &waiter{priority: req.Priority, tokens: req.Tokens,
-					reserve: need.Reserve, since: now, deadline: deadline}
-				g.queue.join(me) // and the fleet's queue at its first look (wait)
-				r.observeQueue(g)
+				var limit int
+				if me, limit = r.joinQueue(g, req, need, now, deadline); me == nil {
+					return res.fail(queueFullError(g, cands, limit, now), w)
+				}
 				// Its tiers and its turn again, from its place: others
 				// may have joined the queue since it chose them.
 				continue
@@ -651,6 +663,21 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			w.per[i].excluded, w.unplanned = true, a.out
 			continue
 		}
+		// Its worst case held of its budgets before it is sent.
+		held, refused := r.hold(d, g, req, now)
+		if refused != nil {
+			a.finish()
+			if !refused.group {
+				// Its deployment's budget cannot take it: another may.
+				w.per[i].excluded, w.budget = true, refused
+				continue
+			}
+			if err := r.waitBudget(ctx, g, &me, req, need, refused, now, deadline); err != nil {
+				return res.fail(err, w)
+			}
+			continue
+		}
+		a.out.holds = held
 		// Claimed only for an attempt that goes out: a request the
 		// provider cannot express spends none of its windows.
 		if me != nil {
@@ -664,6 +691,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			if me != nil {
 				me.taking.Store(false) // back in its place (in the fleet's at its next look)
 			}
+			held.release(now, d, g)
 			a.finish()
 			continue // a half-open circuit's probe was taken meanwhile, or the fleet's budget
 		}
@@ -696,6 +724,19 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 		}
 	}
+}
+
+// joinQueue puts req in this instance's queue of g unless it is full
+// (the fleet's queue at its first look: wait) and returns its place; nil
+// and the queue's bound (max_queued) when it is full.
+func (r *Router) joinQueue(g *Group, req *Request, need capacity.Need, now, deadline time.Time) (*waiter, int) {
+	me := &waiter{priority: req.Priority, tokens: req.Tokens, reserve: need.Reserve, since: now, deadline: deadline}
+	if limit := g.maxQueued(r.Deadline); !g.queue.join(me, limit) {
+		r.debug("the group's queue is full", zap.String("group", g.Name), zap.Int("max_queued", limit))
+		return nil, limit
+	}
+	r.observeQueue(g)
+	return me, 0
 }
 
 // probe returns the first candidate whose half-open circuit waits for its
@@ -751,7 +792,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 			d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 		}
 		if out.stream == nil {
-			out.release() // the attempt ended unobserved
+			out.release(r.Clock.Now()) // the attempt ended unobserved
 		}
 		endSpan(out.span, provider.Transport, map[ending]string{clientGone: "the client went away", pastDeadline: "the request's deadline passed"}[out.end],
 			provider.Usage{}, false, nil, "")
@@ -772,7 +813,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		out.queue.kickAllBut(nil) // forecasts that could not tell may now
 	}
 	if out.stream == nil {
-		out.release() // a stream releases when it ends
+		defer out.release(r.Clock.Now()) // after its answer is spent; a stream releases when it ends
 	}
 	switch class {
 	case provider.OK:
@@ -780,7 +821,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		res.Status, res.Body, res.Stream = out.status, out.body, out.stream
 		if out.stream == nil {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
-				r.spend(r.Clock.Now(), d, out.group, res.Usage)
+				r.spend(r.Clock.Now(), d, out.group, res.Usage, out.holds)
 			}
 			if out.span != nil { // the answer read again only for a trace
 				model, _ := jsonbody.GetString(out.body, "model")
@@ -957,6 +998,8 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 	case w.last != nil && w.last.obs.Class == provider.ContextLength && !r.largerWindowLeft(w, group, req):
 		res.passOn(w.last) // the provider's 400, as it is: no deployment could take the prompt
 		return res.fail(nil, w)
+	case w.last == nil && w.budget != nil:
+		return res.fail(w.budget.error(now), w)
 	case w.last == nil && w.unplanned != nil:
 		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
 	case w.last == nil || w.last.obs.Class == provider.TooLarge:
@@ -1274,18 +1317,19 @@ func (d *Deployment) Cost(u provider.Usage) float64 {
 }
 
 // spend records what an answer of d, for group g, used: in d's usage and,
-// at its cost, against d's budget and g's; a deployment whose budget it
-// spends is out until that renews.
-func (r *Router) spend(now time.Time, d *Deployment, g *Group, u provider.Usage) {
+// at its cost, against d's budget and g's, settling what the attempt held
+// of them (h); a deployment whose budget it spends is out until that
+// renews.
+func (r *Router) spend(now time.Time, d *Deployment, g *Group, u provider.Usage, h holds) {
 	cost := d.Cost(u)
 	d.State.RecordUsage(now, u, cost)
 	if d.Spending != nil {
-		d.Spending.Add(now, cost)
+		d.Spending.Settle(now, h.d, cost)
 		r.checkBudget(d, now)
 	}
 	if g != nil && g.Spending != nil {
 		was, _ := g.Spending.Over(now)
-		if over, until := g.Spending.Add(now, cost); over && !was {
+		if over, until := g.Spending.Settle(now, h.g, cost); over && !was {
 			r.Logger.Warn("model group budget spent: its requests are answered 429 until it renews",
 				zap.String("group", g.Name), zap.String("budget", capacity.BudgetMessage(g.Spending.Limit(), until)))
 		}

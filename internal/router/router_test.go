@@ -937,8 +937,9 @@ func TestEchoedKeyIsRedacted(t *testing.T) {
 
 // A short key (under 8 characters) and a masked one (stars before its
 // last 4, as DeepSeek shows it) echoed in a client error are redacted from
-// the body passed on, the restated message and the log; in a stream's
-// error event, from the StreamError.
+// the body passed on, the restated message and the log; in a 401, from
+// the deployment's last message; in a stream's error event, from the
+// StreamError.
 func TestEchoedShortOrMaskedKeyIsRedacted(t *testing.T) {
 	for _, tc := range []struct{ key, shown string }{{"x7Q2p", "x7Q2p"}, {"sk-0123456789abcdefXYZ9", "****XYZ9"}} {
 		bad := `{"error":{"message":"credential ` + tc.shown + ` refused","type":"invalid_request_error","code":null}}`
@@ -957,6 +958,14 @@ func TestEchoedShortOrMaskedKeyIsRedacted(t *testing.T) {
 			if strings.Contains(fmt.Sprint(e.Message, e.ContextMap()), tc.shown) {
 				t.Errorf("key %s: a log line holds it: %s %v", tc.key, e.Message, e.ContextMap())
 			}
+		}
+		// A 401 is kept as the deployment's last message (the admin API's,
+		// the status page's).
+		d = deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){reply(401, bad)}})
+		d.Secrets = []string{tc.key}
+		newRouter(newFakeClock()).Serve(context.Background(), []*Deployment{d}, chatReq)
+		if last := d.State.Snapshot(time.Now()).LastMessage; strings.Contains(last, tc.shown) || !strings.Contains(last, "[redacted]") {
+			t.Errorf("key %s: expected the last message redacted, got %q", tc.key, last)
 		}
 		event := `data: {"error":{"message":"credential ` + tc.shown + ` refused","type":"server_error"}}`
 		s := deployment("s", &script{replies: []func(*http.Request) (*http.Response, error){sse(chunk, event)}})

@@ -126,8 +126,10 @@ func (h *Handler) provisionPassThrough() error {
 var clientQueryCredentials = map[string]bool{"key": true, "api_key": true, "api-key": true, "access_token": true}
 
 // maxPassError bounds the body of a pass_through provider's error, read
-// whole to be redacted: 1 MiB, decoded; past it, the body is cut.
-const maxPassError = 1 << 20
+// whole to be redacted: 64 KiB decoded, as the router reads a routed
+// error's (enough for any provider's JSON error); past it, the body is
+// cut.
+const maxPassError = 64 << 10
 
 // errUnreadableError is a pass_through provider's error body that the
 // router cannot read, so cannot redact: in an encoding other than gzip,

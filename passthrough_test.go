@@ -90,7 +90,7 @@ func TestPassThroughErrorBounds(t *testing.T) {
 	var bomb bytes.Buffer
 	zw := gzip.NewWriter(&bomb)
 	_, _ = zw.Write([]byte(`{"error":{"message":"key ` + key + ` `))
-	_, _ = zw.Write(make([]byte, 2<<20))
+	_, _ = zw.Write(make([]byte, 1<<20))
 	_ = zw.Close()
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/bomb" {

@@ -145,7 +145,8 @@ type DeploymentStatus struct {
 	Name string `json:"name"`
 	// Type is the provider's type.
 	Type string `json:"type"`
-	// BaseURL is the provider's API root.
+	// BaseURL is the provider's API root, its userinfo and query values
+	// masked ("https://xxxxx@host/openai?api-key=xxxxx").
 	BaseURL string `json:"base_url"`
 	// ModelGroups lists the groups that use the deployment.
 	ModelGroups []string `json:"model_groups"`

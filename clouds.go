@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/redact"
 )
 
 // The cloud provider types: Amazon Bedrock and Google Vertex AI, each with
@@ -177,13 +178,14 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 // transport: the router fails over, and tries the deployment again after
 // its backoff), and the operator is told at error level, at most once a
 // minute per provider, what failed. msg says where the credentials were
-// looked for; nothing of them is logged.
+// looked for; nothing of them is logged (err redacted: see package
+// redact).
 func credentialsFailure(logger *zap.Logger, msg string) func(err error) error {
 	var last atomic.Int64
 	return func(err error) error {
 		now := time.Now().UnixNano()
 		if prev := last.Load(); now-prev >= int64(time.Minute) && last.CompareAndSwap(prev, now) {
-			logger.Error(msg, zap.Error(err))
+			logger.Error(msg, zap.String("error", redact.String(err.Error(), nil))) // a token endpoint's answer may hold one
 		}
 		return fmt.Errorf("%s: %w", msg, err)
 	}

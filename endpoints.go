@@ -15,7 +15,7 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/estimate"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
-	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -68,7 +68,7 @@ func (h *Handler) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			status, answer := h.countAt(ctx, tc, d.Model, d.Transport, body, header)
-			answer = router.RedactBody(answer, d)
+			answer = redact.JSON(answer, d.Secrets)
 			if status == http.StatusOK || status >= 400 && status < 500 && status != http.StatusTooManyRequests &&
 				status != http.StatusUnauthorized && status != http.StatusForbidden && status != http.StatusNotFound {
 				w.Header().Set(HeaderDeployment, d.Name)

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"math"
 	"net/http/httputil"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/estimate"
+	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
@@ -489,7 +489,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		Secrets:       cfg.secrets(),
 	}
 	setPrices(d, h.types[dc.Provider], dc)
-	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redactURL(cfg.endpoint.BaseURL), identity: key}
+	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redact.URL(cfg.endpoint.BaseURL), identity: key}
 	return d, nil
 }
 
@@ -699,15 +699,6 @@ func (h *Handler) Cleanup() error {
 type stateRef struct {
 	key string
 	st  *capacity.State
-}
-
-// redactURL hides a URL's password, for the admin API.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return ""
-	}
-	return u.Redacted()
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

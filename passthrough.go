@@ -1,6 +1,8 @@
 package llmrouter
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -8,12 +10,14 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
+	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
@@ -49,6 +53,7 @@ func (h *Handler) provisionPassThrough() error {
 	}
 	cfg := p.ProviderSettings()
 	ep := cfg.endpoint
+	secrets, deadline := cfg.secrets(), durationOr(h.Deadline, router.DefaultDeadline)
 	base, err := url.Parse(ep.BaseURL)
 	if err != nil {
 		return fmt.Errorf("pass_through: %v", err)
@@ -74,6 +79,13 @@ func (h *Handler) provisionPassThrough() error {
 			for _, k := range clientCredentials {
 				pr.Out.Header.Del(k)
 			}
+			// An error is read to be redacted (redactPassError): it may
+			// come gzip-encoded, or decoded by the transport, not otherwise.
+			if acceptsGzip(pr.In.Header) {
+				pr.Out.Header.Set("Accept-Encoding", "gzip")
+			} else {
+				pr.Out.Header.Del("Accept-Encoding")
+			}
 			for k, vs := range ep.Header {
 				pr.Out.Header[k] = vs
 			}
@@ -81,20 +93,23 @@ func (h *Handler) provisionPassThrough() error {
 				pr.Out.Header.Set(key[0], key[1]+ep.APIKey)
 			}
 		},
-		Transport:     headerDeadline{rt: cfg.transport, d: durationOr(h.Deadline, router.DefaultDeadline)},
+		Transport:     headerDeadline{rt: cfg.transport, d: deadline},
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del("Server") // Caddy sends its own
-			return nil
+			return redactPassError(resp, secrets, deadline)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			h.logger.Debug("pass_through: the provider could not be reached", zap.String("provider", name), zap.Error(err))
+			h.logger.Debug("pass_through: the provider could not be reached", zap.String("provider", name), zap.String("error", redact.String(err.Error(), secrets)))
 			// One attempt, no failover: the client's own retry is the only
 			// one (no x-should-retry), but not after a whole deadline.
 			e := api.Errorf(http.StatusBadGateway, api.Unavailable, "", "pass_through: provider %s could not be reached", name)
 			e.Retryable = true
-			if errors.Is(err, errHeaderDeadline) {
+			switch {
+			case errors.Is(err, errHeaderDeadline):
 				e = api.Errorf(http.StatusGatewayTimeout, api.Deadline, "", "pass_through: provider %s did not answer within the deadline", name)
+			case errors.Is(err, errUnreadableError):
+				e = api.Errorf(http.StatusBadGateway, api.Unavailable, "", "pass_through: provider %s answered an error %v: not passed on, since it cannot be redacted", name, err)
 			}
 			if r.Header.Get("Anthropic-Version") != "" {
 				api.Messages{}.WriteError(w, e)
@@ -109,6 +124,68 @@ func (h *Handler) provisionPassThrough() error {
 // clientQueryCredentials are query parameters that carry a client's key
 // (Gemini clients send ?key=): never passed on.
 var clientQueryCredentials = map[string]bool{"key": true, "api_key": true, "api-key": true, "access_token": true}
+
+// maxPassError bounds the body of a pass_through provider's error, read
+// whole to be redacted: 64 KiB decoded, as the router reads a routed
+// error's (enough for any provider's JSON error); past it, the body is
+// cut.
+const maxPassError = 64 << 10
+
+// errUnreadableError is a pass_through provider's error body that the
+// router cannot read, so cannot redact: in an encoding other than gzip,
+// or not gzip as it says.
+var errUnreadableError = errors.New("in an encoding the router cannot read")
+
+// redactPassError removes the provider's secrets (whole or masked, see
+// package redact) from a pass_through answer of status 400 or more,
+// which providers' errors echo keys in: its body is read whole (at most
+// maxPassError, within d, gzip decoded), redacted and sent unencoded.
+// Answers under 400 (a download, a stream) flow as they come.
+func redactPassError(resp *http.Response, secrets []string, d time.Duration) error {
+	if resp.StatusCode < 400 {
+		return nil
+	}
+	body := resp.Body
+	defer body.Close()
+	cut := time.AfterFunc(d, func() { body.Close() }) // a trickled body
+	defer cut.Stop()
+	var r io.Reader = io.LimitReader(body, maxPassError)
+	switch enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUnreadableError, err)
+		}
+		r = io.LimitReader(zr, maxPassError) // a gzip bomb
+	default:
+		return fmt.Errorf("%w (%s)", errUnreadableError, enc)
+	}
+	raw, _ := io.ReadAll(r) // what came before a cut, or the bound
+	out := redact.JSON(raw, secrets)
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	resp.Header.Del("Content-Encoding")
+	return nil
+}
+
+// acceptsGzip reports whether a request's Accept-Encoding takes gzip
+// (not with q=0).
+func acceptsGzip(h http.Header) bool {
+	for _, v := range h.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			name, params, _ := strings.Cut(part, ";")
+			if n := strings.ToLower(strings.TrimSpace(name)); n != "gzip" && n != "x-gzip" {
+				continue
+			}
+			if q, ok := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q="); !ok || strings.Trim(q, "0.") != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // passPath maps the client's path to the provider's: the part after the
 // client's API root, found by the base path's last segment, under the

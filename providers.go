@@ -136,12 +136,13 @@ type ProviderConfig struct {
 func (c *ProviderConfig) ProviderSettings() *ProviderConfig { return c }
 
 // secrets are the values of this account that must never leave the router
-// (see router.Deployment.Secrets): the key, and the values of `header`
-// lines that carry credentials (a name with auth, key, token or secret in
-// it: Authorization, Api-Key, X-Goog-Api-Key, ...), whole and without
-// their scheme ("Bearer ...").
+// (see router.Deployment.Secrets): the key, the values of `header` lines
+// that carry credentials (a name with auth, key, token or secret in it:
+// Authorization, Api-Key, X-Goog-Api-Key, ...), whole and without their
+// scheme ("Bearer ..."), and base_url's: its userinfo and the values of
+// its query parameters so named (Azure's ?api-key=, a SAS's sig=).
 func (c *ProviderConfig) secrets() []string {
-	out := []string{c.endpoint.APIKey}
+	out := append([]string{c.endpoint.APIKey}, urlSecrets(c.endpoint.BaseURL)...)
 	for name, vs := range c.endpoint.Header {
 		if !isCredential(name) {
 			continue
@@ -151,6 +152,28 @@ func (c *ProviderConfig) secrets() []string {
 			if _, cred, ok := strings.Cut(v, " "); ok {
 				out = append(out, strings.TrimSpace(cred))
 			}
+		}
+	}
+	return out
+}
+
+// urlSecrets are a URL's credentials: its password (its user when it has
+// none: a token in its place), and the values of its query parameters
+// named as credentials (see isCredential) or sig.
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if p, ok := u.User.Password(); ok {
+		out = append(out, p)
+	} else if u.User != nil {
+		out = append(out, u.User.Username()) // a token as the user ("https://<token>@host")
+	}
+	for name, vs := range u.Query() {
+		if isCredential(name) || strings.EqualFold(name, "sig") {
+			out = append(out, vs...)
 		}
 	}
 	return out

@@ -48,8 +48,8 @@ const minStatusRefresh = 250 * time.Millisecond
 // other format 400. The page loads nothing from elsewhere (its CSS and
 // script are inline, allowed by hash in a strict Content-Security-Policy)
 // and fetches the JSON relative to its own URL, so any mount path works.
-// Neither shows a key, but both show the fleet's names, base URLs (a
-// password in one is masked) and traffic: the handler has no
+// Neither shows a key, but both show the fleet's names, base URLs (their
+// userinfo and query values masked) and traffic: the handler has no
 // authentication of its own; put the site's (basic_auth, forward_auth)
 // in front of it.
 type StatusPage struct {

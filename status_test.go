@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +215,37 @@ func TestStatusJSON(t *testing.T) {
 	}
 	if !reflect.DeepEqual(fromAdmin, fromPage) {
 		t.Errorf("expected the admin API's report, got\n%s\nadmin:\n%s", rec.Body, admin.Body)
+	}
+}
+
+// A configured URL is shown, on the status page and in the admin API,
+// with its userinfo and every query value masked (Azure takes its key as
+// ?api-key= too), and its credentials are secrets the router redacts.
+func TestConfiguredURLsAreMasked(t *testing.T) {
+	const key, password = "azqk0123456789abcdef0123456789ab", "ops-pass-word"
+	h := handlerFromJSON(t, `{"providers":{"az":{"type":"azure","api_key":"none",
+		"base_url":"https://ops:`+password+`@res.openai.azure.com/openai?api-key=`+key+`&api-version=2024-10-21"}},
+		"models":{"fast":{"deployments":[{"provider":"az","model":"m-masked"}]}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	const want = "https://xxxxx@res.openai.azure.com/openai?api-key=xxxxx&api-version=xxxxx"
+	admin := httptest.NewRecorder()
+	if err := handleDeployments(admin, httptest.NewRequest(http.MethodGet, "/llm_router/deployments", nil)); err != nil {
+		t.Fatal(err)
+	}
+	page := serveStatus(t, newStatusPage(t, nil), http.MethodGet, "/status/?format=json")
+	shown, _ := json.Marshal(want)
+	for where, body := range map[string]string{"admin API": admin.Body.String(), "status page": page.Body.String()} {
+		if strings.Contains(body, key) || strings.Contains(body, password) || strings.Contains(body, "ops") || !strings.Contains(body, string(shown)) {
+			t.Errorf("%s: expected the base_url shown as %s, got %s", where, want, body)
+		}
+	}
+	for _, secret := range []string{key, password} {
+		if !slices.Contains(h.groups["fast"].Deployments[0].Secrets, secret) {
+			t.Errorf("expected %q among the deployment's secrets", secret)
+		}
 	}
 }
 

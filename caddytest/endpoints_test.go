@@ -282,6 +282,48 @@ http://localhost:9083 {
 	}
 }
 
+// A pass_through provider that refuses the router's key and echoes it
+// (llm_mock's 401, as OpenAI's: a key of up to 12 characters whole, a
+// longer one's first 8 and last 4 around stars) reaches the client with
+// the provider's 401 and none of the key.
+func TestPassThroughRedactsTheEchoedKey(t *testing.T) {
+	for _, key := range []string{"sk-7Qx9pL2", "sk-proj-PassThrough0123456789wxyz"} {
+		t.Run(key, func(t *testing.T) {
+			load(t, `
+http://localhost:9080 {
+	llm_router /v1/* {
+		pass_through oai
+		provider oai {
+			type openai
+			base_url http://localhost:9083/v1
+			api_key `+key+`
+		}
+		model m {
+			deployment oai m-up
+		}
+	}
+}
+http://localhost:9083 {
+	llm_mock {
+		api_key sk-the-mocks-own-key
+	}
+}
+`)
+			req, _ := http.NewRequest(http.MethodPost, routerURL+"/v1/audio/speech", strings.NewReader(`{"model":"tts-1","input":"hi","voice":"alloy"}`))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := readBody(t, resp)
+			if resp.StatusCode != 401 || !strings.Contains(body, "Incorrect API key provided: [redacted]") ||
+				strings.Contains(body, key[:8]) || strings.Contains(body, key[len(key)-4:]) {
+				t.Errorf("expected the provider's 401 without the key, got %d %s", resp.StatusCode, body)
+			}
+		})
+	}
+}
+
 // Legacy completions go to the group's OpenAI-format deployments as they
 // came, with failover, streamed or not; a group with none answers 400.
 func TestLegacyCompletions(t *testing.T) {

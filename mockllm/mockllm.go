@@ -218,9 +218,12 @@ type Handler struct {
 	// too), "x-api-key: <key>" (anthropic), "x-goog-api-key: <key>" or
 	// the query parameter ?key=<key> (gemini; the header wins when both
 	// are sent). Other requests get 401 with the dialect's
-	// authentication error (gemini: 403 PERMISSION_DENIED when no key
-	// is sent at all, 401 UNAUTHENTICATED for a wrong one; bedrock: 403,
-	// see AWSCredentials). Not allowed in the vertex dialect, which
+	// authentication error (openai: "Incorrect API key provided: <the
+	// key as OpenAI shows it, see openAIShownKey>"; gemini: 403
+	// PERMISSION_DENIED when no key is sent at all, 401 UNAUTHENTICATED
+	// for a wrong one; bedrock: 403, see AWSCredentials), and so do
+	// POSTs with a wrong key to paths the mock does not serve (openai,
+	// anthropic, gemini): authentication comes before routing. Not allowed in the vertex dialect, which
 	// always wants an access token from its token endpoint.
 	// Placeholders such as {env.MOCK_KEY} are replaced at provision.
 	// Default: empty (no authentication).

@@ -480,11 +480,13 @@ func TestAPIKey(t *testing.T) {
 		name   string
 		auth   string
 		status int
+		shown  string // the wrong key as the 401 shows it
 	}{
-		{"missing", "", http.StatusUnauthorized},
-		{"wrong", "Bearer sk-other", http.StatusUnauthorized},
-		{"not bearer", "sk-secret", http.StatusUnauthorized},
-		{"right", "Bearer sk-secret", http.StatusOK},
+		{"missing", "", http.StatusUnauthorized, ""},
+		{"wrong", "Bearer sk-other", http.StatusUnauthorized, "sk-other"},
+		{"wrong and long", "Bearer sk-proj-0123456789SJh4", http.StatusUnauthorized, "sk-proj-**********SJh4"},
+		{"not bearer", "sk-secret", http.StatusUnauthorized, ""},
+		{"right", "Bearer sk-secret", http.StatusOK, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -507,6 +509,9 @@ func TestAPIKey(t *testing.T) {
 				return
 			}
 			want := `{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
+			if tt.shown != "" {
+				want = `{"error":{"message":"Incorrect API key provided: ` + tt.shown + `. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
+			}
 			if body != want {
 				t.Errorf("expected %s, got %s", want, body)
 			}
@@ -514,6 +519,19 @@ func TestAPIKey(t *testing.T) {
 				t.Errorf("expected a 401 not to use the rate limit, remaining %q", got)
 			}
 		})
+	}
+}
+
+// A wrong key is refused before routing, as providers do: a path the
+// mock does not serve gets the 401, and with the right key it is the
+// next handler's (HTTPHandler: 404).
+func TestAPIKeyBeforeRouting(t *testing.T) {
+	s := serve(t, Handler{APIKey: "sk-secret"}, nil)
+	for auth, want := range map[string]int{"Bearer sk-wrong": http.StatusUnauthorized, "Bearer sk-secret": http.StatusNotFound} {
+		resp := s.post(t, "/v1/audio/speech", `{"input":"hi"}`, "Authorization", auth)
+		if body := readAll(t, resp); resp.StatusCode != want || want == http.StatusUnauthorized && !strings.Contains(body, "provided: sk-wrong.") {
+			t.Errorf("%s: expected %d, got %d %s", auth, want, resp.StatusCode, body)
+		}
 	}
 }
 

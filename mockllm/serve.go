@@ -83,7 +83,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) bool {
 		}
 		c, ok := h.route(r)
 		if !ok {
-			return false
+			return h.refuseUnrouted(w, r)
 		}
 		h.serveAPI(w, r, c)
 	case http.MethodGet:
@@ -488,8 +488,42 @@ func (h *Handler) writeUnauthorized(w http.ResponseWriter, key string, res authR
 		}
 		writeBody(w, http.StatusUnauthorized, googleAPIKeyInvalid())
 	default:
-		writeError(w, http.StatusUnauthorized, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+		msg := "Incorrect API key provided."
+		if key != "" {
+			msg = "Incorrect API key provided: " + openAIShownKey(key) + ". You can find your API key at https://platform.openai.com/account/api-keys."
+		}
+		writeError(w, http.StatusUnauthorized, msg, "invalid_request_error", "invalid_api_key")
 	}
+}
+
+// openAIShownKey is a wrong key as OpenAI's 401 shows it: its first 8 and
+// last 4 characters around a star for each one between, whole when it
+// has 12 characters or fewer ("Incorrect API key provided:
+// sk-proj-****...****SJh4", "... provided: sk-xxxxxx", as users report
+// them: continuedev/continue#10250, IIC2440/Syllabus-2025-1#13,
+// chatanywhere/GPT_API_free#81).
+func openAIShownKey(key string) string {
+	if len(key) <= 12 {
+		return key
+	}
+	return key[:8] + strings.Repeat("*", len(key)-12) + key[len(key)-4:]
+}
+
+// refuseUnrouted answers a POST to a path the mock does not serve with a
+// wrong key (openai, anthropic and gemini dialects, an api_key set) as
+// providers do, authentication before routing: 401. It reports whether
+// it answered; else the path is the next handler's.
+func (h *Handler) refuseUnrouted(w http.ResponseWriter, r *http.Request) bool {
+	if h.apiKey == "" || h.dialect > dlGemini {
+		return false
+	}
+	key := h.requestKey(r)
+	if keyEqual(key, h.apiKey) {
+		return false
+	}
+	h.countAuth(true)
+	h.writeUnauthorized(w, key, authResult{denied: true})
+	return true
 }
 
 func (h *Handler) writeBadRequest(w http.ResponseWriter) {

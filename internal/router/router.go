@@ -108,8 +108,8 @@ type Deployment struct {
 	State *capacity.State
 	// Secrets are values that must never leave the router (the provider's
 	// key): where a provider's answer echoes one (an error naming the key it
-	// got), it is redacted from what the router logs, keeps and passes on.
-	// Values under 8 bytes are not looked for.
+	// got), whole or masked, it is redacted from what the router logs, keeps
+	// and passes on, whatever its length (see package redact for the rules).
 	Secrets []string
 
 	// refusesPrefill is learned: the deployment refused a resume's

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/resume"
 	"go.opentelemetry.io/otel/trace"
 
@@ -459,7 +460,7 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 // resumed attempt whose answer could not be spliced in, no fault of its
 // deployment) is observed on its deployment.
 func (s *Stream) failed(obs provider.Observation, msg string) error {
-	obs.Message = redact(msg, s.d.Secrets)
+	obs.Message = redact.String(msg, s.d.Secrets)
 	msg = obs.Message
 	s.failure = &obs
 	if obs.Class == provider.OK {

@@ -133,6 +133,9 @@ func String(msg string, secrets []string) string {
 	if spans := secretSpans(msg, secrets); len(spans) > 0 {
 		msg = replace(msg, spans)
 	}
+	if d := decode(msg); d != nil {
+		msg = redactDecoded(msg, d, secrets)
+	}
 	if keyShapes.MatchString(msg) {
 		msg = keyShapes.ReplaceAllString(msg, Placeholder)
 	}
@@ -140,6 +143,22 @@ func String(msg string, secrets []string) string {
 		msg = keyAfterWord.ReplaceAllString(msg, "${1}"+Placeholder)
 	}
 	return msg
+}
+
+// redactDecoded removes from msg what its decoded form d shows of the
+// secrets, or of a key's shape, escaped in msg (see decode).
+func redactDecoded(msg string, d *decoded, secrets []string) string {
+	spans := secretSpans(d.s, secrets)
+	for _, m := range keyShapes.FindAllStringIndex(d.s, -1) {
+		spans = append(spans, span{m[0], m[1]})
+	}
+	if len(spans) == 0 {
+		return msg
+	}
+	for i, sp := range spans {
+		spans[i] = d.original(sp)
+	}
+	return replace(msg, join(spans))
 }
 
 // hidden stands in for a URL's userinfo and query values.

@@ -30,6 +30,9 @@ func secretSpans(s string, secrets []string) []span {
 			continue
 		}
 		out = appendWhole(out, s, k)
+		for _, e := range encodedForms(k) {
+			out = appendWhole(out, s, e)
+		}
 		if runs == nil {
 			if runs = maskRun.FindAllStringIndex(s, -1); runs == nil {
 				runs = [][]int{}

@@ -97,6 +97,17 @@ func (h *Handler) provisionPassThrough() error {
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del("Server") // Caddy sends its own
+			for _, vs := range resp.Header {
+				for i, v := range vs {
+					vs[i] = redact.String(v, secrets) // a redirect's Location, an echo
+				}
+			}
+			switch {
+			case resp.StatusCode == http.StatusSwitchingProtocols:
+				return nil // the proxy needs the connection itself (a WebSocket)
+			case resp.StatusCode < 400:
+				return redactPassAnswer(resp, secrets)
+			}
 			return redactPassError(resp, secrets, deadline)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -109,7 +120,7 @@ func (h *Handler) provisionPassThrough() error {
 			case errors.Is(err, errHeaderDeadline):
 				e = api.Errorf(http.StatusGatewayTimeout, api.Deadline, "", "pass_through: provider %s did not answer within the deadline", name)
 			case errors.Is(err, errUnreadableError):
-				e = api.Errorf(http.StatusBadGateway, api.Unavailable, "", "pass_through: provider %s answered an error %v: not passed on, since it cannot be redacted", name, err)
+				e = api.Errorf(http.StatusBadGateway, api.Unavailable, "", "pass_through: provider %s answered %v: not passed on, since it cannot be redacted", name, err)
 			}
 			if r.Header.Get("Anthropic-Version") != "" {
 				api.Messages{}.WriteError(w, e)
@@ -131,20 +142,63 @@ var clientQueryCredentials = map[string]bool{"key": true, "api_key": true, "api-
 // cut.
 const maxPassError = 64 << 10
 
-// errUnreadableError is a pass_through provider's error body that the
-// router cannot read, so cannot redact: in an encoding other than gzip,
-// or not gzip as it says.
+// errUnreadableError is a pass_through provider's body (an error's or an
+// answer's) that the router cannot read, so cannot redact: in an encoding
+// other than gzip, or (an error's) not gzip as it says.
 var errUnreadableError = errors.New("in an encoding the router cannot read")
+
+// redactPassAnswer removes the provider's secrets from a pass_through
+// answer under 400 (a download, a stream) as it flows (redact.Reader:
+// whole, URL-encoded or base64 keys of 8 characters or more): unencoded,
+// it keeps its length; gzip-encoded, it is decoded as it flows and sent
+// unencoded; in another encoding (not asked for), it is
+// errUnreadableError.
+func redactPassAnswer(resp *http.Response, secrets []string) error {
+	body := resp.Body
+	switch enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+		resp.Body = readCloser{redact.Reader(body, secrets), body}
+	case "gzip", "x-gzip":
+		resp.Body = readCloser{redact.Reader(&lazyGzip{r: body}, secrets), body}
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+		resp.Header.Del("Content-Encoding")
+	default:
+		body.Close()
+		return fmt.Errorf("an answer %w (%s)", errUnreadableError, enc)
+	}
+	return nil
+}
+
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// lazyGzip decodes r from its first read, so that an answer whose
+// first bytes are slow to come does not hold ModifyResponse.
+type lazyGzip struct {
+	r  io.Reader
+	zr *gzip.Reader
+}
+
+func (z *lazyGzip) Read(p []byte) (int, error) {
+	if z.zr == nil {
+		zr, err := gzip.NewReader(z.r)
+		if err != nil {
+			return 0, err
+		}
+		z.zr = zr
+	}
+	return z.zr.Read(p)
+}
 
 // redactPassError removes the provider's secrets (whole or masked, see
 // package redact) from a pass_through answer of status 400 or more,
 // which providers' errors echo keys in: its body is read whole (at most
 // maxPassError, within d, gzip decoded), redacted and sent unencoded.
-// Answers under 400 (a download, a stream) flow as they come.
 func redactPassError(resp *http.Response, secrets []string, d time.Duration) error {
-	if resp.StatusCode < 400 {
-		return nil
-	}
 	body := resp.Body
 	defer body.Close()
 	cut := time.AfterFunc(d, func() { body.Close() }) // a trickled body
@@ -155,11 +209,11 @@ func redactPassError(resp *http.Response, secrets []string, d time.Duration) err
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(r)
 		if err != nil {
-			return fmt.Errorf("%w: %v", errUnreadableError, err)
+			return fmt.Errorf("an error %w: %v", errUnreadableError, err)
 		}
 		r = io.LimitReader(zr, maxPassError) // a gzip bomb
 	default:
-		return fmt.Errorf("%w (%s)", errUnreadableError, enc)
+		return fmt.Errorf("an error %w (%s)", errUnreadableError, enc)
 	}
 	raw, _ := io.ReadAll(r) // what came before a cut, or the bound
 	out := redact.JSON(raw, secrets)
@@ -239,8 +293,24 @@ func (h headerDeadline) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel()
 		return nil, err
 	}
+	if conn, ok := resp.Body.(io.ReadWriteCloser); ok {
+		resp.Body = cancelOnCloseConn{conn, cancel} // a 101's: the proxy writes to it
+		return resp, nil
+	}
 	resp.Body = cancelOnClose{resp.Body, cancel}
 	return resp, nil
+}
+
+// cancelOnCloseConn is cancelOnClose for an upgraded connection.
+type cancelOnCloseConn struct {
+	io.ReadWriteCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnCloseConn) Close() error {
+	err := c.ReadWriteCloser.Close()
+	c.cancel()
+	return err
 }
 
 // cancelOnClose ends a pass_through exchange's context with its body.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -271,7 +272,7 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if u.Fragment != "" || (u.RawQuery != "" && !c.AllowQuery) {
-		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", c.BaseURL)
+		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", redact.URLAsWritten(c.BaseURL))
 	}
 	c.endpoint = provider.Endpoint{BaseURL: base, Header: http.Header{}}
 	if !strings.EqualFold(strings.TrimSpace(c.APIKey), NoAPIKey) {
@@ -389,8 +390,10 @@ var endpointSuffixes = []string{"/chat/completions", "/completions", "/messages"
 
 // checkBaseURL checks a base_url (its placeholders replaced): an absolute
 // http or https URL with a host, the API root rather than an endpoint.
-// Errors quote it as configured (shown), placeholders and all.
+// Errors quote it as configured (shown), placeholders and all, its
+// userinfo and query values masked (redact.URLAsWritten).
 func checkBaseURL(raw, shown string) (*url.URL, error) {
+	shown = redact.URLAsWritten(shown)
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("base_url %q: must be an absolute http or https URL, such as https://api.openai.com/v1", shown)

@@ -169,15 +169,30 @@ const hidden = "xxxxx"
 // ("?api-key=xxxxx&api-version=xxxxx": Azure takes its key there) and
 // fragment masked, the rest as configured; "" when s is no URL.
 func URL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
+	if _, err := url.Parse(s); err != nil {
 		return ""
 	}
-	if u.User != nil {
-		u.User = url.User(hidden)
+	return URLAsWritten(s)
+}
+
+// URLAsWritten is s masked as URL masks it, as text: for a URL quoted as
+// configured, placeholders and all, or one that does not parse (an error
+// quotes it: "base_url \"https://xxxxx@host/v1/chat/completions\" is an
+// endpoint").
+func URLAsWritten(s string) string {
+	rest, frag, _ := strings.Cut(s, "#")
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	if i := strings.Index(rest, "//"); i >= 0 {
+		auth := rest[i+2:]
+		if j := strings.IndexByte(auth, '/'); j >= 0 {
+			auth = auth[:j]
+		}
+		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+			rest = rest[:i+2] + hidden + rest[i+2+at:]
+		}
 	}
-	if u.RawQuery != "" {
-		parts := strings.Split(u.RawQuery, "&")
+	if hasQuery && query != "" {
+		parts := strings.Split(query, "&")
 		for i, p := range parts {
 			if name, _, ok := strings.Cut(p, "="); ok {
 				parts[i] = name + "=" + hidden
@@ -185,10 +200,10 @@ func URL(s string) string {
 				parts[i] = hidden
 			}
 		}
-		u.RawQuery = strings.Join(parts, "&")
+		rest += "?" + strings.Join(parts, "&")
 	}
-	if u.Fragment != "" {
-		u.Fragment, u.RawFragment = hidden, ""
+	if frag != "" {
+		rest += "#" + hidden
 	}
-	return u.String()
+	return rest
 }

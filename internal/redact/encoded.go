@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -109,11 +110,24 @@ func unescapeHTML(s string) (string, int) {
 	return "", 0
 }
 
+// formsOf keeps each secret's encodedForms: configured secrets are few,
+// and looked for in every event of a stream.
+var formsOf sync.Map // string to []string
+
 // encodedForms are k's base64 forms (standard and URL alphabets) at each
 // of the three alignments it can have in an encoded text ("user:" + k),
 // each cut to the characters k alone decides; none that would be
 // shorter than AnywhereLength.
 func encodedForms(k string) []string {
+	if v, ok := formsOf.Load(k); ok {
+		return v.([]string)
+	}
+	out := newEncodedForms(k)
+	formsOf.Store(k, out)
+	return out
+}
+
+func newEncodedForms(k string) []string {
 	var out []string
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
 		for o := range 3 {

@@ -17,6 +17,45 @@ import (
 // not looked for: in a body of any kind they cannot be told from its
 // content.
 func Reader(r io.Reader, secrets []string) io.Reader {
+	forms := answerForms(secrets)
+	if len(forms) == 0 {
+		return r
+	}
+	return &reader{r: r, forms: forms}
+}
+
+// Answer is b (a routed answer, a stream's event, read whole) with the
+// secrets Reader finds replaced as Reader replaces them; b itself when it
+// shows none.
+func Answer(b []byte, secrets []string) []byte {
+	copied := false
+	for _, f := range answerForms(secrets) {
+		if !copied && bytes.Contains(b, []byte(f)) {
+			b, copied = bytes.Clone(b), true
+		}
+		if copied {
+			replaceForm(b, f)
+		}
+	}
+	return b
+}
+
+// replaceForm replaces each f in b, in place, by a placeholder of its
+// length.
+func replaceForm(b []byte, f string) {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(f))
+		if j < 0 {
+			return
+		}
+		copy(b[i+j:], sameLength(len(f)))
+		i += j + len(f)
+	}
+}
+
+// answerForms are what Reader and Answer look for: each secret of
+// AnywhereLength bytes or more, whole, URL-encoded and in base64.
+func answerForms(secrets []string) []string {
 	var forms []string
 	for _, k := range secrets {
 		if len(k) < AnywhereLength {
@@ -25,10 +64,7 @@ func Reader(r io.Reader, secrets []string) io.Reader {
 		forms = append(forms, k, url.QueryEscape(k), url.PathEscape(k))
 		forms = append(forms, encodedForms(k)...)
 	}
-	if len(forms) == 0 {
-		return r
-	}
-	return &reader{r: r, forms: forms}
+	return forms
 }
 
 type reader struct {
@@ -60,14 +96,7 @@ func (x *reader) scan() {
 	rest := x.buf[x.ready:]
 	hold := 0
 	for _, f := range x.forms {
-		for i := 0; ; {
-			j := bytes.Index(rest[i:], []byte(f))
-			if j < 0 {
-				break
-			}
-			copy(rest[i+j:], sameLength(len(f)))
-			i += j + len(f)
-		}
+		replaceForm(rest, f)
 		if x.err == nil {
 			hold = max(hold, startsForm(rest, f))
 		}

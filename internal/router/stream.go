@@ -317,6 +317,7 @@ func (s *Stream) send(event func(provider.Event, bool) error, ev provider.Event)
 		return s.tooLong(limit)
 	}
 	s.sent += int64(len(ev.Data))
+	ev.Data = redact.Answer(ev.Data, s.d.Secrets) // a key within one event; one split across two is not found
 	return event(ev, false)
 }
 

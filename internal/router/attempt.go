@@ -61,6 +61,7 @@ type outcome struct {
 	took   time.Duration    // until the answer was read, or a stream's first content
 	span   trace.Span       // the attempt's trace span; nil when the request is not traced
 	holds  holds            // what it holds of its budgets until its answer is spent
+	left   provider.Usage   // what it costs when the router leaves it before its answer: its prompt and max_tokens
 }
 
 // release ends the attempt's claim on its deployment and its holds on
@@ -110,6 +111,7 @@ func (r *Router) plan(parent context.Context, d *Deployment, req *Request, deadl
 		return a, false
 	}
 	a.out.format, a.out.native = a.plan.Format(), a.plan.Native()
+	a.out.left = provider.Usage{InputTokens: req.PromptTokens, OutputTokens: max(req.OutputTokens, 0)}
 	if u := a.plan.Request().URL; u != nil {
 		a.out.url = u.Scheme + "://" + u.Host + u.EscapedPath()
 	}

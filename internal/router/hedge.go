@@ -153,7 +153,9 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 
 // drop ends the attempt of a hedged pair that did not answer: an answer
 // that came anyway is observed (what it says of capacity is true, and it
-// spent what it used), a stream closed; its claim is released either way.
+// spent what it used), one cut before it answered charged its prompt and
+// max_tokens (chargeLeft), a stream closed (Stream.charge); its claim is
+// released either way.
 // One cancelled before it answered is a censored latency sample (stream:
 // of time to first content): its deployment took at least that long, so
 // that one slower than its peers stops ranking first.
@@ -165,11 +167,13 @@ func (r *Router) drop(e exchanged, stream bool) {
 	}
 	if out.end == answered && !lost {
 		out.d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
-		if out.obs.Class == provider.OK && out.stream == nil {
-			if u, ok := provider.UsageOf(out.format, out.body); ok {
-				r.spend(r.Clock.Now(), out.d, out.group, u, out.holds)
-			}
+	}
+	if ok := out.end == answered && out.obs.Class == provider.OK; ok && out.stream == nil {
+		if u, stated := provider.UsageOf(out.format, out.body); stated {
+			r.spend(r.Clock.Now(), out.d, out.group, u, out.holds) // it answered, and was billed, even if too late
 		}
+	} else if lost {
+		r.chargeLeft(out) // cut while its provider worked
 	}
 	if out.stream != nil {
 		out.stream.span = out.span // ended with it

@@ -796,6 +796,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 			d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 		}
 		if out.stream == nil {
+			r.chargeLeft(out)
 			out.release(r.Clock.Now()) // the attempt ended unobserved
 		}
 		endSpan(out.span, provider.Transport, map[ending]string{clientGone: "the client went away", pastDeadline: "the request's deadline passed"}[out.end],
@@ -1345,6 +1346,17 @@ func (r *Router) spend(now time.Time, d *Deployment, g *Group, u provider.Usage,
 			r.Logger.Warn("model group budget spent: its requests are answered 429 until it renews",
 				zap.String("group", g.Name), zap.String("budget", capacity.BudgetMessage(g.Spending.Limit(), until)))
 		}
+	}
+}
+
+// chargeLeft spends what a non-stream attempt the router left before
+// its answer (its client gone, its deadline past, a hedge's loser) is
+// charged, as a stream left so is (Stream.charge): its prompt and
+// max_tokens (out.left). Its provider billed the prompt and may have
+// generated on (PROVIDERS.md: Billing).
+func (r *Router) chargeLeft(out *outcome) {
+	if out.stream == nil && out.left != (provider.Usage{}) {
+		r.spend(r.Clock.Now(), out.d, out.group, out.left, out.holds)
 	}
 }
 

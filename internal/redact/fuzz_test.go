@@ -1,6 +1,8 @@
 package redact
 
 import (
+	"encoding/base64"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -72,6 +74,50 @@ func FuzzRedactMaskedKey(f *testing.F) {
 		for _, frag := range frags {
 			if n, around := strings.Count(got, frag), strings.Count(before, frag)+strings.Count(after, frag); n > around {
 				t.Fatalf("key %q shown as %q in %q: %q kept %d times (the text around it has %d): %q", key, shown, msg, frag, n, around, got)
+			}
+		}
+	})
+}
+
+// encodings are how a provider may echo a key encoded (see decode and
+// encodedForms).
+var encodings = []func(string) string{
+	url.QueryEscape,
+	func(k string) string { return base64.StdEncoding.EncodeToString([]byte(k)) },
+	func(k string) string { return base64.URLEncoding.EncodeToString([]byte("u:" + k)) },
+	func(k string) string { return strings.ReplaceAll(k, "-", `\u002d`) },
+	func(k string) string { return strings.ReplaceAll(k, "-", "&#45;") },
+}
+
+// FuzzRedactEncodedKey: a configured key of 8 characters or more (with
+// '+', '/' and '=', as base64 secrets have) echoed encoded in any text,
+// by String and by Answer, leaves no more copies of that encoded form,
+// nor of its middle (what every alignment shows of it), than the text
+// around it had.
+func FuzzRedactEncodedKey(f *testing.F) {
+	f.Add([]byte("sk-proj-Q3vLd82mNcX0aTfXYZ"), "Location: https://x/?key=", "&next=1", uint8(0), uint8(0))
+	f.Add([]byte("Zq8xWv2P+a/bc9Kd3mN4pQ=="), "Authorization: Basic ", "", uint8(2), uint8(3))
+	f.Add([]byte("sk-ant-api03-abcdefghijklmnop"), `{"error":{"message":"key `, `"`, uint8(3), uint8(1))
+	f.Fuzz(func(t *testing.T, raw []byte, before, after string, enc, plus uint8) {
+		key := []byte(keyOf(raw))
+		for i := range key {
+			if plus&(1<<(i%8)) != 0 && i%5 == 0 {
+				key[i] = "+/="[i%3]
+			}
+		}
+		if len(key) < AnywhereLength+4 {
+			return
+		}
+		shown := encodings[int(enc)%len(encodings)](string(key))
+		msg := before + " " + shown + " " + after
+		for name, got := range map[string]string{"String": String(msg, []string{string(key)}), "Answer": string(Answer([]byte(msg), []string{string(key)}))} {
+			if name == "Answer" && int(enc)%len(encodings) >= 3 {
+				continue // escapes are String's
+			}
+			got = strings.ReplaceAll(got, Placeholder, "\x00")
+			frag := shown[len(shown)/2-2 : len(shown)/2+2]
+			if n, around := strings.Count(got, frag), strings.Count(before, frag)+strings.Count(after, frag); n > around {
+				t.Fatalf("%s: key %q shown as %q in %q: %q kept %d times (around: %d): %q", name, key, shown, msg, frag, n, around, got)
 			}
 		}
 	})

@@ -50,3 +50,19 @@ func TestEscapesWithoutSecretsStay(t *testing.T) {
 		}
 	}
 }
+
+// A text cut at a bound (an error body read to 64 KiB) that ends in the
+// middle of a configured secret has that start of it redacted: 8 of its
+// characters or more, at the very end.
+func TestSecretCutAtTheEndIsRedacted(t *testing.T) {
+	key := "0123456789abcdef0123456789abcdef" // an Azure key: no shape of its own
+	for _, n := range []int{8, 20, 31} {
+		msg := `{"error":{"detail":"` + key[:n]
+		if got := String(msg, []string{key}); got != `{"error":{"detail":"`+Placeholder {
+			t.Errorf("cut after %d characters: got %q", n, got)
+		}
+	}
+	if got := String("id 0123456", []string{key}); got != "id 0123456" {
+		t.Errorf("7 characters are no secret's start: got %q", got)
+	}
+}

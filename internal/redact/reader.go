@@ -91,14 +91,18 @@ func (x *reader) Read(p []byte) (int, error) {
 }
 
 // scan redacts what is not ready yet, in place, and makes ready all but
-// the longest tail that starts a secret's form (none at the end).
+// the longest tail that starts a secret's form (none at the end, where
+// one of AnywhereLength bytes or more is redacted).
 func (x *reader) scan() {
 	rest := x.buf[x.ready:]
 	hold := 0
 	for _, f := range x.forms {
 		replaceForm(rest, f)
-		if x.err == nil {
-			hold = max(hold, startsForm(rest, f))
+		switch n := startsForm(rest, f); {
+		case x.err == nil:
+			hold = max(hold, n)
+		case n >= AnywhereLength: // the answer ends in the middle of a secret
+			copy(rest[len(rest)-n:], sameLength(n))
 		}
 	}
 	x.ready = len(x.buf) - hold

@@ -22,3 +22,13 @@ func TestReaderRedactsAcrossReads(t *testing.T) {
 		t.Errorf("got %q (%v) from %q", got, err, body)
 	}
 }
+
+// An answer that ends in the middle of a secret has that start of it
+// redacted.
+func TestReaderRedactsACutSecret(t *testing.T) {
+	key := "sk-proj-Reader0123456789abcdef"
+	out, _ := io.ReadAll(Reader(strings.NewReader("data: "+key[:12]), []string{key}))
+	if string(out) != "data: [redacted]xx" {
+		t.Errorf("got %q", out)
+	}
+}

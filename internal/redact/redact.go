@@ -20,7 +20,9 @@
 //     characters, or after it its last: 3 or more of them on one side or
 //     2 or more on each ("sk-pro...fXYZ", "****fXYZ", "sk-FAKE****"),
 //     those it shows not inside a word ("Thread..." shows nothing of a
-//     key that starts with "ead").
+//     key that starts with "ead");
+//   - cut, where the text ends with AnywhereLength or more of its first
+//     characters (a body read to its bound in the middle of the secret).
 //
 // Any text shaped like a key, or a masked key, is redacted too, configured
 // or not (see keyShapes and keyAfterWord): whatever key a provider shows,

@@ -30,6 +30,7 @@ func secretSpans(s string, secrets []string) []span {
 			continue
 		}
 		out = appendWhole(out, s, k)
+		out = appendCut(out, s, k)
 		for _, e := range encodedForms(k) {
 			out = appendWhole(out, s, e)
 		}
@@ -60,6 +61,18 @@ func appendWhole(out []span, s, k string) []span {
 			i = j + len(k)
 		} else {
 			i = j + 1
+		}
+	}
+	return out
+}
+
+// appendCut appends the end of s when it is k's start, AnywhereLength
+// bytes or more of it but not all: a text cut at a bound (an error body
+// read to 64 KiB) in the middle of a secret.
+func appendCut(out []span, s, k string) []span {
+	for n := min(len(k)-1, len(s)); n >= AnywhereLength; n-- {
+		if strings.HasSuffix(s, k[:n]) {
+			return append(out, span{len(s) - n, len(s)})
 		}
 	}
 	return out

@@ -19,7 +19,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -131,9 +130,16 @@ type Request struct {
 	// conversation last (affinity): taken whenever it is usable now, over
 	// the ranking, so that its prompt cache stays warm.
 	Prefer *Deployment
+	// PreferMargin, when above 0, takes Prefer only while its score is
+	// within that much of the best usable deployment's (scores are 0..1;
+	// see Weights), so that a cache's savings do not outweigh capacity
+	// or health: CacheMargin for a prompt-cache prefix's affinity.
+	PreferMargin float64
 	// exact caches the prompt's o200k_base count (estimate.Exact), nil
-	// until counted.
-	exact atomic.Pointer[exactCount]
+	// until counted; prefixes its cache prefix (CachePrefixes), nil until
+	// hashed.
+	exact    atomic.Pointer[exactCount]
+	prefixes atomic.Pointer[cachePrefix]
 	// resume narrows the attempts of a resume's request (Stream.resume);
 	// nil for a client's.
 	resume *resumeSpec
@@ -545,7 +551,8 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 	for _, d := range group {
 		r.checkBudget(d, r.Clock.Now())
 	}
-	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
+	need := capacity.Need{Tokens: req.Tokens, Output: req.OutputTokens, Prefixes: req.CachePrefixes(),
+		Reserve: r.Reserve.share(req.Priority)}
 	var me *waiter // while the request waits in g's queue
 	defer func() {
 		if me != nil {
@@ -628,7 +635,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		}
 		k := probe(cands[:ready])
 		if k < 0 && req.Prefer != nil {
-			k = slices.IndexFunc(cands[:ready], func(c scored) bool { return group[c.i] == req.Prefer })
+			k = r.preferred(group, cands[:ready], req)
 		}
 		if k < 0 {
 			r.score(group, cands[:ready])
@@ -671,7 +678,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			r.leaveQueue(g, me) // its turn came: the next one may look
 			me = nil
 		}
-		a.out.claim, a.out.queue, a.out.group = claim, &g.queue, g
+		a.out.claim, a.out.queue, a.out.group, a.out.prefixes = claim, &g.queue, g, need.Prefixes
 		r.logPending(w, d)
 		from := provider.OK
 		if last := cmp.Or(w.last, w.prior); last != nil {
@@ -781,6 +788,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		if out.stream == nil {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
 				r.spend(r.Clock.Now(), d, out.group, res.Usage)
+				d.State.RecordCache(r.Clock.Now(), out.prefixes, res.Usage)
 			}
 			if out.span != nil { // the answer read again only for a trace
 				model, _ := jsonbody.GetString(out.body, "model")

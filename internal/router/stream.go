@@ -87,6 +87,8 @@ type leg struct {
 	failure *provider.Observation
 	group   *Group // whose budget the answer counts against
 	closed  bool
+	// prefixes are the request's cache prefixes (outcome.prefixes).
+	prefixes []uint64
 }
 
 // Leg is what one attempt of a stream used: the deployment, and its usage
@@ -148,6 +150,9 @@ func (s *Stream) closeLeg(spent *provider.Usage) {
 		s.r.spend(s.r.Clock.Now(), s.d, s.group, *spent)
 	} else if ok {
 		s.r.spend(s.r.Clock.Now(), s.d, s.group, u)
+	}
+	if ok {
+		s.d.State.RecordCache(s.r.Clock.Now(), s.prefixes, u)
 	}
 	class, msg := provider.OK, ""
 	if s.failure != nil {

@@ -1,0 +1,46 @@
+package capacity
+
+import (
+	"testing"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// A stated token window is charged what it counts of an attempt
+// (provider.Window.Counts): Anthropic's output window max_tokens alone,
+// its input window the prompt less what the deployment last reported
+// held in its cache for the request's prefix (within PromptCacheTTL),
+// its combined window both less the cache reads, any other window prompt
+// plus max_tokens. An attempt of 10,100 prompt tokens (8,000 of them
+// cached) and max_tokens 100 on a window with 3,000 left.
+func TestATokenWindowIsChargedWhatItCounts(t *testing.T) {
+	t0 := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	need := Need{Tokens: 10200, Output: 100, Prefixes: []uint64{7, 42}}
+	for _, c := range []struct {
+		name   string
+		counts provider.Counts
+		cached bool // the deployment reported the prefix held in its cache
+		at     time.Duration
+		fits   bool
+	}{
+		{"all", provider.CountsAll, true, 0, false},
+		{"output", provider.CountsOutput, false, 0, true},
+		{"uncached input, cached", provider.CountsUncachedInput, true, 0, true},
+		{"uncached input, not reported", provider.CountsUncachedInput, false, 0, false},
+		{"uncached input, expired", provider.CountsUncachedInput, true, PromptCacheTTL, false},
+		{"uncached, cached", provider.CountsUncached, true, time.Minute, true},
+	} {
+		s := NewState()
+		ok := provider.NewObservation(provider.OK)
+		ok.Tokens = provider.Window{Limit: 30000, Remaining: 3000, Reset: time.Hour, Counts: c.counts}
+		s.Observe(t0, ok, DefaultPolicy)
+		if c.cached {
+			s.RecordCache(t0, []uint64{3, 42}, provider.Usage{InputTokens: 10100, CachedInputTokens: 2000, CacheWriteTokens: 6000})
+		}
+		now := t0.Add(c.at)
+		if at, _ := s.AvailableFor(now, need); !at.After(now) != c.fits {
+			t.Errorf("%s: available at %v (now %v), expected fits %v", c.name, at, now, c.fits)
+		}
+	}
+}

@@ -75,8 +75,9 @@ func hashPrefix(body []byte) *cachePrefix {
 	var ends []uint64
 	var marks []int // indexes in ends of the parts marked cache_control
 	size, head := 0, uint64(0)
-	part := func(raw []byte) {
+	part := func(role string, raw []byte) {
 		raw, marked := jsonbody.Without(raw, "cache_control") // the content, not whether it is marked
+		h.Write([]byte(role))
 		h.Write(raw)
 		h.Write([]byte{0})
 		if head == 0 && size+len(raw) >= PrefixHeadBytes {
@@ -125,33 +126,28 @@ func headOf(ends []uint64, start []byte) uint64 {
 
 // eachPart calls part with each part of a tools, system or messages
 // value: a string whole, an array's elements, and for messages each
-// message's content blocks, after its role (a message whose content is a
-// string is one part).
-func eachPart(v []byte, messages bool, part func(raw []byte)) {
+// message's content blocks, the first one with its role (a message whose
+// content is a string is one part).
+func eachPart(v []byte, messages bool, part func(role string, raw []byte)) {
 	if len(v) == 0 || v[0] != '[' {
-		part(v)
+		part("", v)
 		return
 	}
 	_ = jsonbody.EachElement(v, func(s, e int) bool {
 		el := v[s:e]
-		if !messages {
-			part(el)
-			return true
+		cs, ce := -1, -1
+		if messages {
+			cs, ce, _ = jsonbody.FindMember(el, "content")
 		}
-		cs, ce, _ := jsonbody.FindMember(el, "content")
 		if cs < 0 || el[cs] != '[' {
-			part(el)
+			part("", el)
 			return true
 		}
 		role, _ := jsonbody.GetString(el, "role")
-		first := true
+		role += "\x00"
 		_ = jsonbody.EachElement(el[cs:ce], func(bs, be int) bool {
-			block := el[cs+bs : cs+be]
-			if first {
-				block = append([]byte(role+"\x00"), block...)
-				first = false
-			}
-			part(block)
+			part(role, el[cs+bs:cs+be])
+			role = ""
 			return true
 		})
 		return true

@@ -24,6 +24,12 @@
 #              9001-9003, 2019), sends the README's requests, checks the
 #              rendered page and saves docs/status.png
 #              (scripts/status-check.sh; about 30 s with a warm build cache)
+# make cors-check  README's "Browser clients and CORS" in headless Chromium:
+#              a page on two other origins fetch()es two routers (one with
+#              the README's CORS block) as text/plain and JSON, and uploads
+#              through pass_through; checks what the page read and what each
+#              llm_mock provider counted (ports 8480-8487;
+#              scripts/cors-check.sh; under a minute)
 # make mutate  mutation testing of the core with gremlins (pinned below):
 #              router/ and capacity/ must kill at least 90% of the covered
 #              mutants (efficacy), adapters/ is reported; results in
@@ -47,7 +53,7 @@ SEEDS ?= 20
 SEED ?= 0
 SCENARIO ?=
 
-.PHONY: agents bench check demo mutate sim status-check test
+.PHONY: agents bench check cors-check demo mutate sim status-check test
 
 test:
 	$(GO) test -race ./...
@@ -74,6 +80,9 @@ demo:
 
 status-check:
 	GO=$(GO) bash scripts/status-check.sh
+
+cors-check:
+	GO=$(GO) bash scripts/cors-check.sh
 
 mutate:
 	mkdir -p mutation

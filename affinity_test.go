@@ -120,7 +120,9 @@ func twoAccounts(t *testing.T, affinity string) *Handler {
 func askMessages(t *testing.T, h *Handler, body string) (read, write, input int) {
 	t.Helper()
 	w := httptest.NewRecorder()
-	_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body)), nil)
+	r := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	_ = h.ServeHTTP(w, r, nil)
 	var a struct {
 		Usage struct {
 			Input int `json:"input_tokens"`

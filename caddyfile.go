@@ -3,6 +3,7 @@ package llmrouter
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -39,6 +40,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    backoff_base  <duration>
 //	    backoff_max   <duration>
 //	    max_body      <size>
+//	    max_stream_bytes <size>
 //	    store         memory | redis <url> { key_prefix <p>; timeout <d>; poll_interval <d> }
 //	    weights       [cost <w>] [latency <w>] [reliability <w>] [quality <w>] [capacity <w>]
 //
@@ -56,6 +58,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	    model <name> {
 //	        fallback_group  <model group>
+//	        max_queued      <n>
 //	        deployment <provider> <upstream model> [{
 //	            cost_input      <USD per 1M tokens>
 //	            cost_output     <USD per 1M tokens>
@@ -180,17 +183,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.Reserve = rs
-		case "max_body":
-			if !d.NextArg() {
-				return d.ArgErr()
+		case "max_body", "max_stream_bytes":
+			size, err := parseSize(d)
+			if err != nil {
+				return err
 			}
-			size, err := humanize.ParseBytes(d.Val())
-			if err != nil || size == 0 || size > 1<<40 {
-				return d.Errf("max_body: invalid size %q", d.Val())
-			}
-			h.MaxBody = int64(size)
-			if d.NextArg() {
-				return d.ArgErr()
+			if key == "max_body" {
+				h.MaxBody = size
+			} else {
+				h.MaxStreamBytes = size
 			}
 		case "store": // fleet mode (store.go)
 			sc, err := parseStore(d)
@@ -267,6 +268,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 						return err
 					}
 					g.Budget = b
+					continue
+				}
+				if d.Val() == "max_queued" {
+					if g.MaxQueued != 0 {
+						return d.Errf("duplicate subdirective max_queued in model %s", name)
+					}
+					n, err := parseInt(d)
+					if err != nil {
+						return err
+					}
+					if n < 1 || n > math.MaxInt32 {
+						return d.Errf("max_queued must be a whole number from 1 to %d, got %d", math.MaxInt32, n)
+					}
+					g.MaxQueued = int(n)
 					continue
 				}
 				if d.Val() == "alias" {
@@ -499,6 +514,23 @@ func parseWeights(d *caddyfile.Dispenser) (*Weights, error) {
 		*dst = &f
 	}
 	return w, nil
+}
+
+// parseSize reads one size argument (4MB, 64MiB, 1000), more than 0 and
+// at most 1 TiB.
+func parseSize(d *caddyfile.Dispenser) (int64, error) {
+	key := d.Val()
+	if !d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	size, err := humanize.ParseBytes(d.Val())
+	if err != nil || size == 0 || size > 1<<40 {
+		return 0, d.Errf("%s: invalid size %q", key, d.Val())
+	}
+	if d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	return int64(size), nil
 }
 
 // parseDuration reads one non-negative Caddy duration argument.

@@ -102,7 +102,7 @@ func TestBedrockSignsWithTheCredentialChain(t *testing.T) {
 	defer h.Cleanup()
 	for _, model := range []string{"claude", "keyed"} {
 		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"`+model+`","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`))
+		r := postJSON("/v1/messages", `{"model":"`+model+`","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`)
 		if err := h.ServeHTTP(w, r, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestBedrockSignsWithTheCredentialChain(t *testing.T) {
 	}
 	defer h2.Cleanup()
 	w := httptest.NewRecorder()
-	_ = h2.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"claude","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`)), nil)
+	_ = h2.ServeHTTP(w, postJSON("/v1/messages", `{"model":"claude","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`), nil)
 	if w.Code == 200 || mock.Stats().AuthRefused != 1 {
 		t.Errorf("a wrong secret: %d, refused %d", w.Code, mock.Stats().AuthRefused)
 	}
@@ -312,7 +312,7 @@ func TestVertexTokensFromServiceAccount(t *testing.T) {
 	defer h.Cleanup()
 	ask := func() {
 		w := httptest.NewRecorder()
-		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"gemini","messages":[{"role":"user","content":"hi"}]}`)), nil)
+		_ = h.ServeHTTP(w, postJSON("/v1/chat/completions", `{"model":"gemini","messages":[{"role":"user","content":"hi"}]}`), nil)
 		if w.Code != 200 || !strings.Contains(w.Body.String(), "From Vertex.") {
 			t.Fatalf("%d %s", w.Code, w.Body)
 		}
@@ -407,7 +407,7 @@ func TestBedrockAssumesARole(t *testing.T) {
 	defer h.Cleanup()
 	for i := 1; i <= 2; i++ {
 		w := httptest.NewRecorder()
-		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"nova","messages":[{"role":"user","content":"hi"}]}`)), nil)
+		_ = h.ServeHTTP(w, postJSON("/v1/chat/completions", `{"model":"nova","messages":[{"role":"user","content":"hi"}]}`), nil)
 		if w.Code != 200 || !strings.Contains(w.Body.String(), "Signed.") {
 			t.Fatalf("%d %s", w.Code, w.Body)
 		}
@@ -465,7 +465,7 @@ func TestBedrockAPIKeyNoneSigns(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := httptest.NewRecorder()
-		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"nova","messages":[{"role":"user","content":"hi"}]}`)), nil)
+		_ = h.ServeHTTP(w, postJSON("/v1/chat/completions", `{"model":"nova","messages":[{"role":"user","content":"hi"}]}`), nil)
 		h.Cleanup()
 		if st := mock.Stats(); w.Code != 200 || !strings.HasPrefix(st.LastAuthorization, c.want) {
 			t.Errorf("%q: %d, sent %q", c.key, w.Code, st.LastAuthorization)

@@ -160,6 +160,16 @@ type Handler struct {
 	// get 413. Default: 8 MB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
+	// MaxStreamBytes bounds what the router relays of one streamed answer,
+	// in bytes of its events' data (over every attempt of a resumed
+	// stream): past it the client's stream ends with an in-band error in
+	// its format that says so (never a terminator), the upstream is
+	// closed, and what was relayed is counted (as the provider stated it,
+	// else estimated: the prompt, and 4 bytes a token of the text). A
+	// non-streamed answer is bounded at 32 MiB, read whole before it is
+	// passed on. Default: 64 MiB (router.DefaultMaxStreamBytes).
+	MaxStreamBytes int64 `json:"max_stream_bytes,omitempty"`
+
 	// Weights of the ranking's features (see router.Weights for the score).
 	// Default: cost 1, latency 1, reliability 1, quality 1, capacity 2.
 	Weights *Weights `json:"weights,omitempty"`
@@ -248,6 +258,16 @@ type ModelGroup struct {
 	// Budget is the group's spending limit (Budget): once spent, requests
 	// for the group are answered 429 until it renews. Default: none.
 	Budget *Budget `json:"budget,omitempty"`
+	// MaxQueued bounds how many of the group's requests wait for capacity
+	// in its queue on this instance (each holds its body and its
+	// connection): a request that would wait while it is full is answered
+	// 429 at once, in the client's format, saying that the queue is full,
+	// with x-should-retry: false and a Retry-After until the group's first
+	// deployment is back when one is cooling (none when capacity is free
+	// and those before it are taking it). Default: 10 per second of the
+	// deadline per deployment, at least 100 (router.DefaultMaxQueued: 600
+	// per deployment for the default 60s).
+	MaxQueued int `json:"max_queued,omitempty"`
 }
 
 // Deployment is a provider x an upstream model within a model group.
@@ -316,6 +336,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	limits := map[*capacity.State]declaredLimits{}
 	for _, name := range sortedKeys(h.Models) {
 		g := router.NewGroup(name, nil)
+		g.MaxQueued = h.Models[name].MaxQueued
 		h.groups[name] = g
 		for _, dc := range h.Models[name].Deployments {
 			d, err := h.newDeployment(dc)
@@ -350,6 +371,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.router.Resume, _ = router.ParseResumeMode(h.Resume) // validated
 	}
 	h.router.HedgeAfter = time.Duration(h.HedgeAfter)
+	if h.MaxStreamBytes > 0 {
+		h.router.MaxStreamBytes = h.MaxStreamBytes
+	}
 	h.router.Policy.BackoffBase = durationOr(h.BackoffBase, capacity.DefaultPolicy.BackoffBase)
 	h.router.Policy.BackoffMax = durationOr(h.BackoffMax, capacity.DefaultPolicy.BackoffMax)
 	h.router.Logger = h.logger
@@ -588,6 +612,9 @@ func (h *Handler) validateSettings() error {
 	if h.MaxBody < 0 {
 		return errors.New("max_body must not be negative")
 	}
+	if h.MaxStreamBytes < 0 {
+		return errors.New("max_stream_bytes must not be negative")
+	}
 	if w := h.Weights; w != nil {
 		for _, v := range []*float64{w.Cost, w.Latency, w.Reliability, w.Quality, w.Capacity} {
 			if v != nil && (*v < 0 || !finite(*v)) {
@@ -605,6 +632,9 @@ func (g *ModelGroup) validate() error {
 	}
 	if err := g.Budget.validate(); err != nil {
 		return err
+	}
+	if g.MaxQueued < 0 {
+		return errors.New("max_queued must not be negative")
 	}
 	for i, d := range g.Deployments {
 		if d == nil {

@@ -3,6 +3,8 @@ package llmrouter
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +21,14 @@ func newCaddyContext(t *testing.T) caddy.Context {
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// postJSON is a client's POST of a JSON body to path, as the SDKs send it
+// (with Content-Type application/json).
+func postJSON(path, body string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	return r
 }
 
 func handlerFromJSON(t *testing.T, raw string) *Handler {
@@ -104,6 +114,8 @@ func TestLoadErrors(t *testing.T) {
 		{"header name", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h","headers":{"Bad Header\n":["x"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header name"},
 		{"header value", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h","headers":{"X-A":["a\nb"]}}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "not a valid header value"},
 		{"backoff", `{"backoff_base":2000000000,"backoff_max":1000000000,"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "must not exceed backoff_max"},
+		{"negative max_queued", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"max_queued":-1,"deployments":[{"provider":"a","model":"y"}]}}}`, "model m: max_queued must not be negative"},
+		{"negative max_stream_bytes", `{"max_stream_bytes":-1,"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"a","model":"y"}]}}}`, "max_stream_bytes must not be negative"},
 		{"unnamed group", `{"providers":{"a":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"":{"deployments":[{"provider":"a","model":"y"}]}}}`, "needs a name"},
 		{"unnamed provider", `{"providers":{"":{"type":"openai","api_key":"none","base_url":"http://h"}},"models":{"m":{"deployments":[{"provider":"","model":"y"}]}}}`, "needs a name"},
 	} {

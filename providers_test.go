@@ -153,7 +153,7 @@ func TestThirdPartyProviderType(t *testing.T) {
 	defer h.Cleanup()
 
 	w := httptest.NewRecorder()
-	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"ping"}]}`))
+	r := postJSON("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"ping"}]}`)
 	if err := h.ServeHTTP(w, r, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestThirdPartyProviderType(t *testing.T) {
 	}
 	// Streamed, through the type's decoder, to a Messages client (translated).
 	w = httptest.NewRecorder()
-	r = httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"ping"}]}`))
+	r = postJSON("/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"ping"}]}`)
 	if err := h.ServeHTTP(w, r, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestThirdPartyProviderType(t *testing.T) {
 	}
 	// Not served: the type does not take Messages.
 	w = httptest.NewRecorder()
-	r = httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"ping"}]}`))
+	r = postJSON("/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"ping"}]}`)
 	_ = h.ServeHTTP(w, r, nil)
 	if w.Code != 400 || !strings.Contains(w.Body.String(), "has no deployment that serves messages") {
 		t.Errorf("expected a 400 for a format the group does not serve, got %d %s", w.Code, w.Body)

@@ -52,7 +52,7 @@ func TestClientErrorsAreRestatedInTheClientsFormat(t *testing.T) {
 	defer h.Cleanup()
 	ask := func(path, body string) (int, map[string]any) {
 		w := httptest.NewRecorder()
-		_ = h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)), nil)
+		_ = h.ServeHTTP(w, postJSON(path, body), nil)
 		var m map[string]any
 		if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
 			t.Fatalf("%s: %v: %s", path, err, w.Body)

@@ -77,6 +77,7 @@ http://localhost:9082 {
 	post := func(body string) (*http.Response, map[string]any) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, routerURL+"/v1/messages/count_tokens", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("anthropic-version", "2023-06-01")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -136,6 +137,7 @@ func TestUnknownEndpointIs404(t *testing.T) {
 		{"/v1/messages/batches", "2023-06-01", false},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, routerURL+c.path, strings.NewReader(`{"model":"unk"}`))
+		req.Header.Set("Content-Type", "application/json")
 		if c.anthropic != "" {
 			req.Header.Set("anthropic-version", c.anthropic)
 		}

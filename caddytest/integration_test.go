@@ -544,6 +544,7 @@ http://localhost:9081 {
 	// Over max_body without a Content-Length (chunked): 413 all the same.
 	req, _ = http.NewRequest(http.MethodPost, routerURL+"/v1/chat/completions",
 		io.MultiReader(strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"`), strings.NewReader(strings.Repeat("x", 4000)+`"}]}`)))
+	req.Header.Set("Content-Type", "application/json")
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		if body := readBody(t, resp); resp.StatusCode != 413 || !strings.Contains(body, "request_too_large") {
 			t.Errorf("expected 413 for a chunked body over max_body, got %d %s", resp.StatusCode, body)
@@ -553,6 +554,7 @@ http://localhost:9081 {
 	}
 	// A gzip body the router cannot read.
 	req, _ = http.NewRequest(http.MethodPost, routerURL+"/v1/chat/completions", strings.NewReader("\x1f\x8b..."))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Encoding", "gzip")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

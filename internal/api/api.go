@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -80,9 +81,11 @@ const (
 	MethodNotAllowed                    // not a POST
 	BodyTooLarge                        // over max_body
 	UnsupportedEncoding                 // a Content-Encoding body
+	UnsupportedMedia                    // a Content-Type that is not JSON (CheckJSON)
 	ModelNotFound                       // no such model group
 	ModelNotSupported                   // the group has no deployment that serves the API
 	NotFound                            // a path the router does not serve
+	CrossOrigin                         // a pass_through request a page on another origin sent without a CORS preflight
 	// The router's own answers (router.Error).
 	Unsupported    // no deployment could express the request
 	ContextTooLong // the request is larger than every deployment's context window
@@ -152,8 +155,12 @@ func fromRouter(e *router.Error) *Error {
 }
 
 // ReadBody reads a request body, at most limit bytes; what does not fit
-// (an encoded body, one over limit, a broken read) is an *Error.
+// (a Content-Type that is not JSON: see CheckJSON; an encoded body, one
+// over limit, a broken read) is an *Error.
 func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {
+	if e := CheckJSON(r.Header.Get("Content-Type")); e != nil {
+		return nil, e
+	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		return nil, Errorf(http.StatusUnsupportedMediaType, UnsupportedEncoding, "",
 			"request bodies with Content-Encoding are not accepted; send plain JSON")
@@ -178,6 +185,32 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 		return nil, Errorf(http.StatusBadRequest, InvalidBody, "", "could not read the request body")
 	}
 	return buf.Bytes(), nil
+}
+
+// CheckJSON checks a request's Content-Type (ct, "" when it has none): nil
+// for application/json or a +json type (application/vnd.api+json), in any
+// case and with any parameters (charset=utf-8), else the 415 that names
+// what was sent and what is accepted. A missing Content-Type is refused
+// too: every official SDK (OpenAI's and Anthropic's, in Python, Node and
+// Go) sends application/json, and a request that cannot say JSON is what
+// a page on another origin can send without the browser asking first (a
+// CORS preflight): text/plain, multipart/form-data,
+// application/x-www-form-urlencoded (also what curl -d sends), or no
+// Content-Type at all (fetch with a Blob or ArrayBuffer body). Such a
+// request would otherwise spend the operator's provider accounts.
+func CheckJSON(ct string) *Error {
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		if mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json") {
+			return nil
+		}
+	}
+	sent := "no Content-Type"
+	if ct != "" {
+		sent = "Content-Type " + strconv.Quote(truncate(ct, 100))
+	}
+	return Errorf(http.StatusUnsupportedMediaType, UnsupportedMedia, "",
+		"request bodies must be JSON, sent with Content-Type application/json (or a +json type; parameters such as charset=utf-8 are fine), "+
+			"but the request has %s; with curl, add -H 'Content-Type: application/json'", sent)
 }
 
 // format is what the shared writing needs of an API.
@@ -312,8 +345,12 @@ func writeBody(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// streamFailure is the message of an in-band error that ends a stream.
+// streamFailure is the message of an in-band error that ends a stream:
+// the router's own bound (max_stream_bytes) said as it is.
 func streamFailure(e *router.StreamError) string {
+	if e.Bounded {
+		return e.Message
+	}
 	return "the upstream stream failed after it began: " + e.Message
 }
 

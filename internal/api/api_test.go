@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -354,6 +355,16 @@ func TestStreamWriters(t *testing.T) {
 		t.Errorf("chat failure: expected %q, got %q", want, got)
 	}
 
+	// The router's own bound is said as it is: no upstream failed.
+	cut := &router.StreamError{Class: provider.Server, Bounded: true, Message: "the answer was cut at the router's max_stream_bytes (4096 bytes)"}
+	if got, want := write(Chat{}.newStream(provider.Chat), chunk, cut), "data: "+string(chunk.Data)+"\n\n"+
+		`data: {"error":{"message":"the answer was cut at the router's max_stream_bytes (4096 bytes)","type":"server_error","param":null,"code":"stream_interrupted"}}`+"\n\n"; got != want {
+		t.Errorf("chat cut: expected %q, got %q", want, got)
+	}
+	if got := write(Messages{}.newStream(provider.Messages), cut); !strings.Contains(got, `"message":"the answer was cut at the router's max_stream_bytes (4096 bytes)"`) {
+		t.Errorf("messages cut: expected the bound's message as it is, got %q", got)
+	}
+
 	// Native Messages events pass as they came; the end is message_stop
 	// (the decoder keeps the provider's to itself).
 	delta := provider.Event{Name: "message_delta", Data: []byte("{\"type\":\"message_delta\",\n\"usage\":{\"output_tokens\":1}}")}
@@ -386,6 +397,7 @@ func TestReadBody(t *testing.T) {
 		{"identity is plain", `{}`, "identity", 0},
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", "application/json")
 		if tc.encoding != "" {
 			r.Header.Set("Content-Encoding", tc.encoding)
 		}
@@ -399,9 +411,69 @@ func TestReadBody(t *testing.T) {
 	}
 	// A chunked body over the limit (no Content-Length) is refused too.
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(strings.Repeat("x", 20)))
+	r.Header.Set("Content-Type", "application/json")
 	r.ContentLength = -1
 	if _, e := ReadBody(httptest.NewRecorder(), r, 10); e == nil || e.Code != BodyTooLarge {
 		t.Errorf("expected 413 for a long chunked body, got %+v", e)
+	}
+}
+
+// A body is read only when its Content-Type says JSON: application/json
+// or a +json type, with any parameters. Anything else, and a body without
+// one, is refused with a 415 in the client's format that names what was
+// sent and what is accepted, before anything is read: a browser sends a
+// cross-origin request without asking first (a CORS preflight) only with
+// text/plain, multipart/form-data or application/x-www-form-urlencoded
+// (curl -d's), or with none (fetch with a Blob or ArrayBuffer body).
+func TestReadBodyTakesOnlyJSON(t *testing.T) {
+	const body = `{"model":"fast","messages":[{"role":"user","content":"hi"}]}`
+	for _, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8",
+		" application/json ", "application/vnd.api+json", "application/merge-patch+json; charset=utf-8"} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		r.Header.Set("Content-Type", ct)
+		if got, e := ReadBody(httptest.NewRecorder(), r, 1<<20); e != nil || string(got) != body {
+			t.Errorf("Content-Type %q: expected the body, got %q %+v", ct, got, e)
+		}
+	}
+	for _, ct := range []string{"", "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+		"multipart/form-data; boundary=x", "text/json", "application/jsonx", "application/json-patch", "json",
+		"application/json, text/plain", "application/json; charset", "text/plain; a=application/json"} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		if ct != "" {
+			r.Header.Set("Content-Type", ct)
+		}
+		_, e := ReadBody(httptest.NewRecorder(), r, 1<<20)
+		if e == nil || e.Status != http.StatusUnsupportedMediaType {
+			t.Errorf("Content-Type %q: expected a 415, got %+v", ct, e)
+			continue
+		}
+		sent := "no Content-Type"
+		if ct != "" {
+			sent = strconv.Quote(ct)
+		}
+		if !strings.Contains(e.Message, sent) || !strings.Contains(e.Message, "application/json") {
+			t.Errorf("Content-Type %q: expected a message naming %s and application/json, got %q", ct, sent, e.Message)
+		}
+		for _, a := range []API{Chat{}, Messages{}, Embeddings{}, Responses{}, Completions{}} {
+			w := httptest.NewRecorder()
+			a.WriteError(w, e)
+			var got struct {
+				Type  string
+				Error struct{ Type, Code, Message string }
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != 415 || got.Error.Message != e.Message ||
+				w.Header().Get("X-Should-Retry") != "false" {
+				t.Errorf("%T, Content-Type %q: expected a 415 error, got %d %s", a, ct, w.Code, w.Body)
+				continue
+			}
+			want := got.Error.Code == "unsupported_content_type" && got.Error.Type == "invalid_request_error"
+			if a.Format() == provider.Messages {
+				want = got.Type == "error" && got.Error.Type == "invalid_request_error"
+			}
+			if !want {
+				t.Errorf("%T, Content-Type %q: expected the API's invalid_request_error, got %s", a, ct, w.Body)
+			}
+		}
 	}
 }
 

@@ -146,9 +146,11 @@ var chatErrors = map[Code][2]string{
 	MethodNotAllowed:    {"invalid_request_error", "method_not_allowed"},
 	BodyTooLarge:        {"invalid_request_error", "request_too_large"},
 	UnsupportedEncoding: {"invalid_request_error", "unsupported_encoding"},
+	UnsupportedMedia:    {"invalid_request_error", "unsupported_content_type"}, // OpenAI's own code (with a 400)
 	ModelNotFound:       {"invalid_request_error", "model_not_found"},
 	ModelNotSupported:   {"invalid_request_error", "model_not_supported"},
 	NotFound:            {"invalid_request_error", "unknown_url"},
+	CrossOrigin:         {"invalid_request_error", "cross_origin_request"},
 	Unsupported:         {"invalid_request_error", "unsupported_request"},
 	ContextTooLong:      {"invalid_request_error", "context_length_exceeded"},
 	RateLimited:         {"rate_limit_error", "rate_limit_exceeded"},

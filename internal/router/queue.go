@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -32,11 +33,37 @@ type Group struct {
 	// Spending is the group's budget and what its answers spent (nil:
 	// none): a group whose budget is spent answers 429 until it renews.
 	Spending *capacity.Spending
-	queue    queue
+	// MaxQueued bounds how many of the group's requests wait in its queue
+	// on this instance: a request that would wait while it is full is
+	// answered 429 at once (queueFullError). 0: DefaultMaxQueued of the
+	// router's deadline and the group's deployments.
+	MaxQueued int
+	queue     queue
 	// waits and waited count the requests that waited in the queue and
 	// the time they spent there (nanoseconds).
 	waits, waited atomic.Int64
 }
+
+// DefaultMaxQueued is a group's queue bound when none is set:
+// DefaultQueuedPerSecond requests per second of the deadline per
+// deployment, MinMaxQueued at least (a 60 s deadline: 600 per
+// deployment). A request waits only while none of the group's
+// deployments has capacity for it, and only for what frees within its
+// deadline; where the deployments' windows are known, the queue's
+// forecast answers a place they cannot serve in time at once, so the bound
+// matters where nothing bounds the forecast (a provider that states no
+// window): a deployment serving 10 requests a second for the whole
+// deadline is a generous figure for one account, and every waiting
+// request holds its body (up to max_body) and its connection.
+func DefaultMaxQueued(deadline time.Duration, deployments int) int {
+	return max(MinMaxQueued, int(math.Ceil(deadline.Seconds()*DefaultQueuedPerSecond))*max(deployments, 1))
+}
+
+// The figures of DefaultMaxQueued.
+const (
+	DefaultQueuedPerSecond = 10
+	MinMaxQueued           = 100
+)
 
 // NewGroup returns the group name of deployments ds.
 func NewGroup(name string, ds []*Deployment) *Group {
@@ -233,10 +260,13 @@ func bypass(cands []scored, ready int, waitsFor uint64) int {
 	return n
 }
 
-// join puts w in its place.
-func (q *queue) join(w *waiter) {
+// join puts w in its place, unless limit requests wait already (false).
+func (q *queue) join(w *waiter, limit int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if len(q.waiting) >= limit {
+		return false
+	}
 	q.arrivals++
 	w.arrival = q.arrivals
 	if w.since.Before(q.latest) {
@@ -251,6 +281,34 @@ func (q *queue) join(w *waiter) {
 	})
 	q.waiting = slices.Insert(q.waiting, i, w)
 	q.n.Store(int32(len(q.waiting)))
+	return true
+}
+
+// maxQueued is the group's queue bound under deadline: MaxQueued, else
+// DefaultMaxQueued.
+func (g *Group) maxQueued(deadline time.Duration) int {
+	if g.MaxQueued > 0 {
+		return g.MaxQueued
+	}
+	return DefaultMaxQueued(deadline, len(g.Deployments))
+}
+
+// queueFullError answers a request that would wait in g's queue while it
+// holds its bound (limit): 429 at once, with Retry-After until the first
+// of the candidates is back when one is cooling (the head may go then, and
+// a place frees), none when capacity is free now (those before it are
+// taking it: no instant is known). A rate-limited client's own retries
+// (x-should-retry, which the client APIs send false) would only press on
+// the full queue.
+func queueFullError(g *Group, cands []scored, limit int, now time.Time) *Error {
+	e := &Error{Status: http.StatusTooManyRequests, Class: provider.RateLimited,
+		Message: fmt.Sprintf("the queue of model group %s is full (%d requests wait for capacity, max_queued); retry later", g.Name, limit)}
+	if len(cands) > 0 {
+		if at := earliest(cands).f.At; at.After(now) {
+			e.RetryAfter = retryAfterSeconds(at.Sub(now))
+		}
+	}
+	return e
 }
 
 // leave takes w out of the queue; the next head, if w was the head, is

@@ -53,7 +53,7 @@ func cTokensC(t *testing.T, r *Router, d *Deployment, now time.Time, limit, rema
 // cJoinC puts a waiter of tokens tokens and deadline in g's queue.
 func cJoinC(g *Group, now, deadline time.Time, tokens int64) *waiter {
 	w := &waiter{priority: DefaultPriority, tokens: tokens, since: now, deadline: deadline}
-	g.queue.join(w)
+	g.queue.join(w, 1<<30)
 	return w
 }
 

@@ -964,7 +964,7 @@ func TestAFirstFleetPlaceCountsThoseNotJoinedYet(t *testing.T) {
 	deadline := now.Add(r.Deadline)
 	joined, notYet, me := &waiter{tokens: 10, since: now}, &waiter{tokens: 10, since: now}, &waiter{tokens: 10, since: now}
 	for _, w := range []*waiter{joined, notYet, me} {
-		g.queue.join(w)
+		g.queue.join(w, 1<<30)
 	}
 	if n, _, ok := r.fleetPlace(g, joined, true, now, deadline); !ok || n != 3 {
 		t.Fatalf("the first joins behind the 3 of other instances, got %d (%v)", n, ok)

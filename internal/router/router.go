@@ -46,6 +46,11 @@ const (
 	DefaultTimeout     = time.Duration(0)
 	DefaultTTFTTimeout = 15 * time.Second
 	DefaultIdleTimeout = 30 * time.Second
+	// DefaultMaxStreamBytes is Router.MaxStreamBytes's default: far more
+	// than a long answer (100,000 output tokens are about 400 KB of text,
+	// their events' JSON some ten times that as one small chunk a token),
+	// so that only a provider that streams without end meets it.
+	DefaultMaxStreamBytes = 64 << 20
 )
 
 // Deployment is a provider x an upstream model: the unit that is ranked,
@@ -224,6 +229,13 @@ type Router struct {
 	// deployment with capacity when the first has produced no content by
 	// then (see hedge.go); 0: no hedging.
 	HedgeAfter time.Duration
+	// MaxStreamBytes bounds what the router relays of one streamed answer,
+	// in bytes of its events' data (over every attempt of a resumed
+	// stream): past it the client's stream ends with an in-band error
+	// (StreamError.Bounded) and the upstream is closed; what was relayed is
+	// spent (as its provider stated it, else estimated). New sets
+	// DefaultMaxStreamBytes; 0: no bound.
+	MaxStreamBytes int64
 	// FleetNaps is how many times a window a waiting request whose turn in
 	// the fleet's queue has not come looks again while capacity is free
 	// (see fleetTurn); New sets DefaultFleetNaps.
@@ -273,15 +285,16 @@ type Observer interface {
 // clock and a no-op logger.
 func New() *Router {
 	return &Router{
-		Deadline:    DefaultDeadline,
-		MaxAttempts: DefaultMaxAttempts,
-		Policy:      capacity.DefaultPolicy,
-		Weights:     DefaultWeights,
-		Rand:        rand.Float64,
-		Clock:       RealClock{},
-		Logger:      zap.NewNop(),
-		FleetNaps:   DefaultFleetNaps,
-		Resume:      ResumeSameModel,
+		Deadline:       DefaultDeadline,
+		MaxAttempts:    DefaultMaxAttempts,
+		Policy:         capacity.DefaultPolicy,
+		Weights:        DefaultWeights,
+		Rand:           rand.Float64,
+		Clock:          RealClock{},
+		Logger:         zap.NewNop(),
+		FleetNaps:      DefaultFleetNaps,
+		Resume:         ResumeSameModel,
+		MaxStreamBytes: DefaultMaxStreamBytes,
 	}
 }
 
@@ -607,7 +620,13 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			if me == nil {
 				me = &waiter{priority: req.Priority, tokens: req.Tokens,
 					reserve: need.Reserve, since: now, deadline: deadline}
-				g.queue.join(me) // and the fleet's queue at its first look (wait)
+				// This instance's queue unless it is full (the fleet's
+				// queue at its first look: wait).
+				if limit := g.maxQueued(r.Deadline); !g.queue.join(me, limit) {
+					me = nil
+					r.debug("the group's queue is full", zap.String("group", g.Name), zap.Int("max_queued", limit))
+					return res.fail(queueFullError(g, cands, limit, now), w)
+				}
 				r.observeQueue(g)
 				// Its tiers and its turn again, from its place: others
 				// may have joined the queue since it chose them.

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -55,6 +56,11 @@ type Stream struct {
 	pendingResume *pendingResume
 	// broke is how the stream ended when it broke and was not resumed.
 	broke *StreamError
+	// sent counts the bytes of event data relayed to the client
+	// (Router.MaxStreamBytes); prompt is the request's prompt tokens, for
+	// the estimate of an attempt cut before it stated its usage.
+	sent   int64
+	prompt int64
 }
 
 // Broke returns how the stream ended when its provider failed and it was
@@ -176,8 +182,11 @@ type StreamError struct {
 	Class provider.Class
 	// Message says what happened, for the client and the logs (no secrets).
 	Message string
-	// final: a resumed attempt's answer departed from the client's text;
-	// no other is asked.
+	// Bounded: the router ended the stream at Router.MaxStreamBytes, no
+	// failure of its provider; Message says so as it is.
+	Bounded bool
+	// final: no other attempt is asked (a resumed attempt's answer
+	// departed from the client's text, or the stream met its bound).
 	final bool
 }
 
@@ -256,13 +265,46 @@ func (s *Stream) sendSpliced(event func(provider.Event, bool) error, outs []prov
 }
 
 // send writes one event to the client, without the usage it did not ask
-// for.
+// for, unless it would take the stream past Router.MaxStreamBytes.
 func (s *Stream) send(event func(provider.Event, bool) error, ev provider.Event) error {
 	ev, ok := s.usage.Hide(ev)
 	if !ok {
 		return nil
 	}
+	if limit := s.r.MaxStreamBytes; limit > 0 && s.sent+int64(len(ev.Data)) > limit {
+		return s.tooLong(limit)
+	}
+	s.sent += int64(len(ev.Data))
 	return event(ev, false)
+}
+
+// tooLong ends a stream whose next event would take what the client got
+// past limit (Router.MaxStreamBytes): the attempt is closed and what it
+// relayed spent, and the client's stream ends with an in-band error, not
+// resumed (another attempt would only relay more). Its deployment is not
+// failed: a long answer may be what was asked for.
+func (s *Stream) tooLong(limit int64) error {
+	text := int(s.sent) // no transcript: the events' bytes, more than their text
+	if s.transcript != nil {
+		text = len(s.transcript.Text()) - s.textAt
+	}
+	s.failure = &provider.Observation{Class: provider.Server, Message: "answer cut at max_stream_bytes"}
+	s.cutLeg(s.prompt, text)
+	s.r.Logger.Warn("stream cut at max_stream_bytes", zap.String("deployment", s.d.Name), zap.Int64("max_stream_bytes", limit))
+	return &StreamError{Class: provider.Server, Bounded: true, final: true,
+		Message: fmt.Sprintf("the answer was cut at the router's max_stream_bytes (%d bytes); ask for a shorter answer (max_tokens)", limit)}
+}
+
+// cutLeg ends the current attempt before its end: what it used, as its
+// provider stated it or else estimated (its prompt, and 4 bytes a token
+// of the text it relayed), is spent and kept in done.
+func (s *Stream) cutLeg(prompt int64, text int) {
+	u, stated := s.usage.Usage()
+	u.InputTokens = max(u.InputTokens, prompt)
+	u.OutputTokens = max(u.OutputTokens, int64(text+3)/4)
+	s.done = append(s.done, Leg{Deployment: s.d, Usage: u, Stated: stated})
+	s.closeLeg(&u)
+	s.usage = nil // counted in done
 }
 
 // relayLeg relays the current attempt's stream until it ends.

@@ -44,3 +44,20 @@ func TestATokenWindowIsChargedWhatItCounts(t *testing.T) {
 		}
 	}
 }
+
+// Fleet mode spends of a shared token window what it counts of the
+// attempt, as this instance does: max_tokens of an output window.
+func TestTheFleetSpendsWhatATokenWindowCounts(t *testing.T) {
+	s, f := NewState(), &fakeFleet{}
+	s.SetFleet(f)
+	ok := provider.NewObservation(provider.OK)
+	ok.Tokens = provider.Window{Limit: 30000, Remaining: 29000, Reset: 10 * time.Second, Counts: provider.CountsOutput}
+	s.Observe(t0, ok, DefaultPolicy)
+	f.left = Budget{Requests: BudgetWindow{Limit: provider.Unknown}, Tokens: BudgetWindow{Limit: 30000, Remaining: 28900, Reset: t0.Add(10 * time.Second)}}
+	if _, ok := s.AcquireFor(t0, Need{Tokens: 10100, Output: 100}); !ok || len(f.spends) != 1 {
+		t.Fatalf("expected the attempt let through after one spend, got %v and %+v", ok, f.spends)
+	}
+	if n := f.spends[0].Tokens.N; n != 100 {
+		t.Errorf("expected max_tokens (100) spent of the fleet's output window, got %d", n)
+	}
+}

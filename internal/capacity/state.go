@@ -666,9 +666,10 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	// Fleet mode (fleet.go): the probe and the declared windows are claimed
 	// fleet-wide too, outside the lock, so that no request waits on another
 	// one's round trip to the store.
-	var spent Budget // what the fleet's budget holds after this attempt
+	var spent Budget                  // what the fleet's budget holds after this attempt
+	counted := s.windowTokens(now, n) // what the stated token window counts of it
 	if f := s.fleet.f; f != nil {
-		b := s.budgetLocked(now, tokens)
+		b := s.budgetLocked(now, counted)
 		if probe || s.declared.active() || b.shared() {
 			rpm, tpm := s.declared.rpm, s.declared.tpm
 			s.mu.Unlock()
@@ -684,7 +685,6 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	s.picks = s.recentPicks(now) + 1
 	s.picksAt = now
 	a := Attempt{Sent: now, Probe: probe, Requests: s.requests.current(now), Tokens: s.tokens.current(now)}
-	counted := s.windowTokens(now, n) // what the stated window counts of it
 	s.requests.spend(now, 1)
 	s.tokens.spend(now, counted)
 	s.requests.spentFleet(now, spent.Requests, 1, spent.Instances)

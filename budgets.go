@@ -15,12 +15,17 @@ import (
 // Budget is a spending limit: at most USD per Per, counted at the
 // deployments' prices (cost_input, cost_cached_input, cost_output) from
 // the usage the providers state, in fixed windows of Per from the Unix
-// epoch (per 24h renews at 00:00 UTC, per 1h on the hour). A
-// deployment's budget (in its deployment block) takes it out once spent,
-// as a spent quota (class quota_exhausted), until the window renews; a
-// model group's answers 429 with Retry-After until then. In fleet mode
-// the whole fleet spends one budget. The Caddyfile says
-// `budget <USD> per <duration>`.
+// epoch (per 24h renews at 00:00 UTC, per 1h on the hour). Each attempt
+// holds its worst-case cost (prompt estimate at cost_input, max_tokens or
+// router.DefaultBudgetOutputTokens at cost_output) against its
+// deployment's budget and its group's before it is sent, and settles it
+// at what its answer cost. A deployment's budget (in its deployment
+// block) takes it out once spent, as a spent quota (class
+// quota_exhausted), until the window renews, and skips it for a request
+// it cannot hold; a model group's answers 429 with Retry-After until
+// then, or wait for the renewal when it comes before their deadline. In
+// fleet mode the whole fleet spends and holds one budget. The Caddyfile
+// says `budget <USD> per <duration>`.
 type Budget struct {
 	// USD is the budget, in US dollars; more than 0.
 	USD float64 `json:"usd"`

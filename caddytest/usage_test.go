@@ -243,17 +243,18 @@ func metricValues(t *testing.T, series []string) []float64 {
 	return out
 }
 
-// Budgets: deployment a's budget is spent by its first answer (each
-// costs more than it), so the next request goes to b at once; the
-// group's budget, spent after that, answers 429 with Retry-After and no
-// attempt.
+// Budgets: deployment a's budget holds its first request's worst case
+// (max_tokens 5) and is then too spent to hold another, so the next
+// request goes to b at once; the group's budget, spent after that,
+// answers 429 with Retry-After and no attempt.
 func TestBudgetsSpend(t *testing.T) {
 	// An answer of a costs about $0.00008, of b $0.00002 (the mock's 18
 	// prompt and 5 output tokens at their prices).
-	load(t, usageConfig("bud", "budget 0.0002 per 1h", "budget 0.00001 per 1h"))
+	load(t, usageConfig("bud", "budget 0.0002 per 1h", "budget 0.0001 per 1h"))
 	var last *http.Response
 	client := openAIClient(&last)
-	params := openai.ChatCompletionNewParams{Model: "paid", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")}}
+	params := openai.ChatCompletionNewParams{Model: "paid", MaxTokens: openai.Int(5),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")}}
 	for i, want := range []string{"a/bud-a", "b/bud-b"} {
 		if _, err := client.Chat.Completions.New(context.Background(), params); err != nil {
 			t.Fatalf("request %d: %v", i, err)
@@ -268,7 +269,7 @@ func TestBudgetsSpend(t *testing.T) {
 		_, err = client.Chat.Completions.New(context.Background(), params)
 	}
 	var apiErr *openai.Error
-	if err == nil || !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || !strings.Contains(apiErr.Message, "model group paid: budget of $0.0002 per 1h0m0s spent") ||
+	if err == nil || !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || !strings.Contains(apiErr.Message, "model group paid: budget of $0.0002 per 1h0m0s") ||
 		last.Header.Get("Retry-After") == "" || last.Header.Get("X-LLM-Router-Attempts") != "0" {
 		t.Errorf("the group's budget: %v (Retry-After %q, attempts %q)", err, last.Header.Get("Retry-After"), last.Header.Get("X-LLM-Router-Attempts"))
 	}

@@ -20,18 +20,33 @@ type SpendLimit struct {
 }
 
 // SpendStore shares spending across a fleet (fleet mode's Redis): the
-// total spent under a key, added to atomically.
+// total spent and held under a key, added to atomically.
 type SpendStore interface {
-	// AddSpend adds usd to key's total, which expires after ttl, and
-	// returns the new total.
+	// AddSpend adds usd (less than 0: a hold given back) to key's total,
+	// which expires after ttl, and returns the new total.
 	AddSpend(ctx context.Context, key string, usd float64, ttl time.Duration) (float64, error)
+	// HoldSpend adds usd to key's total, which expires after ttl, only if
+	// the total stays at most limit; it reports whether it did, and the
+	// total (the new one, or the one that had no room).
+	HoldSpend(ctx context.Context, key string, usd, limit float64, ttl time.Duration) (bool, float64, error)
 	// Spend returns key's total (0 when there is none).
 	Spend(ctx context.Context, key string) (float64, error)
 }
 
-// Spending counts what one scope (a deployment, a model group) spent in
-// the current window of its SpendLimit, alone or, with a SpendStore, with
-// the whole fleet. It is safe for concurrent use.
+// Spending counts what one scope (a deployment, a model group) spent and
+// holds in the current window of its SpendLimit, alone or, with a
+// SpendStore, with the whole fleet. An attempt holds its worst-case cost
+// (Hold) before it is sent, and settles it with what its answer cost
+// (Settle): the budget is never promised twice. It is safe for concurrent
+// use.
+//
+// In fleet mode the store's total is the fleet's spend and holds, and a
+// hold is taken there atomically. While the store cannot be reached
+// (ErrUnavailable, a timeout), an instance decides on what it knows: the
+// fleet's total as last read, plus what it spent and held itself since,
+// which it keeps to itself; each instance may then spend what the fleet
+// has left, so a fleet of n may overspend up to n times that until the
+// store is back.
 type Spending struct {
 	limit SpendLimit
 	key   string // the store's key prefix
@@ -39,13 +54,27 @@ type Spending struct {
 
 	mu     sync.Mutex
 	window int64   // the window counted (its index)
-	spent  float64 // in it: this instance's, or the fleet's last known total
+	shared float64 // in it: the fleet's total (spent and held) as the store last stated it
+	spent  float64 // in it: spent here and not in the store (all of it without a store)
+	held   float64 // in it: held here and not in the store
 	looked time.Time
+}
+
+// Hold is an attempt's hold on a budget: its worst-case cost, given back
+// (and what it cost spent instead) by Settle.
+type Hold struct {
+	usd    float64
+	window int64
+	shared bool // counted in the store's total
+	done   bool // settled (under the Spending's lock)
 }
 
 // spendLookEvery is how often a fleet's total is read again while
 // nothing is added here: another instance's spend is seen within it.
 const spendLookEvery = time.Second
+
+// storeTimeout bounds each call to the store.
+const storeTimeout = time.Second
 
 // NewSpending returns the spending of a scope with limit, shared through
 // store under key when store is not nil.
@@ -74,7 +103,7 @@ func (s *Spending) SetLimit(l SpendLimit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.Period != s.limit.Period {
-		s.window, s.spent, s.looked = 0, 0, time.Time{}
+		s.window, s.shared, s.spent, s.held, s.looked = 0, 0, 0, 0, time.Time{}
 	}
 	s.limit = l
 }
@@ -91,65 +120,189 @@ func (s *Spending) storeKey(i int64) string { return s.key + ":" + strconv.Forma
 // it, a clock stepped back): that counts in the current window.
 func (s *Spending) roll(now time.Time) int64 {
 	if i := s.index(now); i > s.window {
-		s.window, s.spent, s.looked = i, 0, time.Time{}
+		s.window, s.shared, s.spent, s.held, s.looked = i, 0, 0, 0, time.Time{}
 	}
 	return s.window
 }
 
-// Add counts usd spent at now and reports whether the budget is spent,
-// and until when.
-func (s *Spending) Add(now time.Time, usd float64) (over bool, until time.Time) {
-	if s == nil || !(usd > 0) || math.IsInf(usd, 0) {
-		return s.Over(now)
+// used is what the current window has spent and holds, as far as this
+// instance knows.
+func (s *Spending) used() float64 { return s.shared + s.spent + s.held }
+
+// room is what is left of the budget for a hold, with a margin for the
+// rounding of sums of prices.
+func (s *Spending) room() float64 { return s.limit.USD*(1+1e-9) - s.used() }
+
+// amount is usd as a cost: 0 for a negative, infinite or NaN one.
+func amount(usd float64) float64 {
+	if !(usd > 0) || math.IsInf(usd, 0) {
+		return 0
 	}
+	return usd
+}
+
+// Hold holds usd, an attempt's worst-case cost, at now when the budget
+// has room for it (what was spent and is held, fleet-wide in fleet mode,
+// plus usd, at most the budget; nothing fits a budget spent): h is then
+// to be settled (Settle) once the attempt ends. Otherwise ok is false and
+// until is when the window renews. A nil Spending (no budget) holds
+// nothing and always fits.
+func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until time.Time) {
+	if s == nil {
+		return nil, true, time.Time{}
+	}
+	usd = amount(usd)
 	s.mu.Lock()
 	i := s.roll(now)
-	s.spent += usd
-	store := s.store
+	until = s.resetAt(i)
+	h = &Hold{usd: usd, window: i}
+	store, limit := s.store, s.limit.USD*(1+1e-9)-s.spent-s.held
+	if store == nil {
+		ok = s.holdHere(h)
+		s.mu.Unlock()
+		return h, ok, until
+	}
 	s.mu.Unlock()
-	if store != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		total, err := store.AddSpend(ctx, s.storeKey(i), usd, s.limit.Period+time.Minute)
-		cancel()
-		if err == nil {
-			s.mu.Lock()
-			if s.window == i {
-				s.spent, s.looked = max(total, s.spent), now
-			}
-			s.mu.Unlock()
+	// The store's total decides, atomically (what this instance spent and
+	// held while it was unreachable counts too).
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	fits, total, err := store.HoldSpend(ctx, s.storeKey(i), usd, limit, s.limit.Period+time.Minute)
+	cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err != nil:
+		// The store unreachable: what this instance knows decides.
+		ok = s.window != i || s.holdHere(h) // a window rolled meanwhile: it counts nowhere
+	case fits:
+		h.shared, ok = true, true
+		s.learn(i, total, now)
+	default:
+		s.learn(i, total, now)
+	}
+	if !ok {
+		h = nil
+	}
+	return h, ok, until
+}
+
+// holdHere holds h in this instance's count when the budget has room for
+// it (nothing fits a budget spent); under s.mu.
+func (s *Spending) holdHere(h *Hold) bool {
+	if s.used() >= s.limit.USD || h.usd > s.room() {
+		return false
+	}
+	s.held += h.usd
+	return true
+}
+
+// learn takes total as the fleet's total of window i, read at now.
+func (s *Spending) learn(i int64, total float64, now time.Time) {
+	if s.window == i {
+		s.shared, s.looked = total, now
+	}
+}
+
+// Settle spends usd at now, what an attempt cost, and gives back its hold
+// h (nil: none) in the same step, so that no other hold takes the
+// difference in between; a hold is settled once (again: only usd is
+// spent). A hold of a window already past is given back there; usd
+// counts in the current window. It reports whether the budget is spent
+// at now (spent and held), and until when.
+func (s *Spending) Settle(now time.Time, h *Hold, usd float64) (over bool, until time.Time) {
+	if s == nil {
+		return false, time.Time{}
+	}
+	usd = amount(usd)
+	s.mu.Lock()
+	i := s.roll(now)
+	delta := usd // what the store's total gains
+	if h != nil && !h.done {
+		h.done = true
+		switch {
+		case h.window != i:
+		case h.shared:
+			delta -= h.usd
+		default:
+			s.held = max(0, s.held-h.usd)
 		}
+	}
+	store := s.store
+	if store == nil {
+		s.spent += usd
+	}
+	s.mu.Unlock()
+	if store != nil && delta != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		total, err := store.AddSpend(ctx, s.storeKey(i), delta, s.limit.Period+time.Minute)
+		cancel()
+		s.mu.Lock()
+		if err != nil {
+			// Kept here; a shared hold stays in the store's total until
+			// its window ends.
+			s.spent += usd
+		} else {
+			s.learn(i, total, now)
+		}
+		s.mu.Unlock()
 	}
 	return s.Over(now)
 }
 
+// Add counts usd spent at now, with no hold (Settle's), and reports
+// whether the budget is spent, and until when.
+func (s *Spending) Add(now time.Time, usd float64) (over bool, until time.Time) {
+	return s.Settle(now, nil, usd)
+}
+
 // Over reports whether the budget is spent at now, and until when (the
-// window's end).
+// window's end): what was spent reaches it (in fleet mode: the fleet's
+// total, its holds included; this instance's own holds not in it do not
+// count, see Fits).
 func (s *Spending) Over(now time.Time) (bool, time.Time) {
 	if s == nil {
 		return false, time.Time{}
 	}
+	i := s.look(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shared+s.spent >= s.limit.USD, s.resetAt(i)
+}
+
+// Fits reports whether a hold of usd would fit at now (as Hold, without
+// holding it), and until when the window lasts.
+func (s *Spending) Fits(now time.Time, usd float64) (bool, time.Time) {
+	if s == nil {
+		return true, time.Time{}
+	}
+	i := s.look(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used() < s.limit.USD && amount(usd) <= s.room(), s.resetAt(i)
+}
+
+// look reads the fleet's total again when it was last read (or learned)
+// spendLookEvery ago or more, and returns the current window.
+func (s *Spending) look(now time.Time) int64 {
 	s.mu.Lock()
 	i := s.roll(now)
 	look := s.store != nil && now.Sub(s.looked) >= spendLookEvery
 	if look {
 		s.looked = now // one look at a time
 	}
+	store := s.store
 	s.mu.Unlock()
 	if look {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		total, err := s.store.Spend(ctx, s.storeKey(i))
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		total, err := store.Spend(ctx, s.storeKey(i))
 		cancel()
 		if err == nil {
 			s.mu.Lock()
-			if s.window == i {
-				s.spent = max(s.spent, total)
-			}
+			s.learn(i, total, now)
 			s.mu.Unlock()
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.spent >= s.limit.USD, s.resetAt(i)
+	return i
 }
 
 // SpendingReport is a budget and what was spent of it, for display.
@@ -158,9 +311,13 @@ type SpendingReport struct {
 	BudgetUSD     float64 `json:"budget_usd"`
 	PeriodSeconds float64 `json:"period_seconds"`
 	// SpentUSD is what was spent in the current window, which ends at
-	// ResetsAt.
+	// ResetsAt; in fleet mode with the holds of attempts under way across
+	// the fleet (the store keeps one total).
 	SpentUSD float64   `json:"spent_usd"`
 	ResetsAt time.Time `json:"resets_at"`
+	// HeldUSD is what attempts under way here hold of it (their
+	// worst-case cost) and is not in SpentUSD.
+	HeldUSD float64 `json:"held_usd"`
 }
 
 // Report returns the budget and its spending at now (nil without one).
@@ -171,7 +328,8 @@ func (s *Spending) Report(now time.Time) *SpendingReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.roll(now)
-	return &SpendingReport{BudgetUSD: s.limit.USD, PeriodSeconds: s.limit.Period.Seconds(), SpentUSD: s.spent, ResetsAt: s.resetAt(i)}
+	return &SpendingReport{BudgetUSD: s.limit.USD, PeriodSeconds: s.limit.Period.Seconds(),
+		SpentUSD: s.shared + s.spent, HeldUSD: s.held, ResetsAt: s.resetAt(i)}
 }
 
 // BudgetSpent says whether the deployment's budget is spent at now: until

@@ -469,6 +469,10 @@ func (f *bSpendStore) AddSpend(_ context.Context, _ string, usd float64, ttl tim
 	return f.total, nil
 }
 
+func (f *bSpendStore) HoldSpend(context.Context, string, float64, float64, time.Duration) (bool, float64, error) {
+	return false, 0, context.Canceled // not used
+}
+
 func (f *bSpendStore) Spend(context.Context, string) (float64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

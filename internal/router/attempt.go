@@ -60,15 +60,18 @@ type outcome struct {
 	url    string           // the URL requested, for the logs: scheme, host and path (no query: it may hold a key)
 	took   time.Duration    // until the answer was read, or a stream's first content
 	span   trace.Span       // the attempt's trace span; nil when the request is not traced
+	holds  holds            // what it holds of its budgets until its answer is spent
 	// prefixes are the request's cache prefixes (capacity.Need.Prefixes),
 	// for what its answer reports of the prompt cache.
 	prefixes []uint64
 }
 
-// release ends the attempt's claim on its deployment and wakes the head
+// release ends the attempt's claim on its deployment and its holds on
+// budgets (what its answer spent was settled before), and wakes the head
 // of its group's queue: capacity may be back.
-func (o *outcome) release() {
+func (o *outcome) release(now time.Time) {
 	o.d.State.ReleaseAttempt(o.claim)
+	o.holds.release(now, o.d, o.group)
 	if o.queue != nil {
 		o.queue.kickHead()
 	}
@@ -245,7 +248,7 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 func (a *attempt) firstContent(resp *http.Response, req *Request) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
-	s := &Stream{r: a.r, format: a.out.format, leg: leg{d: a.d, claim: a.out.claim, queue: a.out.queue, body: resp.Body,
+	s := &Stream{r: a.r, format: a.out.format, leg: leg{d: a.d, claim: a.out.claim, holds: a.out.holds, queue: a.out.queue, body: resp.Body,
 		in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel, group: a.out.group, prefixes: a.out.prefixes,
 		usage: provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage)}}
 	if s.in == nil {

@@ -661,8 +661,9 @@ func TestBreakerSilentResumeIsBounded(t *testing.T) {
 	t.Fatal("Relay still waiting after 100 s of fake time")
 }
 
-// A resume whose group's budget is spent (the cut attempt's estimate
-// spent it) finds no deployment: the in-band error, no attempt.
+// A resume whose group's budget is spent (the cut attempt held its worst
+// case, 40 prompt and 10 output tokens, and its estimate spent more) finds
+// no deployment: the in-band error, no attempt.
 func TestBreakerResumeWhenTheGroupBudgetIsSpent(t *testing.T) {
 	clock := newFakeClock()
 	a := replies(cut(textChunk("a", strings.Repeat("word ", 200))))
@@ -670,10 +671,12 @@ func TestBreakerResumeWhenTheGroupBudgetIsSpent(t *testing.T) {
 	da, db := deployment("a", a), deployment("b", b)
 	da.Quality, da.CostInput, da.CostOutput = 1, 1e6, 1e6 // $1 a token
 	db.Provider.(*adapters.OpenAI).Continuation = provider.PrefixFlag
-	g := &Group{Name: "fast", Deployments: []*Deployment{da, db}, Spending: capacity.NewSpending(capacity.SpendLimit{USD: 10, Period: time.Hour}, nil, "fast")}
+	g := &Group{Name: "fast", Deployments: []*Deployment{da, db}, Spending: capacity.NewSpending(capacity.SpendLimit{USD: 60, Period: time.Hour}, nil, "fast")}
 	r := newRouter(clock)
 	r.Resume = ResumeAny
-	endsInBand(t, "the group's budget spent", r.ServeGroup(context.Background(), g, streamReq(helloReq)), b)
+	req := streamReq(helloReq)
+	req.OutputTokens = 10
+	endsInBand(t, "the group's budget spent", r.ServeGroup(context.Background(), g, req), b)
 	inFlightZero(t, clock, da, db)
 }
 

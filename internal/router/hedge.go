@@ -128,12 +128,18 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 		w.per[j].excluded, w.unplanned = true, a.out
 		return nil, -1
 	}
+	held, refused := r.hold(d, g, req, now)
+	if refused != nil {
+		a.finish()
+		return nil, -1 // no hedge its budgets cannot hold
+	}
 	claim, ok := d.State.AcquireFor(now, need)
 	if !ok {
+		held.release(now, d, g)
 		a.finish()
 		return nil, -1
 	}
-	a.out.claim, a.out.queue, a.out.group = claim, &g.queue, g
+	a.out.claim, a.out.queue, a.out.group, a.out.holds = claim, &g.queue, g, held
 	a.out.span = startSpan(ctx, d, req, a.plan, res.Attempts+1, provider.OK, r.Clock.Now().Sub(res.lastEnd))
 	res.Attempts++
 	w.per[j].tried = true
@@ -161,7 +167,7 @@ func (r *Router) drop(e exchanged, stream bool) {
 		out.d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 		if out.obs.Class == provider.OK && out.stream == nil {
 			if u, ok := provider.UsageOf(out.format, out.body); ok {
-				r.spend(r.Clock.Now(), out.d, out.group, u)
+				r.spend(r.Clock.Now(), out.d, out.group, u, out.holds)
 			}
 		}
 	}
@@ -171,5 +177,5 @@ func (r *Router) drop(e exchanged, stream bool) {
 		return
 	}
 	endSpan(out.span, provider.OK, "", provider.Usage{}, false, nil, "")
-	out.release()
+	out.release(r.Clock.Now())
 }

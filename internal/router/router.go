@@ -405,8 +405,9 @@ type attemptState struct {
 // deployment, and where it stands.
 type walk struct {
 	per        []attemptState
-	last       *outcome // the last failed attempt
-	unplanned  *outcome // the last deployment that could not express the request
+	last       *outcome       // the last failed attempt
+	unplanned  *outcome       // the last deployment that could not express the request
+	budget     *budgetRefusal // the last deployment whose budget could not hold the request
 	failures   int
 	limited    int      // failures that were rate limits or spent quotas
 	minContext int64    // after a context_length failure: only larger windows; -1 none
@@ -555,17 +556,15 @@ func fallsBack(res *Result) bool {
 // serve is ServeGroup's loop: it returns res once answered or failed.
 func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk, deadline time.Time) *Result {
 	group := g.Deployments
-	if over, until := g.Spending.Over(r.Clock.Now()); over {
-		msg := "model group " + g.Name + ": " + capacity.BudgetMessage(g.Spending.Limit(), until)
-		r.debug("the group's budget is spent", zap.String("group", g.Name), zap.Time("renews", until))
-		return res.fail(&Error{Status: http.StatusTooManyRequests, Class: provider.QuotaExhausted, Message: msg,
-			RetryAfter: max(until.Sub(r.Clock.Now()), time.Second)}, w)
+	need := capacity.Need{Tokens: req.Tokens, Output: req.OutputTokens, Prefixes: req.CachePrefixes(),
+		Reserve: r.Reserve.share(req.Priority)}
+	if err := r.groupBudget(g, req, need, r.Clock.Now(), deadline); err != nil {
+		r.debug("the group's budget cannot hold the request", zap.String("group", g.Name), zap.String("why", err.Message))
+		return res.fail(err, w)
 	}
 	for _, d := range group {
 		r.checkBudget(d, r.Clock.Now())
 	}
-	need := capacity.Need{Tokens: req.Tokens, Output: req.OutputTokens, Prefixes: req.CachePrefixes(),
-		Reserve: r.Reserve.share(req.Priority)}
 	var me *waiter // while the request waits in g's queue
 	defer func() {
 		if me != nil {
@@ -618,16 +617,10 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 				return res.fail(coolingError(cands, earliest(cands), now), w)
 			}
 			if me == nil {
-				me = &waiter{priority: req.Priority, tokens: req.Tokens,
-					reserve: need.Reserve, since: now, deadline: deadline}
-				// This instance's queue unless it is full (the fleet's
-				// queue at its first look: wait).
-				if limit := g.maxQueued(r.Deadline); !g.queue.join(me, limit) {
-					me = nil
-					r.debug("the group's queue is full", zap.String("group", g.Name), zap.Int("max_queued", limit))
+				var limit int
+				if me, limit = r.joinQueue(g, req, need, now, deadline); me == nil {
 					return res.fail(queueFullError(g, cands, limit, now), w)
 				}
-				r.observeQueue(g)
 				// Its tiers and its turn again, from its place: others
 				// may have joined the queue since it chose them.
 				continue
@@ -677,6 +670,21 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			w.per[i].excluded, w.unplanned = true, a.out
 			continue
 		}
+		// Its worst case held of its budgets before it is sent.
+		held, refused := r.hold(d, g, req, now)
+		if refused != nil {
+			a.finish()
+			if !refused.group {
+				// Its deployment's budget cannot take it: another may.
+				w.per[i].excluded, w.budget = true, refused
+				continue
+			}
+			if err := r.waitBudget(ctx, g, &me, req, need, refused, now, deadline); err != nil {
+				return res.fail(err, w)
+			}
+			continue
+		}
+		a.out.holds = held
 		// Claimed only for an attempt that goes out: a request the
 		// provider cannot express spends none of its windows.
 		if me != nil {
@@ -690,6 +698,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			if me != nil {
 				me.taking.Store(false) // back in its place (in the fleet's at its next look)
 			}
+			held.release(now, d, g)
 			a.finish()
 			continue // a half-open circuit's probe was taken meanwhile, or the fleet's budget
 		}
@@ -722,6 +731,19 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 		}
 	}
+}
+
+// joinQueue puts req in this instance's queue of g unless it is full
+// (the fleet's queue at its first look: wait) and returns its place; nil
+// and the queue's bound (max_queued) when it is full.
+func (r *Router) joinQueue(g *Group, req *Request, need capacity.Need, now, deadline time.Time) (*waiter, int) {
+	me := &waiter{priority: req.Priority, tokens: req.Tokens, reserve: need.Reserve, since: now, deadline: deadline}
+	if limit := g.maxQueued(r.Deadline); !g.queue.join(me, limit) {
+		r.debug("the group's queue is full", zap.String("group", g.Name), zap.Int("max_queued", limit))
+		return nil, limit
+	}
+	r.observeQueue(g)
+	return me, 0
 }
 
 // probe returns the first candidate whose half-open circuit waits for its
@@ -777,7 +799,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 			d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 		}
 		if out.stream == nil {
-			out.release() // the attempt ended unobserved
+			out.release(r.Clock.Now()) // the attempt ended unobserved
 		}
 		endSpan(out.span, provider.Transport, map[ending]string{clientGone: "the client went away", pastDeadline: "the request's deadline passed"}[out.end],
 			provider.Usage{}, false, nil, "")
@@ -798,7 +820,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		out.queue.kickAllBut(nil) // forecasts that could not tell may now
 	}
 	if out.stream == nil {
-		out.release() // a stream releases when it ends
+		defer out.release(r.Clock.Now()) // after its answer is spent; a stream releases when it ends
 	}
 	switch class {
 	case provider.OK:
@@ -806,7 +828,7 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		res.Status, res.Body, res.Stream = out.status, out.body, out.stream
 		if out.stream == nil {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
-				r.spend(r.Clock.Now(), d, out.group, res.Usage)
+				r.spend(r.Clock.Now(), d, out.group, res.Usage, out.holds)
 				d.State.RecordCache(r.Clock.Now(), out.prefixes, res.Usage)
 			}
 			if out.span != nil { // the answer read again only for a trace
@@ -984,6 +1006,8 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 	case w.last != nil && w.last.obs.Class == provider.ContextLength && !r.largerWindowLeft(w, group, req):
 		res.passOn(w.last) // the provider's 400, as it is: no deployment could take the prompt
 		return res.fail(nil, w)
+	case w.last == nil && w.budget != nil:
+		return res.fail(w.budget.error(now), w)
 	case w.last == nil && w.unplanned != nil:
 		return res.fail(&Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: w.unplanned.obs.Message}, w)
 	case w.last == nil || w.last.obs.Class == provider.TooLarge:
@@ -1301,18 +1325,19 @@ func (d *Deployment) Cost(u provider.Usage) float64 {
 }
 
 // spend records what an answer of d, for group g, used: in d's usage and,
-// at its cost, against d's budget and g's; a deployment whose budget it
-// spends is out until that renews.
-func (r *Router) spend(now time.Time, d *Deployment, g *Group, u provider.Usage) {
+// at its cost, against d's budget and g's, settling what the attempt held
+// of them (h); a deployment whose budget it spends is out until that
+// renews.
+func (r *Router) spend(now time.Time, d *Deployment, g *Group, u provider.Usage, h holds) {
 	cost := d.Cost(u)
 	d.State.RecordUsage(now, u, cost)
 	if d.Spending != nil {
-		d.Spending.Add(now, cost)
+		d.Spending.Settle(now, h.d, cost)
 		r.checkBudget(d, now)
 	}
 	if g != nil && g.Spending != nil {
 		was, _ := g.Spending.Over(now)
-		if over, until := g.Spending.Add(now, cost); over && !was {
+		if over, until := g.Spending.Settle(now, h.g, cost); over && !was {
 			r.Logger.Warn("model group budget spent: its requests are answered 429 until it renews",
 				zap.String("group", g.Name), zap.String("budget", capacity.BudgetMessage(g.Spending.Limit(), until)))
 		}

@@ -77,6 +77,7 @@ func (s *Stream) Deployment() *Deployment { return s.d }
 type leg struct {
 	d      *Deployment
 	claim  capacity.Attempt
+	holds  holds // what the attempt holds of its budgets until it is spent
 	queue  *queue
 	body   io.ReadCloser
 	in     provider.Stream
@@ -153,10 +154,11 @@ func (s *Stream) closeLeg(spent *provider.Usage) {
 	s.closed = true
 	u, ok := s.usage.Usage()
 	if spent != nil {
-		s.r.spend(s.r.Clock.Now(), s.d, s.group, *spent)
+		s.r.spend(s.r.Clock.Now(), s.d, s.group, *spent, s.holds)
 	} else if ok {
-		s.r.spend(s.r.Clock.Now(), s.d, s.group, u)
+		s.r.spend(s.r.Clock.Now(), s.d, s.group, u, s.holds)
 	}
+	s.holds.release(s.r.Clock.Now(), s.d, s.group) // what it did not spend
 	if ok {
 		s.d.State.RecordCache(s.r.Clock.Now(), s.prefixes, u)
 	}

@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"math"
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -99,4 +100,29 @@ func (s *State) windowTokens(now time.Time, n Need) int64 {
 		}
 	}
 	return n.Tokens
+}
+
+// learnCharged folds an attempt's charge to the token window (counted of
+// its estimate of tokens) into State.charged.
+func (s *State) learnCharged(counted, tokens int64) {
+	if tokens <= 0 {
+		return
+	}
+	c := min(max(float64(counted)/float64(tokens), minRatio), 1)
+	if s.charged == 0 {
+		s.charged = c
+	} else {
+		s.charged += ratioWeight * (c - s.charged)
+	}
+}
+
+// perEstimate turns n units of the token window (a forecast, or Unknown)
+// into units of the router's estimate, at what the window was charged
+// per unit lately (State.charged): a window that counts a fifth of the
+// estimates of cached requests lets five times as many start.
+func (s *State) perEstimate(n int64) int64 {
+	if n < 0 || s.charged <= 0 || s.charged >= 1 {
+		return n
+	}
+	return int64(min(float64(n)/s.charged, math.MaxInt64/4))
 }

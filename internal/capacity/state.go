@@ -57,6 +57,11 @@ type State struct {
 	// as its answers reported it (cache.go).
 	counts provider.Counts
 	cache  map[uint64]cachedPrefix
+	// charged is what the token window was charged of the attempts sent
+	// lately per unit of their estimate (windowTokens / Need.Tokens, an
+	// EWMA; 0 until one is sent): Forecast's tokens are in the estimate's
+	// units, as the queue counts its waiting requests.
+	charged float64
 
 	openUntil           time.Time
 	openReason          provider.Class
@@ -524,7 +529,7 @@ func (s *State) forecast(now, until time.Time, reserve float64, whole bool) (req
 	}
 	rpm, tpm := s.declared.forecast(now, until, reserve)
 	requests = least(s.requests.forecast(now, until, reserve, whole), rpm)
-	tokens = least(s.tokens.forecastUnits(now, until, reserve, whole), tpm)
+	tokens = least(s.perEstimate(s.tokens.forecastUnits(now, until, reserve, whole)), tpm)
 	return requests, tokens
 }
 
@@ -668,6 +673,7 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	// one's round trip to the store.
 	var spent Budget                  // what the fleet's budget holds after this attempt
 	counted := s.windowTokens(now, n) // what the stated token window counts of it
+	s.learnCharged(counted, n.Tokens)
 	if f := s.fleet.f; f != nil {
 		b := s.budgetLocked(now, counted)
 		if probe || s.declared.active() || b.shared() {

@@ -118,6 +118,36 @@ func cachedMessages(i int) *Request {
 		PromptTokens: prompt, OutputTokens: 100, Tokens: prompt + 100}
 }
 
+// cachedBurst sends 12 cachedMessages at once on a cachingAnthropic
+// account of the given input-tokens limit, after two warm-ups 5 s apart
+// (the first wrote the cache; their statements show the bucket refills)
+// and a minute that refilled the bucket, each with the deadline;
+// it returns their outcomes (times from the burst's start), the uncached
+// tokens of each and the account.
+func cachedBurst(t *testing.T, limit float64, deadline time.Duration) ([]served, int64, *cachingAnthropic) {
+	t.Helper()
+	c := newManualClock()
+	p := &cachingAnthropic{c: c, limit: limit, cached: map[string]bool{}, latency: 100 * time.Millisecond}
+	r, g := manualGroup(c, p, deadline)
+	g.Deployments[0].Provider = &adapters.Anthropic{Endpoint: provider.Endpoint{BaseURL: "http://a.invalid/v1", APIKey: "sk-ant-a"}}
+	for range 2 { // two statements 5 s apart show the bucket refills
+		simulate(t, c, 1, func(int) {
+			if res := r.ServeGroup(context.Background(), g, cachedMessages(-1)); res.Err != nil {
+				t.Errorf("warm-up: %v", res.Err)
+			}
+		})
+		c.advanceTo(c.Now().Add(5 * time.Second))
+	}
+	c.advanceTo(c.Now().Add(61 * time.Second)) // the bucket is full again
+	p.served = 0
+	start := c.Now()
+	out := make([]served, 12)
+	simulate(t, c, len(out), func(i int) {
+		out[i] = outcomeOf(r.ServeGroup(context.Background(), g, cachedMessages(i)), c.Now().Sub(start))
+	})
+	return out, int64(len(cachedMessages(0).Body)/4) - 8000, p
+}
+
 // The figures (kind 2): 12 requests of about 10,100 prompt tokens,
 // 8,000 of them read from the prompt cache, on an Anthropic input-tokens
 // window of 34,000 a minute: 12 x 2,100 uncached fit, so all 12 are served
@@ -129,24 +159,8 @@ func cachedMessages(i int) *Request {
 func TestInputWindowIsChargedUncachedInput(t *testing.T) {
 	for _, limit := range []float64{34000, 20000} {
 		t.Run(strconv.Itoa(int(limit)), func(t *testing.T) {
-			c := newManualClock()
-			p := &cachingAnthropic{c: c, limit: limit, cached: map[string]bool{}, latency: 100 * time.Millisecond}
-			r, g := manualGroup(c, p, 2*time.Second)
-			g.Deployments[0].Provider = &adapters.Anthropic{Endpoint: provider.Endpoint{BaseURL: "http://a.invalid/v1", APIKey: "sk-ant-a"}}
-			simulate(t, c, 1, func(int) {
-				if res := r.ServeGroup(context.Background(), g, cachedMessages(-1)); res.Err != nil {
-					t.Errorf("warm-up: %v", res.Err)
-				}
-			})
-			c.advanceTo(c.Now().Add(61 * time.Second)) // the bucket is full again
-			p.served = 0
-			uncached := int64(len(cachedMessages(0).Body)/4) - 8000
+			out, uncached, p := cachedBurst(t, limit, 2*time.Second)
 			fits := min(12, int(int64(limit)/uncached))
-			start := c.Now()
-			out := make([]served, 12)
-			simulate(t, c, len(out), func(i int) {
-				out[i] = outcomeOf(r.ServeGroup(context.Background(), g, cachedMessages(i)), c.Now().Sub(start))
-			})
 			ok := 0
 			for i, o := range out {
 				switch {
@@ -162,5 +176,32 @@ func TestInputWindowIsChargedUncachedInput(t *testing.T) {
 					fits, uncached, ok, p.got429)
 			}
 		})
+	}
+}
+
+// Those that wait are forecast as the window counts them too: on 20,000
+// input tokens a minute (333 a second), with a deadline of 12 s, 9 go at
+// once, the 10th when the bucket has refilled for it (3.4 s), the 11th
+// 6.3 s later; only the 12th (16 s) is told at once that it cannot be
+// served before its deadline (the queue counted each waiting request's
+// whole prompt, and told all 3 at once).
+func TestWaitingCachedRequestsAreForecastAsCharged(t *testing.T) {
+	out, _, p := cachedBurst(t, 20000, 12*time.Second)
+	ok, later, atOnce := 0, 0, 0
+	for i, o := range out {
+		switch {
+		case o.status == 200 && o.at > time.Second:
+			later++
+			fallthrough
+		case o.status == 200:
+			ok++
+		case o.status == 429 && o.at <= 50*time.Millisecond:
+			atOnce++
+		default:
+			t.Errorf("request %d: unexpected %+v", i, o)
+		}
+	}
+	if ok != 11 || later != 2 || atOnce != 1 || p.got429 != 0 {
+		t.Errorf("expected 11 served (2 after a wait), 1 told at once and no upstream 429, got %d (%d), %d and %d", ok, later, atOnce, p.got429)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/estimate"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -203,5 +204,41 @@ func TestWaitingCachedRequestsAreForecastAsCharged(t *testing.T) {
 	}
 	if ok != 11 || later != 2 || atOnce != 1 || p.got429 != 0 {
 		t.Errorf("expected 11 served (2 after a wait), 1 told at once and no upstream 429, got %d (%d), %d and %d", ok, later, atOnce, p.got429)
+	}
+}
+
+// A streamed answer teaches the prediction as a whole one does: its
+// message_start's cache writes are what the next request of the prefix
+// reads, so that with 5,000 input tokens left of the window a request of
+// 10,100 prompt tokens, 8,000 of them cached, may go.
+func TestAStreamsCacheUsageIsRemembered(t *testing.T) {
+	start := brkEv("message_start", `{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"claude-up","content":[],`+
+		`"stop_reason":null,"usage":{"input_tokens":2113,"cache_creation_input_tokens":8000,"cache_read_input_tokens":0,"output_tokens":1}}}`)
+	stream := sse(start, brkBlockStart(0, "text"), brkDelta(0, "Noted."), brkEv("content_block_stop", `{"type":"content_block_stop","index":0}`),
+		brkEv("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}`),
+		brkEv("message_stop", `{"type":"message_stop"}`))
+	windowed := func(req *http.Request) (*http.Response, error) {
+		resp, err := stream(req)
+		resp.Header.Set("anthropic-ratelimit-input-tokens-limit", "20000")
+		resp.Header.Set("anthropic-ratelimit-input-tokens-remaining", "5000")
+		resp.Header.Set("anthropic-ratelimit-input-tokens-reset", "2025-08-21T12:40:45Z")
+		return resp, err
+	}
+	clock := newFakeClock()
+	d := deployment("a", scriptOf(windowed))
+	d.Provider = &adapters.Anthropic{Endpoint: provider.Endpoint{BaseURL: "http://a.invalid/v1", APIKey: "sk-ant-a"}}
+	req := cachedMessages(0)
+	req.Stream = true
+	res := newRouter(clock).Serve(context.Background(), []*Deployment{d}, req)
+	if res.Stream == nil {
+		t.Fatalf("expected a stream, got %d %v", res.Status, res.Err)
+	}
+	if _, err := relay(t, res.Stream); err != nil {
+		t.Fatal(err)
+	}
+	next := cachedMessages(1)
+	need := capacity.Need{Tokens: next.Tokens, Output: next.OutputTokens, Prefixes: next.CachePrefixes()}
+	if at, why := d.State.AvailableFor(clock.Now(), need); at.After(clock.Now()) {
+		t.Errorf("expected the next request of the prefix to fit the 5,000 left, it waits %v (%s)", at.Sub(clock.Now()), why)
 	}
 }

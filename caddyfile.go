@@ -63,6 +63,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	            cost_input      <USD per 1M tokens>
 //	            cost_output     <USD per 1M tokens>
 //	            cost_cached_input <USD per 1M tokens>
+//	            cost_cache_write    <USD per 1M tokens>
+//	            cost_cache_write_1h <USD per 1M tokens>
 //	            quality         <0..1>
 //	            context_window  <tokens>
 //	            weight          <n>
@@ -432,6 +434,16 @@ func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
 				dep.CostOutput = f
 			case "quality":
 				dep.Quality = f
+			}
+		case "cost_cache_write", "cost_cache_write_1h": // prompt-cache write prices (prices.go)
+			f, err := parseFloat(d)
+			if err != nil {
+				return nil, err
+			}
+			if key == "cost_cache_write" {
+				dep.CostCacheWrite = &f
+			} else {
+				dep.CostCacheWrite1h = &f
 			}
 		case "context_window":
 			n, err := parseInt(d)

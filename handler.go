@@ -117,7 +117,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // account tells what the answer used and cost, once it was written (a
 // stream's usage is known at its end): the placeholders
 // {http.llm_router.input_tokens}, output_tokens, cached_input_tokens,
-// cache_write_tokens, reasoning_tokens and cost_usd, the same fields in
+// cache_write_tokens (cache_write_1h_tokens of them to the one-hour
+// cache), reasoning_tokens and cost_usd, the same fields in
 // the access log (llm_input_tokens, ...), and the tokens and cost
 // metrics. Nothing is told of an answer whose provider stated no usage.
 func (h *Handler) account(r *http.Request, model string, res *router.Result) {
@@ -148,7 +149,7 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 		name string
 		n    int64
 	}{{"input_tokens", u.InputTokens}, {"output_tokens", u.OutputTokens}, {"cached_input_tokens", u.CachedInputTokens},
-		{"cache_write_tokens", u.CacheWriteTokens}, {"reasoning_tokens", u.ReasoningTokens}}
+		{"cache_write_tokens", u.CacheWriteTokens}, {"cache_write_1h_tokens", u.CacheWrite1hTokens}, {"reasoning_tokens", u.ReasoningTokens}}
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
 	for _, f := range fields {

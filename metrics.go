@@ -138,7 +138,7 @@ func (m *metrics) usage(group, deployment string, u provider.Usage, cost float64
 		kind string
 		n    int64
 	}{{"input", u.InputTokens}, {"output", u.OutputTokens}, {"cached_input", u.CachedInputTokens},
-		{"cache_write", u.CacheWriteTokens}, {"reasoning", u.ReasoningTokens}} {
+		{"cache_write", u.CacheWriteTokens}, {"cache_write_1h", u.CacheWrite1hTokens}, {"reasoning", u.ReasoningTokens}} {
 		if k.n > 0 {
 			m.tokens.WithLabelValues(group, deployment, k.kind).Add(float64(k.n))
 		}

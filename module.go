@@ -281,8 +281,17 @@ type Deployment struct {
 	// CostOutput is the price of output tokens, USD per 1M tokens. Default: 0 (unknown).
 	CostOutput float64 `json:"cost_output,omitempty"`
 	// CostCachedInput is the price of input tokens read from the
-	// provider's prompt cache, USD per 1M tokens. Default: CostInput.
+	// provider's prompt cache, USD per 1M tokens. Default: per provider
+	// type and model (see prices.go): 0.1x CostInput for Claude
+	// (anthropic, and Claude on bedrock and vertex) and Gemini models,
+	// CostInput otherwise.
 	CostCachedInput *float64 `json:"cost_cached_input,omitempty"`
+	// CostCacheWrite and CostCacheWrite1h are the prices of input tokens
+	// written to the provider's prompt cache, for its 5-minute and its
+	// one-hour lifetime, USD per 1M tokens. Default: 1.25x and 2x
+	// CostInput for Claude models, CostInput otherwise (see prices.go).
+	CostCacheWrite   *float64 `json:"cost_cache_write,omitempty"`
+	CostCacheWrite1h *float64 `json:"cost_cache_write_1h,omitempty"`
 	// Budget is the deployment's spending limit (Budget): once spent, it is
 	// skipped as a spent quota until it renews. Default: none.
 	Budget *Budget `json:"budget,omitempty"`
@@ -477,7 +486,6 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		IdleTimeout:   durationOr(cfg.IdleTimeout, router.DefaultIdleTimeout),
 		CostInput:     dc.CostInput,
 		CostOutput:    dc.CostOutput,
-		CostCached:    costCached(dc),
 		Quality:       dc.Quality,
 		ContextWindow: dc.ContextWindow,
 		ExactTokens:   estimate.O200k(dc.Model),
@@ -486,6 +494,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		State:         st.(*capacity.State),
 		Secrets:       cfg.secrets(),
 	}
+	setPrices(d, h.types[dc.Provider], dc)
 	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redactURL(cfg.endpoint.BaseURL), identity: key}
 	return d, nil
 }
@@ -661,6 +670,8 @@ func (d *Deployment) validate() error {
 		return fmt.Errorf("quality must be within 0..1, got %v", d.Quality)
 	case d.CostCachedInput != nil && (!finite(*d.CostCachedInput) || *d.CostCachedInput < 0 || *d.CostCachedInput > maxPrice):
 		return fmt.Errorf("cost_cached_input must be from 0 to %g USD per 1M tokens", float64(maxPrice))
+	case d.cachePricesError() != nil:
+		return d.cachePricesError()
 	case d.CostInput > maxPrice || d.CostOutput > maxPrice:
 		return fmt.Errorf("cost_input and cost_output must be at most %g USD per 1M tokens", float64(maxPrice))
 	case d.Budget.validate() != nil:
@@ -729,15 +740,6 @@ var (
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
-
-// costCached is a deployment's price of cached input tokens: its
-// cost_cached_input, else its cost_input.
-func costCached(dc *Deployment) float64 {
-	if dc.CostCachedInput != nil {
-		return *dc.CostCachedInput
-	}
-	return dc.CostInput
-}
 
 // maxPrice bounds a price, USD per 1M tokens: a typo of many zeros must not
 // make an answer's cost infinite.

@@ -14,11 +14,20 @@ type Usage struct {
 	InputTokens int64 `json:"input_tokens"`
 	// CachedInputTokens are the input tokens read from the provider's
 	// prompt cache (OpenAI's cached_tokens, Anthropic's
-	// cache_read_input_tokens); CacheWriteTokens those written to it
-	// (Anthropic's cache_creation_input_tokens). Both are part of
+	// cache_read_input_tokens, Bedrock's cacheReadInputTokens, Gemini's
+	// cachedContentTokenCount); CacheWriteTokens those written to it
+	// (Anthropic's cache_creation_input_tokens, Bedrock's
+	// cacheWriteInputTokens, a Chat usage's
+	// prompt_tokens_details.cache_write_tokens). Both are part of
 	// InputTokens.
 	CachedInputTokens int64 `json:"cached_input_tokens"`
 	CacheWriteTokens  int64 `json:"cache_write_tokens"`
+	// CacheWrite1hTokens are the part of CacheWriteTokens written to the
+	// one-hour cache, where the provider says (Anthropic's
+	// cache_creation.ephemeral_1h_input_tokens, Bedrock's cacheDetails
+	// entry of ttl "1h"); the rest were written to the 5-minute cache,
+	// Anthropic's default.
+	CacheWrite1hTokens int64 `json:"cache_write_1h_tokens"`
 	// OutputTokens counts every output token, reasoning included;
 	// ReasoningTokens those the model reasoned with (OpenAI's
 	// reasoning_tokens), where the provider says.
@@ -38,7 +47,8 @@ type wireUsage struct {
 	PromptTokens        *int64 `json:"prompt_tokens"`
 	CompletionTokens    int64  `json:"completion_tokens"`
 	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
+		CachedTokens     int64 `json:"cached_tokens"`
+		CacheWriteTokens int64 `json:"cache_write_tokens"` // OpenRouter's name, and the router's translations'
 	} `json:"prompt_tokens_details"`
 	CompletionTokensDetails *struct {
 		ReasoningTokens int64 `json:"reasoning_tokens"`
@@ -48,7 +58,13 @@ type wireUsage struct {
 	OutputTokens             *int64 `json:"output_tokens"`
 	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
 	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
-	InputTokensDetails       *struct {
+	// CacheCreation splits the cache writes by lifetime (Messages; a
+	// translated Chat usage keeps it under the same name).
+	CacheCreation *struct {
+		Ephemeral5m int64 `json:"ephemeral_5m_input_tokens"`
+		Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
+	InputTokensDetails *struct {
 		CachedTokens int64 `json:"cached_tokens"`
 	} `json:"input_tokens_details"`
 	OutputTokensDetails *struct {
@@ -74,7 +90,19 @@ func nonNeg(p *int64) int64 {
 // empty reports whether the object states no count at all ("usage":{}).
 func (w *wireUsage) empty() bool {
 	return w.PromptTokens == nil && w.CompletionTokens == 0 && w.InputTokens == nil && w.OutputTokens == nil &&
-		w.CacheReadInputTokens == 0 && w.CacheCreationInputTokens == 0
+		w.CacheReadInputTokens == 0 && w.CacheCreationInputTokens == 0 && w.CacheCreation == nil
+}
+
+// writes returns the cache writes the object states: all of them (the
+// larger of the total and the sum of the lifetimes), and those of the
+// one-hour lifetime (at most all).
+func (w *wireUsage) writes(total int64) (all, oneHour int64) {
+	all = count(total)
+	if c := w.CacheCreation; c != nil {
+		oneHour = count(c.Ephemeral1h)
+		all = max(all, min(count(c.Ephemeral5m)+oneHour, MaxTokens))
+	}
+	return all, min(oneHour, all)
 }
 
 // into reads a usage object of format f into u: only what it states (a
@@ -83,9 +111,11 @@ func (w *wireUsage) empty() bool {
 func (w *wireUsage) into(f Format, u *Usage) {
 	switch f {
 	case Messages:
-		if w.InputTokens != nil || w.CacheReadInputTokens != 0 || w.CacheCreationInputTokens != 0 {
-			read, write := count(w.CacheReadInputTokens), count(w.CacheCreationInputTokens)
+		if w.InputTokens != nil || w.CacheReadInputTokens != 0 || w.CacheCreationInputTokens != 0 || w.CacheCreation != nil {
+			read := count(w.CacheReadInputTokens)
+			write, write1h := w.writes(w.CacheCreationInputTokens)
 			u.CachedInputTokens, u.CacheWriteTokens = max(u.CachedInputTokens, read), max(u.CacheWriteTokens, write)
+			u.CacheWrite1hTokens = max(u.CacheWrite1hTokens, write1h)
 			u.InputTokens = max(u.InputTokens, nonNeg(w.InputTokens)+u.CachedInputTokens+u.CacheWriteTokens)
 		}
 		if w.OutputTokens != nil {
@@ -101,9 +131,12 @@ func (w *wireUsage) into(f Format, u *Usage) {
 		}
 	default:
 		u.InputTokens, u.OutputTokens = nonNeg(w.PromptTokens), count(w.CompletionTokens)
+		var write int64
 		if w.PromptTokensDetails != nil {
 			u.CachedInputTokens = count(w.PromptTokensDetails.CachedTokens)
+			write = w.PromptTokensDetails.CacheWriteTokens
 		}
+		u.CacheWriteTokens, u.CacheWrite1hTokens = w.writes(write)
 		if w.CompletionTokensDetails != nil {
 			u.ReasoningTokens = count(w.CompletionTokensDetails.ReasoningTokens)
 		}

@@ -236,7 +236,7 @@ func TestAnthropicChatResponse(t *testing.T) {
 	   {"id":"toolu_01A","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"San Francisco, CA\"}"}},
 	   {"id":"toolu_01B","type":"function","function":{"name":"get_time","arguments":"{}"}}]},
 	  "logprobs":null,"finish_reason":"tool_calls"}],
-	  "usage":{"prompt_tokens":1120,"completion_tokens":50,"total_tokens":1170,"prompt_tokens_details":{"cached_tokens":1000}}}`
+	  "usage":{"prompt_tokens":1120,"completion_tokens":50,"total_tokens":1170,"prompt_tokens_details":{"cached_tokens":1000,"cache_write_tokens":100}}}`
 	if !jsontest.Same(t, got, want) {
 		t.Errorf("expected %s\ngot %s", jsontest.Compact(want), got)
 	}

@@ -271,6 +271,11 @@ type cvUsage struct {
 	TotalTokens           int64 `json:"totalTokens"`
 	CacheReadInputTokens  int64 `json:"cacheReadInputTokens"`
 	CacheWriteInputTokens int64 `json:"cacheWriteInputTokens"`
+	// CacheDetails splits the writes by lifetime (ttl "5m" or "1h").
+	CacheDetails []struct {
+		TTL         string `json:"ttl"`
+		InputTokens int64  `json:"inputTokens"`
+	} `json:"cacheDetails"`
 }
 
 // chatUsage is Converse usage as Chat Completions usage: prompt tokens
@@ -280,9 +285,18 @@ func (u *cvUsage) chatUsage() *chat.Usage {
 		return nil
 	}
 	in := u.InputTokens + u.CacheReadInputTokens + u.CacheWriteInputTokens
-	out := &chat.Usage{PromptTokens: in, CompletionTokens: u.OutputTokens, TotalTokens: in + u.OutputTokens}
-	if u.CacheReadInputTokens > 0 {
-		out.PromptTokensDetails = &chat.PromptDetails{CachedTokens: u.CacheReadInputTokens}
+	out := &chat.Usage{PromptTokens: in, CompletionTokens: u.OutputTokens, TotalTokens: in + u.OutputTokens,
+		PromptTokensDetails: chat.CacheDetails(u.CacheReadInputTokens, u.CacheWriteInputTokens)}
+	for _, d := range u.CacheDetails {
+		if out.CacheCreation == nil {
+			out.CacheCreation = &chat.CacheCreation{}
+		}
+		switch d.TTL {
+		case "1h":
+			out.CacheCreation.Ephemeral1h += max(d.InputTokens, 0)
+		case "5m":
+			out.CacheCreation.Ephemeral5m += max(d.InputTokens, 0)
+		}
 	}
 	return out
 }

@@ -16,10 +16,13 @@ import (
 // PromptCacheTTL is how long a prefix the deployment last reported is
 // predicted to stay in its provider's cache: Anthropic's default cache
 // lifetime, 5 minutes, refreshed by every read
-// (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
-// A one-hour cache outlives the prediction: its requests are charged their
-// whole prompt again, the safe side.
-const PromptCacheTTL = 5 * time.Minute
+// (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching);
+// PromptCacheTTL1h for a prefix an answer reported written to the
+// one-hour cache (provider.Usage.CacheWrite1hTokens), kept by later reads.
+const (
+	PromptCacheTTL   = 5 * time.Minute
+	PromptCacheTTL1h = time.Hour
+)
 
 // maxCachedPrefixes bounds the prefixes a State remembers; past it the
 // expired ones are forgotten, and all of them if none had expired.
@@ -30,6 +33,7 @@ const maxCachedPrefixes = 4096
 type cachedPrefix struct {
 	tokens int64
 	at     time.Time
+	ttl    time.Duration
 }
 
 // RecordCache notes what an answer at now, to a request of the given
@@ -52,14 +56,18 @@ func (s *State) RecordCache(now time.Time, prefixes []uint64, u provider.Usage) 
 	if s.cache == nil || len(s.cache) >= maxCachedPrefixes {
 		s.cache = forgetExpired(s.cache, now)
 	}
-	s.cache[key] = cachedPrefix{tokens: held, at: now}
+	ttl := PromptCacheTTL
+	if c, ok := s.cache[key]; u.CacheWrite1hTokens > 0 || ok && c.ttl == PromptCacheTTL1h && now.Sub(c.at) < c.ttl {
+		ttl = PromptCacheTTL1h
+	}
+	s.cache[key] = cachedPrefix{tokens: held, at: now, ttl: ttl}
 }
 
 // forgetExpired returns m without its expired prefixes, or a new map when
 // none had expired (or m is nil).
 func forgetExpired(m map[uint64]cachedPrefix, now time.Time) map[uint64]cachedPrefix {
 	for k, c := range m {
-		if now.Sub(c.at) >= PromptCacheTTL {
+		if now.Sub(c.at) >= c.ttl {
 			delete(m, k)
 		}
 	}
@@ -71,11 +79,11 @@ func forgetExpired(m map[uint64]cachedPrefix, now time.Time) map[uint64]cachedPr
 
 // cachedLocked predicts how many of n's prompt tokens the provider reads
 // from its cache at now: what the deployment last reported for the longest
-// of n's prefixes it remembers within PromptCacheTTL, at most the prompt
+// of n's prefixes it remembers within its TTL, at most the prompt
 // (n.Tokens less n.Output).
 func (s *State) cachedLocked(now time.Time, n Need) int64 {
 	for i := len(n.Prefixes) - 1; i >= 0; i-- {
-		if c, ok := s.cache[n.Prefixes[i]]; ok && now.Sub(c.at) < PromptCacheTTL {
+		if c, ok := s.cache[n.Prefixes[i]]; ok && now.Sub(c.at) < c.ttl {
 			return min(c.tokens, max(n.Tokens-n.Output, 0))
 		}
 	}

@@ -30,13 +30,18 @@ func TestATokenWindowIsChargedWhatItCounts(t *testing.T) {
 		{"uncached input, not reported", provider.CountsUncachedInput, false, 0, false},
 		{"uncached input, expired", provider.CountsUncachedInput, true, PromptCacheTTL, false},
 		{"uncached, cached", provider.CountsUncached, true, time.Minute, true},
+		{"uncached input, one-hour cache", provider.CountsUncachedInput, true, 30 * time.Minute, true},
 	} {
 		s := NewState()
 		ok := provider.NewObservation(provider.OK)
 		ok.Tokens = provider.Window{Limit: 30000, Remaining: 3000, Reset: time.Hour, Counts: c.counts}
 		s.Observe(t0, ok, DefaultPolicy)
 		if c.cached {
-			s.RecordCache(t0, []uint64{3, 42}, provider.Usage{InputTokens: 10100, CachedInputTokens: 2000, CacheWriteTokens: 6000})
+			u := provider.Usage{InputTokens: 10100, CachedInputTokens: 2000, CacheWriteTokens: 6000}
+			if c.at > PromptCacheTTL {
+				u.CacheWrite1hTokens = 6000
+			}
+			s.RecordCache(t0, []uint64{3, 42}, u)
 		}
 		now := t0.Add(c.at)
 		if at, _ := s.AvailableFor(now, need); !at.After(now) != c.fits {

@@ -35,6 +35,7 @@ func (s *Spend) plus(o Spend) {
 	sat(&s.InputTokens, o.InputTokens)
 	sat(&s.CachedInputTokens, o.CachedInputTokens)
 	sat(&s.CacheWriteTokens, o.CacheWriteTokens)
+	sat(&s.CacheWrite1hTokens, o.CacheWrite1hTokens)
 	sat(&s.OutputTokens, o.OutputTokens)
 	sat(&s.ReasoningTokens, o.ReasoningTokens)
 	if o.CostUSD > 0 && !math.IsInf(o.CostUSD, 0) {

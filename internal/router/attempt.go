@@ -250,7 +250,8 @@ func (a *attempt) firstContent(resp *http.Response, req *Request) *outcome {
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
 	s := &Stream{r: a.r, format: a.out.format, leg: leg{d: a.d, claim: a.out.claim, holds: a.out.holds, queue: a.out.queue, body: resp.Body,
 		in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel, group: a.out.group, prefixes: a.out.prefixes,
-		usage: provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage)}}
+		usage:        provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage),
+		promptTokens: req.PromptTokens, maxTokens: req.OutputTokens}}
 	if s.in == nil {
 		resp.Body.Close()
 		return a.fail(provider.Server, errors.New("the provider type reads no stream"))

@@ -81,7 +81,6 @@ var prefillRefusal = regexp.MustCompile(`(?i)\b(prefill|prefix)\w*\b[^.]*\bnot\s
 // prepareResume readies a stream that is req's answer to be resumed:
 // ctx is the client's request, attempts those made so far.
 func (s *Stream) prepareResume(ctx context.Context, req *Request, attempts int) {
-	s.prompt = req.PromptTokens // for a cut attempt's estimate, resumed or not
 	if s.r.Resume == ResumeOff || req.Choices > 1 {
 		return // several choices: never resumed
 	}
@@ -113,7 +112,7 @@ func (s *Stream) resume(se *StreamError) bool {
 	// The broken attempt: what it used, as stated, or estimated for what
 	// it relayed.
 	from := s.d
-	s.cutLeg(s.prompt, len(s.transcript.Text())-s.textAt)
+	s.cutLeg(false) // it broke: ended on its provider's side
 	var prior provider.Usage
 	for _, l := range s.done {
 		prior = addUsage(prior, l.Usage)

@@ -84,6 +84,10 @@ type Deployment struct {
 	// CostCached is the price of input tokens read from the prompt cache
 	// (USD per 1M tokens).
 	CostInput, CostOutput, CostCached float64
+	// CostCacheWrite and CostCacheWrite1h are the prices of input tokens
+	// written to the prompt cache, to its 5-minute and its one-hour
+	// lifetime (USD per 1M tokens).
+	CostCacheWrite, CostCacheWrite1h float64
 	// Quality is the operator's judgment, 0..1.
 	Quality float64
 	// ContextWindow is the largest prompt plus output, in tokens; 0 = unknown.
@@ -1316,12 +1320,20 @@ func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Re
 	return &Error{Status: http.StatusBadGateway, Class: provider.Server, Message: msg}
 }
 
-// Cost is what an answer that used u cost on d, in USD: its input tokens
-// at CostInput (those read from the prompt cache at CostCached), its
-// output tokens at CostOutput, all per 1M tokens.
+// Cost is what an answer that used u cost on d, in USD, as its provider
+// bills it: the input tokens read from the prompt cache at CostCached,
+// those written to it at CostCacheWrite (its one-hour lifetime at
+// CostCacheWrite1h), the rest of the input at CostInput, and the output
+// tokens at CostOutput, all per 1M tokens. The parts are bounded by the
+// whole: a provider's garbage never prices a token twice.
 func (d *Deployment) Cost(u provider.Usage) float64 {
-	cached := min(u.CachedInputTokens, u.InputTokens)
-	return (float64(u.InputTokens-cached)*d.CostInput + float64(cached)*d.CostCached + float64(u.OutputTokens)*d.CostOutput) / 1e6
+	input := max(u.InputTokens, 0)
+	cached := min(max(u.CachedInputTokens, 0), input)
+	written := min(max(u.CacheWriteTokens, 0), input-cached)
+	hour := min(max(u.CacheWrite1hTokens, 0), written)
+	return (float64(input-cached-written)*d.CostInput + float64(cached)*d.CostCached +
+		float64(written-hour)*d.CostCacheWrite + float64(hour)*d.CostCacheWrite1h +
+		float64(max(u.OutputTokens, 0))*d.CostOutput) / 1e6
 }
 
 // spend records what an answer of d, for group g, used: in d's usage and,

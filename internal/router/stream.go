@@ -57,10 +57,8 @@ type Stream struct {
 	// broke is how the stream ended when it broke and was not resumed.
 	broke *StreamError
 	// sent counts the bytes of event data relayed to the client
-	// (Router.MaxStreamBytes); prompt is the request's prompt tokens, for
-	// the estimate of an attempt cut before it stated its usage.
-	sent   int64
-	prompt int64
+	// (Router.MaxStreamBytes).
+	sent int64
 }
 
 // Broke returns how the stream ended when its provider failed and it was
@@ -88,6 +86,13 @@ type leg struct {
 	idleLeft time.Duration
 	// usage reads the usage of what is relayed, in the stream's format.
 	usage *provider.UsageCounter
+	// What the attempt is charged when its stream does not end whole
+	// (see charge): the request's prompt estimate and max_tokens (0:
+	// unset), the content events relayed, and whether the provider's
+	// stream reached its end.
+	promptTokens, maxTokens int64
+	contentEvents           int64
+	ended                   bool
 	// span is the attempt's trace span, ended with the stream (nil: not
 	// traced); failure says how the stream broke, if it did.
 	span    trace.Span
@@ -99,9 +104,9 @@ type leg struct {
 }
 
 // Leg is what one attempt of a stream used: the deployment, and its usage
-// as its provider stated it (Stated), or, for an attempt cut before it
-// stated any, the router's estimate of its prompt and of the text it
-// relayed.
+// as its provider stated it (Stated: it stated some), or, for an attempt
+// that did not end whole, what it is charged (Stream.charge): the
+// router's estimate where its provider stated less.
 type Leg struct {
 	Deployment *Deployment
 	Usage      provider.Usage
@@ -119,13 +124,50 @@ func (s *Stream) Usage() (u provider.Usage, ok bool) {
 }
 
 // Legs returns what each attempt of the stream used, in order: one for a
-// stream that was not resumed (none when its provider stated no usage).
+// stream that was not resumed (none when its provider stated no usage
+// and it ended whole).
 func (s *Stream) Legs() []Leg {
 	legs := s.done
-	if u, ok := s.usage.Usage(); ok {
-		legs = append(legs[:len(legs):len(legs)], Leg{Deployment: s.d, Usage: u, Stated: true})
+	if s.usage == nil {
+		return legs // the current attempt is counted in done
+	}
+	if u, ok := s.charge(s.failure == nil); ok {
+		_, stated := s.usage.Usage()
+		legs = append(legs[:len(legs):len(legs)], Leg{Deployment: s.d, Usage: u, Stated: stated})
 	}
 	return legs
+}
+
+// charge is what the current attempt is charged: what its provider stated
+// when its stream ended whole. One that did not is charged at least its
+// prompt (the provider's stated input, else the request's estimate) and
+// what it relayed (the transcript's text at 4 bytes a token, and at
+// least a token per content event); one the router left before its end
+// (left: its client went away, a hedge's loser, a resumed answer given
+// up, the answer cut at max_stream_bytes) at least max_tokens of output
+// too, when the request set it: the provider processed the prompt and
+// went on generating until it noticed the closed connection
+// (PROVIDERS.md, "Billing"), up to max_tokens. One that broke (a cut, an
+// error event, silence) ended on the provider's side: what it relayed.
+// ok is false when there is nothing to charge (a whole stream whose
+// provider stated no usage).
+func (s *Stream) charge(left bool) (provider.Usage, bool) {
+	u, ok := s.usage.Usage()
+	if s.ended {
+		return u, ok
+	}
+	if !ok || u.InputTokens == 0 {
+		u.InputTokens = max(u.InputTokens, s.promptTokens)
+	}
+	out := s.contentEvents
+	if s.transcript != nil {
+		out = max(out, int64(len(s.transcript.Text())-s.textAt+3)/4)
+	}
+	if left {
+		out = max(out, s.maxTokens)
+	}
+	u.OutputTokens = max(u.OutputTokens, out)
+	return u, true
 }
 
 // Resumes reports how many times the stream was taken up by another
@@ -134,33 +176,36 @@ func (s *Stream) Resumes() int { return s.resumes }
 
 func addUsage(a, b provider.Usage) provider.Usage {
 	return provider.Usage{InputTokens: a.InputTokens + b.InputTokens, CachedInputTokens: a.CachedInputTokens + b.CachedInputTokens,
-		CacheWriteTokens: a.CacheWriteTokens + b.CacheWriteTokens, OutputTokens: a.OutputTokens + b.OutputTokens,
+		CacheWriteTokens: a.CacheWriteTokens + b.CacheWriteTokens, CacheWrite1hTokens: a.CacheWrite1hTokens + b.CacheWrite1hTokens,
+		OutputTokens:    a.OutputTokens + b.OutputTokens,
 		ReasoningTokens: a.ReasoningTokens + b.ReasoningTokens}
 }
 
 // Close releases the upstream stream and the deployment's claim; Relay
 // calls it.
 func (s *Stream) Close() {
-	s.once.Do(func() { s.closeLeg(nil) })
+	s.once.Do(s.closeLeg)
 }
 
-// closeLeg ends the current attempt: what it used is spent (spent, when
-// not nil: what it stated, or its estimate when it stated none), its span
-// ended, its claim released and its body closed.
-func (s *Stream) closeLeg(spent *provider.Usage) {
+// closeLeg ends the current attempt: its charge (what it stated, or its
+// estimate when it did not end whole) is spent, its span ended, its claim
+// released and its body closed. It was left by the router unless it
+// failed.
+func (s *Stream) closeLeg() { s.closeCharged(s.charge(s.failure == nil)) }
+
+// closeCharged is closeLeg with the attempt's charge u (none: !ok).
+func (s *Stream) closeCharged(u provider.Usage, ok bool) {
 	if s.closed {
 		return // a broken attempt no resume took up: closed then
 	}
 	s.closed = true
-	u, ok := s.usage.Usage()
-	if spent != nil {
-		s.r.spend(s.r.Clock.Now(), s.d, s.group, *spent, s.holds)
-	} else if ok {
+	if ok {
 		s.r.spend(s.r.Clock.Now(), s.d, s.group, u, s.holds)
 	}
 	s.holds.release(s.r.Clock.Now(), s.d, s.group) // what it did not spend
-	if ok {
-		s.d.State.RecordCache(s.r.Clock.Now(), s.prefixes, u)
+	if stated, ok := s.usage.Usage(); ok {
+		// what the provider said of its cache, not the router's estimate
+		s.d.State.RecordCache(s.r.Clock.Now(), s.prefixes, stated)
 	}
 	class, msg := provider.OK, ""
 	if s.failure != nil {
@@ -286,26 +331,21 @@ func (s *Stream) send(event func(provider.Event, bool) error, ev provider.Event)
 // resumed (another attempt would only relay more). Its deployment is not
 // failed: a long answer may be what was asked for.
 func (s *Stream) tooLong(limit int64) error {
-	text := int(s.sent) // no transcript: the events' bytes, more than their text
-	if s.transcript != nil {
-		text = len(s.transcript.Text()) - s.textAt
-	}
 	s.failure = &provider.Observation{Class: provider.Server, Message: "answer cut at max_stream_bytes"}
-	s.cutLeg(s.prompt, text)
+	s.cutLeg(true) // its provider was still generating
 	s.r.Logger.Warn("stream cut at max_stream_bytes", zap.String("deployment", s.d.Name), zap.Int64("max_stream_bytes", limit))
 	return &StreamError{Class: provider.Server, Bounded: true, final: true,
 		Message: fmt.Sprintf("the answer was cut at the router's max_stream_bytes (%d bytes); ask for a shorter answer (max_tokens)", limit)}
 }
 
-// cutLeg ends the current attempt before its end: what it used, as its
-// provider stated it or else estimated (its prompt, and 4 bytes a token
-// of the text it relayed), is spent and kept in done.
-func (s *Stream) cutLeg(prompt int64, text int) {
-	u, stated := s.usage.Usage()
-	u.InputTokens = max(u.InputTokens, prompt)
-	u.OutputTokens = max(u.OutputTokens, int64(text+3)/4)
+// cutLeg ends the current attempt before its end: its charge (charge;
+// left: the router left it while its provider generated) is spent and
+// kept in done.
+func (s *Stream) cutLeg(left bool) {
+	u, _ := s.charge(left)
+	_, stated := s.usage.Usage()
 	s.done = append(s.done, Leg{Deployment: s.d, Usage: u, Stated: stated})
-	s.closeLeg(&u)
+	s.closeCharged(u, true)
 	s.usage = nil // counted in done
 }
 
@@ -320,6 +360,7 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 	// The first content may be progress with nothing to relay (a thinking
 	// delta for a Chat Completions client).
 	if len(s.first.Data) > 0 {
+		s.contentEvents++
 		if err := s.relay(event, s.first); err != nil {
 			return err
 		}
@@ -330,6 +371,7 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 		if err != nil {
 			if err == io.EOF && s.in.Complete() {
 				// Complete but without its terminator: finish it for the client.
+				s.ended = true
 				return s.end(event)
 			}
 			cause := context.Cause(s.ctx)
@@ -353,12 +395,16 @@ func (s *Stream) relayLeg(event func(ev provider.Event, done bool) error) error 
 			}
 			return s.failed(obs, "stream failed: "+msg)
 		}
+		if kind == provider.EventData {
+			s.contentEvents++
+		}
+		s.ended = kind == provider.EventDone
 		if len(ev.Data) > 0 {
 			if err := s.relay(event, ev); err != nil {
 				return err
 			}
 		}
-		if kind == provider.EventDone {
+		if s.ended {
 			return s.end(event)
 		}
 	}

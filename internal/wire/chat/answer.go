@@ -34,11 +34,35 @@ type Usage struct {
 	TotalTokens             int64              `json:"total_tokens"`
 	PromptTokensDetails     *PromptDetails     `json:"prompt_tokens_details,omitempty"`
 	CompletionTokensDetails *CompletionDetails `json:"completion_tokens_details,omitempty"`
+	// CacheCreation splits the cache writes by lifetime where the
+	// provider says (an Anthropic or Bedrock answer translated), under
+	// Anthropic's name: no Chat Completions field says it.
+	CacheCreation *CacheCreation `json:"cache_creation,omitempty"`
 }
 
-// PromptDetails is usage.prompt_tokens_details.
+// PromptDetails is usage.prompt_tokens_details: CachedTokens were read
+// from the prompt cache, CacheWriteTokens written to it (OpenRouter's
+// name for Anthropic's cache_creation_input_tokens); both are part of
+// prompt_tokens.
 type PromptDetails struct {
-	CachedTokens int64 `json:"cached_tokens"`
+	CachedTokens     int64 `json:"cached_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
+}
+
+// CacheCreation is Anthropic's usage.cache_creation: the cache writes of
+// each lifetime.
+type CacheCreation struct {
+	Ephemeral5m int64 `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
+}
+
+// CacheDetails returns the prompt_tokens_details of cached tokens read
+// and written (nil when both are 0).
+func CacheDetails(read, write int64) *PromptDetails {
+	if read <= 0 && write <= 0 {
+		return nil
+	}
+	return &PromptDetails{CachedTokens: max(read, 0), CacheWriteTokens: max(write, 0)}
 }
 
 // CompletionDetails is usage.completion_tokens_details.
@@ -52,6 +76,15 @@ func (u *Usage) CachedTokens() int64 {
 		return 0
 	}
 	return u.PromptTokensDetails.CachedTokens
+}
+
+// CacheWriteTokens returns the prompt tokens written to the cache, 0 when
+// not stated.
+func (u *Usage) CacheWriteTokens() int64 {
+	if u == nil || u.PromptTokensDetails == nil {
+		return 0
+	}
+	return u.PromptTokensDetails.CacheWriteTokens
 }
 
 // NewCompletion returns a translated answer as a one-choice

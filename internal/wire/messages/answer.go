@@ -14,21 +14,22 @@ import (
 // cache reads and writes too, input_tokens only what was neither.
 func (u Usage) ChatUsage(output int64) *chat.Usage {
 	prompt := max(u.InputTokens, 0) + max(u.CacheCreationInputTokens, 0) + max(u.CacheReadInputTokens, 0)
-	out := &chat.Usage{PromptTokens: prompt, CompletionTokens: max(output, 0), TotalTokens: prompt + max(output, 0)}
-	if u.CacheReadInputTokens > 0 {
-		out.PromptTokensDetails = &chat.PromptDetails{CachedTokens: u.CacheReadInputTokens}
-	}
+	out := &chat.Usage{PromptTokens: prompt, CompletionTokens: max(output, 0), TotalTokens: prompt + max(output, 0),
+		PromptTokensDetails: chat.CacheDetails(u.CacheReadInputTokens, u.CacheCreationInputTokens), CacheCreation: u.CacheCreation}
 	return out
 }
 
 // usageFromChat converts Chat Completions usage: input_tokens leave out what
-// was read from the cache, prompt_tokens include it.
+// was read from or written to the cache, prompt_tokens include it.
 func usageFromChat(u *chat.Usage) Usage {
 	if u == nil {
 		return Usage{}
 	}
-	cached := min(max(u.CachedTokens(), 0), max(u.PromptTokens, 0))
-	return Usage{InputTokens: max(u.PromptTokens, 0) - cached, OutputTokens: max(u.CompletionTokens, 0), CacheReadInputTokens: cached}
+	prompt := max(u.PromptTokens, 0)
+	cached := min(max(u.CachedTokens(), 0), prompt)
+	written := min(max(u.CacheWriteTokens(), 0), prompt-cached)
+	return Usage{InputTokens: prompt - cached - written, OutputTokens: max(u.CompletionTokens, 0), CacheReadInputTokens: cached,
+		CacheCreationInputTokens: written, CacheCreation: u.CacheCreation}
 }
 
 // FinishReason maps a stop_reason to a finish_reason.

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 )
 
 // Version is the Messages API version the router sends unless the client
@@ -195,6 +196,8 @@ type Usage struct {
 	OutputTokens             int64 `json:"output_tokens"`
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens,omitempty"`
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens,omitempty"`
+	// CacheCreation splits CacheCreationInputTokens by lifetime.
+	CacheCreation *chat.CacheCreation `json:"cache_creation,omitempty"`
 }
 
 // Event is one stream event's data

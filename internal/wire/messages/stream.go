@@ -2,6 +2,7 @@ package messages
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
@@ -84,6 +85,7 @@ func (d *ChatDecoder) Decode(ev *provider.Event) (provider.Event, provider.Event
 				u.InputTokens = max(u.InputTokens, e.Usage.InputTokens)
 				u.CacheReadInputTokens = max(u.CacheReadInputTokens, e.Usage.CacheReadInputTokens)
 				u.CacheCreationInputTokens = max(u.CacheCreationInputTokens, e.Usage.CacheCreationInputTokens)
+				u.CacheCreation = cmp.Or(e.Usage.CacheCreation, u.CacheCreation)
 			}
 			chunk = d.w.Chunk(chat.Delta{}, FinishReason(e.Delta.StopReason), u.ChatUsage(output))
 		}

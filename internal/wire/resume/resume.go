@@ -575,10 +575,13 @@ func addChatUsage(raw json.RawMessage, prior provider.Usage) (json.RawMessage, b
 	add(u, "prompt_tokens", prior.InputTokens)
 	add(u, "completion_tokens", prior.OutputTokens)
 	add(u, "total_tokens", prior.Total())
-	if d, ok := u["prompt_tokens_details"]; ok && prior.CachedInputTokens > 0 {
+	if d, ok := u["prompt_tokens_details"]; ok && (prior.CachedInputTokens > 0 || prior.CacheWriteTokens > 0) {
 		var details map[string]json.RawMessage
 		if json.Unmarshal(d, &details) == nil && details != nil {
 			add(details, "cached_tokens", prior.CachedInputTokens)
+			if prior.CacheWriteTokens > 0 {
+				add(details, "cache_write_tokens", prior.CacheWriteTokens)
+			}
 			u["prompt_tokens_details"], _ = json.Marshal(details)
 		}
 	}

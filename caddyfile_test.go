@@ -87,6 +87,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"tier range", "llm_router {\n" + providers + "\n model m {\n deployment p x {\n tier 0\n }\n }\n}", "tier must be from 1 to 100"},
 		{"base_url endpoint", "llm_router {\n provider p {\n type openai\n api_key none\n base_url https://api.openai.com/v1/chat/completions\n }\n model m { deployment p x } }", "is an endpoint: give the API root (without /chat/completions)"},
 		{"base_url scheme", "llm_router {\n provider p {\n type openai\n api_key none\n base_url api.openai.com/v1\n }\n model m { deployment p x } }", "must be an absolute http or https URL"},
+		{"affinity word", "llm_router {\n affinity off\n" + providers + "\n model m {\n deployment p x\n }\n}", `affinity: "off" is not body, none or a placeholder`},
 		{"base_url query", "llm_router {\n provider p {\n type openai\n api_key none\n base_url http://user:pt-password-9876@h/v1?api-key=querysecret123\n }\n model m { deployment p x } }", `base_url "http://xxxxx@h/v1?api-key=xxxxx": must not have a query or fragment (the provider type appends the API path), at Testfile:2`},
 		{"base_url endpoint masked", "llm_router {\n provider p {\n type openai\n api_key none\n base_url https://ops:hunter2hunter2@api.openai.com/v1/chat/completions\n }\n model m { deployment p x } }", `base_url "https://xxxxx@api.openai.com/v1/chat/completions" is an endpoint`},
 		{"fallback unknown", "llm_router {\n" + providers + "\n model m {\n deployment p x\n fallback_group nope\n }\n}", `model m: fallback_group names unknown model group "nope" (configured: m), at Testfile:9`},

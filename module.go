@@ -602,6 +602,9 @@ func (h *Handler) validateSettings() error {
 	if h.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
 	}
+	if a := h.Affinity; a != "" && a != AffinityNone && a != "body" && !strings.Contains(a, "{") {
+		return fmt.Errorf("affinity: %q is not body, none or a placeholder such as {http.request.header.X-Session-Id} (a fixed word would be one key for every request, which sends them all to one deployment)", a)
+	}
 	if _, ok := router.ParseResumeMode(h.Resume); h.Resume != "" && !ok {
 		return fmt.Errorf("resume: %q is not one of same_model, any, off", h.Resume)
 	}

@@ -1239,11 +1239,31 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 	}
 	for _, c := range cands {
 		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
-			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
-				Message: "every deployment of this model is failing; retry later", RetryAfter: backAfter(cands, now)}
+			return failingError(cands, backAfter(cands, now))
 		}
 	}
 	return rateLimitedError(first.f.At.Sub(now))
+}
+
+// failingError is the 502 of a group whose deployments are all out for
+// failures, with Retry-After retry (0: none). Its message says whether a
+// retry may help: when only keys their providers refused (class auth)
+// hold them out, an operator must act, and no retry does.
+func failingError(cands []scored, retry time.Duration) *Error {
+	msg := "every deployment of this model is failing; retry later"
+	keys := true
+	for _, c := range cands {
+		if c.f.Why != provider.Auth && c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
+			keys = false
+		}
+	}
+	switch {
+	case keys && retry <= 0:
+		msg = "every deployment of this model is out: its provider refused the router's key for it (401 or 403); an operator must fix the key, and a retry does not help"
+	case retry <= 0:
+		msg = "every deployment of this model is failing"
+	}
+	return &Error{Status: http.StatusBadGateway, Class: provider.Server, Message: msg, RetryAfter: retry}
 }
 
 // backAfter is the Retry-After of a group whose deployments all cool: the

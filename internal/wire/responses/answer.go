@@ -123,9 +123,12 @@ type Usage struct {
 	TotalTokens         int64         `json:"total_tokens"`
 }
 
-// InputDetails is usage.input_tokens_details.
+// InputDetails is usage.input_tokens_details: CachedTokens read from the
+// prompt cache, CacheWriteTokens written to it (both required by OpenAI's
+// spec 2.3.0, 0 when none).
 type InputDetails struct {
-	CachedTokens int64 `json:"cached_tokens"`
+	CachedTokens     int64 `json:"cached_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
 // OutputDetails is usage.output_tokens_details.
@@ -141,6 +144,7 @@ func usageFromChat(u *chat.Usage) *Usage {
 	out := &Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens,
 		TotalTokens: u.PromptTokens + u.CompletionTokens}
 	out.InputTokensDetails.CachedTokens = u.CachedTokens()
+	out.InputTokensDetails.CacheWriteTokens = u.CacheWriteTokens()
 	if d := u.CompletionTokensDetails; d != nil {
 		out.OutputTokensDetails.ReasoningTokens = d.ReasoningTokens
 	}

@@ -175,6 +175,11 @@ func (s *Stream) charge(left bool) (provider.Usage, bool) {
 // attempt after its provider failed mid-stream.
 func (s *Stream) Resumes() int { return s.resumes }
 
+// PromptTokens is the request's prompt estimate, in tokens (0 when
+// unknown): what a translated stream can state of its input before its
+// provider's usage comes at the end (a Messages message_start).
+func (s *Stream) PromptTokens() int64 { return s.promptTokens }
+
 func addUsage(a, b provider.Usage) provider.Usage {
 	return provider.Usage{InputTokens: a.InputTokens + b.InputTokens, CachedInputTokens: a.CachedInputTokens + b.CachedInputTokens,
 		CacheWriteTokens: a.CacheWriteTokens + b.CacheWriteTokens, CacheWrite1hTokens: a.CacheWrite1hTokens + b.CacheWrite1hTokens,

@@ -79,21 +79,46 @@ func (h *Handler) serveWebSocket(w http.ResponseWriter, r *http.Request, a api.A
 	defer c.CloseNow()
 	c.SetReadLimit(h.maxBody())
 	ctx := r.Context()
+	var session wsSession
 	for {
 		typ, msg, err := c.Read(ctx)
 		if err != nil {
 			return // closed, gone, or a message over max_body (closed with 1009)
 		}
-		ww := &wsWriter{ctx: ctx, c: c, header: http.Header{}}
-		if body, e := wsTurnBody(typ, msg); e != nil {
-			a.WriteError(ww, e)
-		} else if err := h.ServeHTTP(ww, turnRequest(ctx, r, body), nil); err != nil {
-			return
-		}
-		if ww.finish() != nil {
+		if h.serveTurn(ctx, c, r, a, &session, typ, msg) != nil {
 			return // the socket is gone
 		}
 	}
+}
+
+// serveTurn serves one client message msg of type typ on c: a turn
+// continued from the socket's session and routed, a warm-up answered, or
+// an error event. The error returned is the socket's (the client is gone),
+// not the turn's.
+func (h *Handler) serveTurn(ctx context.Context, c *websocket.Conn, up *http.Request, a api.API, s *wsSession, typ websocket.MessageType, msg []byte) error {
+	ww := &wsWriter{ctx: ctx, c: c, header: http.Header{}}
+	body, e := wsTurnBody(typ, msg)
+	if e == nil {
+		body, e = s.expand(body)
+	}
+	switch {
+	case e != nil:
+		a.WriteError(ww, e)
+	case isWarmup(body):
+		completed, err := warmup(ctx, c, body, h.router.Clock.Now())
+		s.remember(body, completed)
+		return err
+	default:
+		body, _ = jsonbody.Without(body, "generate") // the socket's own field
+		if err := h.ServeHTTP(ww, turnRequest(ctx, up, body), nil); err != nil {
+			return err
+		}
+	}
+	if err := ww.finish(); err != nil {
+		return err
+	}
+	s.remember(body, ww.completed)
+	return nil
 }
 
 // canHijack reports whether w, or a writer it wraps (Unwrap, as Caddy's
@@ -170,6 +195,8 @@ type wsWriter struct {
 	status int
 	buf    []byte // what is not sent yet: a partial event, or a whole body
 	err    error  // the socket's first write error
+	// completed is the turn's response.completed event, once sent.
+	completed []byte
 }
 
 func (w *wsWriter) Header() http.Header { return w.header }
@@ -205,6 +232,9 @@ func (w *wsWriter) FlushError() error {
 		if data := sseData(ev); len(data) > 0 && string(data) != "[DONE]" {
 			if w.err = w.c.Write(w.ctx, websocket.MessageText, data); w.err != nil {
 				return w.err
+			}
+			if t, _ := jsonbody.GetString(data, "type"); t == "response.completed" {
+				w.completed = data
 			}
 		}
 	}

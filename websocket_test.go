@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -230,5 +231,46 @@ func TestWebSocketModeErrors(t *testing.T) {
 	evs := wsTurn(t, c, `{"type":"response.create","model":"m","input":"Say hi"}`)
 	if evs[len(evs)-1]["type"] != "response.completed" || a.attempts != 1 {
 		t.Errorf("expected the socket to serve a turn after the errors, got %v (%d attempts)", evs, a.attempts)
+	}
+}
+
+// Codex CLI's turns on a socket, as OpenAI serves them with store false
+// (the socket keeps its last response): a warm-up (generate false) is
+// answered by the router, no provider asked; the next turn names it as
+// previous_response_id with only the new items, and the one after names
+// that turn's response with its tool output. Each reaches the provider
+// whole: the socket's items before the new ones, no previous_response_id
+// (which no provider knows of a store false response), no generate.
+func TestWebSocketModeKeepsTheLastResponse(t *testing.T) {
+	a, b := &fakeResponses{text: "From a."}, &fakeResponses{text: "From b."}
+	c := wsDial(t, wsRouter(t, a, b))
+	const user = `{"type":"message","role":"user","content":[{"type":"input_text","text":"Say hi"}]}`
+	evs := wsTurn(t, c, `{"type":"response.create","model":"m","store":false,"generate":false,"input":[`+user+`]}`)
+	warm, _ := evs[len(evs)-1]["response"].(map[string]any)
+	if got := eventTypes(evs); !slices.Equal(got, []string{"response.created", "response.completed"}) || warm["id"] == "" || a.attempts != 0 {
+		t.Fatalf("expected the warm-up answered with no attempt, got %v (%d attempts)", evs, a.attempts)
+	}
+	evs = wsTurn(t, c, `{"type":"response.create","model":"m","store":false,"generate":false,"previous_response_id":"`+warm["id"].(string)+`","input":[]}`)
+	first, _ := evs[len(evs)-1]["response"].(map[string]any)
+	if first["status"] != "completed" || a.attempts != 0 {
+		t.Fatalf("expected a second warm-up answered too, got %v", evs)
+	}
+	evs = wsTurn(t, c, `{"type":"response.create","model":"m","store":false,"previous_response_id":"`+first["id"].(string)+`","input":[]}`)
+	done, _ := evs[len(evs)-1]["response"].(map[string]any)
+	const out = `{"type":"function_call_output","call_id":"call_1","output":"ok"}`
+	evs = wsTurn(t, c, `{"type":"response.create","model":"m","store":false,"previous_response_id":"`+done["id"].(string)+`","input":[`+out+`]}`)
+	if evs[len(evs)-1]["type"] != "response.completed" || a.attempts != 2 {
+		t.Fatalf("expected two turns at a, got %v (%d attempts)", evs, a.attempts)
+	}
+	var answer map[string]any
+	_ = json.Unmarshal([]byte(`{"type":"message","id":"msg_1","role":"assistant","content":[{"type":"output_text","text":"From a."}]}`), &answer)
+	var u, o map[string]any
+	_ = json.Unmarshal([]byte(user), &u)
+	_ = json.Unmarshal([]byte(out), &o)
+	for i, want := range [][]any{{u}, {u, answer, o}} {
+		body := a.bodies[i]
+		if _, ok := body["previous_response_id"]; ok || body["generate"] != nil || !reflect.DeepEqual(body["input"], want) {
+			t.Errorf("turn %d: expected input %v and no previous_response_id nor generate, got %v", i+1, want, body)
+		}
 	}
 }

@@ -78,17 +78,43 @@ func (h *Handler) serveWebSocket(w http.ResponseWriter, r *http.Request, a api.A
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(h.maxBody())
-	ctx := r.Context()
+	// The socket is read all along, a turn or not, so that a client that
+	// closes it or goes away mid-turn ends the turn (ctx): after the
+	// upgrade, the server no longer watches the connection.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	msgs := make(chan wsMessage)
+	go func() {
+		defer cancel() // closed, gone, or a message over max_body (closed with 1009)
+		for {
+			typ, data, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case msgs <- wsMessage{typ, data}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	var session wsSession
 	for {
-		typ, msg, err := c.Read(ctx)
-		if err != nil {
-			return // closed, gone, or a message over max_body (closed with 1009)
-		}
-		if h.serveTurn(ctx, c, r, a, &session, typ, msg) != nil {
-			return // the socket is gone
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-msgs:
+			if h.serveTurn(ctx, c, r, a, &session, m.typ, m.data) != nil {
+				return // the socket is gone
+			}
 		}
 	}
+}
+
+// wsMessage is one message a client sent.
+type wsMessage struct {
+	typ  websocket.MessageType
+	data []byte
 }
 
 // serveTurn serves one client message msg of type typ on c: a turn

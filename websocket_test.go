@@ -60,6 +60,9 @@ type fakeResponses struct {
 	fail429  int
 	text     string
 	bodies   []map[string]any
+	// hang, when set, has the stream stop after response.created until
+	// the router gives up the request, and is closed then.
+	hang chan struct{}
 }
 
 func (f *fakeResponses) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -68,7 +71,18 @@ func (f *fakeResponses) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.attempts++
 	f.bodies = append(f.bodies, body)
-	fail := f.fail429 > 0
+	fail, hang := f.fail429 > 0, f.hang
+	f.mu.Unlock()
+	if hang != nil {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_hang\",\"status\":\"in_progress\",\"output\":[]}}\n\n"+
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hel\"}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(hang)
+		return
+	}
+	f.mu.Lock()
 	f.fail429--
 	f.mu.Unlock()
 	if r.URL.Path != "/v1/responses" {
@@ -272,5 +286,26 @@ func TestWebSocketModeKeepsTheLastResponse(t *testing.T) {
 		if _, ok := body["previous_response_id"]; ok || body["generate"] != nil || !reflect.DeepEqual(body["input"], want) {
 			t.Errorf("turn %d: expected input %v and no previous_response_id nor generate, got %v", i+1, want, body)
 		}
+	}
+}
+
+// A client that goes away in the middle of a turn ends the turn: the
+// provider's request is given up, not read to its end.
+func TestWebSocketModeClientGoneMidTurn(t *testing.T) {
+	a, b := &fakeResponses{text: "From a.", hang: make(chan struct{})}, &fakeResponses{text: "From b."}
+	c := wsDial(t, wsRouter(t, a, b))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create","model":"m","input":"Say hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), "response.created") {
+		t.Fatalf("expected response.created, got %q %v", data, err)
+	}
+	_ = c.Close(websocket.StatusGoingAway, "")
+	select {
+	case <-a.hang:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the provider's request went on after the client left")
 	}
 }

@@ -180,7 +180,6 @@ func wsTurnBody(typ websocket.MessageType, msg []byte) ([]byte, *api.Error) {
 			"background is not supported in WebSocket mode: use POST .../responses")
 	}
 	body, _ := jsonbody.Without(msg, "type")
-	body, _ = jsonbody.Without(body, "stream_options")
 	body, err := jsonbody.SetRaw(body, "stream", []byte("true"))
 	if err != nil {
 		return nil, api.Errorf(http.StatusBadRequest, api.InvalidJSON, "", "%v", err)

@@ -73,9 +73,16 @@ func inputItems(body []byte) ([]json.RawMessage, *api.Error) {
 }
 
 // remember keeps a completed turn: its response's id, and body's input
-// items (expanded) then the response's output items. Anything else (a
-// failed or cut turn) leaves the last response as it was.
+// items (expanded) then the response's output items. A turn that
+// continued a response the socket did not hold (the provider's state)
+// leaves nothing to expand from: the socket holds only part of that
+// conversation. Anything else (a failed or cut turn) leaves the last
+// response as it was.
 func (s *wsSession) remember(body, completed []byte) {
+	if prev, _ := jsonbody.GetString(body, "previous_response_id"); prev != "" && completed != nil {
+		s.id, s.items = "", nil
+		return
+	}
 	var ev struct {
 		Response struct {
 			ID     string            `json:"id"`

@@ -309,3 +309,23 @@ func TestWebSocketModeClientGoneMidTurn(t *testing.T) {
 		t.Fatal("the provider's request went on after the client left")
 	}
 }
+
+// A turn that continues a response the socket does not hold (the
+// provider's, by its previous_response_id) keeps it; the next turn, which
+// continues that turn, is not expanded from the socket (which holds only
+// part of the conversation), and goes to the provider as the client sent it.
+func TestWebSocketModeLeavesTheProvidersState(t *testing.T) {
+	a, b := &fakeResponses{text: "From a."}, &fakeResponses{text: "From b."}
+	c := wsDial(t, wsRouter(t, a, b))
+	evs := wsTurn(t, c, `{"type":"response.create","model":"m","previous_response_id":"resp_elsewhere","input":"One"}`)
+	first, _ := evs[len(evs)-1]["response"].(map[string]any)
+	evs = wsTurn(t, c, `{"type":"response.create","model":"m","previous_response_id":"`+first["id"].(string)+`","input":"Two"}`)
+	if evs[len(evs)-1]["type"] != "response.completed" || a.attempts != 2 {
+		t.Fatalf("expected two turns at a, got %v (%d attempts)", evs, a.attempts)
+	}
+	for i, want := range []string{"resp_elsewhere", first["id"].(string)} {
+		if body := a.bodies[i]; body["previous_response_id"] != want || len(body) == 0 || body["input"] != []string{"One", "Two"}[i] {
+			t.Errorf("turn %d: expected previous_response_id %s and the input as sent, got %v", i+1, want, body)
+		}
+	}
+}

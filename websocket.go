@@ -279,10 +279,11 @@ func (w *wsWriter) finish() error {
 		return writeWSError(w.ctx, w.c, w.status, w.buf)
 	}
 	// A whole answer where a stream was asked for: its response, completed.
-	msg, _ := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(w.buf)})
 	if !json.Valid(w.buf) {
 		return writeWSError(w.ctx, w.c, http.StatusBadGateway, nil)
 	}
+	msg, _ := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(w.buf)})
+	w.completed = msg
 	return w.c.Write(w.ctx, websocket.MessageText, msg)
 }
 

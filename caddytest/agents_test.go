@@ -163,7 +163,10 @@ func TestAgentsCodexWebSocket(t *testing.T) {
 	wsOnly := func(config string) string {
 		config = strings.Replace(config, "llm_router /v1/* {", "route {\n @http_turn {\n method POST\n path /v1/responses\n }\n"+
 			"respond @http_turn \"HTTP turns are refused in this run\" 503\n llm_router /v1/* {", 1)
-		return strings.Replace(config, "http://localhost:9081 {", "}\nhttp://localhost:9081 {", 1) // the route's end
+		config = strings.Replace(config, "http://localhost:9081 {", "}\nhttp://localhost:9081 {", 1) // the route's end
+		// Deployments of their own: TestAgentsCodex's a cools after its 429
+		// (capacity state outlives a reload).
+		return strings.NewReplacer(" agent-a {", " agent-ws-a {", " agent-b {", " agent-ws-b {").Replace(config)
 	}
 	ws := func(model, prompt string) string { return codexWith(t, "supports_websockets=true,", model, prompt) }
 	load(t, wsOnly(agentsConfig("responses", `reply "Done with the tool."`+"\n"+codexTool, "openai", "")))

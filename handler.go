@@ -55,6 +55,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.serveUnknown(w, r)
 		return nil
 	}
+	if _, ok := a.(api.Responses); ok && isWebSocketUpgrade(r) {
+		h.serveWebSocket(w, r, a)
+		return nil
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		a.WriteError(w, api.MethodError)

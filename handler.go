@@ -55,6 +55,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.serveUnknown(w, r)
 		return nil
 	}
+	if _, ok := a.(api.Responses); ok && isWebSocketUpgrade(r) {
+		h.serveWebSocket(w, r, a)
+		return nil
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		a.WriteError(w, api.MethodError)
@@ -134,7 +138,11 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 				extra.Set(zap.String("llm_resumed_on", res.Stream.Deployment().Name))
 			}
 			if se := res.Stream.Broke(); se != nil {
-				extra.Set(zap.String("llm_stream_error", se.Class.String()))
+				why := se.Class.String()
+				if se.Bounded {
+					why = "max_stream_bytes" // the router's bound, not a failure of the provider
+				}
+				extra.Set(zap.String("llm_stream_error", why))
 			}
 		}
 	}

@@ -51,9 +51,15 @@ func claude(t *testing.T, model, prompt string) string {
 }
 
 func codex(t *testing.T, model, prompt string) string {
+	return codexWith(t, "", model, prompt)
+}
+
+// codexWith is codex with more of its provider's options (TOML, each
+// followed by a comma).
+func codexWith(t *testing.T, options, model, prompt string) string {
 	return agent(t, "codex", "exec", "--skip-git-repo-check", "-m", model,
 		"-c", "model_provider=router",
-		"-c", `model_providers.router={name="router",base_url="`+routerURL+`/v1",env_key="ROUTER_API_KEY",wire_api="responses",request_max_retries=0,stream_max_retries=0}`,
+		"-c", `model_providers.router={name="router",base_url="`+routerURL+`/v1",env_key="ROUTER_API_KEY",wire_api="responses",`+options+`request_max_retries=0,stream_max_retries=0}`,
 		prompt)
 }
 
@@ -145,6 +151,33 @@ func TestAgentsCodex(t *testing.T) {
 	a, b := stats(t, 9081), stats(t, 9082)
 	if a.Requests != 2 || b.Requests != 1 || !strings.Contains(b.LastBody, "tool-ran-ok") || !strings.Contains(b.LastBody, "tool_result") {
 		t.Errorf("failover: expected a asked twice (the second a 429) and b once with the tool's result, got %d and %d: %s", a.Requests, b.Requests, b.LastBody)
+	}
+}
+
+// Codex CLI in WebSocket mode (its provider's supports_websockets): the
+// router refuses HTTP turns in this run (a 503 before llm_router), so
+// every turn is served on the socket: a tool round trip on a native
+// Responses deployment, then, after a's 429, on Anthropic's through Chat
+// Completions.
+func TestAgentsCodexWebSocket(t *testing.T) {
+	wsOnly := func(config string) string {
+		config = strings.Replace(config, "llm_router /v1/* {", "route {\n @http_turn {\n method POST\n path /v1/responses\n }\n"+
+			"respond @http_turn \"HTTP turns are refused in this run\" 503\n llm_router /v1/* {", 1)
+		config = strings.Replace(config, "http://localhost:9081 {", "}\nhttp://localhost:9081 {", 1) // the route's end
+		// Deployments of their own: TestAgentsCodex's a cools after its 429
+		// (capacity state outlives a reload).
+		return strings.NewReplacer(" agent-a {", " agent-ws-a {", " agent-b {", " agent-ws-b {").Replace(config)
+	}
+	ws := func(model, prompt string) string { return codexWith(t, "supports_websockets=true,", model, prompt) }
+	load(t, wsOnly(agentsConfig("responses", `reply "Done with the tool."`+"\n"+codexTool, "openai", "")))
+	expect(t, "tool", ws("agent", "Print the marker"), "tool-ran-ok", "Done with the tool.")
+	if s := stats(t, 9081); s.Requests != 2 || !strings.Contains(s.LastBody, "tool-ran-ok") || strings.Contains(s.LastBody, "previous_response_id") {
+		t.Errorf("tool: expected 2 requests at a, the second whole with the tool's output, got %d: %s", s.Requests, s.LastBody)
+	}
+	load(t, wsOnly(agentsConfig("responses", `reply "From a."`+"\n"+codexTool+"\n"+failFirst, "anthropic", `reply "Finished by b."`+"\n"+codexTool)))
+	expect(t, "failover", ws("gpt-5", "Print the marker"), "Finished by b.")
+	if a, b := stats(t, 9081), stats(t, 9082); a.Requests != 2 || b.Requests != 1 || !strings.Contains(b.LastBody, "tool_result") {
+		t.Errorf("failover: expected a asked twice and b once with the tool's result, got %d and %d: %s", a.Requests, b.Requests, b.LastBody)
 	}
 }
 

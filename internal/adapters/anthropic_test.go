@@ -165,8 +165,8 @@ func TestAnthropicRequestTranslation(t *testing.T) {
 			  {"role":"assistant","tool_calls":[{"id":"functions.get:0","type":"function","function":{"name":"get","arguments":"{not json"}}]},
 			  {"role":"tool","tool_call_id":"functions.get:0","content":"ok"}]}`,
 			`{"model":"m","max_tokens":4096,"messages":[{"role":"user","content":[{"type":"text","text":"x"}]},
-			  {"role":"assistant","content":[{"type":"tool_use","id":"functions_get_0","name":"get","input":{}}]},
-			  {"role":"user","content":[{"type":"tool_result","tool_use_id":"functions_get_0","content":"ok"}]}]}`,
+			  {"role":"assistant","content":[{"type":"tool_use","id":"functions_get_0_8b40afa6","name":"get","input":{}}]},
+			  {"role":"user","content":[{"type":"tool_result","tool_use_id":"functions_get_0_8b40afa6","content":"ok"}]}]}`,
 		},
 		{
 			"a PDF file part becomes a document",
@@ -212,7 +212,7 @@ func TestAnthropicChatResponse(t *testing.T) {
 	}
 	got = withoutCreated(t, got)
 	want := `{"id":"msg_FAKE1","object":"chat.completion","model":"claude-x","choices":[{"index":0,
-	  "message":{"role":"assistant","content":"Hello."},"logprobs":null,"finish_reason":"stop"}],
+	  "message":{"role":"assistant","content":"Hello.","refusal":null},"logprobs":null,"finish_reason":"stop"}],
 	  "usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`
 	if !jsontest.Same(t, got, want) {
 		t.Errorf("expected %s\ngot %s", jsontest.Compact(want), got)
@@ -232,7 +232,7 @@ func TestAnthropicChatResponse(t *testing.T) {
 	}
 	got = withoutCreated(t, got)
 	want = `{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","object":"chat.completion","model":"claude-opus-4-1-20250805","choices":[{"index":0,
-	  "message":{"role":"assistant","content":"I'll check both.","tool_calls":[
+	  "message":{"role":"assistant","content":"I'll check both.","refusal":null,"tool_calls":[
 	   {"id":"toolu_01A","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"San Francisco, CA\"}"}},
 	   {"id":"toolu_01B","type":"function","function":{"name":"get_time","arguments":"{}"}}]},
 	  "logprobs":null,"finish_reason":"tool_calls"}],
@@ -432,14 +432,16 @@ func TestAnthropicTokenWindows(t *testing.T) {
 	set("input-tokens", "80000", "0", "2025-08-21T12:40:12Z")
 	set("output-tokens", "16000", "15000", "2025-08-21T12:41:00Z")
 	o := (&Anthropic{}).Observe(200, h, nil, now)
-	if want := (provider.Window{Limit: 80000, Remaining: 0, Reset: 12 * time.Second, Instant: true, Resolution: time.Second}); o.Tokens != want {
-		t.Errorf("an exhausted input window is the tightest: expected %+v, got %+v", want, o.Tokens)
+	if want := (provider.Window{Limit: 80000, Remaining: 0, Reset: 12 * time.Second, Instant: true, Resolution: time.Second,
+		Counts: provider.CountsUncachedInput}); o.Tokens != want {
+		t.Errorf("an exhausted input window (of uncached input) is the tightest: expected %+v, got %+v", want, o.Tokens)
 	}
 	set("input-tokens", "80000", "70000", "2025-08-21T12:40:12Z")
 	set("output-tokens", "16000", "1600", "2025-08-21T12:41:00Z")
 	o = (&Anthropic{}).Observe(200, h, nil, now)
-	if want := (provider.Window{Limit: 16000, Remaining: 1600, Reset: time.Minute, Instant: true, Resolution: time.Second}); o.Tokens != want {
-		t.Errorf("10%% output left is the tightest: expected %+v, got %+v", want, o.Tokens)
+	if want := (provider.Window{Limit: 16000, Remaining: 1600, Reset: time.Minute, Instant: true, Resolution: time.Second,
+		Counts: provider.CountsOutput}); o.Tokens != want {
+		t.Errorf("10%% output left (of output tokens) is the tightest: expected %+v, got %+v", want, o.Tokens)
 	}
 	// Garbage is unknown, not zero.
 	h = http.Header{}

@@ -86,6 +86,7 @@ const (
 	ModelNotSupported                   // the group has no deployment that serves the API
 	NotFound                            // a path the router does not serve
 	CrossOrigin                         // a pass_through request a page on another origin sent without a CORS preflight
+	WebSocketRefused                    // a WebSocket upgrade the router does not serve (426)
 	// The router's own answers (router.Error).
 	Unsupported    // no deployment could express the request
 	ContextTooLong // the request is larger than every deployment's context window

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -148,25 +149,25 @@ func TestErrorBodies(t *testing.T) {
 	}{
 		{&Error{Status: 400, Code: InvalidJSON, Param: "model", Message: "bad"},
 			`{"error":{"message":"bad","type":"invalid_request_error","param":"model","code":"invalid_json"}}`,
-			`{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`},
+			`{"type":"error","error":{"type":"invalid_request_error","message":"bad"},"request_id":"req_x"}`},
 		{fromRouter(&router.Error{Status: 429, Class: provider.RateLimited, Message: "all limited", RetryAfter: 20 * time.Second}),
 			`{"error":{"message":"all limited","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`,
-			`{"type":"error","error":{"type":"rate_limit_error","message":"all limited"}}`},
+			`{"type":"error","error":{"type":"rate_limit_error","message":"all limited"},"request_id":"req_x"}`},
 		{fromRouter(&router.Error{Status: 502, Class: provider.Server, Message: "all failed"}),
 			`{"error":{"message":"all failed","type":"server_error","param":null,"code":"upstream_unavailable"}}`,
-			`{"type":"error","error":{"type":"api_error","message":"all failed"}}`},
+			`{"type":"error","error":{"type":"api_error","message":"all failed"},"request_id":"req_x"}`},
 		{fromRouter(&router.Error{Status: 504, Class: provider.Transport, Message: "late"}),
 			`{"error":{"message":"late","type":"timeout","param":null,"code":"deadline_exceeded"}}`,
-			`{"type":"error","error":{"type":"timeout_error","message":"late"}}`},
+			`{"type":"error","error":{"type":"timeout_error","message":"late"},"request_id":"req_x"}`},
 		{fromRouter(&router.Error{Status: 400, Class: provider.ClientError, Message: "n > 1 is not supported by anthropic"}),
 			`{"error":{"message":"n > 1 is not supported by anthropic","type":"invalid_request_error","param":null,"code":"unsupported_request"}}`,
-			`{"type":"error","error":{"type":"invalid_request_error","message":"n > 1 is not supported by anthropic"}}`},
+			`{"type":"error","error":{"type":"invalid_request_error","message":"n > 1 is not supported by anthropic"},"request_id":"req_x"}`},
 		{fromRouter(&router.Error{Status: 413, Class: provider.ClientError, Message: "larger than every token window"}), // never retried
 			`{"error":{"message":"larger than every token window","type":"invalid_request_error","param":null,"code":"unsupported_request"}}`,
-			`{"type":"error","error":{"type":"request_too_large","message":"larger than every token window"}}`},
+			`{"type":"error","error":{"type":"request_too_large","message":"larger than every token window"},"request_id":"req_x"}`},
 		{ModelNotFoundError("nope"),
 			`{"error":{"message":"the model \"nope\" does not exist; GET /v1/models lists the model groups","type":"invalid_request_error","param":"model","code":"model_not_found"}}`,
-			`{"type":"error","error":{"type":"not_found_error","message":"the model \"nope\" does not exist; GET /v1/models lists the model groups"}}`},
+			`{"type":"error","error":{"type":"not_found_error","message":"the model \"nope\" does not exist; GET /v1/models lists the model groups"},"request_id":"req_x"}`},
 	} {
 		for _, a := range []API{Chat{}, Messages{}} {
 			w := httptest.NewRecorder()
@@ -175,7 +176,7 @@ func TestErrorBodies(t *testing.T) {
 			if a.Format() == provider.Messages {
 				want = tc.messages
 			}
-			if w.Code != tc.e.Status || !jsontest.Same(t, w.Body.Bytes(), want) || w.Header().Get("Content-Type") != "application/json" {
+			if w.Code != tc.e.Status || !jsontest.Same(t, fixIDs(t, w.Body.Bytes()), want) || w.Header().Get("Content-Type") != "application/json" {
 				t.Errorf("%T %+v: expected %d %s, got %d %s", a, tc.e, tc.e.Status, want, w.Code, w.Body)
 			}
 			if ra := w.Header().Get("Retry-After"); (tc.e.RetryAfter > 0) != (ra == "20") {
@@ -285,7 +286,7 @@ func TestRestatedProviderErrors(t *testing.T) {
 
 func TestWriteResults(t *testing.T) {
 	chatAnswer := `{"id":"c1","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
-	anthropicError := `{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`
+	anthropicError := `{"type":"error","error":{"type":"invalid_request_error","message":"bad"},"request_id":"req_x"}`
 	said := &provider.Observation{Class: provider.ClientError, Message: "bad"}
 	for _, tc := range []struct {
 		name   string
@@ -298,7 +299,7 @@ func TestWriteResults(t *testing.T) {
 			&router.Result{Status: 200, Format: provider.Chat, Body: []byte(chatAnswer)}, 200, chatAnswer},
 		{"a chat answer to a messages client, translated", Messages{},
 			&router.Result{Status: 200, Format: provider.Chat, Body: []byte(chatAnswer)}, 200,
-			`{"id":"c1","type":"message","role":"assistant","model":"up","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}`},
+			`{"id":"msg_x","type":"message","role":"assistant","model":"up","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cache_creation":null,"output_tokens":1,"server_tool_use":null,"service_tier":null}}`},
 		{"a native client error, as it came", Messages{},
 			&router.Result{Status: 400, Format: provider.Messages, Body: []byte(anthropicError), Error: said}, 400, anthropicError},
 		{"a translated provider's client error, restated", Chat{},
@@ -306,7 +307,7 @@ func TestWriteResults(t *testing.T) {
 			`{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}`},
 		{"an answer that cannot be translated", Messages{},
 			&router.Result{Status: 200, Format: provider.Chat, Body: []byte(`{"choices":[]}`)}, 502,
-			`{"type":"error","error":{"type":"api_error","message":"the answer could not be translated"}}`},
+			`{"type":"error","error":{"type":"api_error","message":"the answer could not be translated"},"request_id":"req_x"}`},
 		{"the client went away", Chat{}, &router.Result{Err: router.ErrClientGone}, 200, ""},
 		{"a native client error that is no JSON, restated", Chat{},
 			&router.Result{Status: 413, Format: provider.Chat, Body: []byte("<html>413 Request Entity Too Large</html>"),
@@ -317,8 +318,8 @@ func TestWriteResults(t *testing.T) {
 		if err := tc.a.Write(w, tc.res); err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 		}
-		if w.Code != tc.status || w.Body.String() != tc.body {
-			t.Errorf("%s: expected %d %s\ngot %d %s", tc.name, tc.status, tc.body, w.Code, w.Body)
+		if got := fixIDs(t, w.Body.Bytes()); w.Code != tc.status || string(got) != tc.body {
+			t.Errorf("%s: expected %d %s\ngot %d %s", tc.name, tc.status, tc.body, w.Code, got)
 		}
 	}
 }
@@ -597,4 +598,21 @@ func TestSnakeCaseCodes(t *testing.T) {
 			t.Errorf("%q: %q, want %q", code, got, want)
 		}
 	}
+}
+
+// fixIDs makes the fresh ids of a body the router wrote fixed, for a
+// comparison: a Messages error's request_id "req_x", a translated
+// message's id "msg_x".
+func fixIDs(t *testing.T, body []byte) []byte {
+	t.Helper()
+	if !json.Valid(body) || len(body) == 0 || body[0] != '{' {
+		return body
+	}
+	if id, ok := jsonbody.GetString(body, "request_id"); ok && strings.HasPrefix(id, "req_") {
+		body = jsontest.Set(t, body, "request_id", "req_x")
+	}
+	if id, ok := jsonbody.GetString(body, "id"); ok && strings.HasPrefix(id, "msg_") {
+		body = jsontest.Set(t, body, "id", "msg_x")
+	}
+	return body
 }

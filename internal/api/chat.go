@@ -151,6 +151,7 @@ var chatErrors = map[Code][2]string{
 	ModelNotSupported:   {"invalid_request_error", "model_not_supported"},
 	NotFound:            {"invalid_request_error", "unknown_url"},
 	CrossOrigin:         {"invalid_request_error", "cross_origin_request"},
+	WebSocketRefused:    {"invalid_request_error", "websocket_not_supported"},
 	Unsupported:         {"invalid_request_error", "unsupported_request"},
 	ContextTooLong:      {"invalid_request_error", "context_length_exceeded"},
 	RateLimited:         {"rate_limit_error", "rate_limit_exceeded"},

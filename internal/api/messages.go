@@ -15,8 +15,13 @@ import (
 // streamed or not, over the same model groups. Anthropic deployments take
 // it natively (their answers and events pass through); the others get its
 // Chat Completions form, and their answers are translated back. Errors as
-// {"type":"error","error":{"type","message"}}, the type by status.
-type Messages struct{}
+// {"type":"error","error":{"type","message"},"request_id"}, the type by
+// status.
+type Messages struct {
+	// prompt is the prompt estimate of the stream being written (tokens):
+	// a translated stream's message_start states it as input_tokens.
+	prompt int64
+}
 
 // messagesHeaders are the client headers that belong to the format: the
 // API version and beta features, kept on a native pass.
@@ -149,7 +154,12 @@ func (m *messagesScan) message(v []byte) {
 func (m Messages) WriteError(w http.ResponseWriter, e *Error) { writeError(w, m, e) }
 
 // Write implements API.
-func (m Messages) Write(w http.ResponseWriter, res *router.Result) error { return write(w, m, res) }
+func (m Messages) Write(w http.ResponseWriter, res *router.Result) error {
+	if res.Stream != nil {
+		m.prompt = res.Stream.PromptTokens()
+	}
+	return write(w, m, res)
+}
 
 func (Messages) errorBody(e *Error) []byte {
 	return messages.NewError(messages.ErrorType(e.Status), e.Message)
@@ -174,11 +184,13 @@ func (Messages) restate(status int, said *provider.Observation) []byte {
 
 func (Messages) fromChat(body []byte) ([]byte, error) { return messages.FromChatAnswer(body) }
 
-func (Messages) newStream(from provider.Format) streamWriter {
+func (m Messages) newStream(from provider.Format) streamWriter {
 	if from == provider.Messages {
 		return nativeMessages{}
 	}
-	return &translatedMessages{enc: messages.NewChatEncoder()}
+	enc := messages.NewChatEncoder()
+	enc.PromptTokens = m.prompt
+	return &translatedMessages{enc: enc}
 }
 
 // nativeMessages writes the provider's own Messages events as they come,

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // Same reports whether got and want hold the same JSON value (members in
@@ -42,4 +44,20 @@ func Compact(s string) string {
 		return s
 	}
 	return b.String()
+}
+
+// Set returns body with the value of its top-level member key replaced by
+// value (a fresh id made fixed, for a comparison), the members' order
+// kept; it fails t when body has no such member.
+func Set(t testing.TB, body []byte, key string, value any) []byte {
+	t.Helper()
+	start, end, err := jsonbody.FindMember(body, key)
+	if err != nil || start < 0 {
+		t.Fatalf("no member %s in %s (%v)", key, body, err)
+	}
+	v, err := json.Marshal(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(append(append([]byte{}, body[:start]...), v...), body[end:]...)
 }

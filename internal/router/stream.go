@@ -100,6 +100,8 @@ type leg struct {
 	failure *provider.Observation
 	group   *Group // whose budget the answer counts against
 	closed  bool
+	// prefixes are the request's cache prefixes (outcome.prefixes).
+	prefixes []uint64
 }
 
 // Leg is what one attempt of a stream used: the deployment, and its usage
@@ -173,6 +175,11 @@ func (s *Stream) charge(left bool) (provider.Usage, bool) {
 // attempt after its provider failed mid-stream.
 func (s *Stream) Resumes() int { return s.resumes }
 
+// PromptTokens is the request's prompt estimate, in tokens (0 when
+// unknown): what a translated stream can state of its input before its
+// provider's usage comes at the end (a Messages message_start).
+func (s *Stream) PromptTokens() int64 { return s.promptTokens }
+
 func addUsage(a, b provider.Usage) provider.Usage {
 	return provider.Usage{InputTokens: a.InputTokens + b.InputTokens, CachedInputTokens: a.CachedInputTokens + b.CachedInputTokens,
 		CacheWriteTokens: a.CacheWriteTokens + b.CacheWriteTokens, CacheWrite1hTokens: a.CacheWrite1hTokens + b.CacheWrite1hTokens,
@@ -202,6 +209,10 @@ func (s *Stream) closeCharged(u provider.Usage, ok bool) {
 		s.r.spend(s.r.Clock.Now(), s.d, s.group, u, s.holds)
 	}
 	s.holds.release(s.r.Clock.Now(), s.d, s.group) // what it did not spend
+	if stated, ok := s.usage.Usage(); ok {
+		// what the provider said of its cache, not the router's estimate
+		s.d.State.RecordCache(s.r.Clock.Now(), s.prefixes, stated)
+	}
 	class, msg := provider.OK, ""
 	if s.failure != nil {
 		class, msg = s.failure.Class, s.failure.Message

@@ -91,21 +91,36 @@ func (u *Usage) CacheWriteTokens() int64 {
 // chat.completion: the text (null when the answer is only tool calls), the
 // tool calls, the finish_reason and usage; an empty id gets a fresh one.
 func NewCompletion(id, model, text string, calls []ToolCall, finish string, usage *Usage) ([]byte, error) {
-	msg := Message{Role: "assistant", ToolCalls: calls}
+	msg := answerMessage{Role: "assistant", ToolCalls: calls}
 	if text != "" || len(calls) == 0 {
 		msg.Content = Text(text)
 	}
 	if id == "" {
 		id = NewID("chatcmpl-")
 	}
-	return json.Marshal(Completion{
-		ID:      id,
-		Object:  "chat.completion",
-		Created: time.Now().Unix(),
-		Model:   model,
-		Choices: []Choice{{Message: msg, FinishReason: finish}},
-		Usage:   usage,
-	})
+	return json.Marshal(struct {
+		Completion
+		Choices []answerChoice `json:"choices"`
+	}{Completion{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: model, Usage: usage},
+		[]answerChoice{{Message: msg, FinishReason: finish}}})
+}
+
+// answerChoice and answerMessage are a choice as the router writes it:
+// message.refusal is required (ChatCompletionResponseMessage in OpenAI's
+// spec), null when there is none; Message, which requests use too, leaves
+// it out when empty.
+type answerChoice struct {
+	Index        int           `json:"index"`
+	Message      answerMessage `json:"message"`
+	Logprobs     *struct{}     `json:"logprobs"`
+	FinishReason string        `json:"finish_reason"`
+}
+
+type answerMessage struct {
+	Role      string     `json:"role"`
+	Content   Content    `json:"content"`
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Chunk is a chat.completion.chunk, one event of a streamed answer.

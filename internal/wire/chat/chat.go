@@ -296,7 +296,8 @@ func (c Content) AsParts() []Part {
 }
 
 // String returns the content's text: the string, or the text parts joined
-// (tool results, system prompts).
+// by a newline (tool results, system prompts: parts are separate pieces of
+// text, which run together would read as one word across the seam).
 func (c Content) String() string {
 	if c.Parts == nil {
 		return c.Text
@@ -307,6 +308,9 @@ func (c Content) String() string {
 	var b strings.Builder
 	for _, p := range c.Parts {
 		if p.Type == "text" || p.Type == "" {
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
 			b.WriteString(p.Text)
 		}
 	}

@@ -96,7 +96,7 @@ func FuzzParseRequest(f *testing.F) {
 }
 
 func TestContent(t *testing.T) {
-	for raw, want := range map[string]string{`"a\tb"`: "a\tb", `null`: "", `[{"type":"text","text":"x"},{"type":"image_url"},{"type":"text","text":"y"}]`: "xy"} {
+	for raw, want := range map[string]string{`"a\tb"`: "a\tb", `null`: "", `[{"type":"text","text":"x"},{"type":"image_url"},{"type":"text","text":"y"}]`: "x\ny"} {
 		var c Content
 		if err := json.Unmarshal([]byte(raw), &c); err != nil || c.String() != want {
 			t.Errorf("%s: expected %q, got %q (%v)", raw, want, c.String(), err)

@@ -89,19 +89,42 @@ func ToChatAnswer(body []byte) ([]byte, error) {
 	return chat.NewCompletion(r.ID, r.Model, text.String(), calls, FinishReason(stop), r.Usage.ChatUsage(r.Usage.OutputTokens))
 }
 
-// toolInput is a call's arguments as the object tool_use.input wants; the
-// rare arguments that are not JSON (a model's slip) travel as a string
-// rather than being lost.
+// toolInput is a call's arguments as the object tool_use.input must be
+// (the Messages API's and its SDKs': the Node SDK's stream helper parses
+// the input_json_deltas as an object). Arguments are the model's text and
+// need not be valid JSON (OpenAI's reference says so); they become:
+//   - a JSON object: itself;
+//   - empty: {};
+//   - a JSON string holding an object (a model's double encoding): that object;
+//   - anything else (an array, a scalar, broken JSON): {"_raw": args},
+//     the text kept for the client rather than lost, as an object.
 func toolInput(args string) json.RawMessage {
 	b := bytes.TrimSpace([]byte(args))
-	if len(b) == 0 {
+	switch {
+	case len(b) == 0:
 		return json.RawMessage("{}")
-	}
-	if json.Valid(b) {
+	case b[0] == '{' && json.Valid(b):
 		return b
+	case b[0] == '"':
+		var inner string
+		if json.Unmarshal(b, &inner) == nil {
+			if in := bytes.TrimSpace([]byte(inner)); len(in) > 0 && in[0] == '{' && json.Valid(in) {
+				return in
+			}
+		}
 	}
-	q, _ := json.Marshal(args)
+	q, _ := json.Marshal(map[string]string{"_raw": args}) // a string map always marshals
 	return q
+}
+
+// messageID is the id of a message translated from an answer or stream
+// with id: kept when it is a Messages one ("msg_"), else a fresh "msg_"
+// one (a "chatcmpl-" id is no message id).
+func messageID(id string) string {
+	if strings.HasPrefix(id, "msg_") {
+		return id
+	}
+	return chat.NewID("msg_")
 }
 
 // FromChatAnswer translates a chat.completion into a Messages answer: the
@@ -128,20 +151,21 @@ func FromChatAnswer(completion []byte) ([]byte, error) {
 		content = append(content, TextBlock(text))
 	}
 	for _, tc := range ch.Message.ToolCalls {
-		id := tc.ID
-		if id == "" {
-			id = chat.NewID("toolu_")
-		}
-		content = append(content, Block{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: toolInput(string(tc.Function.Arguments))})
-	}
-	id := c.ID
-	if id == "" {
-		id = chat.NewID("msg_")
+		content = append(content, Block{Type: "tool_use", ID: callID(tc.ID), Name: tc.Function.Name, Input: toolInput(string(tc.Function.Arguments))})
 	}
 	return json.Marshal(Response{
-		ID: id, Type: "message", Role: "assistant", Model: c.Model,
+		ID: messageID(c.ID), Type: "message", Role: "assistant", Model: c.Model,
 		Content: content, StopReason: &stop, Usage: usageFromChat(c.Usage),
 	})
+}
+
+// callID is a tool call's tool_use id: ToolID's mapping, or a fresh
+// "toolu_" one when the call has none.
+func callID(id string) string {
+	if id == "" {
+		return chat.NewID("toolu_")
+	}
+	return ToolID(id)
 }
 
 func truncate(s string, n int) string {

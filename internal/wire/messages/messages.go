@@ -43,6 +43,20 @@ type Request struct {
 	TopP          *float64    `json:"top_p,omitempty"`
 	Stream        bool        `json:"stream,omitempty"`
 	Metadata      *Metadata   `json:"metadata,omitempty"`
+	// OutputConfig is structured outputs: the answer's JSON schema.
+	OutputConfig *OutputConfig `json:"output_config,omitempty"`
+}
+
+// OutputConfig is a request's output_config: Format, when set, constrains
+// the answer's text to a JSON schema.
+type OutputConfig struct {
+	Format *OutputFormat `json:"format,omitempty"`
+}
+
+// OutputFormat is output_config.format: Type "json_schema" and the Schema.
+type OutputFormat struct {
+	Type   string          `json:"type"`
+	Schema json.RawMessage `json:"schema"`
 }
 
 // SystemPrompt is a system prompt as read: a string, or text blocks.
@@ -200,6 +214,26 @@ type Usage struct {
 	CacheCreation *chat.CacheCreation `json:"cache_creation,omitempty"`
 }
 
+// MarshalJSON implements json.Marshaler: usage as the router writes it in
+// an answer, message_start or message_delta it builds, with every field
+// the Messages API's Usage and MessageDeltaUsage require (anthropic-sdk-go
+// v2.15.0's api:"required" fields): input_tokens, output_tokens,
+// cache_creation_input_tokens and cache_read_input_tokens (0 when none),
+// cache_creation, server_tool_use and service_tier (null when unknown: a
+// translated answer used no server tool the router can count).
+func (u Usage) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		InputTokens              int64               `json:"input_tokens"`
+		CacheCreationInputTokens int64               `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int64               `json:"cache_read_input_tokens"`
+		CacheCreation            *chat.CacheCreation `json:"cache_creation"`
+		OutputTokens             int64               `json:"output_tokens"`
+		ServerToolUse            *struct{}           `json:"server_tool_use"`
+		ServiceTier              *string             `json:"service_tier"`
+	}{InputTokens: u.InputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens,
+		CacheReadInputTokens: u.CacheReadInputTokens, CacheCreation: u.CacheCreation, OutputTokens: u.OutputTokens})
+}
+
 // Event is one stream event's data
 // (https://docs.anthropic.com/en/docs/build-with-claude/streaming); the
 // fields are in the order Anthropic sends them.
@@ -223,10 +257,14 @@ type Delta struct {
 	StopReason  string `json:"stop_reason,omitempty"`
 }
 
-// ErrorBody is the error format, {"type":"error","error":{"type","message"}}.
+// ErrorBody is the error format,
+// {"type":"error","error":{"type","message"},"request_id"}.
 type ErrorBody struct {
 	Type  string      `json:"type"`
 	Error ErrorDetail `json:"error"`
+	// RequestID is required in the errors the API answers (ErrorResponse);
+	// the router's own errors get a fresh "req_" one.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // ErrorDetail is an error's type and message, with the error_code some
@@ -247,9 +285,9 @@ func (e *ErrorDetail) Code() string {
 	return e.Details.ErrorCode
 }
 
-// NewError returns an error body.
+// NewError returns an error body with a fresh request_id.
 func NewError(typ, msg string) []byte {
-	b, _ := json.Marshal(ErrorBody{Type: "error", Error: ErrorDetail{Type: typ, Message: msg}}) // plain struct: cannot fail
+	b, _ := json.Marshal(ErrorBody{Type: "error", Error: ErrorDetail{Type: typ, Message: msg}, RequestID: chat.NewID("req_")}) // plain struct: cannot fail
 	return b
 }
 

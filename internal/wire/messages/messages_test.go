@@ -49,13 +49,18 @@ func TestChatToMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","type":"message","role":"assistant","model":"gpt-4o-2024-08-06",
+	if id := jsontest.Field(t, got, "id").(string); !strings.HasPrefix(id, "msg_") {
+		t.Errorf("expected a msg_ id for a chatcmpl- one, got %q", id)
+	}
+	got = jsontest.Set(t, got, "id", "msg_x")
+	want := `{"id":"msg_x","type":"message","role":"assistant","model":"gpt-4o-2024-08-06",
 	  "content":[{"type":"text","text":"Checking."},
 	   {"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}},
 	   {"type":"tool_use","id":"call_2","name":"get_time","input":{}},
-	   {"type":"tool_use","id":"call_3","name":"broken","input":"{\"a\":"}],
+	   {"type":"tool_use","id":"call_3","name":"broken","input":{"_raw":"{\"a\":"}}],
 	  "stop_reason":"tool_use","stop_sequence":null,
-	  "usage":{"input_tokens":20,"output_tokens":30,"cache_read_input_tokens":100}}`
+	  "usage":{"input_tokens":20,"output_tokens":30,"cache_creation_input_tokens":0,"cache_read_input_tokens":100,
+	    "cache_creation":null,"server_tool_use":null,"service_tier":null}}`
 	if !jsontest.Same(t, got, want) {
 		t.Errorf("expected %s\ngot      %s", jsontest.Compact(want), got)
 	}
@@ -88,7 +93,8 @@ func TestChatToMessages(t *testing.T) {
 func TestMessagesResponseRoundTrip(t *testing.T) {
 	orig := `{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-opus-4-1-20250805",
 	  "content":[{"type":"text","text":"I'll check."},{"type":"tool_use","id":"toolu_01A","name":"get_weather","input":{"location":"San Francisco, CA","unit":"celsius"}}],
-	  "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":20,"cache_read_input_tokens":1000,"output_tokens":50}}`
+	  "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":20,"cache_creation_input_tokens":0,"cache_read_input_tokens":1000,
+	    "cache_creation":null,"output_tokens":50,"server_tool_use":null,"service_tier":null}}`
 	chat, err := messages.ToChatAnswer([]byte(orig))
 	if err != nil {
 		t.Fatal(err)
@@ -119,13 +125,17 @@ func TestMessagesStreamEncoderOpenAIStream(t *testing.T) {
 		t.Errorf("usage came with the stream: expected Done to send only message_stop, got %q", done)
 	}
 	m := messagestest.Assemble(t, append(out, done...))
-	want := messagestest.Message{ID: "chatcmpl-1", Model: "gpt-4o-2024-08-06", StopReason: "max_tokens",
+	if !strings.HasPrefix(m.ID, "msg_") {
+		t.Errorf("expected a msg_ id for the chatcmpl- one, got %q", m.ID)
+	}
+	m.ID = "msg_x"
+	want := messagestest.Message{ID: "msg_x", Model: "gpt-4o-2024-08-06", StopReason: "max_tokens",
 		Blocks: []messagestest.Block{{Type: "text", Text: "Hello"}}, InputTokens: 6, OutputToks: 2,
 		Events: strings.Fields("message_start content_block_start content_block_delta content_block_delta content_block_stop message_delta message_stop")}
 	if !reflect.DeepEqual(m, want) {
 		t.Errorf("expected %+v\ngot %+v", want, m)
 	}
-	if !strings.Contains(string(out), `"usage":{"input_tokens":6,"output_tokens":2,"cache_read_input_tokens":4}`) {
+	if !strings.Contains(string(out), `"usage":{"input_tokens":6,"cache_creation_input_tokens":0,"cache_read_input_tokens":4,"cache_creation":null,"output_tokens":2,"server_tool_use":null,"service_tier":null}`) {
 		t.Errorf("expected cached tokens reported as cache reads, got %s", out)
 	}
 	if enc.Done() != nil || enc.Chunk([]byte(`{"choices":[{"delta":{"content":"late"}}]}`)) != nil {
@@ -187,11 +197,14 @@ func TestMessagesStreamEncoderEdges(t *testing.T) {
 }
 
 func TestAnthropicErrorBodies(t *testing.T) {
-	if got, want := string(messages.NewError("rate_limit_error", `too "fast"`)), `{"type":"error","error":{"type":"rate_limit_error","message":"too \"fast\""}}`; got != want {
+	body := messages.NewError("rate_limit_error", `too "fast"`)
+	if got, want := string(jsontest.Set(t, body, "request_id", "req_x")), `{"type":"error","error":{"type":"rate_limit_error","message":"too \"fast\""},"request_id":"req_x"}`; got != want {
 		t.Errorf("expected %s, got %s", want, got)
 	}
-	got, want := string(messages.StreamError("overloaded_error", "Overloaded")),
-		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	ev := messages.StreamError("overloaded_error", "Overloaded")
+	data, _ := strings.CutPrefix(strings.TrimSuffix(string(ev), "\n\n"), "event: error\ndata: ")
+	got, want := "event: error\ndata: "+string(jsontest.Set(t, []byte(data), "request_id", "req_x"))+"\n\n",
+		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"},\"request_id\":\"req_x\"}\n\n"
 	if got != want {
 		t.Errorf("expected %q, got %q", want, got)
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 )
@@ -48,6 +50,7 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 	if out.StopSequences, err = chat.StopSequences(r.Stop); err != nil {
 		return nil, err
 	}
+	out.OutputConfig = outputConfig(r.ResponseFormat)
 
 	var system []Block
 	cached := false
@@ -73,7 +76,7 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 		case "assistant":
 			out.Messages = appendTurn(out.Messages, "assistant", assistantBlocks(m))
 		case "tool":
-			b := Block{Type: "tool_result", ToolUseID: toolID(m.ToolCallID)}
+			b := Block{Type: "tool_result", ToolUseID: ToolID(m.ToolCallID)}
 			if text := m.Content.String(); text != "" {
 				b.Content, _ = json.Marshal(text)
 			}
@@ -132,6 +135,23 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 		}
 	}
 	return json.Marshal(out)
+}
+
+// outputConfig translates response_format to Anthropic's structured
+// outputs (https://docs.claude.com/en/docs/build-with-claude/structured-outputs;
+// output_config.format in anthropic-sdk-go v2.15.0's MessageNewParams):
+// json_schema's schema becomes output_config.format {"type":"json_schema",
+// "schema"}; its name, description and strict have no Messages field (the
+// format is always enforced). json_object and text have no equivalent: nil.
+func outputConfig(f *chat.ResponseFormat) *OutputConfig {
+	if f == nil || f.Type != "json_schema" || f.JSONSchema == nil {
+		return nil
+	}
+	schema := bytes.TrimSpace(f.JSONSchema.Schema)
+	if len(schema) == 0 || schema[0] != '{' {
+		return nil
+	}
+	return &OutputConfig{Format: &OutputFormat{Type: "json_schema", Schema: schema}}
 }
 
 // appendTurn adds blocks as a role's turn, merged into the previous message
@@ -214,7 +234,7 @@ func assistantBlocks(m *chat.Message) []Block {
 	for _, c := range m.ToolCalls {
 		blocks = append(blocks, Block{
 			Type:  "tool_use",
-			ID:    toolID(c.ID),
+			ID:    ToolID(c.ID),
 			Name:  c.Function.Name,
 			Input: chat.ObjectOr(string(c.Function.Arguments), json.RawMessage("{}")),
 		})
@@ -222,23 +242,29 @@ func assistantBlocks(m *chat.Message) []Block {
 	return blocks
 }
 
-// toolID makes a tool call id acceptable to the Messages API
-// (^[a-zA-Z0-9_-]+$); other providers' ids, such as "functions.get:0",
-// would be rejected. The same id maps the same way in the tool_use and in
-// its tool_result, so they still pair.
-func toolID(id string) string {
-	for i := 0; i < len(id); i++ {
-		if !isToolIDByte(id[i]) {
-			b := []byte(id)
-			for j := i; j < len(b); j++ {
-				if !isToolIDByte(b[j]) {
-					b[j] = '_'
-				}
-			}
-			return string(b)
+// ToolID maps a tool call id to one the Messages API accepts
+// (^[a-zA-Z0-9_-]+$, the pattern of tool_use.id and tool_result.tool_use_id):
+// an id that matches is kept; another (an OpenAI-compatible server's
+// "functions.get_weather:0") has each other byte replaced by '_' and
+// "_" plus 8 hex digits of the original's FNV-1a hash appended, so that
+// ids differing only in replaced bytes stay apart. The mapping is stable:
+// the same id maps the same way in an answer, a stream and the next turn's
+// tool_use and tool_result, which therefore still pair, whichever
+// deployment serves that turn.
+func ToolID(id string) string {
+	i := strings.IndexFunc(id, func(r rune) bool { return r >= utf8.RuneSelf || !isToolIDByte(byte(r)) })
+	if i < 0 {
+		return id
+	}
+	b := []byte(id)
+	for j := i; j < len(b); j++ {
+		if !isToolIDByte(b[j]) {
+			b[j] = '_'
 		}
 	}
-	return id
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return fmt.Sprintf("%s_%08x", b, h.Sum32())
 }
 
 func isToolIDByte(c byte) bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -175,28 +176,43 @@ func broken(msg string) provider.Observation {
 // ChatEncoder turns a Chat Completions stream, chunk by chunk, into a
 // Messages stream: message_start, then for each text run or tool call a
 // content block (content_block_start, deltas, content_block_stop), then
-// message_delta with the stop_reason and usage, and message_stop. It is not
-// safe for concurrent use; one per stream.
+// message_delta with the stop_reason and usage, and message_stop.
+//
+// A text block streams as its pieces come. A tool call's block is sent
+// whole when the call ends (the next text, the finish_reason, or the end):
+// content_block_start (its id mapped by ToolID), one input_json_delta with
+// its arguments as an object (toolInput), content_block_stop. Arguments
+// are the model's text and may not be JSON; the SDKs parse the deltas as
+// they come (the Node SDK's stream helper throws on an invalid prefix), so
+// they can only be made an object once whole. It is not safe for
+// concurrent use; one per stream.
 type ChatEncoder struct {
+	// PromptTokens is what message_start's usage.input_tokens says: the
+	// request's prompt estimate, in tokens (0 when unknown). A Chat stream
+	// states its usage only at its end, which message_delta carries.
+	PromptTokens int64
+
 	started   bool
 	deltaSent bool
 	stopped   bool
-	open      int  // index of the open content block, -1 when none
-	openText  bool // the open block is text (else tool_use)
-	next      int  // index of the next content block
-	tools     map[int]toolBlock
-	stop      string // stop_reason once a finish_reason arrived
+	open      int                // index of the open content block, -1 when none
+	openText  bool               // the open block is text (else tool_use)
+	next      int                // index of the next content block
+	tools     map[int]*toolBlock // by the Chat tool call index
+	pending   []*toolBlock       // calls not yet sent, in order
+	stop      string             // stop_reason once a finish_reason arrived
 	usage     *Usage
 }
 
+// toolBlock is one tool call, gathered until it is sent.
 type toolBlock struct {
-	block int
-	id    string
+	id, name string
+	args     strings.Builder
 }
 
 // NewChatEncoder returns an encoder for one stream.
 func NewChatEncoder() *ChatEncoder {
-	return &ChatEncoder{open: -1, tools: map[int]toolBlock{}}
+	return &ChatEncoder{open: -1, tools: map[int]*toolBlock{}}
 }
 
 // Chunk takes one chat.completion.chunk JSON and returns the Messages
@@ -246,7 +262,9 @@ func (e *ChatEncoder) Chunk(data []byte) []byte {
 	return out
 }
 
-// toolCall opens a tool_use block for a new call and relays its arguments.
+// toolCall gathers a tool call: a new one (some providers reuse index 0
+// for every call) or more arguments of one seen (even after another began:
+// they go to their own call).
 func (e *ChatEncoder) toolCall(out []byte, tc chat.ToolCall) []byte {
 	idx := 0
 	if tc.Index != nil {
@@ -254,25 +272,28 @@ func (e *ChatEncoder) toolCall(out []byte, tc chat.ToolCall) []byte {
 	}
 	t, known := e.tools[idx]
 	if !known || tc.ID != "" && tc.ID != t.id {
-		// A new call (some providers reuse index 0 for every call).
-		id := tc.ID
-		if id == "" {
-			id = chat.NewID("toolu_")
-		}
-		out = e.closeBlock(out)
-		t = toolBlock{block: e.next, id: id}
+		out = e.closeText(out)
+		t = &toolBlock{id: tc.ID, name: tc.Function.Name}
 		e.tools[idx] = t
-		e.open, e.openText = e.next, false
+		e.pending = append(e.pending, t)
+	}
+	t.args.WriteString(string(tc.Function.Arguments))
+	return out
+}
+
+// flushTools sends the gathered tool calls, each as a whole tool_use block.
+func (e *ChatEncoder) flushTools(out []byte) []byte {
+	for _, t := range e.pending {
+		i := e.next
 		e.next++
-		out = appendEvent(out, Event{Type: "content_block_start", Index: &t.block,
-			ContentBlock: &Block{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: json.RawMessage("{}")}})
+		out = appendEvent(out, Event{Type: "content_block_start", Index: &i,
+			ContentBlock: &Block{Type: "tool_use", ID: callID(t.id), Name: t.name, Input: json.RawMessage("{}")}})
+		out = appendEvent(out, Event{Type: "content_block_delta", Index: &i,
+			Delta: &Delta{Type: "input_json_delta", PartialJSON: string(toolInput(t.args.String()))}})
+		out = appendEvent(out, Event{Type: "content_block_stop", Index: &i})
 	}
-	if tc.Function.Arguments != "" {
-		// Arguments of an earlier call arriving late go to its own block:
-		// SDKs accumulate deltas by index.
-		out = appendEvent(out, Event{Type: "content_block_delta", Index: &t.block,
-			Delta: &Delta{Type: "input_json_delta", PartialJSON: string(tc.Function.Arguments)}})
-	}
+	e.pending = e.pending[:0]
+	clear(e.tools)
 	return out
 }
 
@@ -300,11 +321,9 @@ func (e *ChatEncoder) Done() []byte {
 
 func (e *ChatEncoder) messageStart(out []byte, id, model string) []byte {
 	e.started = true
-	if id == "" {
-		id = chat.NewID("msg_")
-	}
 	return appendEvent(out, Event{Type: "message_start", Message: &Response{
-		ID: id, Type: "message", Role: "assistant", Model: model, Content: []Block{},
+		ID: messageID(id), Type: "message", Role: "assistant", Model: model, Content: []Block{},
+		Usage: Usage{InputTokens: max(e.PromptTokens, 0)},
 	}})
 }
 
@@ -318,7 +337,13 @@ func (e *ChatEncoder) text(out []byte, s string) []byte {
 	return appendEvent(out, Event{Type: "content_block_delta", Index: &e.open, Delta: &Delta{Type: "text_delta", Text: s}})
 }
 
+// closeBlock ends the open text block, and sends the gathered tool calls.
 func (e *ChatEncoder) closeBlock(out []byte) []byte {
+	return e.flushTools(e.closeText(out))
+}
+
+// closeText ends the open text block.
+func (e *ChatEncoder) closeText(out []byte) []byte {
 	if e.open < 0 {
 		return out
 	}
@@ -333,7 +358,23 @@ func (e *ChatEncoder) messageDelta(out []byte) []byte {
 	if e.usage != nil {
 		u = *e.usage
 	}
-	return appendEvent(out, Event{Type: "message_delta", Delta: &Delta{StopReason: e.stop}, Usage: &u})
+	// delta.stop_sequence is required (null: a Chat stream does not say
+	// which stop sequence ended it).
+	data, _ := json.Marshal(messageDelta{Type: "message_delta", Delta: stopDelta{StopReason: e.stop}, Usage: u}) // plain structs: cannot fail
+	return provider.AppendEvent(out, "message_delta", data)
+}
+
+// messageDelta is the message_delta event the router writes.
+type messageDelta struct {
+	Type  string    `json:"type"`
+	Delta stopDelta `json:"delta"`
+	Usage Usage     `json:"usage"`
+}
+
+// stopDelta is message_delta's delta: both fields required, nullable.
+type stopDelta struct {
+	StopReason   string  `json:"stop_reason"`
+	StopSequence *string `json:"stop_sequence"`
 }
 
 // appendEvent appends ev as a server-sent event named by its type.

@@ -26,6 +26,12 @@ type Response struct {
 	ToolChoice        json.RawMessage    `json:"tool_choice"`
 	Tools             []json.RawMessage  `json:"tools"`
 	Metadata          json.RawMessage    `json:"metadata"`
+	// Instructions, Temperature and TopP are required (the OpenAI spec's
+	// Response), null when the router does not know them: a response
+	// translated from a Chat answer, which does not say them.
+	Instructions json.RawMessage `json:"instructions"`
+	Temperature  *float64        `json:"temperature"`
+	TopP         *float64        `json:"top_p"`
 }
 
 // OutputItem is one item of a response's output: a message or a
@@ -61,25 +67,30 @@ func (it OutputItem) MarshalJSON() ([]byte, error) {
 }
 
 // MarshalJSON implements json.Marshaler: an output_text part always has
-// its text and annotations.
+// its text, annotations and logprobs (OutputTextContent's required
+// members; [] when there are none).
 func (p OutputPart) MarshalJSON() ([]byte, error) {
 	type plain OutputPart
 	if p.Type != "output_text" {
 		return json.Marshal(plain(p))
 	}
-	text, ann := "", p.Annotations
+	text, ann, lp := "", p.Annotations, p.Logprobs
 	if p.Text != nil {
 		text = *p.Text
 	}
 	if ann == nil {
 		ann = []json.RawMessage{}
 	}
-	p.Text, p.Annotations = nil, nil
+	if lp == nil {
+		lp = []json.RawMessage{}
+	}
+	p.Text, p.Annotations, p.Logprobs = nil, nil, nil
 	return json.Marshal(struct {
 		plain
 		Text        string            `json:"text"`
 		Annotations []json.RawMessage `json:"annotations"`
-	}{plain(p), text, ann})
+		Logprobs    []json.RawMessage `json:"logprobs"`
+	}{plain(p), text, ann, lp})
 }
 
 // OutputPart is a part of an output message: output_text or refusal.
@@ -88,6 +99,7 @@ type OutputPart struct {
 	Text        *string           `json:"text,omitempty"`
 	Refusal     *string           `json:"refusal,omitempty"`
 	Annotations []json.RawMessage `json:"annotations,omitempty"`
+	Logprobs    []json.RawMessage `json:"logprobs,omitempty"`
 }
 
 // IncompleteDetails says why a response is incomplete: max_output_tokens
@@ -111,9 +123,12 @@ type Usage struct {
 	TotalTokens         int64         `json:"total_tokens"`
 }
 
-// InputDetails is usage.input_tokens_details.
+// InputDetails is usage.input_tokens_details: CachedTokens read from the
+// prompt cache, CacheWriteTokens written to it (both required by OpenAI's
+// spec 2.3.0, 0 when none).
 type InputDetails struct {
-	CachedTokens int64 `json:"cached_tokens"`
+	CachedTokens     int64 `json:"cached_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
 // OutputDetails is usage.output_tokens_details.
@@ -129,6 +144,7 @@ func usageFromChat(u *chat.Usage) *Usage {
 	out := &Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens,
 		TotalTokens: u.PromptTokens + u.CompletionTokens}
 	out.InputTokensDetails.CachedTokens = u.CachedTokens()
+	out.InputTokensDetails.CacheWriteTokens = u.CacheWriteTokens()
 	if d := u.CompletionTokensDetails; d != nil {
 		out.OutputTokensDetails.ReasoningTokens = d.ReasoningTokens
 	}

@@ -183,7 +183,7 @@ func (e *ChatEncoder) closeItem(out []byte) []byte {
 		e.resp.OutputText += text
 	case "function_call":
 		out = e.event(out, "response.function_call_arguments.done", map[string]any{"item_id": it.ID,
-			"output_index": oi, "arguments": *it.Args})
+			"output_index": oi, "name": it.Name, "arguments": *it.Args})
 	}
 	return e.event(out, "response.output_item.done", map[string]any{"output_index": oi, "item": *it})
 }

@@ -35,9 +35,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.serveCountTokens(w, r)
 		return nil
 	}
+	if id, op, ok := responseFollowUp(r.URL.Path); ok {
+		h.serveFollowUp(w, r, id, op) // background.go
+		return nil
+	}
 	a := api.ForPath(r.URL.Path)
+	made := "" // the Responses API's response id, once given
 	if ra, ok := a.(api.Responses); ok {
-		a = h.responsesAPI(ra)
+		a = h.responsesAPI(ra, &made)
 	}
 	if a == nil {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -111,6 +116,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", name), zap.Error(err))
 	}
 	h.account(r, group.Name, res)
+	h.trackBackground(req, res, group.Name, made)
 	return nil
 }
 

@@ -1328,6 +1328,14 @@ func (d *Deployment) Cost(u provider.Usage) float64 {
 		float64(max(u.OutputTokens, 0))*d.CostOutput) / 1e6
 }
 
+// Spend records what an answer of d, for group g (nil: none), used when
+// the router learns it outside an attempt (a background response's usage,
+// at the poll that finds it done): in d's usage and, at its cost, against
+// d's budget and g's, as spend does, with nothing held.
+func (r *Router) Spend(d *Deployment, g *Group, u provider.Usage) {
+	r.spend(r.Clock.Now(), d, g, u, holds{})
+}
+
 // spend records what an answer of d, for group g, used: in d's usage and,
 // at its cost, against d's budget and g's, settling what the attempt held
 // of them (h); a deployment whose budget it spends is out until that

@@ -35,6 +35,8 @@ type bgAccount struct {
 	prefix string
 	srv    *httptest.Server
 
+	hold chan struct{} // when set, creates wait until it is closed
+
 	mu    sync.Mutex
 	n     int
 	resps map[string]*bgResponse
@@ -89,15 +91,18 @@ func (a *bgAccount) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/responses")
 	if !ok {
+		a.mu.Lock()
+		a.hits[r.Method+" chat"]++ // a Chat Completions request: not served
+		a.mu.Unlock()
 		http.NotFound(w, r)
 		return
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if rest == "" && r.Method == http.MethodPost {
 		a.create(w, r)
 		return
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	id, op, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
 	if op == "" {
 		op = map[string]string{http.MethodGet: "get", http.MethodDelete: "delete"}[r.Method]
@@ -135,7 +140,18 @@ func (a *bgAccount) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *bgAccount) create(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
 	a.hits["POST create"]++
+	a.mu.Unlock()
+	if a.hold != nil {
+		select {
+		case <-a.hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	var body struct {
 		Background, Stream bool
 	}
@@ -206,7 +222,11 @@ func (c *bgClock) Now() time.Time {
 	return c.now
 }
 
-func (c *bgClock) Sleep(ctx context.Context, d time.Duration) error { return ctx.Err() }
+// Sleep passes d at once (the router's waits take no real time).
+func (c *bgClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.Advance(d)
+	return ctx.Err()
+}
 
 func (c *bgClock) AfterFunc(d time.Duration, f func()) router.Timer {
 	c.mu.Lock()
@@ -259,8 +279,9 @@ func (c *bgClock) Advance(d time.Duration) {
 }
 
 // bgRouter is a router over accounts a and b (model groups ga and gb,
-// one each), with the manual clock; store is its store directive (""
-// for none).
+// one each, gab both), and c, account a's Chat Completions (gc, and gca
+// before a), with the manual clock; store is its further directives (a
+// store, pass_through, hedge_after).
 func bgRouter(t *testing.T, a, b *bgAccount, store string) (*Handler, *bgClock) {
 	t.Helper()
 	var h Handler
@@ -278,11 +299,28 @@ func bgRouter(t *testing.T, a, b *bgAccount, store string) (*Handler, *bgClock) 
 			api_key ` + b.key + `
 			responses native
 		}
+		provider c {
+			type openai
+			base_url ` + a.srv.URL + `/v1
+			api_key ` + a.key + `
+			responses chat
+		}
 		model ga {
 			deployment a gpt-x
 		}
 		model gb {
 			deployment b gpt-x
+		}
+		model gab {
+			deployment a gpt-x
+			deployment b gpt-x
+		}
+		model gc {
+			deployment c gpt-c
+		}
+		model gca {
+			deployment c gpt-c
+			deployment a gpt-x
 		}
 	}`)); err != nil {
 		t.Fatal(err)
@@ -520,4 +558,67 @@ func waitForKey(t *testing.T, m *miniredis.Miniredis, part string) {
 		}
 	}
 	t.Fatalf("no key containing %q in Redis", part)
+}
+
+// A background create is not hedged: a second attempt would start a
+// second job at another account, billed too, that no client polls.
+func TestBackgroundCreateNotHedged(t *testing.T) {
+	a, b := newBGAccount(t, "sk-bg-a", "ha"), newBGAccount(t, "sk-bg-b", "hb")
+	a.hold, b.hold = make(chan struct{}), make(chan struct{})
+	h, clock := bgRouter(t, a, b, "hedge_after 1s")
+	done := make(chan int)
+	go func() {
+		code, _, _ := call(t, h, http.MethodPost, "/v1/responses", `{"model":"gab","input":"hi","background":true}`)
+		done <- code
+	}()
+	creates := func() int { return a.count("POST create") + b.count("POST create") }
+	for deadline := time.Now().Add(5 * time.Second); creates() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	clock.Advance(2 * time.Second)
+	time.Sleep(100 * time.Millisecond) // a hedge's request would arrive now
+	close(a.hold)
+	close(b.hold)
+	if code := <-done; code != 200 {
+		t.Errorf("expected the create answered, got %d", code)
+	}
+	if n := creates(); n != 1 {
+		t.Errorf("expected one create upstream, got %d", n)
+	}
+}
+
+// With pass_through, a follow-up still goes to the owner, not to the
+// pass_through provider.
+func TestBackgroundFollowUpsNotPassedThrough(t *testing.T) {
+	a, b := newBGAccount(t, "sk-bg-a", "pa"), newBGAccount(t, "sk-bg-b", "pb")
+	h, _ := bgRouter(t, a, b, "pass_through a")
+	id := createBG(t, h, "gb")
+	for _, path := range []string{"/v1/responses/" + id, "/v1/responses/" + id + "/input_items"} {
+		if code, body, _ := call(t, h, http.MethodGet, path, ""); code != 200 {
+			t.Errorf("GET %s: expected 200 from the owner, got %d %s", path, code, body)
+		}
+	}
+	if n := a.count("GET get") + a.count("GET input_items"); n != 0 {
+		t.Errorf("%d follow-ups reached the pass_through account", n)
+	}
+}
+
+// A background create has no Chat Completions form: a deployment that
+// would translate it is passed over for one that serves the Responses
+// API, and a group with none answers 400 saying why, sending nothing.
+func TestBackgroundCreateNeedsTheResponsesAPI(t *testing.T) {
+	a, b := newBGAccount(t, "sk-bg-a", "na"), newBGAccount(t, "sk-bg-b", "nb")
+	h, _ := bgRouter(t, a, b, "")
+	const body = `{"model":"gca","input":"hi","background":true}`
+	code, answer, hdr := call(t, h, http.MethodPost, "/v1/responses", body)
+	if code != 200 || hdr.Get(HeaderDeployment) != "a/gpt-x" {
+		t.Errorf("expected a/gpt-x to take it, got %d %s %s", code, hdr.Get(HeaderDeployment), answer)
+	}
+	code, answer, _ = call(t, h, http.MethodPost, "/v1/responses", strings.Replace(body, "gca", "gc", 1))
+	if code != 400 || !bytes.Contains(answer, []byte("background")) {
+		t.Errorf("expected a 400 about background, got %d %s", code, answer)
+	}
+	if n := a.count("POST chat"); n != 0 {
+		t.Errorf("%d translated creates reached the account", n)
+	}
 }

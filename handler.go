@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Response headers that tell the client which deployment answered.
@@ -88,6 +89,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, api.NotSupportedError(model, req.Format))
 		return nil
 	}
+	req.NoHedge = req.Format == provider.Responses && isBackground(req.Body) // background.go
 	if e := h.pin(req, group, model); e != nil {
 		a.WriteError(w, e)
 		return nil

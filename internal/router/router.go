@@ -140,6 +140,10 @@ type Request struct {
 	// conversation last (affinity): taken whenever it is usable now, over
 	// the ranking, so that its prompt cache stays warm.
 	Prefer *Deployment
+	// NoHedge keeps the request from being hedged (HedgeAfter): the
+	// provider runs what it accepts to its end whoever waits (a Responses
+	// background create), so a twin would be a second job, billed too.
+	NoHedge bool
 	// exact caches the prompt's o200k_base count (estimate.Exact), nil
 	// until counted.
 	exact atomic.Pointer[exactCount]

@@ -20,7 +20,8 @@ import (
 // events passed on; the others get its Chat Completions form
 // (responses.ToChat), and their answers are translated back. A request
 // that continues the provider's state (previous_response_id,
-// conversation) has no Chat form: only a native deployment serves it.
+// conversation) has no Chat form: only a native deployment serves it; nor
+// has a background create (background: true, ErrBackground).
 // Errors as Chat Completions' ({"error":{"message","type","param","code"}}).
 type Responses struct {
 	Chat

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Response headers that tell the client which deployment answered.
@@ -35,9 +36,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.serveCountTokens(w, r)
 		return nil
 	}
+	if id, op, ok := responseFollowUp(r.URL.Path); ok {
+		h.serveFollowUp(w, r, id, op) // background.go
+		return nil
+	}
 	a := api.ForPath(r.URL.Path)
+	made := "" // the Responses API's response id, once given
 	if ra, ok := a.(api.Responses); ok {
-		a = h.responsesAPI(ra)
+		a = h.responsesAPI(ra, &made)
 	}
 	if a == nil {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -87,6 +93,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, api.NotSupportedError(model, req.Format))
 		return nil
 	}
+	req.NoHedge = req.Format == provider.Responses && isBackground(req.Body) // background.go
 	if e := h.pin(req, group, model); e != nil {
 		a.WriteError(w, e)
 		return nil
@@ -115,6 +122,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", name), zap.Error(err))
 	}
 	h.account(r, group.Name, res)
+	h.trackBackground(req, res, group.Name, made)
 	return nil
 }
 

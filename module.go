@@ -201,7 +201,8 @@ type Handler struct {
 	states    []stateRef // the capacity states taken from the pool
 	metrics   *metrics
 	logger    *zap.Logger
-	store     *fleetStore // fleet mode (store.go); nil for store memory
+	store     *fleetStore     // fleet mode (store.go); nil for store memory
+	jobs      *backgroundJobs // background responses the router polls (background.go)
 	// spendingKeys are the budgets' spendings taken from the pool.
 	spendingKeys []string
 }
@@ -371,6 +372,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	h.router = router.New()
+	h.jobs = &backgroundJobs{}
 	h.router.Deadline = durationOr(h.Deadline, router.DefaultDeadline)
 	h.router.MaxAttempts = h.MaxAttempts
 	if h.MaxAttempts == 0 {
@@ -699,6 +701,9 @@ func (h *Handler) Cleanup() error {
 	}
 	h.states = nil
 	h.cleanupBudgets()
+	if h.jobs != nil {
+		h.jobs.stop()
+	}
 	h.cleanupStore() // fleet mode (store.go)
 	return nil
 }

@@ -44,12 +44,13 @@ var responseOwners = sync.OnceValue(func() *expirable.LRU[string, responseOwner]
 })
 
 // responsesAPI returns the Responses API of this handler: it remembers
-// which deployment made each response.
-func (h *Handler) responsesAPI(a api.Responses) api.Responses {
+// which deployment made each response, and sets *made to its id.
+func (h *Handler) responsesAPI(a api.Responses, made *string) api.Responses {
 	a.Remember = func(id string, d *router.Deployment, native bool) {
 		if d == nil || len(id) > 256 {
 			return
 		}
+		*made = id
 		o := responseOwner{name: d.Name}
 		if native {
 			o.identity = h.meta[d].identity

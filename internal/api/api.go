@@ -85,6 +85,7 @@ const (
 	ModelNotFound                       // no such model group
 	ModelNotSupported                   // the group has no deployment that serves the API
 	NotFound                            // a path the router does not serve
+	ResponseNotFound                    // a Responses API response the router cannot reach (OpenAI's 404: code null)
 	CrossOrigin                         // a pass_through request a page on another origin sent without a CORS preflight
 	WebSocketRefused                    // a WebSocket upgrade the router does not serve (426)
 	// The router's own answers (router.Error).

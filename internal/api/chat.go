@@ -150,6 +150,7 @@ var chatErrors = map[Code][2]string{
 	ModelNotFound:       {"invalid_request_error", "model_not_found"},
 	ModelNotSupported:   {"invalid_request_error", "model_not_supported"},
 	NotFound:            {"invalid_request_error", "unknown_url"},
+	ResponseNotFound:    {"invalid_request_error", ""},
 	CrossOrigin:         {"invalid_request_error", "cross_origin_request"},
 	WebSocketRefused:    {"invalid_request_error", "websocket_not_supported"},
 	Unsupported:         {"invalid_request_error", "unsupported_request"},

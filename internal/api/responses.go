@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -19,7 +20,8 @@ import (
 // events passed on; the others get its Chat Completions form
 // (responses.ToChat), and their answers are translated back. A request
 // that continues the provider's state (previous_response_id,
-// conversation) has no Chat form: only a native deployment serves it.
+// conversation) has no Chat form: only a native deployment serves it; nor
+// has a background create (background: true, ErrBackground).
 // Errors as Chat Completions' ({"error":{"message","type","param","code"}}).
 type Responses struct {
 	Chat
@@ -32,7 +34,15 @@ type Responses struct {
 }
 
 // responsesKeys are the body keys the router reads (see chatKeys).
-var responsesKeys = []string{"model", "input", "stream", "max_output_tokens", "previous_response_id"}
+var responsesKeys = []string{"model", "input", "stream", "max_output_tokens", "previous_response_id", "background"}
+
+// ErrBackground is the Chat form of a background response (background:
+// true): there is none, since the provider account that runs the job keeps
+// the response (polled, cancelled, streamed again there). Only a
+// deployment that serves the Responses API natively takes it.
+var ErrBackground = errors.New("a Responses request with background: true leaves its response with the provider account that runs it; it has no Chat Completions form")
+
+func backgroundToChat([]byte) ([]byte, error) { return nil, ErrBackground }
 
 // Format implements API.
 func (Responses) Format() provider.Format { return provider.Responses }
@@ -60,6 +70,9 @@ func (Responses) Parse(body []byte, _ http.Header) (*router.Request, string, *Er
 	pr := &provider.Request{Format: provider.Responses, Body: body, Stream: r.stream,
 		// The Chat form asks for usage, which response.completed reports.
 		Choices: 1, IncludeUsage: r.stream, ToChat: responses.ToChat}
+	if r.background {
+		pr.ToChat = backgroundToChat
+	}
 	var maxTokens int64
 	if r.maxOutputTokens != nil {
 		maxTokens = *r.maxOutputTokens
@@ -72,6 +85,7 @@ type responsesScan struct {
 	model           string
 	stream          bool
 	input, previous bool // a non-empty input; a previous_response_id
+	background      bool
 	maxOutputTokens *int64
 	scan
 }
@@ -87,6 +101,8 @@ func (r *responsesScan) member(name, v []byte) {
 		r.maxOutputTokens = &n
 	case "previous_response_id":
 		r.previous = r.str(key, v) != ""
+	case "background":
+		r.background = r.boolean(key, v)
 	case "input":
 		switch v[0] {
 		case '"':

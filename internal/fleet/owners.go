@@ -41,7 +41,11 @@ func (s *Store) RememberOwner(responseID, identity, name string, ttl time.Durati
 	if identity != "" {
 		id = DeploymentID(identity)
 	}
-	w := ownerWrite{key: s.ownerKey(responseID), value: id + "\n" + name, ttl: ttl}
+	s.queueWrite(ownerWrite{key: s.ownerKey(responseID), value: id + "\n" + name, ttl: ttl})
+}
+
+// queueWrite hands w to the writer, which writes it with the owners.
+func (s *Store) queueWrite(w ownerWrite) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -98,4 +102,42 @@ func (s *Store) writeOwners(ctx context.Context, owners []ownerWrite) error {
 	}
 	_, err := pipe.Exec(ctx)
 	return err
+}
+
+// Background responses (the Responses API's background: true) whose usage
+// the fleet has not counted yet: <prefix>bg:<hash of the response id>,
+// holding the name of the model group that made it, until one instance
+// takes it (ClaimPending) or it expires.
+
+func (s *Store) pendingKey(responseID string) string {
+	sum := sha256.Sum256([]byte("llm_router background\x00" + responseID))
+	return s.prefix + "bg:" + hex.EncodeToString(sum[:16])
+}
+
+// MarkPending records, for ttl, that the usage of the background response
+// responseID, made for the model group group, is still to be counted. It
+// is written in the background, with the owners.
+func (s *Store) MarkPending(responseID, group string, ttl time.Duration) {
+	s.queueWrite(ownerWrite{key: s.pendingKey(responseID), value: group, ttl: ttl})
+}
+
+// ClaimPending takes the mark MarkPending left for responseID (Redis
+// GETDEL): ok for the one caller in the fleet that takes it, which counts
+// the usage, with the mark's group; err when Redis cannot tell (down,
+// slower than Options.Timeout).
+func (s *Store) ClaimPending(responseID string) (group string, ok bool, err error) {
+	if !s.available() {
+		return "", false, errors.New("fleet store unavailable")
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	group, err = s.client.GetDel(ctx, s.pendingKey(responseID)).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", false, nil
+	case err != nil:
+		s.obs.Error("pending")
+		return "", false, err
+	}
+	return group, true, nil
 }

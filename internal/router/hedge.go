@@ -50,7 +50,7 @@ func (e exchanged) final() bool {
 // failure is returned first, and the other attempt's outcome after it.
 func (r *Router) exchange(ctx context.Context, g *Group, req *Request, res *Result, w *walk, i int, a *attempt,
 	need capacity.Need, deadline time.Time, buf []exchanged) []exchanged {
-	if r.HedgeAfter <= 0 || req.resume != nil || res.Hedge != "" {
+	if r.HedgeAfter <= 0 || req.resume != nil || req.NoHedge || res.Hedge != "" {
 		return append(buf, exchanged{i, a, a.exchange(req)})
 	}
 	done := make(chan exchanged, 2)

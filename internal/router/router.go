@@ -144,6 +144,10 @@ type Request struct {
 	// see Weights), so that a cache's savings do not outweigh capacity
 	// or health: CacheMargin for a prompt-cache prefix's affinity.
 	PreferMargin float64
+	// NoHedge keeps the request from being hedged (HedgeAfter): the
+	// provider runs what it accepts to its end whoever waits (a Responses
+	// background create), so a twin would be a second job, billed too.
+	NoHedge bool
 	// exact caches the prompt's o200k_base count (estimate.Exact), nil
 	// until counted; prefixes its cache prefix (CachePrefixes), nil until
 	// hashed.
@@ -1355,6 +1359,14 @@ func (d *Deployment) Cost(u provider.Usage) float64 {
 	return (float64(input-cached-written)*d.CostInput + float64(cached)*d.CostCached +
 		float64(written-hour)*d.CostCacheWrite + float64(hour)*d.CostCacheWrite1h +
 		float64(max(u.OutputTokens, 0))*d.CostOutput) / 1e6
+}
+
+// Spend records what an answer of d, for group g (nil: none), used when
+// the router learns it outside an attempt (a background response's usage,
+// at the poll that finds it done): in d's usage and, at its cost, against
+// d's budget and g's, as spend does, with nothing held.
+func (r *Router) Spend(d *Deployment, g *Group, u provider.Usage) {
+	r.spend(r.Clock.Now(), d, g, u, holds{})
 }
 
 // spend records what an answer of d, for group g, used: in d's usage and,

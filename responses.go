@@ -56,6 +56,7 @@ func (h *Handler) responsesAPI(a api.Responses) api.Responses {
 		}
 		h.rememberOwner(id, o)
 	}
+	a.Output = h.noteMinted
 	return a
 }
 

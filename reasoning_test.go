@@ -229,7 +229,7 @@ func converse(t *testing.T, h *Handler, input []json.RawMessage, turns int, stre
 	return input, codes
 }
 
-func errors400(codes []int) int {
+func failed(codes []int) int {
 	n := 0
 	for _, c := range codes {
 		if c != 200 {
@@ -249,7 +249,7 @@ func TestReasoningGoesToItsOrganization(t *testing.T) {
 		f := newOrgFake(t, map[string]string{"sk-org-a": "org-a", "sk-org-b": "org-b"})
 		h := reasoningRouter(t, f, "")
 		_, codes := converse(t, h, nil, 20, stream)
-		if n := errors400(codes); n != 0 {
+		if n := failed(codes); n != 0 {
 			t.Errorf("stream %v: %d of 20 turns failed: %v", stream, n, codes)
 		}
 		if a, b := f.count("org-a"), f.count("org-b"); a+b != 20 {
@@ -265,7 +265,7 @@ func TestReasoningStrippedWhenItsOrganizationIsLimited(t *testing.T) {
 	f := newOrgFake(t, map[string]string{"sk-org-a": "org-a", "sk-org-b": "org-b"})
 	h := reasoningRouter(t, f, "")
 	input, codes := converse(t, h, nil, 3, true)
-	if errors400(codes) != 0 {
+	if failed(codes) != 0 {
 		t.Fatalf("the first turns failed: %v", codes)
 	}
 	owner := "org-a"
@@ -311,5 +311,151 @@ func TestUnknownReasoningRefusedIsRetriedStripped(t *testing.T) {
 		if last := f.bodies[len(f.bodies)-1]; strings.Contains(last, `"encrypted_content":`) || !strings.Contains(last, "earlier") {
 			t.Errorf("stream %v: the retry: %s", stream, last)
 		}
+	}
+}
+
+// A provider's organization is its `organization` when set (JSON and
+// Caddyfile alike), else its credentials': providers sharing a key are
+// one; a server without credentials is one per base_url. A name with a
+// space, too long, or missing is refused.
+func TestOrganizationOfAProvider(t *testing.T) {
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider a {
+			type openai
+			base_url http://a.invalid/v1
+			api_key sk-shared
+		}
+		provider b {
+			type openai
+			base_url http://b.invalid/v1
+			api_key sk-shared
+		}
+		provider c {
+			type openai
+			base_url http://a.invalid/v1
+			api_key sk-other
+		}
+		provider d {
+			type openai
+			base_url http://a.invalid/v1
+			api_key sk-other
+			header OpenAI-Organization org-2
+		}
+		provider e {
+			type openai
+			base_url http://e.invalid/v1
+			api_key sk-e
+			organization acme
+		}
+		provider f {
+			type openai
+			base_url http://f.invalid/v1
+			api_key sk-f
+			organization acme
+		}
+		provider g {
+			type openai
+			base_url http://g.invalid/v1
+			api_key none
+		}
+		provider h {
+			type openai
+			base_url http://h.invalid/v1
+			api_key none
+		}
+		model m {
+			deployment a x
+			deployment b x
+			deployment c x
+			deployment d x
+			deployment e x
+			deployment f x
+			deployment g x
+			deployment h x
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	org := map[string]string{}
+	for d, m := range h.meta {
+		org[strings.TrimSuffix(d.Name, "/x")] = m.org
+		if strings.Contains(m.org, "sk-") {
+			t.Errorf("%s: the organization %q shows the key", d.Name, m.org)
+		}
+	}
+	for _, same := range [][2]string{{"a", "b"}, {"e", "f"}} {
+		if org[same[0]] != org[same[1]] {
+			t.Errorf("%s and %s: expected one organization, got %q and %q", same[0], same[1], org[same[0]], org[same[1]])
+		}
+	}
+	for _, other := range [][2]string{{"a", "c"}, {"c", "d"}, {"a", "e"}, {"g", "h"}} {
+		if org[other[0]] == org[other[1]] {
+			t.Errorf("%s and %s: expected two organizations, got %q", other[0], other[1], org[other[0]])
+		}
+	}
+	provider := func(org string) string {
+		return `{"type": "openai", "base_url": "http://a.invalid/v1", "api_key": "k", "organization": ` + org + `}`
+	}
+	for _, tc := range []struct{ org, want string }{
+		{`"acme corp"`, `organization "acme corp": must be at most 128 characters, without spaces or control characters`},
+		{`"` + strings.Repeat("x", 129) + `"`, "must be at most 128 characters"},
+	} {
+		h := handlerFromJSON(t, `{"providers": {"p": `+provider(tc.org)+`}, "models": {"m": {"deployments": [{"provider": "p", "model": "x"}]}}}`)
+		if err := h.Provision(newCaddyContext(t)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("JSON organization %s: %v", tc.org, err)
+		}
+	}
+	for _, tc := range []struct{ line, want string }{
+		{`organization "acme corp"`, `organization "acme corp": must be at most`},
+		{`organization`, "wrong argument count"},
+		{`organization a b`, "wrong argument count"},
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\n provider p {\n type openai\n api_key k\n base_url http://h/v1\n " + tc.line + "\n }\n model m { deployment p x } }"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Caddyfile %s: %v", tc.line, err)
+		}
+	}
+}
+
+// Two keys configured as one organization (`organization`) read each
+// other's encrypted items: turns may go to either, and none fails.
+func TestOneOrganizationOfTwoKeys(t *testing.T) {
+	f := newOrgFake(t, map[string]string{"sk-org-a": "acme", "sk-org-b": "acme"})
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		provider a {
+			type openai
+			base_url ` + f.srv.URL + `/v1
+			api_key sk-org-a
+			organization acme
+			responses native
+		}
+		provider b {
+			type openai
+			base_url ` + f.srv.URL + `/v1
+			api_key sk-org-b
+			organization acme
+			responses native
+		}
+		model gpt {
+			deployment a gpt-5
+			deployment b gpt-5
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	_, codes := converse(t, &h, nil, 10, true)
+	if n := failed(codes); n != 0 || f.count("acme") != 10 {
+		t.Errorf("%d of 10 turns failed, %d upstream requests: %v", n, f.count("acme"), codes)
 	}
 }

@@ -36,7 +36,7 @@ const (
 	// MintedMax bounds how many encrypted items are remembered; the least
 	// recently seen are forgotten first (a forgotten item is one the router
 	// never saw: see invalidEncryptedContent).
-	MintedMax = 200_000
+	MintedMax = 100_000
 	// MintedTTL is how long an encrypted item is remembered since it was
 	// last seen.
 	MintedTTL = 30 * 24 * time.Hour

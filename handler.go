@@ -135,7 +135,11 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 				extra.Set(zap.String("llm_resumed_on", res.Stream.Deployment().Name))
 			}
 			if se := res.Stream.Broke(); se != nil {
-				extra.Set(zap.String("llm_stream_error", se.Class.String()))
+				why := se.Class.String()
+				if se.Bounded {
+					why = "max_stream_bytes" // the router's bound, not a failure of the provider
+				}
+				extra.Set(zap.String("llm_stream_error", why))
 			}
 		}
 	}

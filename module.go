@@ -122,8 +122,14 @@ type Handler struct {
 	// per request, such as {http.request.header.X-Session-Id}, or "body"
 	// for the body's prompt_cache_key, else user (Chat Completions,
 	// Responses), else metadata.user_id (Messages). An empty value: no
-	// affinity for that request. Remembered per model group for an hour
-	// of quiet, 100,000 conversations at most. Default: none.
+	// affinity for that request. "none": no affinity at all. Remembered
+	// per model group for an hour of quiet, 100,000 keys at most.
+	// Default (unset): prompt-cache affinity, within router.CacheMargin
+	// of the best score: a request that carries a cache marker
+	// (cache_control, prompt_cache_key) or shares its first 1,024 bytes of
+	// prompt (router.PrefixHeadBytes) goes to the deployment that last
+	// served that prefix while it is usable, so that the provider's cache
+	// is written once (affinity.go, cacheKeys).
 	Affinity string `json:"affinity,omitempty"`
 
 	// PassThrough names a provider that takes, as they came, the requests
@@ -598,6 +604,9 @@ func (h *Handler) validateSettings() error {
 	}
 	if h.MaxAttempts < 0 {
 		return errors.New("max_attempts must not be negative")
+	}
+	if a := h.Affinity; a != "" && a != AffinityNone && a != "body" && !strings.Contains(a, "{") {
+		return fmt.Errorf("affinity: %q is not body, none or a placeholder such as {http.request.header.X-Session-Id} (a fixed word would be one key for every request, which sends them all to one deployment)", a)
 	}
 	if _, ok := router.ParseResumeMode(h.Resume); h.Resume != "" && !ok {
 		return fmt.Errorf("resume: %q is not one of same_model, any, off", h.Resume)

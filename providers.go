@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
+	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -281,8 +282,8 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	if u.Fragment != "" || (u.RawQuery != "" && !c.AllowQuery) {
-		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", c.BaseURL)
+	if err := c.checkQuery(u); err != nil {
+		return err
 	}
 	c.endpoint = provider.Endpoint{BaseURL: base, Header: http.Header{}}
 	if !strings.EqualFold(strings.TrimSpace(c.APIKey), NoAPIKey) {
@@ -365,7 +366,11 @@ func (c *ProviderConfig) validate() error {
 		return errors.New("needs a base_url")
 	}
 	if c.BaseURL != "" && !strings.Contains(c.BaseURL, "{") { // else checked once replaced, at Provision
-		if _, err := checkBaseURL(c.BaseURL, c.BaseURL); err != nil {
+		u, err := checkBaseURL(c.BaseURL, c.BaseURL)
+		if err != nil {
+			return err
+		}
+		if err := c.checkQuery(u); err != nil {
 			return err
 		}
 	}
@@ -396,6 +401,26 @@ func (c *ProviderConfig) validate() error {
 	return nil
 }
 
+// checkQuery refuses a base_url u with a fragment, or a query unless the
+// provider type takes one (AllowQuery: Azure's api-version).
+func (c *ProviderConfig) checkQuery(u *url.URL) error {
+	if u.Fragment != "" || (u.RawQuery != "" && !c.AllowQuery) {
+		return fmt.Errorf("base_url %q: must not have a query or fragment (the provider type appends the API path)", shownURL(c.BaseURL))
+	}
+	return nil
+}
+
+// shownURL is a configured base_url as errors quote it: masked as the
+// status page shows it (redact.URL: userinfo and query values may hold a
+// key), or a placeholder when it is no URL at all (what it holds is not
+// known to be safe to show).
+func shownURL(s string) string {
+	if r := redact.URL(s); r != "" {
+		return r
+	}
+	return "(not a URL)"
+}
+
 // endpointSuffixes are the endpoints a provider type appends to base_url:
 // one pasted into it would be sent twice.
 var endpointSuffixes = []string{"/chat/completions", "/completions", "/messages", "/embeddings", "/responses",
@@ -403,8 +428,10 @@ var endpointSuffixes = []string{"/chat/completions", "/completions", "/messages"
 
 // checkBaseURL checks a base_url (its placeholders replaced): an absolute
 // http or https URL with a host, the API root rather than an endpoint.
-// Errors quote it as configured (shown), placeholders and all.
+// Errors quote it as configured (shown), placeholders and all, with its
+// userinfo and query values masked (shownURL).
 func checkBaseURL(raw, shown string) (*url.URL, error) {
+	shown = shownURL(shown)
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("base_url %q: must be an absolute http or https URL, such as https://api.openai.com/v1", shown)

@@ -17,8 +17,10 @@ import (
 // before (as providers' prompt caches do); 20 conversations of 6 turns
 // each about a document of their own, every turn resending the
 // conversation so far plus a new question.
-// Run once without affinity (the router spreads near-ties by weight) and
-// once with `affinity body` (the body's "user" names the conversation).
+// Run with `affinity none` (the router spreads near-ties by weight), with
+// the default (prompt-cache affinity: the conversation's first 1,024 bytes
+// of prompt name it) and with `affinity body` (the body's "user" names the
+// conversation).
 
 // Ports of the affinity run, all on 127.0.0.1.
 const (
@@ -48,13 +50,13 @@ func (b *bench) affinity() error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, mode := range []string{"off", "body"} {
+	for _, mode := range []string{"none", "default", "body"} {
 		row, err := b.affinityRun(dir, mode)
 		if err != nil {
 			return fmt.Errorf("affinity %s: %w", mode, err)
 		}
 		b.res.Affinity = append(b.res.Affinity, row)
-		b.logf("affinity %-4s served %d of %d, cached input tokens %d of %d (%.0f%%), %d switches of deployment within a conversation",
+		b.logf("affinity %-7s served %d of %d, cached input tokens %d of %d (%.0f%%), %d switches of deployment within a conversation",
 			row.Mode, row.Served, row.Requests, row.Cached, row.InputTokens, row.CachedPct, row.Switches)
 	}
 	return nil
@@ -78,7 +80,7 @@ func (b *bench) affinityRun(dir, mode string) (affinityRow, error) {
 	}
 	defer m.stop()
 	affinity := ""
-	if mode != "off" {
+	if mode != "default" {
 		affinity = "\t\taffinity " + mode + "\n"
 	}
 	var cfg strings.Builder

@@ -427,7 +427,7 @@ func (b *bench) report() string {
 	}
 
 	if len(b.res.Affinity) > 0 {
-		s.WriteString("\n## Affinity\n\nTwo deployments of equal rank on llm_mocks that report cached input tokens for a conversation prefix they saw before (as providers' prompt caches do); 20 conversations of 6 turns about a document of their own (about 1,000 tokens), each turn resending the conversation with a new question. `off`: the router spreads near-ties; `body`: `affinity body` (the body's `user` names the conversation).\n\n")
+		s.WriteString("\n## Affinity\n\nTwo deployments of equal rank on llm_mocks that report cached input tokens for a conversation prefix they saw before (as providers' prompt caches do); 20 conversations of 6 turns about a document of their own (about 1,000 tokens), each turn resending the conversation with a new question. `none`: `affinity none`, the router spreads near-ties; `default`: no `affinity` directive, prompt-cache affinity (the conversation's first 1,024 bytes of prompt name it); `body`: `affinity body` (the body's `user` names the conversation).\n\n")
 		s.WriteString(affinityTable(b.res.Affinity))
 	}
 

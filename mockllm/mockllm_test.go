@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -378,6 +381,32 @@ func TestEmbeddingsAndModels(t *testing.T) {
 			fmt.Sprint(got.Data[0].Embedding) != "[0.1 0.2 0.3]" || got.Model != "text-embedding-3-small" ||
 			got.Usage["prompt_tokens"] != p || got.Usage["total_tokens"] != p || len(got.Usage) != 2 {
 			t.Errorf("unexpected embeddings answer %s", body)
+		}
+	})
+	// The OpenAI SDKs ask for encoding_format base64 by default and decode
+	// little-endian float32s (openai-node's toFloat32Array): an answer of
+	// numbers decodes to an empty vector there.
+	t.Run("embeddings base64", func(t *testing.T) {
+		s := serve(t, Handler{}, nil)
+		body := readAll(t, s.post(t, "/v1/embeddings", `{"model":"e","input":"hello","encoding_format":"base64"}`))
+		var got struct {
+			Data []struct {
+				Embedding string `json:"embedding"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(body), &got); err != nil || len(got.Data) != 1 {
+			t.Fatalf("expected a base64 embedding, got %s (%v)", body, err)
+		}
+		raw, err := base64.StdEncoding.DecodeString(got.Data[0].Embedding)
+		if err != nil || len(raw) != 12 {
+			t.Fatalf("expected 3 float32s in base64, got %q (%v)", got.Data[0].Embedding, err)
+		}
+		var v []float32
+		for i := 0; i < len(raw); i += 4 {
+			v = append(v, math.Float32frombits(binary.LittleEndian.Uint32(raw[i:])))
+		}
+		if fmt.Sprint(v) != "[0.1 0.2 0.3]" {
+			t.Errorf("expected [0.1 0.2 0.3], got %v", v)
 		}
 	})
 	for _, tt := range []struct{ model, want string }{{"", "mock"}, {"mock-4", "mock-4"}} {

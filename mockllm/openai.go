@@ -1,6 +1,10 @@
 package mockllm
 
 import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 )
@@ -84,9 +88,30 @@ type embeddingList struct {
 }
 
 type embeddingData struct {
-	Object    string     `json:"object"`
-	Index     int        `json:"index"`
-	Embedding [3]float64 `json:"embedding"`
+	Object string `json:"object"`
+	Index  int    `json:"index"`
+	// Embedding is the vector as JSON numbers, or, for a request with
+	// encoding_format "base64" (what the OpenAI SDKs ask for by default),
+	// a base64 string of its little-endian float32s, as OpenAI answers.
+	Embedding any `json:"embedding"`
+}
+
+// mockEmbedding is the fixed vector every embedding answer holds.
+var mockEmbedding = [3]float32{0.1, 0.2, 0.3}
+
+// embeddingOf is mockEmbedding in the encoding body asks for.
+func embeddingOf(body []byte) any {
+	var req struct {
+		EncodingFormat string `json:"encoding_format"`
+	}
+	if json.Unmarshal(body, &req) == nil && req.EncodingFormat == "base64" {
+		b := make([]byte, 0, 4*len(mockEmbedding))
+		for _, f := range mockEmbedding {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
+		}
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	return [3]float64{0.1, 0.2, 0.3}
 }
 
 type embeddingUsage struct {
@@ -226,10 +251,10 @@ func (s *completionsStream) event(b []byte, choice map[string]any, usage *openai
 	return append(b, "\n\n"...)
 }
 
-func (h *Handler) embedding(a answer) []byte {
+func (h *Handler) embedding(a answer, body []byte) []byte {
 	e := embeddingList{
 		Object: "list",
-		Data:   [1]embeddingData{{Object: "embedding", Embedding: [3]float64{0.1, 0.2, 0.3}}},
+		Data:   [1]embeddingData{{Object: "embedding", Embedding: embeddingOf(body)}},
 		Model:  a.model,
 		Usage:  embeddingUsage{PromptTokens: a.prompt, TotalTokens: a.prompt},
 	}

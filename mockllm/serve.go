@@ -355,7 +355,7 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	}
 	switch {
 	case embeddings:
-		h.writePlain(w, h.embedding(a), a.fault)
+		h.writePlain(w, h.embedding(a, body), a.fault)
 	case toolCall && stream:
 		h.writeToolCallStream(w, a, c)
 	case toolCall:

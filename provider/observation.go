@@ -116,7 +116,32 @@ type Window struct {
 	// millisecond; see ParseResetInstant): a provider that rounds, down
 	// or up, puts the true reset up to that much from the stated one.
 	Resolution time.Duration
+	// Counts is what a token window counts of an attempt (CountsAll, the
+	// zero value, when the provider type does not say).
+	Counts Counts
 }
+
+// Counts is what a provider's token window counts of one attempt, as the
+// router estimates it at admission: its prompt (of which some tokens may
+// be read from the prompt cache) and its output (max_tokens).
+type Counts uint8
+
+const (
+	// CountsAll: the whole prompt, cache reads included, plus the output
+	// (OpenAI's tokens per minute; the safe side for an unknown window).
+	CountsAll Counts = iota
+	// CountsUncached: the prompt less its cache reads, plus the output
+	// (Anthropic's combined tokens window, the most restrictive of its
+	// input and output windows, neither of which counts cache reads).
+	CountsUncached
+	// CountsUncachedInput: the prompt less its cache reads; cache writes
+	// count (Anthropic's input tokens per minute: PROVIDERS.md, and
+	// https://docs.anthropic.com/en/api/rate-limits#cache-aware-itpm).
+	CountsUncachedInput
+	// CountsOutput: the output alone, estimated from max_tokens at
+	// admission (Anthropic's output tokens per minute).
+	CountsOutput
+)
 
 // UnknownWindow is a Window with nothing stated.
 var UnknownWindow = Window{Limit: Unknown, Remaining: Unknown, Reset: Unknown}

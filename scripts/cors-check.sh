@@ -32,42 +32,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-CHROMIUM=${CHROMIUM:-chromium}
 ALLOWED=http://localhost:8481
 OTHER=http://localhost:8482
 PLAIN=http://localhost:8480 # a router without CORS lines
 CORS=http://localhost:8484  # a router with the README's
 
-say() { echo "cors-check: $*"; }
-fail() {
-	echo "cors-check: FAIL: $*" >&2
-	exit 1
-}
-
-command -v "$CHROMIUM" >/dev/null || fail "no $CHROMIUM: install Debian's chromium (apt-get install -y chromium) or set CHROMIUM"
-command -v curl >/dev/null || fail "no curl"
-if command -v ss >/dev/null; then
-	busy=$(ss -Hltn 2>/dev/null | awk '{print $4}' | grep -E ':848[0-7]$' || true)
-	[ -z "$busy" ] || fail "the check's ports are taken: $(echo $busy) (stop what listens there)"
-fi
-
-tmp=$(mktemp -d)
-caddy_pid=
-cleanup() {
-	rc=$?
-	if [ -n "$caddy_pid" ] && kill -0 "$caddy_pid" 2>/dev/null; then
-		kill "$caddy_pid" 2>/dev/null || true
-		wait "$caddy_pid" 2>/dev/null || true
-	fi
-	if [ "$rc" -ne 0 ]; then
-		[ -s "$tmp/caddy.log" ] && { echo "--- caddy log (last 20 lines)"; tail -n 20 "$tmp/caddy.log"; } >&2
-		[ -s "$tmp/chromium.log" ] && { echo "--- chromium log (last 10 lines)"; tail -n 10 "$tmp/chromium.log"; } >&2
-	fi
-	rm -rf "$tmp"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+CHECK=cors-check PORTS='848[0-7]'
+. scripts/lib/browser-check.sh
 
 # The README's block, as written, for the allowed origin.
 snippet=$(awk '/^<!-- cors-snippet/ { on = 1; next } on && /^```caddyfile/ { next } on && /^```/ { exit } on { print }' README.md)

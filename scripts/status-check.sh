@@ -17,42 +17,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-CHROMIUM=${CHROMIUM:-chromium}
 SCREENSHOT=${STATUS_SCREENSHOT:-docs/status.png}
 URL=http://localhost:8080/status/
 PRIMARY=primary/mock-gpt-small
 SECONDARY=secondary/mock-llama-8b
 
-say() { echo "status-check: $*"; }
-fail() {
-	echo "status-check: FAIL: $*" >&2
-	exit 1
-}
-
-command -v "$CHROMIUM" >/dev/null || fail "no $CHROMIUM: install Debian's chromium (apt-get install -y chromium) or set CHROMIUM"
-command -v curl >/dev/null || fail "no curl"
-if command -v ss >/dev/null; then
-	busy=$(ss -Hltn 2>/dev/null | awk '{print $4}' | grep -E ':(8080|9001|9002|9003|2019)$' || true)
-	[ -z "$busy" ] || fail "the demo's ports are taken: $(echo $busy) (stop what listens there)"
-fi
-
-tmp=$(mktemp -d)
-caddy_pid=
-cleanup() {
-	rc=$?
-	if [ -n "$caddy_pid" ] && kill -0 "$caddy_pid" 2>/dev/null; then
-		kill "$caddy_pid" 2>/dev/null || true
-		wait "$caddy_pid" 2>/dev/null || true
-	fi
-	if [ "$rc" -ne 0 ]; then
-		[ -s "$tmp/caddy.log" ] && { echo "--- caddy log (last 20 lines)"; tail -n 20 "$tmp/caddy.log"; } >&2
-		[ -s "$tmp/chromium.log" ] && { echo "--- chromium log (last 10 lines)"; tail -n 10 "$tmp/chromium.log"; } >&2
-	fi
-	rm -rf "$tmp"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+CHECK=status-check PORTS='8080|9001|9002|9003|2019'
+. scripts/lib/browser-check.sh
 
 say "building the development Caddy"
 "$GO" build -o "$tmp/caddy" ./cmd/caddy

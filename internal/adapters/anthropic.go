@@ -27,7 +27,10 @@ import (
 // resets as RFC 3339 instants read against the Date header; the token
 // window reported is the tightest of the three token windows (by the share
 // left; the combined tokens window on a tie, which the docs say is already
-// the most restrictive limit in effect), and retry-after in seconds.
+// the most restrictive limit in effect), and retry-after in seconds. The
+// window says what it counts (provider.Window.Counts): cache reads count
+// in none of them (PROVIDERS.md), the input window counts the uncached
+// prompt, the output window max_tokens.
 //
 // Error classes (https://docs.anthropic.com/en/api/errors): 429
 // rate_limit_error is rate_limited, unless it is the monthly spend limit
@@ -161,11 +164,11 @@ func streamError(d messages.ErrorDetail) provider.Observation {
 func (*Anthropic) Observe(status int, h http.Header, body []byte, now time.Time) provider.Observation {
 	ref := provider.RefTime(h, now)
 	o := provider.NewObservation(provider.OK)
-	o.Requests = anthropicWindow(h, "requests", ref)
+	o.Requests = anthropicWindow(h, "requests", ref, provider.CountsAll)
 	o.Tokens = tightestShare(
-		anthropicWindow(h, "tokens", ref),
-		anthropicWindow(h, "input-tokens", ref),
-		anthropicWindow(h, "output-tokens", ref),
+		anthropicWindow(h, "tokens", ref, provider.CountsUncached),
+		anthropicWindow(h, "input-tokens", ref, provider.CountsUncachedInput),
+		anthropicWindow(h, "output-tokens", ref, provider.CountsOutput),
 	)
 	o.RetryAfter = provider.RetryAfter(h, ref)
 	wait, rejected := unifiedRejected(h, ref)
@@ -216,8 +219,9 @@ func unifiedRejected(h http.Header, ref time.Time) (wait time.Duration, rejected
 	return wait, true
 }
 
-// anthropicWindow reads anthropic-ratelimit-<kind>-{limit,remaining,reset}.
-func anthropicWindow(h http.Header, kind string, ref time.Time) provider.Window {
+// anthropicWindow reads anthropic-ratelimit-<kind>-{limit,remaining,reset},
+// a window that counts what counts says when anything of it is stated.
+func anthropicWindow(h http.Header, kind string, ref time.Time, counts provider.Counts) provider.Window {
 	w := provider.UnknownWindow
 	prefix := "Anthropic-Ratelimit-" + kind + "-"
 	if v := h.Get(prefix + "Limit"); v != "" {
@@ -228,6 +232,9 @@ func anthropicWindow(h http.Header, kind string, ref time.Time) provider.Window 
 	}
 	if v := h.Get(prefix + "Reset"); v != "" {
 		w.Reset, w.Instant, w.Resolution = provider.ParseResetInstant(v, ref)
+	}
+	if w != provider.UnknownWindow {
+		w.Counts = counts
 	}
 	return w
 }

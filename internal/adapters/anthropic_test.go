@@ -432,14 +432,16 @@ func TestAnthropicTokenWindows(t *testing.T) {
 	set("input-tokens", "80000", "0", "2025-08-21T12:40:12Z")
 	set("output-tokens", "16000", "15000", "2025-08-21T12:41:00Z")
 	o := (&Anthropic{}).Observe(200, h, nil, now)
-	if want := (provider.Window{Limit: 80000, Remaining: 0, Reset: 12 * time.Second, Instant: true, Resolution: time.Second}); o.Tokens != want {
-		t.Errorf("an exhausted input window is the tightest: expected %+v, got %+v", want, o.Tokens)
+	if want := (provider.Window{Limit: 80000, Remaining: 0, Reset: 12 * time.Second, Instant: true, Resolution: time.Second,
+		Counts: provider.CountsUncachedInput}); o.Tokens != want {
+		t.Errorf("an exhausted input window (of uncached input) is the tightest: expected %+v, got %+v", want, o.Tokens)
 	}
 	set("input-tokens", "80000", "70000", "2025-08-21T12:40:12Z")
 	set("output-tokens", "16000", "1600", "2025-08-21T12:41:00Z")
 	o = (&Anthropic{}).Observe(200, h, nil, now)
-	if want := (provider.Window{Limit: 16000, Remaining: 1600, Reset: time.Minute, Instant: true, Resolution: time.Second}); o.Tokens != want {
-		t.Errorf("10%% output left is the tightest: expected %+v, got %+v", want, o.Tokens)
+	if want := (provider.Window{Limit: 16000, Remaining: 1600, Reset: time.Minute, Instant: true, Resolution: time.Second,
+		Counts: provider.CountsOutput}); o.Tokens != want {
+		t.Errorf("10%% output left (of output tokens) is the tightest: expected %+v, got %+v", want, o.Tokens)
 	}
 	// Garbage is unknown, not zero.
 	h = http.Header{}

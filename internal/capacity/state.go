@@ -52,6 +52,16 @@ const probeWait = time.Second
 type State struct {
 	mu               sync.Mutex
 	requests, tokens window
+	// counts is what the token window counts of an attempt, as its last
+	// statement said (windowTokens); cache is the provider's prompt cache
+	// as its answers reported it (cache.go).
+	counts provider.Counts
+	cache  map[uint64]cachedPrefix
+	// charged is what the token window was charged of the attempts sent
+	// lately per unit of their estimate (windowTokens / Need.Tokens, an
+	// EWMA; 0 until one is sent): Forecast's tokens are in the estimate's
+	// units, as the queue counts its waiting requests.
+	charged float64
 
 	openUntil           time.Time
 	openReason          provider.Class
@@ -200,6 +210,9 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
 		s.requests.update(now, a.Sent, o.Requests, sinceRequests, 1)
 		s.requests.seq = max(s.requests.seq, a.seq)
+	}
+	if o.Tokens != provider.UnknownWindow {
+		s.counts = o.Tokens.Counts
 	}
 	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, a.seq, learned, now) {
 		s.tokens.update(now, a.Sent, o.Tokens, sinceTokens, a.tokens)
@@ -381,6 +394,15 @@ const slowStartWait = 100 * time.Millisecond
 type Need struct {
 	// Tokens is the attempt's size in tokens: prompt plus max_tokens.
 	Tokens int64
+	// Output is its max_tokens (0: not set), for a window that counts
+	// input or output alone (provider.Counts).
+	Output int64
+	// Prefixes are stable hashes of the request's prompt up to the ends of
+	// its cacheable parts, shortest first, the last one the request's
+	// whole cache prefix (router.Request.CachePrefixes): what the
+	// deployment reported held in its prompt cache for the longest of them
+	// it remembers is predicted read from the cache (RecordCache).
+	Prefixes []uint64
 	// Reserve is the share of each known window (0..1) the attempt must
 	// leave unspent: capacity kept for requests of higher priority.
 	Reserve float64
@@ -449,7 +471,7 @@ func (s *State) availableAtCur(now time.Time, n Need, requests, tokens int64) (t
 	if t := s.requests.availableAtCur(now, requests, 1, n.Reserve); t.After(at) {
 		at, why = t, provider.RateLimited
 	}
-	if t := s.tokens.availableAtCur(now, tokens, n.Tokens, n.Reserve); t.After(at) {
+	if t := s.tokens.availableAtCur(now, tokens, s.windowTokens(now, n), n.Reserve); t.After(at) {
 		at, why = t, provider.RateLimited
 	}
 	if t := s.declared.availableAt(now, n.Tokens, n.Reserve); t.After(at) {
@@ -507,7 +529,7 @@ func (s *State) forecast(now, until time.Time, reserve float64, whole bool) (req
 	}
 	rpm, tpm := s.declared.forecast(now, until, reserve)
 	requests = least(s.requests.forecast(now, until, reserve, whole), rpm)
-	tokens = least(s.tokens.forecastUnits(now, until, reserve, whole), tpm)
+	tokens = least(s.perEstimate(s.tokens.forecastUnits(now, until, reserve, whole)), tpm)
 	return requests, tokens
 }
 
@@ -598,7 +620,7 @@ func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 		headroom(rq-1, s.requests.limit)
 	}
 	if tk >= 0 {
-		headroom(tk-tokens, s.tokens.limit)
+		headroom(tk-s.windowTokens(now, n), s.tokens.limit)
 	}
 	if s.declared.rpm > 0 {
 		headroom(s.declared.rpm-s.declared.requestsIn(now)-1, s.declared.rpm)
@@ -649,9 +671,11 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	// Fleet mode (fleet.go): the probe and the declared windows are claimed
 	// fleet-wide too, outside the lock, so that no request waits on another
 	// one's round trip to the store.
-	var spent Budget // what the fleet's budget holds after this attempt
+	var spent Budget                  // what the fleet's budget holds after this attempt
+	counted := s.windowTokens(now, n) // what the stated token window counts of it
+	s.learnCharged(counted, n.Tokens)
 	if f := s.fleet.f; f != nil {
-		b := s.budgetLocked(now, tokens)
+		b := s.budgetLocked(now, counted)
 		if probe || s.declared.active() || b.shared() {
 			rpm, tpm := s.declared.rpm, s.declared.tpm
 			s.mu.Unlock()
@@ -668,12 +692,12 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	s.picksAt = now
 	a := Attempt{Sent: now, Probe: probe, Requests: s.requests.current(now), Tokens: s.tokens.current(now)}
 	s.requests.spend(now, 1)
-	s.tokens.spend(now, tokens)
+	s.tokens.spend(now, counted)
 	s.requests.spentFleet(now, spent.Requests, 1, spent.Instances)
-	s.tokens.spentFleet(now, spent.Tokens, s.tokens.expected(tokens), spent.Instances)
+	s.tokens.spentFleet(now, spent.Tokens, s.tokens.expected(counted), spent.Instances)
 	s.declared.record(now, tokens)
 	s.seq++
-	a.seq, a.tokens = s.seq, max(tokens, 0)
+	a.seq, a.tokens = s.seq, max(counted, 0)
 	s.flights = append(s.flights, flight{seq: s.seq, tokens: a.tokens, sentTokens: s.sentTokens})
 	a.oldest, a.oldestSentTokens = s.flights[0].seq, s.flights[0].sentTokens
 	s.sentTokens += a.tokens

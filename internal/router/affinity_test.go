@@ -58,3 +58,31 @@ func TestPreferAndPin(t *testing.T) {
 	}
 	t.Fatal("the pinned request was not served")
 }
+
+// A prompt cache's preference (PreferMargin, CacheMargin) holds while the
+// preferred deployment's score is within the margin of the best one's,
+// and yields to the ranking beyond it; a conversation's (no margin) holds
+// whenever the deployment is usable.
+func TestCachePreferenceHoldsWithinItsMargin(t *testing.T) {
+	ok := func() *script {
+		return &script{replies: []func(*http.Request) (*http.Response, error){reply(200, okBody), reply(200, okBody)}}
+	}
+	for _, c := range []struct {
+		name             string
+		qualityB, margin float64
+		want             string
+	}{
+		{"equal, within the margin", 0.9, CacheMargin, "b"},
+		{"far worse, past the margin", 0.0, CacheMargin, "a"},
+		{"far worse, no margin", 0.0, 0, "b"},
+	} {
+		a, b := deployment("a", ok()), deployment("b", ok())
+		a.Quality, b.Quality = 0.9, c.qualityB
+		req := &Request{Request: chatReq.Request, Tokens: 10, Prefer: b, PreferMargin: c.margin}
+		r := newRouter(newFakeClock())
+		r.Weights = Weights{Quality: 1}
+		if res := r.Serve(context.Background(), []*Deployment{a, b}, req); res.Deployment == nil || res.Deployment.Name != c.want {
+			t.Errorf("%s: expected %s, got %v", c.name, c.want, res.Deployment)
+		}
+	}
+}

@@ -61,6 +61,9 @@ type outcome struct {
 	took   time.Duration    // until the answer was read, or a stream's first content
 	span   trace.Span       // the attempt's trace span; nil when the request is not traced
 	holds  holds            // what it holds of its budgets until its answer is spent
+	// prefixes are the request's cache prefixes (capacity.Need.Prefixes),
+	// for what its answer reports of the prompt cache.
+	prefixes []uint64
 }
 
 // release ends the attempt's claim on its deployment and its holds on
@@ -246,7 +249,7 @@ func (a *attempt) firstContent(resp *http.Response, req *Request) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
 	s := &Stream{r: a.r, format: a.out.format, leg: leg{d: a.d, claim: a.out.claim, holds: a.out.holds, queue: a.out.queue, body: resp.Body,
-		in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel, group: a.out.group,
+		in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel, group: a.out.group, prefixes: a.out.prefixes,
 		usage:        provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage),
 		promptTokens: req.PromptTokens, maxTokens: req.OutputTokens}}
 	if s.in == nil {

@@ -60,9 +60,22 @@ type budgetRefusal struct {
 	until    time.Time
 }
 
+// never reports whether the hold is larger than the whole budget: no
+// renewal lets it through.
+func (b *budgetRefusal) never() bool { return b.usd > b.spending.Limit().USD }
+
 // error is the refusal as the client is told it: 429 quota_exhausted,
-// naming the budget, with Retry-After until it renews.
+// naming the budget, with Retry-After until it renews; a hold larger than
+// the whole budget is a 400 that says so, with no Retry-After (no wait
+// lets it through: a smaller max_tokens may).
 func (b *budgetRefusal) error(now time.Time) *Error {
+	if b.never() {
+		l := b.spending.Limit()
+		return &Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: b.scope + ": this request's worst case of $" +
+			strconv.FormatFloat(b.usd, 'f', 6, 64) + " (its prompt, and max_tokens or " + strconv.Itoa(DefaultBudgetOutputTokens) +
+			" output tokens when it sets none) is more than the whole budget of $" + strconv.FormatFloat(l.USD, 'f', -1, 64) +
+			" per " + l.Period.String() + "; no renewal lets it through: set a smaller max_tokens"}
+	}
 	msg := capacity.BudgetMessage(b.spending.Limit(), b.until)
 	if over, _ := b.spending.Over(now); !over {
 		l := b.spending.Limit()
@@ -107,10 +120,11 @@ func (r *Router) groupBudget(g *Group, req *Request, need capacity.Need, now, de
 		}
 	}
 	fits, until := g.Spending.Fits(now, max(usd, 0))
-	if fits || until.Before(deadline) && !fallbackLeft(g, req, need, now, deadline) {
+	b := &budgetRefusal{group: true, scope: "model group " + g.Name, spending: g.Spending, usd: usd, until: until}
+	if fits || until.Before(deadline) && !b.never() && !fallbackLeft(g, req, need, now, deadline) {
 		return nil
 	}
-	return (&budgetRefusal{group: true, scope: "model group " + g.Name, spending: g.Spending, usd: usd, until: until}).error(now)
+	return b.error(now)
 }
 
 // waitBudget holds a request whose hold g's budget refused: told at once
@@ -119,7 +133,7 @@ func (r *Router) groupBudget(g *Group, req *Request, need capacity.Need, now, de
 // (joining it) until the renewal, or until an attempt under way gives
 // back what it held (its queue is woken then).
 func (r *Router) waitBudget(ctx context.Context, g *Group, me **waiter, req *Request, need capacity.Need, b *budgetRefusal, now, deadline time.Time) error {
-	if !b.until.Before(deadline) || fallbackLeft(g, req, need, now, deadline) {
+	if !b.until.Before(deadline) || b.never() || fallbackLeft(g, req, need, now, deadline) {
 		return b.error(now)
 	}
 	if *me == nil {

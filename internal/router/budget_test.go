@@ -261,3 +261,39 @@ func TestBudgetStreamHoldsUntilItEnds(t *testing.T) {
 		t.Errorf("after the stream: %+v, want $0.003 spent and nothing held", rep)
 	}
 }
+
+// A request whose worst case is more than the whole budget (here $0.005
+// against $0.003 per 1h, nothing spent yet) fits after no renewal: it is
+// told at once with a 400 that says to lower max_tokens, with no
+// Retry-After (an SDK would wait for the renewal and be refused again),
+// and reaches no provider; the same for a deployment's budget.
+func TestABudgetSmallerThanTheWorstCaseRefusesAtOnce(t *testing.T) {
+	clock := newFakeClock()
+	clock.Advance(10 * time.Minute) // 12:50: the renewal, 13:00, is before the deadline
+	r := newRouter(clock)
+	r.Deadline = time.Hour
+	for _, scope := range []string{"model group", "deployment"} {
+		s := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, budgetBody)}}
+		d := budgetDeployment("a", s)
+		grp := NewGroup("paid", []*Deployment{d})
+		limit := capacity.SpendLimit{USD: 0.003, Period: time.Hour}
+		if scope == "deployment" {
+			d.Spending = capacity.NewSpending(limit, nil, "deployment|a")
+		} else {
+			grp.Spending = capacity.NewSpending(limit, nil, "group|paid")
+		}
+		start := clock.Now()
+		res := r.ServeGroup(context.Background(), grp, budgetReq)
+		var e *Error
+		if !errors.As(res.Err, &e) || e.Status != http.StatusBadRequest || e.RetryAfter != 0 ||
+			!strings.Contains(e.Message, "more than the whole budget of $0.003 per 1h0m0s") || !strings.Contains(e.Message, "max_tokens") {
+			t.Errorf("%s: expected a 400 naming the budget and max_tokens, with no Retry-After, got %d %+v", scope, res.Status, res.Err)
+		}
+		if n := s.calls.Load(); n != 0 || res.Attempts != 0 {
+			t.Errorf("%s: expected no upstream call, got %d (%d attempts)", scope, n, res.Attempts)
+		}
+		if waited := clock.Now().Sub(start); waited != 0 {
+			t.Errorf("%s: expected the refusal at once, it came after %v", scope, waited)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,15 +30,16 @@ func TestGiveUpsRetryAfter(t *testing.T) {
 		replies    func(*http.Request) (*http.Response, error)
 		status     int
 		retryAfter time.Duration
+		says       string // in the message
 	}{
-		{"rate-limited", &limited, &limited, false, ok, 429, 20 * time.Second},
-		{"failing: the next probe, after the backoff", &failed, &failed, false, ok, 502, time.Second},
-		{"overloaded: the next probe, at the provider's Retry-After", &overloaded, &overloaded, false, ok, 502, 10 * time.Second},
-		{"failing and refused: the failing one's probe", &failed, &refused, false, ok, 502, time.Second},
-		{"keys refused", &refused, &refused, false, ok, 502, 0},
-		{"drained by the operator", nil, nil, true, ok, 503, 0},
-		{"the deadline", nil, nil, false, hang, 504, 0},
-		{"failed this request: their next probe", nil, nil, false, reply(500, `{"error":{"message":"down","type":"server_error"}}`), 502, time.Second},
+		{"rate-limited", &limited, &limited, false, ok, 429, 20 * time.Second, ""},
+		{"failing: the next probe, after the backoff", &failed, &failed, false, ok, 502, time.Second, ""},
+		{"overloaded: the next probe, at the provider's Retry-After", &overloaded, &overloaded, false, ok, 502, 10 * time.Second, ""},
+		{"failing and refused: the failing one's probe", &failed, &refused, false, ok, 502, time.Second, "failing; retry later"},
+		{"keys refused", &refused, &refused, false, ok, 502, 0, "refused the router's key for it (401 or 403); an operator must fix the key, and a retry does not help"},
+		{"drained by the operator", nil, nil, true, ok, 503, 0, ""},
+		{"the deadline", nil, nil, false, hang, 504, 0, ""},
+		{"failed this request: their next probe", nil, nil, false, reply(500, `{"error":{"message":"down","type":"server_error"}}`), 502, time.Second, ""},
 	} {
 		c := newFakeClock()
 		a := &script{replies: []func(*http.Request) (*http.Response, error){tc.replies}}
@@ -72,6 +74,9 @@ func TestGiveUpsRetryAfter(t *testing.T) {
 			if isErr {
 				t.Errorf("%s: got %d with Retry-After %s", tc.name, e.Status, e.RetryAfter)
 			}
+		}
+		if isErr && !strings.Contains(e.Message, tc.says) {
+			t.Errorf("%s: expected the message to say %q, got %q", tc.name, tc.says, e.Message)
 		}
 	}
 }

@@ -682,8 +682,7 @@ func (r *Router) unservable(group []*Deployment, cands []scored, n, tokens int64
 	hi := r.servableAt(group, cands, n, tokens, reserve, now, deadline, fleet)
 	for _, c := range cands {
 		if c.f.At.After(now) && c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
-			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
-				Message: "every deployment of this model is failing; retry later", RetryAfter: retryAfterSeconds(hi.Sub(now))}
+			return failingError(cands, retryAfterSeconds(hi.Sub(now)))
 		}
 	}
 	e := rateLimitedError(hi.Sub(now))

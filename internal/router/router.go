@@ -19,7 +19,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -140,6 +139,11 @@ type Request struct {
 	// conversation last (affinity): taken whenever it is usable now, over
 	// the ranking, so that its prompt cache stays warm.
 	Prefer *Deployment
+	// PreferMargin, when above 0, takes Prefer only while its score is
+	// within that much of the best usable deployment's (scores are 0..1;
+	// see Weights), so that a cache's savings do not outweigh capacity
+	// or health: CacheMargin for a prompt-cache prefix's affinity.
+	PreferMargin float64
 	// Bound, when set, is what of the request only some deployments can
 	// read (a Responses request's encrypted reasoning): see Bound.
 	Bound *Bound
@@ -147,8 +151,10 @@ type Request struct {
 	// attempt after it is sent the request with all of it stripped.
 	unbound atomic.Bool
 	// exact caches the prompt's o200k_base count (estimate.Exact), nil
-	// until counted.
-	exact atomic.Pointer[exactCount]
+	// until counted; prefixes its cache prefix (CachePrefixes), nil until
+	// hashed.
+	exact    atomic.Pointer[exactCount]
+	prefixes atomic.Pointer[cachePrefix]
 	// resume narrows the attempts of a resume's request (Stream.resume);
 	// nil for a client's.
 	resume *resumeSpec
@@ -560,7 +566,8 @@ func fallsBack(res *Result) bool {
 // serve is ServeGroup's loop: it returns res once answered or failed.
 func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk, deadline time.Time) *Result {
 	group := g.Deployments
-	need := capacity.Need{Tokens: req.Tokens, Reserve: r.Reserve.share(req.Priority)}
+	need := capacity.Need{Tokens: req.Tokens, Output: req.OutputTokens, Prefixes: req.CachePrefixes(),
+		Reserve: r.Reserve.share(req.Priority)}
 	if err := r.groupBudget(g, req, need, r.Clock.Now(), deadline); err != nil {
 		r.debug("the group's budget cannot hold the request", zap.String("group", g.Name), zap.String("why", err.Message))
 		return res.fail(err, w)
@@ -651,7 +658,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		}
 		k := probe(cands[:ready])
 		if k < 0 && req.Prefer != nil {
-			k = slices.IndexFunc(cands[:ready], func(c scored) bool { return group[c.i] == req.Prefer })
+			k = r.preferred(group, cands[:ready], req)
 		}
 		if k < 0 {
 			r.score(group, cands[:ready])
@@ -710,7 +717,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			r.leaveQueue(g, me) // its turn came: the next one may look
 			me = nil
 		}
-		a.out.claim, a.out.queue, a.out.group = claim, &g.queue, g
+		a.out.claim, a.out.queue, a.out.group, a.out.prefixes = claim, &g.queue, g, need.Prefixes
 		r.logPending(w, d)
 		from := provider.OK
 		if last := cmp.Or(w.last, w.prior); last != nil {
@@ -833,6 +840,7 @@ func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome)
 		if out.stream == nil {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
 				r.spend(r.Clock.Now(), d, out.group, res.Usage, out.holds)
+				d.State.RecordCache(r.Clock.Now(), out.prefixes, res.Usage)
 			}
 			if out.span != nil { // the answer read again only for a trace
 				model, _ := jsonbody.GetString(out.body, "model")
@@ -1246,11 +1254,31 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 	}
 	for _, c := range cands {
 		if c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
-			return &Error{Status: http.StatusBadGateway, Class: provider.Server,
-				Message: "every deployment of this model is failing; retry later", RetryAfter: backAfter(cands, now)}
+			return failingError(cands, backAfter(cands, now))
 		}
 	}
 	return rateLimitedError(first.f.At.Sub(now))
+}
+
+// failingError is the 502 of a group whose deployments are all out for
+// failures, with Retry-After retry (0: none). Its message says whether a
+// retry may help: when only keys their providers refused (class auth)
+// hold them out, an operator must act, and no retry does.
+func failingError(cands []scored, retry time.Duration) *Error {
+	msg := "every deployment of this model is failing; retry later"
+	keys := true
+	for _, c := range cands {
+		if c.f.Why != provider.Auth && c.f.Why != provider.RateLimited && c.f.Why != provider.QuotaExhausted {
+			keys = false
+		}
+	}
+	switch {
+	case keys && retry <= 0:
+		msg = "every deployment of this model is out: its provider refused the router's key for it (401 or 403); an operator must fix the key, and a retry does not help"
+	case retry <= 0:
+		msg = "every deployment of this model is failing"
+	}
+	return &Error{Status: http.StatusBadGateway, Class: provider.Server, Message: msg, RetryAfter: retry}
 }
 
 // backAfter is the Retry-After of a group whose deployments all cool: the

@@ -100,6 +100,8 @@ type leg struct {
 	failure *provider.Observation
 	group   *Group // whose budget the answer counts against
 	closed  bool
+	// prefixes are the request's cache prefixes (outcome.prefixes).
+	prefixes []uint64
 }
 
 // Leg is what one attempt of a stream used: the deployment, and its usage
@@ -202,6 +204,10 @@ func (s *Stream) closeCharged(u provider.Usage, ok bool) {
 		s.r.spend(s.r.Clock.Now(), s.d, s.group, u, s.holds)
 	}
 	s.holds.release(s.r.Clock.Now(), s.d, s.group) // what it did not spend
+	if stated, ok := s.usage.Usage(); ok {
+		// what the provider said of its cache, not the router's estimate
+		s.d.State.RecordCache(s.r.Clock.Now(), s.prefixes, stated)
+	}
 	class, msg := provider.OK, ""
 	if s.failure != nil {
 		class, msg = s.failure.Class, s.failure.Message

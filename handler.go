@@ -98,6 +98,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, e)
 		return nil
 	}
+	h.bindReasoning(req)
 	affinity := h.affinityKey(r, req, group.Name)
 	h.prefer(req, group, affinity)
 	res := h.router.ServeGroup(r.Context(), group, req)

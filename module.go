@@ -221,6 +221,9 @@ type ReserveConfig struct {
 // its state.
 type deploymentMeta struct {
 	typ, baseURL, identity string
+	// org is the provider organization of its account (see
+	// ProviderConfig.organization).
+	org string
 }
 
 // Weights are the ranking's feature weights, each >= 0; nil fields take
@@ -497,7 +500,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		Secrets:       cfg.secrets(),
 	}
 	setPrices(d, h.types[dc.Provider], dc)
-	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redact.URL(cfg.endpoint.BaseURL), identity: key}
+	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redact.URL(cfg.endpoint.BaseURL), identity: key, org: cfg.organization()}
 	return d, nil
 }
 

@@ -106,6 +106,17 @@ type ProviderConfig struct {
 	// base_url.
 	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
 
+	// Organization names the provider organization the account belongs
+	// to, for state only that organization can read (a Responses
+	// request's encrypted reasoning items: see the README's "Reasoning
+	// affinity"): providers with the same organization are one. Default:
+	// the account's credentials tell (providers sharing an api_key, or
+	// credential headers, and an OpenAI-Organization header, are one
+	// organization; a server that takes no key is one of its own per
+	// base_url). Set it when two keys are of one organization (OpenAI's
+	// project keys). Up to 128 characters, no spaces or control characters.
+	Organization string `json:"organization,omitempty"`
+
 	// AllowQuery lets base_url carry a query (Azure's ?api-version=); set by
 	// the provider type, not configured.
 	AllowQuery bool `json:"-"`
@@ -371,6 +382,9 @@ func (c *ProviderConfig) validate() error {
 			return fmt.Errorf("%s must not be negative", t.name)
 		}
 	}
+	if err := checkOrganization(c.Organization); err != nil {
+		return err
+	}
 	if c.APIKey == "" && !c.NoKey && !c.credentialHeader() {
 		return errors.New("needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama)")
 	}
@@ -462,6 +476,7 @@ func (c *ProviderConfig) identity(typ, model string) string {
 //	    ttft_timeout  <duration>
 //	    idle_timeout  <duration>
 //	    header        <name> <value>
+//	    organization  <name>
 //	    transport     http { ... }
 //	    ...
 //	}
@@ -487,7 +502,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 		switch key {
 		case "type":
 			d.RemainingArgs()
-		case "base_url", "api_key":
+		case "base_url", "api_key", "organization":
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
@@ -495,10 +510,13 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			if key == "base_url" {
+			switch key {
+			case "base_url":
 				c.BaseURL = v
-			} else {
+			case "api_key":
 				c.APIKey = v
+			default:
+				c.Organization = v
 			}
 		case "timeout":
 			if err := parseDuration(d, &c.Timeout); err != nil {

@@ -57,6 +57,7 @@ func (h *Handler) responsesAPI(a api.Responses, made *string) api.Responses {
 		}
 		h.rememberOwner(id, o)
 	}
+	a.Output = h.noteMinted
 	return a
 }
 

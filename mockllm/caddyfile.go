@@ -129,6 +129,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err == nil && h.Continuation != ContinuationAccept && h.Continuation != ContinuationReject {
 				err = d.Errf("unknown continuation %q (want accept or reject)", h.Continuation)
 			}
+		case "organization":
+			h.Organization, err = oneArg(d)
 		case "rate_limit":
 			h.RateLimit, err = parseRateLimit(d)
 		case "fault":

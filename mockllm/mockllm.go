@@ -81,7 +81,9 @@ const (
 //	POST .../embeddings         a fixed 3-dimensional embedding (base64 float32s for encoding_format base64, as the OpenAI SDKs ask by default)
 //	POST .../responses          Responses API, plain or "stream": true (typed SSE
 //	                            events); previous_response_id must name a
-//	                            response this mock gave (else 400)
+//	                            response this mock gave (else 400); with
+//	                            Organization, encrypted reasoning minted
+//	                            and checked per organization
 //
 // In the anthropic dialect:
 //
@@ -271,6 +273,18 @@ type Handler struct {
 	// a provider whose model takes no prefill.
 	// Default: "accept".
 	Continuation string `json:"continuation,omitempty"`
+
+	// Organization (openai dialect's Responses API), when set, makes the
+	// mock an account of that organization as OpenAI binds reasoning
+	// state: every response's output begins with a reasoning item whose
+	// encrypted_content only a mock of the same Organization reads
+	// ("gAAAA" and a base64 text naming it), and a request whose input
+	// carries an item with encrypted_content any other minted is refused
+	// with OpenAI's 400 invalid_encrypted_content ("The encrypted content
+	// gAAA...XXXX could not be verified. Reason: Encrypted content could
+	// not be decrypted or parsed."). Default: none (no reasoning items, no
+	// check).
+	Organization string `json:"organization,omitempty"`
 
 	// Faults are injected failures. For each API request that gets
 	// past authentication and RateLimit, the first fault that is

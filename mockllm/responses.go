@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -91,9 +92,60 @@ func messageOutput(id, text, status string) json.RawMessage {
 		"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}})
 }
 
+// sealed is an encrypted_content that only a mock of organization org
+// reads (Handler.Organization).
+func sealed(org, id string) string {
+	return "gAAAA" + base64.StdEncoding.EncodeToString([]byte(org+"|"+id))
+}
+
+// foreignItem returns the first encrypted_content of a Responses body's
+// input that a mock of organization org cannot read, "" when none.
+func foreignItem(body []byte, org string) string {
+	var req struct {
+		Input json.RawMessage `json:"input"`
+	}
+	var items []struct {
+		EncryptedContent string `json:"encrypted_content"`
+	}
+	if json.Unmarshal(body, &req) != nil || json.Unmarshal(req.Input, &items) != nil {
+		return ""
+	}
+	for _, it := range items {
+		if enc := it.EncryptedContent; enc != "" {
+			raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(enc, "gAAAA"))
+			if owner, _, _ := strings.Cut(string(raw), "|"); err != nil || owner != org {
+				return enc
+			}
+		}
+	}
+	return ""
+}
+
+// clipped is an encrypted_content as OpenAI quotes it: its first and
+// last four characters.
+func clipped(enc string) string {
+	if len(enc) <= 8 {
+		return enc
+	}
+	return enc[:4] + "..." + enc[len(enc)-4:]
+}
+
+// reasoningOutput is the reasoning item of a response of an
+// Organization's mock, nil without one.
+func (h *Handler) reasoningOutput(id string) json.RawMessage {
+	if h.Organization == "" {
+		return nil
+	}
+	rs := "rs_" + strings.TrimPrefix(id, "resp_")
+	return appendJSON(nil, map[string]any{"type": "reasoning", "id": rs, "summary": []any{}, "encrypted_content": sealed(h.Organization, rs)})
+}
+
 func (h *Handler) responseObject(a answer, id, status string, text string, usage bool) mockResponse {
 	r := mockResponse{ID: id, Object: "response", CreatedAt: h.now().Unix(), Status: status, Model: a.model,
 		Output: []json.RawMessage{}}
+	if rs := h.reasoningOutput(id); rs != nil && status == "completed" {
+		r.Output = append(r.Output, rs)
+	}
 	if text != "" || status == "completed" {
 		r.Output = append(r.Output, messageOutput("msg_"+strings.TrimPrefix(id, "resp_"), text, status))
 	}
@@ -135,31 +187,48 @@ func (s *responsesStream) keepAlive() []byte   { return keepAliveComment }
 func (s *responsesStream) head(b []byte) []byte {
 	r := s.h.responseObject(s.a, s.id, "in_progress", "", false)
 	b = s.event(b, "response.created", map[string]any{"response": r})
-	return s.event(b, "response.in_progress", map[string]any{"response": r})
+	b = s.event(b, "response.in_progress", map[string]any{"response": r})
+	if rs := s.h.reasoningOutput(s.id); rs != nil {
+		// An Organization's reasoning item, first: its encrypted_content
+		// comes with its .done.
+		b = s.event(b, "response.output_item.added", map[string]any{"output_index": 0,
+			"item": map[string]any{"type": "reasoning", "id": "rs_" + strings.TrimPrefix(s.id, "resp_"), "summary": []any{}}})
+		b = s.event(b, "response.output_item.done", map[string]any{"output_index": 0, "item": rs})
+	}
+	return b
+}
+
+// at is the message's output_index: after the reasoning item, when one
+// comes first.
+func (s *responsesStream) at() int {
+	if s.h.Organization != "" {
+		return 1
+	}
+	return 0
 }
 
 func (s *responsesStream) itemID() string { return "msg_" + strings.TrimPrefix(s.id, "resp_") }
 
 func (s *responsesStream) chunk(b []byte, i int, piece string, _ bool) []byte {
 	if i == 0 {
-		b = s.event(b, "response.output_item.added", map[string]any{"output_index": 0,
+		b = s.event(b, "response.output_item.added", map[string]any{"output_index": s.at(),
 			"item": map[string]any{"type": "message", "id": s.itemID(), "status": "in_progress", "role": "assistant", "content": []any{}}})
-		b = s.event(b, "response.content_part.added", map[string]any{"item_id": s.itemID(), "output_index": 0,
+		b = s.event(b, "response.content_part.added", map[string]any{"item_id": s.itemID(), "output_index": s.at(),
 			"content_index": 0, "part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
 	}
 	s.text.WriteString(piece)
-	return s.event(b, "response.output_text.delta", map[string]any{"item_id": s.itemID(), "output_index": 0,
+	return s.event(b, "response.output_text.delta", map[string]any{"item_id": s.itemID(), "output_index": s.at(),
 		"content_index": 0, "delta": piece})
 }
 
 func (s *responsesStream) end(b []byte) []byte {
 	text := s.text.String()
 	part := map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
-	b = s.event(b, "response.output_text.done", map[string]any{"item_id": s.itemID(), "output_index": 0, "content_index": 0, "text": text})
-	b = s.event(b, "response.content_part.done", map[string]any{"item_id": s.itemID(), "output_index": 0, "content_index": 0, "part": part})
-	b = s.event(b, "response.output_item.done", map[string]any{"output_index": 0, "item": messageOutput(s.itemID(), text, "completed")})
+	b = s.event(b, "response.output_text.done", map[string]any{"item_id": s.itemID(), "output_index": s.at(), "content_index": 0, "text": text})
+	b = s.event(b, "response.content_part.done", map[string]any{"item_id": s.itemID(), "output_index": s.at(), "content_index": 0, "part": part})
+	b = s.event(b, "response.output_item.done", map[string]any{"output_index": s.at(), "item": messageOutput(s.itemID(), text, "completed")})
 	r := s.h.responseObject(s.a, s.id, "completed", "", true)
-	r.Output = []json.RawMessage{messageOutput(s.itemID(), text, "completed")}
+	r.Output = append(r.Output[:len(r.Output)-1], messageOutput(s.itemID(), text, "completed"))
 	return s.event(b, "response.completed", map[string]any{"response": r})
 }
 

@@ -252,6 +252,16 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 
+	if c.ep == epResponses && h.Organization != "" {
+		if enc := foreignItem(body, h.Organization); enc != "" {
+			h.setLimitHeaders(hdr, h.limit(0, false))
+			writeError(w, http.StatusBadRequest, "The encrypted content "+clipped(enc)+
+				" could not be verified. Reason: Encrypted content could not be decrypted or parsed.",
+				"invalid_request_error", "invalid_encrypted_content")
+			return
+		}
+	}
+
 	model := h.Model
 	if model == "" {
 		model = req.Model

@@ -123,8 +123,18 @@ func (r *Request) Chat() ([]byte, error) {
 // Continued returns a resume's request: r with body (r's body with the
 // assistant's text at its end) and Continues set.
 func (r *Request) Continued(body []byte) *Request {
+	c := r.WithBody(body)
+	c.Continues = true
+	return c
+}
+
+// WithBody returns r with body in place of its Body, in the same format
+// (its Chat form made anew from it): the request rewritten for one
+// deployment (a Responses request without the encrypted items another
+// organization minted).
+func (r *Request) WithBody(body []byte) *Request {
 	return &Request{Format: r.Format, Body: body, Header: r.Header, Stream: r.Stream, Choices: r.Choices,
-		IncludeUsage: r.IncludeUsage, Continues: true, ToChat: r.ToChat}
+		IncludeUsage: r.IncludeUsage, Continues: r.Continues, ToChat: r.ToChat}
 }
 
 // ErrNoContinuation is Plan's error for a resume's request

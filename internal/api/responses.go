@@ -29,6 +29,12 @@ type Responses struct {
 	// deployment that made it; native is false for a response translated
 	// from Chat Completions (no provider keeps its state).
 	Remember func(id string, d *router.Deployment, native bool)
+	// Output, when set, is told each output item of a native answer (a
+	// response's output[], a stream's response.output_item.done items and
+	// its response.completed's output[]) and the deployment that made it:
+	// an item with encrypted_content only that deployment's organization
+	// reads.
+	Output func(d *router.Deployment, item []byte)
 	// answering is the deployment of the result being written.
 	answering *router.Deployment
 }
@@ -135,6 +141,9 @@ func (x Responses) Write(w http.ResponseWriter, res *router.Result) error {
 func (Responses) fromChat(body []byte) ([]byte, error) { return responses.FromChatAnswer(body) }
 
 func (x Responses) answered(res *router.Result, body []byte) {
+	if res.Format == provider.Responses {
+		eachOutput(body, res.Deployment, x.Output)
+	}
 	if x.Remember == nil {
 		return
 	}
@@ -147,7 +156,7 @@ func (x Responses) answered(res *router.Result, body []byte) {
 // or a Chat stream's translation.
 func (x Responses) newStream(from provider.Format) streamWriter {
 	if from == provider.Responses {
-		return &nativeResponses{remember: x.Remember, d: x.answering}
+		return &nativeResponses{remember: x.Remember, output: x.Output, d: x.answering}
 	}
 	return &translatedResponses{enc: responses.NewChatEncoder(), remember: x.Remember, d: x.answering}
 }
@@ -159,7 +168,44 @@ type nativeResponses struct {
 	next      int
 	id, model string // of the provider's response, from response.created
 	remember  func(id string, d *router.Deployment, native bool)
+	output    func(d *router.Deployment, item []byte)
 	d         *router.Deployment
+}
+
+// eachOutput tells output each item of a response's output array.
+func eachOutput(response []byte, d *router.Deployment, output func(*router.Deployment, []byte)) {
+	if output == nil {
+		return
+	}
+	start, end, _ := jsonbody.FindMember(response, "output")
+	if start < 0 || response[start] != '[' {
+		return
+	}
+	items := response[start:end]
+	_ = jsonbody.EachElement(items, func(s, e int) bool {
+		if items[s] == '{' {
+			output(d, items[s:e])
+		}
+		return true
+	})
+}
+
+// told tells s.output the items a native event carries.
+func (s *nativeResponses) told(name string, data []byte) {
+	if s.output == nil {
+		return
+	}
+	member := map[string]string{"response.output_item.done": "item", "response.completed": "response"}[name]
+	if member == "" {
+		return
+	}
+	if start, end, _ := jsonbody.FindMember(data, member); start >= 0 && data[start] == '{' {
+		if member == "item" {
+			s.output(s.d, data[start:end])
+		} else {
+			eachOutput(data[start:end], s.d, s.output)
+		}
+	}
 }
 
 func (s *nativeResponses) event(w io.Writer, ev provider.Event) error {
@@ -186,6 +232,7 @@ func (s *nativeResponses) event(w io.Writer, ev provider.Event) error {
 	if name == "" {
 		name = ev.Name
 	}
+	s.told(name, ev.Data)
 	return provider.WriteEvent(w, name, ev.Data)
 }
 

@@ -115,6 +115,7 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 	if len(cands) == 0 {
 		return nil, -1
 	}
+	cands = r.readers(g, cands, w.per, nil, req, need, now, deadline)
 	cands = r.tiered(g, cands, w.per, nil, req, need, now, deadline)
 	ready := readyFirst(cands, now)
 	if ready == 0 {

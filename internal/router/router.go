@@ -148,6 +148,12 @@ type Request struct {
 	// provider runs what it accepts to its end whoever waits (a Responses
 	// background create), so a twin would be a second job, billed too.
 	NoHedge bool
+	// Bound, when set, is what of the request only some deployments can
+	// read (a Responses request's encrypted reasoning): see Bound.
+	Bound *Bound
+	// unbound is set once a provider refused the bound state: every
+	// attempt after it is sent the request with all of it stripped.
+	unbound atomic.Bool
 	// exact caches the prompt's o200k_base count (estimate.Exact), nil
 	// until counted; prefixes its cache prefix (CachePrefixes), nil until
 	// hashed.
@@ -606,6 +612,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 			return r.giveUp(res, w, group, now, req)
 		}
+		cands = r.readers(g, cands, w.per, me, req, need, now, deadline)
 		cands = r.tiered(g, cands, w.per, me, req, need, now, deadline)
 		ready := readyFirst(cands, now)
 		free := ready
@@ -734,7 +741,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		}
 		w.prior = nil
 		for _, e := range outs {
-			if done := r.settle(res, w, e.i, e.out); done {
+			if done := r.settle(res, w, req, e.i, e.out); done {
 				return res
 			}
 		}
@@ -796,7 +803,7 @@ func (r *Router) observeQueue(g *Group) {
 
 // settle folds an attempt's outcome into the request and the deployment's
 // state: it reports whether the request is answered (res is set).
-func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
+func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome) bool {
 	d := out.d
 	switch out.end {
 	case clientGone, pastDeadline:
@@ -851,6 +858,14 @@ func (r *Router) settle(res *Result, w *walk, i int, out *outcome) bool {
 		return true
 	case provider.ClientError:
 		endSpan(out.span, class, out.obs.Message, provider.Usage{}, false, nil, "")
+		if req.refusedBound(out) {
+			// It could not read state another organization minted: once
+			// more without any of it, elsewhere while another is left.
+			r.logFailure(w, out, observed)
+			w.last, w.per[i].failed = out, true
+			w.failures++
+			return false
+		}
 		res.passOn(out)
 		res.fail(nil, w)
 		return true

@@ -46,15 +46,28 @@ func (r *Router) tiered(g *Group, cands []scored, per []attemptState, me *waiter
 				k++
 			}
 		}
-		sub := cands[:k]
-		back := earliest(sub)
-		if back.f.At.Add(seconds(back.f.Latency)+2*failoverTime(cands[k:])).Before(deadline) && !recovering(sub, per, now) {
-			if enough, _ := forecast(group, sub, ahead+1, tokensAhead+req.Tokens, need.Reserve, now, deadline, false); enough {
-				return sub
-			}
+		if canServe(group, cands[:k], cands[k:], per, ahead, tokensAhead, req, need, now, deadline) {
+			return cands[:k]
 		}
 	}
 	return cands
+}
+
+// canServe reports whether sub, a part of the candidates (a tier and those
+// below it, the deployments that read a request's bound state), can serve
+// the request before its deadline without the rest: one of them comes back
+// early enough that its answer and a failover to the rest after it still
+// fit (its own latency, and twice the fastest known latency of the rest),
+// they do not all cool down after failures (recovering), and the known
+// windows forecast room for the request's place in the queue (ahead
+// requests of tokensAhead tokens before it).
+func canServe(group []*Deployment, sub, rest []scored, per []attemptState, ahead, tokensAhead int64, req *Request, need capacity.Need, now, deadline time.Time) bool {
+	back := earliest(sub)
+	if !back.f.At.Add(seconds(back.f.Latency)+2*failoverTime(rest)).Before(deadline) || recovering(sub, per, now) {
+		return false
+	}
+	enough, _ := forecast(group, sub, ahead+1, tokensAhead+req.Tokens, need.Reserve, now, deadline, false)
+	return enough
 }
 
 // failoverTime is the fastest known latency of cands (the higher tiers),

@@ -80,6 +80,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, e)
 		return nil
 	}
+	if ra, ok := a.(api.Responses); ok {
+		a = ra.WithRequest(body) // what a translated answer restates of it
+	}
 	if req.Priority, e = h.priority(r); e != nil {
 		a.WriteError(w, e)
 		return nil

@@ -616,3 +616,25 @@ func fixIDs(t *testing.T, body []byte) []byte {
 	}
 	return body
 }
+
+// A Responses client whose request went to a Chat deployment reads its
+// instructions, temperature and top_p restated in the translated
+// response, as OpenAI's responses restate them (WithRequest), streamed or
+// not.
+func TestResponsesRestateTheirRequest(t *testing.T) {
+	x := Responses{}.WithRequest([]byte(`{"model":"m","input":"hi","instructions":"Be brief.","temperature":0.2,"top_p":0.9}`))
+	want := `"instructions":"Be brief.","temperature":0.2,"top_p":0.9`
+	w := httptest.NewRecorder()
+	answer := []byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	if err := x.Write(w, &router.Result{Status: 200, Format: provider.Chat, Body: answer}); err != nil || !strings.Contains(w.Body.String(), want) {
+		t.Errorf("expected the answer to restate %s, got %s (%v)", want, w.Body, err)
+	}
+	s := x.newStream(provider.Chat)
+	if tr, ok := s.(*translatedResponses); !ok || tr.enc == nil {
+		t.Fatalf("expected a translated stream, got %T", s)
+	}
+	out := string(s.(*translatedResponses).enc.Chunk([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`)))
+	if !strings.Contains(out, want) {
+		t.Errorf("expected the stream's response to restate %s, got %s", want, out)
+	}
+}

@@ -37,6 +37,17 @@ type Responses struct {
 	Output func(d *router.Deployment, item []byte)
 	// answering is the deployment of the result being written.
 	answering *router.Deployment
+	// echo is what a translated response restates of its request
+	// (WithRequest).
+	echo responses.Echo
+}
+
+// WithRequest returns x for the request body body: a response it
+// translates from a Chat answer restates the request's instructions,
+// temperature and top_p, as OpenAI's responses do.
+func (x Responses) WithRequest(body []byte) Responses {
+	x.echo = responses.EchoOf(body)
+	return x
 }
 
 // responsesKeys are the body keys the router reads (see chatKeys).
@@ -138,7 +149,9 @@ func (x Responses) Write(w http.ResponseWriter, res *router.Result) error {
 	return write(w, x, res)
 }
 
-func (Responses) fromChat(body []byte) ([]byte, error) { return responses.FromChatAnswer(body) }
+func (x Responses) fromChat(body []byte) ([]byte, error) {
+	return responses.FromChatAnswerTo(body, x.echo)
+}
 
 func (x Responses) answered(res *router.Result, body []byte) {
 	if res.Format == provider.Responses {
@@ -158,7 +171,7 @@ func (x Responses) newStream(from provider.Format) streamWriter {
 	if from == provider.Responses {
 		return &nativeResponses{remember: x.Remember, output: x.Output, d: x.answering}
 	}
-	return &translatedResponses{enc: responses.NewChatEncoder(), remember: x.Remember, d: x.answering}
+	return &translatedResponses{enc: responses.NewChatEncoder().Restating(x.echo), remember: x.Remember, d: x.answering}
 }
 
 // nativeResponses writes the provider's own Responses events as they come

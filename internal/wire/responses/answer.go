@@ -27,8 +27,8 @@ type Response struct {
 	Tools             []json.RawMessage  `json:"tools"`
 	Metadata          json.RawMessage    `json:"metadata"`
 	// Instructions, Temperature and TopP are required (the OpenAI spec's
-	// Response), null when the router does not know them: a response
-	// translated from a Chat answer, which does not say them.
+	// Response): a translated response restates its request's (Echo),
+	// null where the request set none.
 	Instructions json.RawMessage `json:"instructions"`
 	Temperature  *float64        `json:"temperature"`
 	TopP         *float64        `json:"top_p"`
@@ -186,12 +186,49 @@ func callItem(id, callID, name, args, st string) OutputItem {
 	return OutputItem{Type: "function_call", ID: id, Status: st, CallID: callID, Name: name, Args: &args}
 }
 
+// Echo is what a response restates of the request it answers, as OpenAI's
+// do: its instructions (a string, or null), temperature and top_p (null
+// when the request set none: the router does not know the provider's
+// default). The zero Echo restates nothing (all null).
+type Echo struct {
+	Instructions json.RawMessage
+	Temperature  *float64
+	TopP         *float64
+}
+
+// EchoOf reads a Responses request's Echo; what it cannot read is left
+// null.
+func EchoOf(request []byte) Echo {
+	var r struct {
+		Instructions *string  `json:"instructions"`
+		Temperature  *float64 `json:"temperature"`
+		TopP         *float64 `json:"top_p"`
+	}
+	if json.Unmarshal(request, &r) != nil {
+		return Echo{}
+	}
+	e := Echo{Temperature: r.Temperature, TopP: r.TopP}
+	if r.Instructions != nil {
+		e.Instructions, _ = json.Marshal(*r.Instructions) // a string: cannot fail
+	}
+	return e
+}
+
+// restate sets what r restates of its request.
+func (r *Response) restate(e Echo) {
+	r.Instructions, r.Temperature, r.TopP = e.Instructions, e.Temperature, e.TopP
+}
+
 // FromChatAnswer translates a chat.completion into a response object: the
 // first choice's text (or refusal) as a message item, its tool calls as
 // function_call items, the finish_reason as status and
 // incomplete_details, and usage. The id is a fresh "resp_" one: a
 // response id names a response the router gave (see previous_response_id).
-func FromChatAnswer(completion []byte) ([]byte, error) {
+// It restates nothing of the request (FromChatAnswerTo does).
+func FromChatAnswer(completion []byte) ([]byte, error) { return FromChatAnswerTo(completion, Echo{}) }
+
+// FromChatAnswerTo is FromChatAnswer for the request whose Echo is e.
+func FromChatAnswerTo(completion []byte, e Echo) ([]byte, error) {
 	var c chat.Completion
 	if err := json.Unmarshal(completion, &c); err != nil {
 		return nil, fmt.Errorf("reading chat completion: %w", err)
@@ -202,6 +239,7 @@ func FromChatAnswer(completion []byte) ([]byte, error) {
 	ch := c.Choices[0]
 	st, inc := status(ch.FinishReason)
 	r := newResponse("", c.Model, st)
+	r.restate(e)
 	r.IncompleteDetails = inc
 	text := ch.Message.Content.String()
 	switch {

@@ -84,3 +84,31 @@ func TestChatEncoderRequiredFields(t *testing.T) {
 		t.Errorf("expected a response.function_call_arguments.done, got %s", out)
 	}
 }
+
+// A translated response restates its request's instructions, temperature
+// and top_p, as OpenAI's responses do (null only where the request set
+// none), in an answer and in every event's response of a stream.
+func TestTranslatedResponsesRestateTheRequest(t *testing.T) {
+	e := EchoOf([]byte(`{"model":"m","input":"hi","instructions":"Be brief.","temperature":0.2,"top_p":0.9}`))
+	want := `"instructions":"Be brief.","temperature":0.2,"top_p":0.9`
+	out, err := FromChatAnswerTo([]byte(`{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`), e)
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Errorf("expected the answer to restate %s, got %s (%v)", want, out, err)
+	}
+	enc := NewChatEncoder().Restating(e)
+	stream := string(enc.Chunk([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}`))) +
+		string(enc.Done())
+	for _, typ := range []string{"response.created", "response.in_progress", "response.completed"} {
+		i := strings.Index(stream, "event: "+typ+"\n")
+		if i < 0 {
+			t.Fatalf("no %s event in %s", typ, stream)
+		}
+		line, _, _ := strings.Cut(stream[i:], "\n\n")
+		if !strings.Contains(line, want) {
+			t.Errorf("%s does not restate %s: %s", typ, want, line)
+		}
+	}
+	if e := EchoOf([]byte(`{"model":"m","input":"hi"}`)); e.Instructions != nil || e.Temperature != nil || e.TopP != nil {
+		t.Errorf("a request that sets none: expected nothing restated, got %+v", e)
+	}
+}

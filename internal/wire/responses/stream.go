@@ -31,11 +31,19 @@ type ChatEncoder struct {
 	args     map[int]int // chat tool call index -> output index
 	finish   string
 	usage    *Usage
+	echo     Echo // what the response restates of its request
 }
 
 // NewChatEncoder returns an encoder for one stream.
 func NewChatEncoder() *ChatEncoder {
 	return &ChatEncoder{open: -1, args: map[int]int{}}
+}
+
+// Restating sets what the stream's response restates of its request
+// (Echo), before its first event; it returns e.
+func (e *ChatEncoder) Restating(x Echo) *ChatEncoder {
+	e.echo = x
+	return e
 }
 
 // event frames one event: its type, and the sequence number added.
@@ -54,6 +62,7 @@ func (e *ChatEncoder) event(out []byte, typ string, v map[string]any) []byte {
 func (e *ChatEncoder) start(out []byte, model string) []byte {
 	e.started = true
 	e.resp = newResponse("", model, "in_progress")
+	e.resp.restate(e.echo)
 	e.resp.Usage = nil
 	out = e.event(out, "response.created", map[string]any{"response": e.resp})
 	return e.event(out, "response.in_progress", map[string]any{"response": e.resp})

@@ -47,6 +47,8 @@ MODULES = . caddytest bench
 AGENTS_DIR ?= $(CURDIR)/.agents
 CLAUDE_CODE_VERSION = 2.1.332
 CODEX_VERSION = 0.171.0
+OPENAI_NODE_VERSION = 7.59.0
+ANTHROPIC_NODE_VERSION = 1.15.0
 GREMLINS = github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATE_FLAGS ?= --workers 2 --timeout-coefficient 10
 SEEDS ?= 20
@@ -93,5 +95,6 @@ mutate:
 agents:
 	mkdir -p $(AGENTS_DIR)
 	npm install --prefix $(AGENTS_DIR) --no-audit --no-fund --no-save \
-		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
-	cd caddytest && AGENTS_DIR=$(AGENTS_DIR) $(GO) test -tags agents -run TestAgents -count=1 -v .
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION) \
+		openai@$(OPENAI_NODE_VERSION) @anthropic-ai/sdk@$(ANTHROPIC_NODE_VERSION)
+	cd caddytest && AGENTS_DIR=$(AGENTS_DIR) $(GO) test -tags agents -run 'TestAgents|TestNodeSDKs' -count=1 -v .

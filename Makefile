@@ -35,8 +35,9 @@
 #              mutants (efficacy), adapters/ is reported; results in
 #              mutation/ (about 50 minutes on an idle 2-core machine;
 #              TESTING.md lists the figures and each surviving mutant)
-# make agents  the coding agents as clients: installs Claude Code and Codex
-#              CLI from npm at the pinned versions below into .agents/, and
+# make agents  the coding agents as clients: installs Claude Code, Codex
+#              CLI and the official Node SDKs (openai, @anthropic-ai/sdk)
+#              from npm at the pinned versions below into .agents/, and
 #              runs each through the router against llm_mock providers
 #              (caddytest/agents_test.go; under a minute after the install)
 

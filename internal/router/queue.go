@@ -304,8 +304,10 @@ func queueFullError(g *Group, cands []scored, limit int, now time.Time) *Error {
 	e := &Error{Status: http.StatusTooManyRequests, Class: provider.RateLimited,
 		Message: fmt.Sprintf("the queue of model group %s is full (%d requests wait for capacity, max_queued); retry later", g.Name, limit)}
 	if len(cands) > 0 {
-		if at := earliest(cands).f.At; at.After(now) {
-			e.RetryAfter = retryAfterSeconds(at.Sub(now))
+		// A deployment only busy (Why OK: slow start, the router's own
+		// pacing) says nothing of when the queue has room: no Retry-After.
+		if first := earliest(cands).f; first.At.After(now) && first.Why != provider.OK {
+			e.RetryAfter = retryAfterSeconds(first.At.Sub(now))
 		}
 	}
 	return e

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // A burst of 35 on 10 per 10 s with the queue bounded at 5: this window
@@ -89,5 +92,23 @@ func TestTheQueueBoundDefaultsToTheDeadline(t *testing.T) {
 	}
 	if ok != 100 || full != 20 {
 		t.Errorf("expected 100 served when the deployment is back and 20 told the queue is full, got %d and %d", ok, full)
+	}
+}
+
+// A full queue's Retry-After is the wait until its first deployment is
+// back from a provider's limit or a failure; a deployment only busy (the
+// router's own slow start: Why OK) promises nothing, so none is given
+// (with one, a new user's client was told "1" by a queue that had no
+// room for seconds).
+func TestAFullQueueOfBusyDeploymentsSaysNoRetryAfter(t *testing.T) {
+	now := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	g := NewGroup("q", nil)
+	busy := scored{f: capacity.Features{At: now.Add(time.Second), Why: provider.OK}}
+	if e := queueFullError(g, []scored{busy}, 2, now); e.RetryAfter != 0 {
+		t.Errorf("busy (slow start): expected no Retry-After, got %v", e.RetryAfter)
+	}
+	limited := scored{f: capacity.Features{At: now.Add(7 * time.Second), Why: provider.RateLimited}}
+	if e := queueFullError(g, []scored{limited}, 2, now); e.RetryAfter != 7*time.Second {
+		t.Errorf("rate-limited: expected Retry-After 7 s, got %v", e.RetryAfter)
 	}
 }

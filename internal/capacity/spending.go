@@ -2,6 +2,8 @@ package capacity
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
@@ -23,14 +25,25 @@ type SpendLimit struct {
 // total spent and held under a key, added to atomically.
 type SpendStore interface {
 	// AddSpend adds usd (less than 0: a hold given back) to key's total,
-	// which expires after ttl, and returns the new total.
-	AddSpend(ctx context.Context, key string, usd float64, ttl time.Duration) (float64, error)
+	// which expires after ttl, and returns the new total. It is
+	// idempotent per op: a write of op's writer with a Seq at most the
+	// last one applied to key is not added again (a retry of a write
+	// whose reply was lost); it returns the total then too.
+	AddSpend(ctx context.Context, key string, usd float64, op SpendOp, ttl time.Duration) (float64, error)
 	// HoldSpend adds usd to key's total, which expires after ttl, only if
 	// the total stays at most limit; it reports whether it did, and the
 	// total (the new one, or the one that had no room).
 	HoldSpend(ctx context.Context, key string, usd, limit float64, ttl time.Duration) (bool, float64, error)
 	// Spend returns key's total (0 when there is none).
 	Spend(ctx context.Context, key string) (float64, error)
+}
+
+// SpendOp names a write to a SpendStore: its writer (one Spending of one
+// instance) and its sequence number, from 1, increasing with each write
+// of that writer.
+type SpendOp struct {
+	Writer string
+	Seq    int64
 }
 
 // Spending counts what one scope (a deployment, a model group) spent and
@@ -46,7 +59,12 @@ type SpendStore interface {
 // fleet's total as last read, plus what it spent and held itself since,
 // which it keeps to itself; each instance may then spend what the fleet
 // has left, so a fleet of n may overspend up to n times that until the
-// store is back.
+// store is back. What it spent meanwhile is kept (per window) and added
+// to the store's total once the store answers again (reconciliation):
+// on its next call to the store, or a retry every spendRetryEvery; a
+// window ended by then drops it. Each write carries a SpendOp and a
+// failed one is retried as is, so a write applied whose reply was lost
+// is never counted twice.
 type Spending struct {
 	limit SpendLimit
 	key   string // the store's key prefix
@@ -58,6 +76,19 @@ type Spending struct {
 	spent  float64 // in it: spent here and not in the store (all of it without a store)
 	held   float64 // in it: held here and not in the store
 	looked time.Time
+
+	writer   string   // this Spending's name in its SpendOps
+	seq      int64    // the last SpendOp's Seq
+	op       *spendOp // the write sent and not known applied, to send again as is
+	flushing bool     // a flush is under way (one at a time: Seqs arrive in order)
+	retrying bool     // a retry is scheduled
+}
+
+// spendOp is a write of what was spent here (spent) to the store.
+type spendOp struct {
+	SpendOp
+	usd    float64
+	window int64
 }
 
 // Hold is an attempt's hold on a budget: its worst-case cost, given back
@@ -76,10 +107,16 @@ const spendLookEvery = time.Second
 // storeTimeout bounds each call to the store.
 const storeTimeout = time.Second
 
+// spendRetryEvery is how often spend not yet in the store is written
+// again while the store does not answer.
+const spendRetryEvery = time.Second
+
 // NewSpending returns the spending of a scope with limit, shared through
 // store under key when store is not nil.
 func NewSpending(limit SpendLimit, store SpendStore, key string) *Spending {
-	return &Spending{limit: limit, store: store, key: key}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Spending{limit: limit, store: store, key: key, writer: hex.EncodeToString(b[:])}
 }
 
 // SetStore shares the spending through store from now on (nil: this
@@ -103,7 +140,7 @@ func (s *Spending) SetLimit(l SpendLimit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.Period != s.limit.Period {
-		s.window, s.shared, s.spent, s.held, s.looked = 0, 0, 0, 0, time.Time{}
+		s.window, s.shared, s.spent, s.held, s.looked, s.op = 0, 0, 0, 0, time.Time{}, nil
 	}
 	s.limit = l
 }
@@ -121,6 +158,7 @@ func (s *Spending) storeKey(i int64) string { return s.key + ":" + strconv.Forma
 func (s *Spending) roll(now time.Time) int64 {
 	if i := s.index(now); i > s.window {
 		s.window, s.shared, s.spent, s.held, s.looked = i, 0, 0, 0, time.Time{}
+		s.op = nil // what the ended window did not write is dropped
 	}
 	return s.window
 }
@@ -227,26 +265,66 @@ func (s *Spending) Settle(now time.Time, h *Hold, usd float64) (over bool, until
 			s.held = max(0, s.held-h.usd)
 		}
 	}
-	store := s.store
-	if store == nil {
-		s.spent += usd
-	}
+	s.spent += delta // in the store's total once flushed
+	flush := s.store != nil && delta != 0
 	s.mu.Unlock()
-	if store != nil && delta != 0 {
+	if flush {
+		s.flush(now)
+	}
+	return s.Over(now)
+}
+
+// flush writes what was spent here and not in the store (s.spent) to
+// the store, one write at a time: a write that failed first, as it was
+// (it may have been applied), then the rest. Until it succeeds it is
+// retried every spendRetryEvery, and on every call that flushes.
+func (s *Spending) flush(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.flushing || s.store == nil {
+		return
+	}
+	s.flushing = true
+	defer func() { s.flushing = false }()
+	for {
+		if s.op == nil {
+			if s.spent == 0 {
+				return
+			}
+			s.seq++
+			s.op = &spendOp{SpendOp: SpendOp{Writer: s.writer, Seq: s.seq}, usd: s.spent, window: s.window}
+		}
+		op, store := *s.op, s.store
+		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		total, err := store.AddSpend(ctx, s.storeKey(i), delta, s.limit.Period+time.Minute)
+		total, err := store.AddSpend(ctx, s.storeKey(op.window), op.usd, op.SpendOp, s.limit.Period+time.Minute)
 		cancel()
 		s.mu.Lock()
 		if err != nil {
-			// Kept here; a shared hold stays in the store's total until
-			// its window ends.
-			s.spent += usd
-		} else {
-			s.learn(i, total, now)
+			s.retryLater()
+			return
 		}
-		s.mu.Unlock()
+		if s.op != nil && s.op.SpendOp == op.SpendOp {
+			s.op, s.spent = nil, s.spent-op.usd
+			s.learn(op.window, total, now)
+		}
 	}
-	return s.Over(now)
+}
+
+// retryLater schedules a flush in spendRetryEvery (one at a time), to
+// write what is kept here once the store answers though no request
+// calls it; under s.mu.
+func (s *Spending) retryLater() {
+	if s.retrying {
+		return
+	}
+	s.retrying = true
+	time.AfterFunc(spendRetryEvery, func() {
+		s.mu.Lock()
+		s.retrying = false
+		s.mu.Unlock()
+		s.flush(time.Time{}) // a zero time: the total is read again at the next look
+	})
 }
 
 // Add counts usd spent at now, with no hold (Settle's), and reports
@@ -290,8 +368,11 @@ func (s *Spending) look(now time.Time) int64 {
 	if look {
 		s.looked = now // one look at a time
 	}
-	store := s.store
+	store, kept := s.store, s.spent != 0 || s.op != nil
 	s.mu.Unlock()
+	if look && kept {
+		s.flush(now) // what is kept here first: the total read then has it
+	}
 	if look {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		total, err := store.Spend(ctx, s.storeKey(i))

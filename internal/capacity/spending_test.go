@@ -43,7 +43,7 @@ type fakeSpendStore struct {
 	totals map[string]float64
 }
 
-func (f *fakeSpendStore) AddSpend(_ context.Context, key string, usd float64, _ time.Duration) (float64, error) {
+func (f *fakeSpendStore) AddSpend(_ context.Context, key string, usd float64, _ SpendOp, _ time.Duration) (float64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.totals[key] += usd
@@ -184,7 +184,7 @@ func TestSpendingHoldsAreShared(t *testing.T) {
 // unreachable is a fleet store that cannot be reached.
 type unreachable struct{}
 
-func (unreachable) AddSpend(context.Context, string, float64, time.Duration) (float64, error) {
+func (unreachable) AddSpend(context.Context, string, float64, SpendOp, time.Duration) (float64, error) {
 	return 0, context.DeadlineExceeded
 }
 

@@ -460,7 +460,7 @@ type bSpendStore struct {
 	ttls  []time.Duration
 }
 
-func (f *bSpendStore) AddSpend(_ context.Context, _ string, usd float64, ttl time.Duration) (float64, error) {
+func (f *bSpendStore) AddSpend(_ context.Context, _ string, usd float64, _ SpendOp, ttl time.Duration) (float64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.adds++

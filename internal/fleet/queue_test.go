@@ -9,6 +9,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // The fleet's queue counts each waiting request's place across instances:
@@ -253,10 +255,10 @@ func TestFleetSpending(t *testing.T) {
 		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
 		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
 		ctx := context.Background()
-		if total, err := a.store.AddSpend(ctx, "budget:group|g:42", 1.25, time.Minute); err != nil || total != 1.25 {
+		if total, err := a.store.AddSpend(ctx, "budget:group|g:42", 1.25, capacity.SpendOp{Writer: "a", Seq: 1}, time.Minute); err != nil || total != 1.25 {
 			t.Fatalf("a: %v %v", total, err)
 		}
-		if total, err := b.store.AddSpend(ctx, "budget:group|g:42", 0.5, time.Minute); err != nil || total != 1.75 {
+		if total, err := b.store.AddSpend(ctx, "budget:group|g:42", 0.5, capacity.SpendOp{Writer: "b", Seq: 1}, time.Minute); err != nil || total != 1.75 {
 			t.Errorf("b: %v %v", total, err)
 		}
 		if v, err := a.store.Spend(ctx, "budget:group|g:42"); err != nil || v != 1.75 {

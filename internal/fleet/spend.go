@@ -8,16 +8,21 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // Budgets' spending, shared by the fleet (capacity.SpendStore): one
 // float per scope and window, what the fleet spent and holds (attempts'
 // worst-case costs, held before they are sent), added to with
-// INCRBYFLOAT (a hold given back: a negative amount) or, for a hold, by
-// holdScript only while it fits; it expires after its window. A hold of
+// addScript (INCRBYFLOAT once per write: a hold given back is a negative
+// amount) or, for a hold, by holdScript only while it fits; it expires
+// after its window, with the hash of the writes applied to it
+// (spentKey), which makes a retried write count once. A hold of
 // an instance that died before settling it stays counted as spent until
 // the window ends.
 
@@ -28,21 +33,58 @@ func (s *Store) spendKey(key string) string {
 	return s.prefix + "spend:" + hex.EncodeToString(sum[:12])
 }
 
-// AddSpend adds usd to key's total, which expires after ttl, and returns
-// the new total; ErrUnavailable when the store is down.
-func (s *Store) AddSpend(ctx context.Context, key string, usd float64, ttl time.Duration) (float64, error) {
+// spentKey is the key of a spending's writes applied (a hash: each
+// writer's last Seq), in the spending's hash slot (Redis Cluster hashes
+// a key's first non-empty {tag}, else the whole key).
+func spentKey(spendKey string) string {
+	if open := strings.IndexByte(spendKey, '{'); open >= 0 {
+		if end := strings.IndexByte(spendKey[open+1:], '}'); end > 0 {
+			return spendKey + ":applied" // its tag places both
+		}
+	}
+	return "{" + spendKey + "}:applied"
+}
+
+// addScript adds a write to a budget's total unless it was applied
+// already (a retry whose first reply was lost): each writer's writes
+// come in order, so a Seq at most its last one applied was.
+//
+//	KEYS[1]  the total, KEYS[2] the writes applied (writer -> last Seq)
+//	ARGV[1]  the amount (USD), ARGV[2] the writer, ARGV[3] its Seq, ARGV[4] ttl (ms)
+//
+// It returns the total as a string.
+var addScript = redis.NewScript(`
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') or 0
+if tonumber(ARGV[3]) <= last then
+  return tostring(tonumber(redis.call('GET', KEYS[1]) or '0') or 0)
+end
+local n = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return n
+`)
+
+// AddSpend adds usd to key's total, which expires after ttl, once per op
+// (a retried op is not added again), and returns the total;
+// ErrUnavailable when the store is down.
+func (s *Store) AddSpend(ctx context.Context, key string, usd float64, op capacity.SpendOp, ttl time.Duration) (float64, error) {
 	if !s.available() {
 		return 0, ErrUnavailable
 	}
 	k := s.spendKey(key)
-	pipe := s.client.TxPipeline()
-	total := pipe.IncrByFloat(ctx, k, usd)
-	pipe.PExpire(ctx, k, ttl)
-	if _, err := pipe.Exec(ctx); err != nil {
+	str, err := addScript.Run(ctx, s.client, []string{k, spentKey(k)}, strconv.FormatFloat(usd, 'g', -1, 64),
+		op.Writer, op.Seq, ttl.Milliseconds()).Text()
+	if err != nil {
 		s.obs.Error("spend")
 		return 0, err
 	}
-	return total.Val(), nil
+	total, err := strconv.ParseFloat(str, 64)
+	if err != nil {
+		s.obs.Error("spend")
+		return 0, fmt.Errorf("spend: the add script's total %q: %w", str, err)
+	}
+	return total, nil
 }
 
 // holdScript adds a hold to a budget's total only if the total stays

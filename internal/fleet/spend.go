@@ -28,20 +28,30 @@ func (s *Store) spendKey(key string) string {
 	return s.prefix + "spend:" + hex.EncodeToString(sum[:12])
 }
 
+// requestCtx bounds a request-path call by the store's Timeout (and by
+// ctx, when it ends sooner): the caller's own bound may be longer.
+func (s *Store) requestCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // AddSpend adds usd to key's total, which expires after ttl, and returns
 // the new total; ErrUnavailable when the store is down.
 func (s *Store) AddSpend(ctx context.Context, key string, usd float64, ttl time.Duration) (float64, error) {
 	if !s.available() {
 		return 0, ErrUnavailable
 	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
 	k := s.spendKey(key)
 	pipe := s.client.TxPipeline()
 	total := pipe.IncrByFloat(ctx, k, usd)
 	pipe.PExpire(ctx, k, ttl)
 	if _, err := pipe.Exec(ctx); err != nil {
-		s.obs.Error("spend")
+		s.callFailed("spend", err, start)
 		return 0, err
 	}
+	s.answered()
 	return total.Val(), nil
 }
 
@@ -71,9 +81,17 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 	if !s.available() {
 		return false, 0, ErrUnavailable
 	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
 	res, err := holdScript.Run(ctx, s.client, []string{s.spendKey(key)},
 		strconv.FormatFloat(usd, 'g', -1, 64), strconv.FormatFloat(limit, 'g', -1, 64), ttl.Milliseconds()).Slice()
-	if err != nil || len(res) != 2 {
+	if err != nil {
+		s.callFailed("spend", err, start)
+		return false, 0, err
+	}
+	s.answered()
+	if len(res) != 2 {
 		s.obs.Error("spend")
 		return false, 0, cmp.Or(err, errors.New("spend: the hold script answered "+fmt.Sprint(res)))
 	}
@@ -92,12 +110,15 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 	if !s.available() {
 		return 0, ErrUnavailable
 	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
 	v, err := s.client.Get(ctx, s.spendKey(key)).Float64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
 	if err != nil {
-		s.obs.Error("spend")
+		s.callFailed("spend", err, start)
 	}
 	return v, err
 }

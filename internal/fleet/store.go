@@ -71,8 +71,11 @@ type Options struct {
 	// KeyPrefix starts every key and the notification channel.
 	// Default: "llm_router:".
 	KeyPrefix string
-	// Timeout bounds each Redis call on the request path (and dials).
-	// Default: 50ms.
+	// Timeout bounds each Redis call on the request path (budgets, declared
+	// rpm/tpm, probes, the fleet's queue, owners, background claims), pool
+	// wait, dial and redirects included (no retries). One that times out
+	// with no answer from Redis since it began turns the store to local
+	// state until the poller reaches Redis again. Default: 50ms.
 	Timeout time.Duration
 	// PollInterval is how often the store reads every deployment's shared
 	// state to resynchronize (and, while Redis is unreachable, how often it

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -93,7 +92,7 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 	s.answered()
 	if len(res) != 2 {
 		s.obs.Error("spend")
-		return false, 0, cmp.Or(err, errors.New("spend: the hold script answered "+fmt.Sprint(res)))
+		return false, 0, errors.New("spend: the hold script answered " + fmt.Sprint(res))
 	}
 	ok, _ := res[0].(int64)
 	str, _ := res[1].(string)

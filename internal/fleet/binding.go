@@ -78,6 +78,7 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 		s.obs.Fallback("reserve")
 		return 0, ErrUnavailable
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	res, err := reserveScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
@@ -86,7 +87,7 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 		err = errBadReply
 	}
 	if err != nil {
-		if s.busy(err) {
+		if s.busy(err, start) {
 			s.obs.Error("reserve")
 			return s.timeout, nil // Redis is loaded, not down: try again shortly
 		}
@@ -119,6 +120,7 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		args = append(args, w.Limit, max(w.Remaining, 0), w.Reset.UnixMilli(), max(w.Span.Milliseconds(), 1), max(w.N, 0))
 	}
 	args = append(args, capacity.ResetMargin.Milliseconds(), s.origin)
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	res, err := spendScript.Run(ctx, s.client, []string{b.budgetKey, b.stateKey}, args...).Int64Slice()
@@ -126,7 +128,7 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		err = errBadReply
 	}
 	if err != nil {
-		if s.busy(err) {
+		if s.busy(err, start) {
 			s.obs.Error("spend")
 			return s.timeout, none, nil // Redis is loaded, not down: try again shortly
 		}

@@ -70,12 +70,13 @@ func (s *Store) Owner(responseID string) (deploymentID, name string, ok bool) {
 	if !s.available() {
 		return "", "", false
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	v, err := s.client.Get(ctx, s.ownerKey(responseID)).Result()
 	if err != nil {
 		if !errors.Is(err, redis.Nil) {
-			s.obs.Error("owner")
+			s.callFailed("owner", err, start)
 		}
 		return "", "", false
 	}
@@ -129,6 +130,7 @@ func (s *Store) ClaimPending(responseID string) (group string, ok bool, err erro
 	if !s.available() {
 		return "", false, errors.New("fleet store unavailable")
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	group, err = s.client.GetDel(ctx, s.pendingKey(responseID)).Result()
@@ -136,7 +138,7 @@ func (s *Store) ClaimPending(responseID string) (group string, ok bool, err erro
 	case errors.Is(err, redis.Nil):
 		return "", false, nil
 	case err != nil:
-		s.obs.Error("pending")
+		s.callFailed("pending", err, start)
 		return "", false, err
 	}
 	return group, true, nil

@@ -236,6 +236,7 @@ func (q *Queue) Join(priority, maxPriority int, arrival time.Time, order uint64,
 	// joins again apart from its earlier self (a stale Leave of that one
 	// must not take this one out).
 	member = fmt.Sprintf("%s-%016x-%x", s.origin, order, s.seq.Add(1))
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	p, err := queueJoinScript.Run(ctx, s.client, q.keys(), member,
@@ -251,9 +252,10 @@ func (q *Queue) Join(priority, maxPriority int, arrival time.Time, order uint64,
 		// Its answer may be lost while the member landed: take it out at
 		// the next renewal.
 		q.stale = append(q.stale, member)
-		s.obs.Error("queue")
+		s.callFailed("queue", err, start)
 		return "", 0, 0, err
 	}
+	s.answered()
 	q.members++
 	return member, p[0], p[1], nil
 }
@@ -266,6 +268,7 @@ func (q *Queue) Ahead(member string, withTokens bool) (ahead, tokensAhead int64,
 	if !s.available() {
 		return 0, 0, ErrUnavailable
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	p, err := queueAheadScript.Run(ctx, s.client, q.keys(), member, flag(withTokens)).Int64Slice()
@@ -274,9 +277,11 @@ func (q *Queue) Ahead(member string, withTokens bool) (ahead, tokensAhead int64,
 		err = errBadReply
 		fallthrough
 	case err != nil:
-		s.obs.Error("queue")
+		s.callFailed("queue", err, start)
 		return 0, 0, err
-	case p[0] < 0:
+	}
+	s.answered()
+	if p[0] < 0 {
 		return 0, 0, ErrNotQueued
 	}
 	return p[0], p[1], nil

@@ -220,31 +220,31 @@ func TestOwnersAreShared(t *testing.T) {
 	})
 }
 
-// A budget call that times out while Redis answered others within the
-// last second is load, not an outage: refused for a moment, not decided
-// on local state.
+// A budget call that times out while Redis answered others after it began
+// is load, not an outage: refused for a moment, not decided on local
+// state; one that times out with no answer since it began is a stall.
 func TestBusyIsNotDown(t *testing.T) {
 	s := &Store{}
 	s.health.Store(healthUp)
 	timeout := fmt.Errorf("spend: %w", context.DeadlineExceeded)
-	if s.busy(timeout) {
+	start := time.Now().Add(-time.Millisecond)
+	if s.busy(timeout, start) {
 		t.Error("expected no answer yet to mean down, not busy")
 	}
 	s.answered()
-	if !s.busy(timeout) || !s.busy(redis.ErrPoolTimeout) {
-		t.Error("expected a timeout right after an answer to be busy")
+	if !s.busy(timeout, start) || !s.busy(redis.ErrPoolTimeout, start) {
+		t.Error("expected a timeout with an answer since the call began to be busy")
 	}
-	if s.busy(errors.New("connection refused")) {
+	if s.busy(errors.New("connection refused"), start) {
 		t.Error("expected a refused connection not to be busy")
 	}
 	s.health.Store(healthDown)
-	if s.busy(timeout) {
+	if s.busy(timeout, start) {
 		t.Error("expected a store known down not to be busy")
 	}
 	s.health.Store(healthUp)
-	s.lastAnswer.Store(time.Now().Add(-2 * busyWindow).UnixNano())
-	if s.busy(timeout) {
-		t.Error("expected a timeout long after the last answer not to be busy")
+	if s.busy(timeout, time.Now().Add(time.Millisecond)) {
+		t.Error("expected a timeout with no answer since the call began not to be busy")
 	}
 }
 

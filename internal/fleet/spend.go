@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -31,6 +30,12 @@ import (
 func (s *Store) spendKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return s.prefix + "spend:" + hex.EncodeToString(sum[:12])
+}
+
+// requestCtx bounds a request-path call by the store's Timeout (and by
+// ctx, when it ends sooner): the caller's own bound may be longer.
+func (s *Store) requestCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 // spentKey is the key of a spending's writes applied (a hash: each
@@ -72,13 +77,17 @@ func (s *Store) AddSpend(ctx context.Context, key string, usd float64, op capaci
 	if !s.available() {
 		return 0, ErrUnavailable
 	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
 	k := s.spendKey(key)
 	str, err := addScript.Run(ctx, s.client, []string{k, spentKey(k)}, strconv.FormatFloat(usd, 'g', -1, 64),
 		op.Writer, op.Seq, ttl.Milliseconds()).Text()
 	if err != nil {
-		s.obs.Error("spend")
+		s.callFailed("spend", err, start)
 		return 0, err
 	}
+	s.answered()
 	total, err := strconv.ParseFloat(str, 64)
 	if err != nil {
 		s.obs.Error("spend")
@@ -113,11 +122,19 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 	if !s.available() {
 		return false, 0, ErrUnavailable
 	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
 	res, err := holdScript.Run(ctx, s.client, []string{s.spendKey(key)},
 		strconv.FormatFloat(usd, 'g', -1, 64), strconv.FormatFloat(limit, 'g', -1, 64), ttl.Milliseconds()).Slice()
-	if err != nil || len(res) != 2 {
+	if err != nil {
+		s.callFailed("spend", err, start)
+		return false, 0, err
+	}
+	s.answered()
+	if len(res) != 2 {
 		s.obs.Error("spend")
-		return false, 0, cmp.Or(err, errors.New("spend: the hold script answered "+fmt.Sprint(res)))
+		return false, 0, errors.New("spend: the hold script answered " + fmt.Sprint(res))
 	}
 	ok, _ := res[0].(int64)
 	str, _ := res[1].(string)
@@ -134,12 +151,15 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 	if !s.available() {
 		return 0, ErrUnavailable
 	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
 	v, err := s.client.Get(ctx, s.spendKey(key)).Float64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
 	if err != nil {
-		s.obs.Error("spend")
+		s.callFailed("spend", err, start)
 	}
 	return v, err
 }

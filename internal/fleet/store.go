@@ -71,8 +71,11 @@ type Options struct {
 	// KeyPrefix starts every key and the notification channel.
 	// Default: "llm_router:".
 	KeyPrefix string
-	// Timeout bounds each Redis call on the request path (and dials).
-	// Default: 50ms.
+	// Timeout bounds each Redis call on the request path (budgets, declared
+	// rpm/tpm, probes, the fleet's queue, owners, background claims), pool
+	// wait, dial and redirects included (no retries). One that times out
+	// with no answer from Redis since it began turns the store to local
+	// state until the poller reaches Redis again. Default: 50ms.
 	Timeout time.Duration
 	// PollInterval is how often the store reads every deployment's shared
 	// state to resynchronize (and, while Redis is unreachable, how often it
@@ -324,24 +327,35 @@ func (s *Store) close() error {
 	return s.client.Close()
 }
 
-// busyWindow is how recently Redis must have answered the request path for
-// a timed-out budget call to count as load rather than an outage.
-const busyWindow = time.Second
-
 // answered records an answer from Redis on the request path.
 func (s *Store) answered() { s.lastAnswer.Store(time.Now().UnixNano()) }
 
-// busy reports whether err, a failed budget call, is a timeout while Redis
-// answered other calls within busyWindow: a burst that queues on Redis or
-// on the pool, not an outage. The call is then refused for a moment
-// (the request tries again) rather than decided on local state, which
-// would let each instance spend the whole budget again: under a burst of
-// 2000 that drew a hundred upstream 429s.
-func (s *Store) busy(err error) bool {
+// busy reports whether err, a failed budget call begun at start, is a
+// timeout while Redis answered another call after start: a burst that
+// queues on Redis or on the pool, not an outage. The call is then refused
+// for a moment (the request tries again) rather than decided on local
+// state, which would let each instance spend the whole budget again: under
+// a burst of 2000 that drew a hundred upstream 429s. A stalled Redis
+// (paused, not answering, gone) answers nothing after start: the call then
+// fails (fail), so that no request waits on it past Timeout again.
+func (s *Store) busy(err error, start time.Time) bool {
 	var ne net.Error
 	timeout := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) ||
 		errors.As(err, &ne) && ne.Timeout()
-	return timeout && s.health.Load() == healthUp && time.Since(time.Unix(0, s.lastAnswer.Load())) < busyWindow
+	return timeout && s.health.Load() == healthUp && s.lastAnswer.Load() > start.UnixNano()
+}
+
+// callFailed records a failed request-path call op begun at start: under
+// load (busy) or for an answer, Redis' error reply or one malformed
+// (errBadReply), an error only; otherwise (a stall, a lost connection) the store turns to local state (fail), so
+// that the next requests do not wait on it again.
+func (s *Store) callFailed(op string, err error, start time.Time) {
+	var reply redis.Error
+	if s.busy(err, start) || errors.As(err, &reply) || errors.Is(err, errBadReply) {
+		s.obs.Error(op)
+		return
+	}
+	s.fail(op, err)
 }
 
 // available reports whether the request path may ask Redis.

@@ -1,11 +1,18 @@
 package fleet
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // publishScript writes the parts of a deployment's shared state that are
 // newer than what the hash holds (the newest learning of each part wins,
 // whichever instance it came from), sets the hash to expire when its last
-// part does, and, when asked, publishes the parts it wrote to the fleet.
+// part does, and, when asked, publishes the parts it wrote to the fleet. A
+// part stamped more than clockSkew after Redis' own clock (TIME), or whose
+// stamp is not a number, is not trusted: any write replaces it (else an
+// instance whose clock runs ahead would hold the part for good).
 //
 //	KEYS[1]  the deployment's state hash
 //	ARGV[1]  channel to notify ('' = no notification)
@@ -14,10 +21,15 @@ import "github.com/redis/go-redis/v9"
 //
 // It returns 1 when a part was written, else 0.
 var publishScript = redis.NewScript(`
+local t = redis.call('TIME')
+local latest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ` + strconv.FormatInt(clockSkew.Milliseconds(), 10) + `
 local applied = ''
 for i = 3, #ARGV, 4 do
   local name, at = ARGV[i], tonumber(ARGV[i + 1])
-  local cur = tonumber(redis.call('HGET', KEYS[1], name .. '_at') or '0')
+  local cur = tonumber(redis.call('HGET', KEYS[1], name .. '_at') or '0') or 0
+  if cur > latest then
+    cur = 0
+  end
   if at > cur then
     redis.call('HSET', KEYS[1], name, ARGV[i + 3], name .. '_at', ARGV[i + 1], name .. '_exp', ARGV[i + 2])
     applied = applied .. '\n' .. name .. '\t' .. ARGV[i + 3]

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
@@ -82,7 +84,7 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 	defer cancel()
 	res, err := reserveScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
 		capacity.DeclaredWindow.Milliseconds(), rpm, tpm, max(tokens, 0), s.nextToken()).Int64Slice()
-	if err == nil && len(res) != 2 {
+	if err == nil && len(res) != 3 {
 		err = errBadReply
 	}
 	if err != nil {
@@ -95,6 +97,10 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 		return 0, err
 	}
 	s.answered()
+	if res[2] > 0 {
+		s.log.Warn("fleet store: malformed declared-limits entries replaced (not written by this router, or by a clock that runs ahead)",
+			zap.String("key", b.logKey), zap.Int64("entries", res[2]))
+	}
 	if res[0] == 1 {
 		return 0, nil
 	}

@@ -64,24 +64,65 @@ return 1
 //	KEYS[1]  the log, KEYS[2] the token sum
 //	ARGV[1]  window (ms), ARGV[2] rpm, ARGV[3] tpm (0 = none), ARGV[4] tokens, ARGV[5] unique member id
 //
-// It returns {1, 0} when the attempt was counted, or {0, wait in ms} when
-// the window is spent for that long (nothing counted).
+// What cannot be a log the script wrote is replaced, and counted in the
+// reply's last element: a key of the wrong type (both are deleted), an entry
+// scored more than clockSkew after Redis' clock, an entry without its
+// tokens, a token sum that is not a number (the window is counted again).
+//
+// It returns {1, 0, replaced} when the attempt was counted, or {0, wait in
+// ms, replaced} when the window is spent for that long (nothing counted).
 var reserveScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cutoff = now - window
+local replaced = 0
+local function kind(key)
+  local v = redis.call('TYPE', key)
+  if type(v) == 'table' then
+    return v.ok
+  end
+  return v
+end
+for i, want in ipairs({'zset', 'string'}) do
+  local k = kind(KEYS[i])
+  if k ~= want and k ~= 'none' then
+    redis.call('DEL', KEYS[1], KEYS[2])
+    replaced = replaced + 1
+  end
+end
+replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + ` + strconv.FormatInt(clockSkew.Milliseconds(), 10) + `), '+inf')
+local function tokensOf(m)
+  local d = string.match(m, ':(%d+)$')
+  local n = d and tonumber(d)
+  if not n then
+    redis.call('ZREM', KEYS[1], m)
+    replaced = replaced + 1
+    return 0
+  end
+  return n
+end
 local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+if used == nil then
+  used = -1
+  replaced = replaced + 1
+end
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)
 for _, m in ipairs(old) do
-  used = used - tonumber(string.match(m, ':(%d+)$'))
+  used = used - tokensOf(m)
 end
 if #old > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
 end
 local n = redis.call('ZCARD', KEYS[1])
-if n == 0 or used < 0 then
+if n == 0 then
   used = 0
+elseif used < 0 then
+  used = 0
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    used = used + tokensOf(m)
+  end
+  n = redis.call('ZCARD', KEYS[1])
 end
 local at = now
 if rpm > 0 and n >= rpm then
@@ -92,7 +133,7 @@ if tpm > 0 and n > 0 and used + tokens > tpm then
   local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   local freed = 0
   for i = 1, #all, 2 do
-    freed = freed + tonumber(string.match(all[i], ':(%d+)$'))
+    freed = freed + tokensOf(all[i])
     if used - freed + tokens <= tpm or i == #all - 1 then
       at = math.max(at, tonumber(all[i + 1]) + window)
       break
@@ -100,15 +141,16 @@ if tpm > 0 and n > 0 and used + tokens > tpm then
   end
 end
 if at > now then
-  if #old > 0 then
+  if #old > 0 or replaced > 0 then
     redis.call('SET', KEYS[2], used, 'PX', window)
+    redis.call('PEXPIRE', KEYS[1], window)
   end
-  return {0, at - now}
+  return {0, at - now, replaced}
 end
 redis.call('ZADD', KEYS[1], now, ARGV[5] .. ':' .. tokens)
 redis.call('PEXPIRE', KEYS[1], window)
 redis.call('SET', KEYS[2], used + tokens, 'PX', window)
-return {1, 0}
+return {1, 0, replaced}
 `)
 
 // releaseScript deletes a probe claim if it is still the given owner's (a

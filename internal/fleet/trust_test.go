@@ -49,3 +49,68 @@ func TestFutureCircuitIsNotTrusted(t *testing.T) {
 		}
 	})
 }
+
+// Hostile values in the declared-limits keys (an entry without its tokens,
+// one scored a year ahead, a key of the wrong type, a token sum that is not
+// a number, keys without expiry) are replaced, logged once as such, and never
+// taken as an outage: two instances still start 10 attempts between them
+// for rpm 10, and the keys expire.
+func TestMalformedDeclaredLimitsAreReplaced(t *testing.T) {
+	year := 365 * 24 * time.Hour
+	hostile := map[string]func(ctx context.Context, c *redis.Client, log, tokens string) error{
+		"entry without tokens": func(ctx context.Context, c *redis.Client, log, tokens string) error {
+			return c.ZAdd(ctx, log, redis.Z{Score: float64(time.Now().Add(-2 * time.Minute).UnixMilli()), Member: "garbage"}).Err()
+		},
+		"entry a year ahead": func(ctx context.Context, c *redis.Client, log, tokens string) error {
+			return c.ZAdd(ctx, log, redis.Z{Score: float64(time.Now().Add(year).UnixMilli()), Member: "ahead:1"}).Err()
+		},
+		"wrong type": func(ctx context.Context, c *redis.Client, log, tokens string) error {
+			return c.Set(ctx, log, "not a sorted set", 0).Err()
+		},
+		"token sum not a number": func(ctx context.Context, c *redis.Client, log, tokens string) error {
+			return c.Set(ctx, tokens, "many", 0).Err()
+		},
+	}
+	for name, write := range hostile {
+		t.Run(name, func(t *testing.T) {
+			backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+				a, b := newInstance(t, url, time.Hour, 10, 0), newInstance(t, url, time.Hour, 10, 0)
+				id := DeploymentID(testIdentity)
+				ba, bb := a.store.bindings[id], b.store.bindings[id]
+				opt, _ := redis.ParseURL(url)
+				c := redis.NewClient(opt)
+				defer c.Close()
+				ctx := context.Background()
+				if err := write(ctx, c, ba.logKey, ba.tokensKey); err != nil {
+					t.Fatal(err)
+				}
+				counted := 0
+				for i := 0; i < 20; i++ {
+					bi := []*binding{ba, bb}[i%2]
+					wait, err := bi.Reserve(10, 0, 1)
+					if err != nil {
+						t.Fatalf("attempt %d: expected the malformed value replaced, got %v", i, err)
+					}
+					if wait == 0 {
+						counted++
+					}
+				}
+				if counted != 10 {
+					t.Errorf("expected 10 attempts started fleet-wide for rpm 10, got %d", counted)
+				}
+				if n := a.obs.count(a.obs.fallbacks) + b.obs.count(b.obs.fallbacks); n != 0 {
+					t.Errorf("expected no fallback to local state, got %d", n)
+				}
+				logged := a.logs.FilterMessageSnippet("malformed").Len() + b.logs.FilterMessageSnippet("malformed").Len()
+				if logged != 1 {
+					t.Errorf("expected the malformed value logged once, got %d lines", logged)
+				}
+				for _, key := range []string{ba.logKey, ba.tokensKey} {
+					if ttl := c.PTTL(ctx, key).Val(); ttl < 0 || ttl > time.Minute {
+						t.Errorf("expected %s to expire within the window, PTTL %v", key, ttl)
+					}
+				}
+			})
+		})
+	}
+}

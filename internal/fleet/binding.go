@@ -155,8 +155,8 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 	return 0, left, nil
 }
 
-// ClaimProbe implements capacity.Fleet: SET NX with a TTL, so that a claim
-// held by an instance that died expires.
+// ClaimProbe implements capacity.Fleet with claimScript, bounded by the
+// store's timeout.
 func (b *binding) ClaimProbe() (bool, error) {
 	s := b.s
 	if !s.available() {
@@ -166,12 +166,17 @@ func (b *binding) ClaimProbe() (bool, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	token := s.nextToken()
-	ok, err := s.client.SetNX(ctx, b.probeKey, token, probeTTL).Result()
+	res, err := claimScript.Run(ctx, s.client, []string{b.probeKey}, token, probeTTL.Milliseconds()).Int64()
 	if err != nil {
 		s.fail("probe", err)
 		s.obs.Fallback("probe")
 		return false, err
 	}
+	if res == 2 {
+		s.log.Warn("fleet store: malformed probe claim (no expiry, or longer than a claim may hold) bounded",
+			zap.String("key", b.probeKey), zap.Duration("ttl", probeTTL))
+	}
+	ok := res == 1
 	if ok {
 		b.mu.Lock()
 		b.probeToken = token

@@ -153,6 +153,28 @@ redis.call('SET', KEYS[2], used + tokens, 'PX', window)
 return {1, 0, replaced}
 `)
 
+// claimScript takes a half-open probe's claim if no instance holds it (SET
+// NX with a TTL, so that a claim held by an instance that died expires). A
+// claim the router did not write (one without expiry, or expiring later
+// than a claim may) is bounded to the TTL: else it would keep a recovered
+// deployment half-open and unused for good.
+//
+//	KEYS[1]  the claim, ARGV[1] the claimant's token, ARGV[2] the TTL (ms)
+//
+// It returns 1 when the claim was taken, 0 when another holds it, 2 when
+// another holds it and its expiry was bounded.
+var claimScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 or ttl > tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 2
+end
+return 0
+`)
+
 // releaseScript deletes a probe claim if it is still the given owner's (a
 // claim that expired and was taken by another instance stays).
 var releaseScript = redis.NewScript(`

@@ -114,3 +114,37 @@ func TestMalformedDeclaredLimitsAreReplaced(t *testing.T) {
 		})
 	}
 }
+
+// A probe claim without expiry (or one longer than probeTTL) would keep a
+// recovered deployment half-open and unused for good: the next claim bounds
+// it to probeTTL and logs it once, and the claim is taken once that passes.
+func TestProbeClaimWithoutExpiryExpires(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a := newInstance(t, url, time.Hour, 0, 0)
+		ba := a.store.bindings[DeploymentID(testIdentity)]
+		opt, _ := redis.ParseURL(url)
+		c := redis.NewClient(opt)
+		defer c.Close()
+		ctx := context.Background()
+		if err := c.Set(ctx, ba.probeKey, "stuck", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if ok, err := ba.ClaimProbe(); ok || err != nil {
+				t.Fatalf("expected the claim held (not an outage), got %v %v", ok, err)
+			}
+		}
+		if ttl := c.PTTL(ctx, ba.probeKey).Val(); ttl <= 0 || ttl > probeTTL {
+			t.Errorf("expected the claim to expire within %v, PTTL %v", probeTTL, ttl)
+		}
+		if n := a.logs.FilterMessageSnippet("malformed").Len(); n != 1 {
+			t.Errorf("expected the claim without expiry logged once, got %d lines", n)
+		}
+		if m != nil {
+			m.FastForward(probeTTL + time.Second)
+			if ok, err := ba.ClaimProbe(); !ok || err != nil {
+				t.Errorf("expected the claim taken once its bound passed, got %v %v", ok, err)
+			}
+		}
+	})
+}

@@ -148,3 +148,36 @@ func TestProbeClaimWithoutExpiryExpires(t *testing.T) {
 		}
 	})
 }
+
+// An operator's reset acts fleet-wide even at an instance that had not
+// learned what the fleet holds (a notification it missed): the reset
+// replaces the fleet's circuit, and an instance that learned it closes.
+func TestResetActsFleetWide(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		b := newInstance(t, url, time.Hour, 0, 0)
+		p := newInstance(t, url, 20*time.Millisecond, 0, 0)
+		waitSubscribed(t, url, 2)
+		key := b.store.bindings[DeploymentID(testIdentity)].stateKey
+		now := time.Now()
+		open := fmt.Sprintf(`{"at":%d,"until":%d,"reason":"rate_limited","failures":1}`,
+			now.UnixMilli(), now.Add(30*time.Second).UnixMilli())
+		opt, _ := redis.ParseURL(url)
+		c := redis.NewClient(opt)
+		defer c.Close()
+		ctx := context.Background()
+		if err := c.HSet(ctx, key, partCircuit, open, partCircuit+"_at", now.UnixMilli(),
+			partCircuit+"_exp", now.Add(30*time.Second).UnixMilli()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "p to learn the fleet's circuit", func() bool {
+			at, _ := p.state.AvailableAt(time.Now(), 0)
+			return at.Sub(now) > 25*time.Second
+		})
+		time.Sleep(5 * time.Millisecond)
+		b.state.Reset(time.Now())
+		eventually(t, 2*time.Second, "p to learn b's reset", func() bool {
+			at, _ := p.state.AvailableAt(time.Now(), 0)
+			return !at.After(time.Now())
+		})
+	})
+}

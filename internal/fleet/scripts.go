@@ -6,13 +6,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// skewMS is clockSkew in the scripts' unit (ms).
+var skewMS = strconv.FormatInt(clockSkew.Milliseconds(), 10)
+
 // publishScript writes the parts of a deployment's shared state that are
 // newer than what the hash holds (the newest learning of each part wins,
 // whichever instance it came from), sets the hash to expire when its last
 // part does, and, when asked, publishes the parts it wrote to the fleet. A
 // part stamped more than clockSkew after Redis' own clock (TIME), or whose
 // stamp is not a number, is not trusted: any write replaces it (else an
-// instance whose clock runs ahead would hold the part for good).
+// instance whose clock runs ahead would hold the part for good); an expiry
+// that is not a number is ignored.
 //
 //	KEYS[1]  the deployment's state hash
 //	ARGV[1]  channel to notify ('' = no notification)
@@ -22,7 +26,7 @@ import (
 // It returns 1 when a part was written, else 0.
 var publishScript = redis.NewScript(`
 local t = redis.call('TIME')
-local latest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ` + strconv.FormatInt(clockSkew.Milliseconds(), 10) + `
+local latest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ` + skewMS + `
 local applied = ''
 for i = 3, #ARGV, 4 do
   local name, at = ARGV[i], tonumber(ARGV[i + 1])
@@ -40,7 +44,7 @@ if applied == '' then
 end
 local exp = 0
 for _, name in ipairs({'c', 'r', 't', 'd'}) do
-  local e = tonumber(redis.call('HGET', KEYS[1], name .. '_exp') or '0')
+  local e = tonumber(redis.call('HGET', KEYS[1], name .. '_exp') or '0') or 0
   if e > exp then
     exp = e
   end
@@ -91,7 +95,7 @@ for i, want in ipairs({'zset', 'string'}) do
     replaced = replaced + 1
   end
 end
-replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + ` + strconv.FormatInt(clockSkew.Milliseconds(), 10) + `), '+inf')
+replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + ` + skewMS + `), '+inf')
 local function tokensOf(m)
   local d = string.match(m, ':(%d+)$')
   local n = d and tonumber(d)

@@ -181,3 +181,33 @@ func TestResetActsFleetWide(t *testing.T) {
 		})
 	})
 }
+
+// Stamps and expiries that are not numbers in a deployment's state hash
+// are replaced by the next write, not taken as an outage.
+func TestMalformedStateStampsAreReplaced(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		waitSubscribed(t, url, 2)
+		key := a.store.bindings[DeploymentID(testIdentity)].stateKey
+		opt, _ := redis.ParseURL(url)
+		c := redis.NewClient(opt)
+		defer c.Close()
+		ctx := context.Background()
+		if err := c.HSet(ctx, key, partCircuit, "{", partCircuit+"_at", "soon", partCircuit+"_exp", "never",
+			partDrain+"_exp", "later").Err(); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		a.state.Observe(now, rateLimited(30*time.Second), capacity.DefaultPolicy)
+		eventually(t, 2*time.Second, "b to learn a's 429", func() bool {
+			at, _ := b.state.AvailableAt(time.Now(), 0)
+			return at.Sub(now) > 25*time.Second
+		})
+		if n := a.obs.count(a.obs.errors); n != 0 {
+			t.Errorf("expected no failed Redis operation, got %d", n)
+		}
+		if ttl := c.PTTL(ctx, key).Val(); ttl <= 0 || ttl > 31*time.Second {
+			t.Errorf("expected the state to expire with the 30 s reset, PTTL %v", ttl)
+		}
+	})
+}

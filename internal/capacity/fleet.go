@@ -224,6 +224,12 @@ func (s *State) shareObserved(now time.Time, before sharedParts) {
 	}
 }
 
+// unshared is a "before" no state equals (no count is below
+// provider.Unknown): shareObserved(now, unshared) dates every part now and
+// publishes it, changed or not.
+var unshared = sharedParts{circuit: circuitPart{failures: -1},
+	requests: window{limit: provider.Unknown - 1}, tokens: window{limit: provider.Unknown - 1}}
+
 func (w window) shared(at time.Time) SharedWindow {
 	return SharedWindow{At: at, Limit: w.limit, Remaining: w.remaining, Reset: w.reset}
 }

@@ -781,11 +781,12 @@ func (s *State) Disabled() bool {
 // Reset forgets what the deployment's answers taught at now: its circuit
 // (open, half-open, consecutive failures) and its stated windows, as if it
 // had never answered. Health and declared limits stay. In fleet mode the
-// fleet learns it too.
+// whole fleet forgets it too: every part is published dated now, changed
+// here or not (an instance may reset what only the fleet had learned).
 func (s *State) Reset(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.shareObserved(now, s.sharedPartsLocked())
+	defer s.shareObserved(now, unshared)
 	s.openUntil, s.openReason, s.consecutiveFailures, s.probing = time.Time{}, provider.OK, 0, false
 	s.capped, s.uncapped = false, false
 	s.requests = window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown}

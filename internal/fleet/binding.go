@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
@@ -83,7 +85,7 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 	defer cancel()
 	res, err := reserveScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
 		capacity.DeclaredWindow.Milliseconds(), rpm, tpm, max(tokens, 0), s.nextToken()).Int64Slice()
-	if err == nil && len(res) != 2 {
+	if err == nil && len(res) != 3 {
 		err = errBadReply
 	}
 	if err != nil {
@@ -96,6 +98,10 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 		return 0, err
 	}
 	s.answered()
+	if res[2] > 0 {
+		s.log.Warn("fleet store: malformed declared-limits entries replaced (not written by this router, or by a clock that runs ahead)",
+			zap.String("key", b.logKey), zap.Int64("entries", res[2]))
+	}
 	if res[0] == 1 {
 		return 0, nil
 	}
@@ -151,8 +157,8 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 	return 0, left, nil
 }
 
-// ClaimProbe implements capacity.Fleet: SET NX with a TTL, so that a claim
-// held by an instance that died expires.
+// ClaimProbe implements capacity.Fleet with claimScript, bounded by the
+// store's timeout.
 func (b *binding) ClaimProbe() (bool, error) {
 	s := b.s
 	if !s.available() {
@@ -162,12 +168,17 @@ func (b *binding) ClaimProbe() (bool, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	token := s.nextToken()
-	ok, err := s.client.SetNX(ctx, b.probeKey, token, probeTTL).Result()
+	res, err := claimScript.Run(ctx, s.client, []string{b.probeKey}, token, probeTTL.Milliseconds()).Int64()
 	if err != nil {
 		s.fail("probe", err)
 		s.obs.Fallback("probe")
 		return false, err
 	}
+	if res == 2 {
+		s.log.Warn("fleet store: malformed probe claim (no expiry, or longer than a claim may hold) bounded",
+			zap.String("key", b.probeKey), zap.Duration("ttl", probeTTL))
+	}
+	ok := res == 1
 	if ok {
 		b.mu.Lock()
 		b.probeToken = token

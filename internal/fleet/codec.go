@@ -58,6 +58,41 @@ func fromMS(v int64) time.Time {
 	return time.UnixMilli(v)
 }
 
+// clockSkew is how far ahead of the reader's clock (or Redis' own, TIME) a
+// part's stamp may be and still be trusted: instances whose clocks agree
+// within it order their learnings as they happened. A part stamped later
+// comes from a clock that runs ahead, and is not taken (see trusted).
+const clockSkew = 5 * time.Second
+
+// trusted returns sh without the parts that cannot be trusted at now: one
+// stamped more than clockSkew after now is dropped (a circuit stamped a year
+// ahead would otherwise disable the deployment on every instance, and win
+// over every later learning), and an open-until or a reset is bounded to
+// provider.MaxCooldown after its stamp, the longest wait any provider states.
+func trusted(sh capacity.Shared, now time.Time) capacity.Shared {
+	latest := now.Add(clockSkew)
+	bound := func(at, t time.Time) time.Time {
+		if t.After(at.Add(provider.MaxCooldown)) {
+			return at.Add(provider.MaxCooldown)
+		}
+		return t
+	}
+	if sh.Circuit.At.After(latest) {
+		sh.Circuit = capacity.SharedCircuit{}
+	}
+	sh.Circuit.OpenUntil = bound(sh.Circuit.At, sh.Circuit.OpenUntil)
+	for _, w := range []*capacity.SharedWindow{&sh.Requests, &sh.Tokens} {
+		if w.At.After(latest) {
+			*w = capacity.SharedWindow{}
+		}
+		w.Reset = bound(w.At, w.Reset)
+	}
+	if sh.Drain.At.After(latest) {
+		sh.Drain = capacity.SharedDrain{}
+	}
+	return sh
+}
+
 // part is one encoded part, ready for publishScript.
 type part struct {
 	name      string

@@ -1,11 +1,22 @@
 package fleet
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// skewMS is clockSkew in the scripts' unit (ms).
+var skewMS = strconv.FormatInt(clockSkew.Milliseconds(), 10)
 
 // publishScript writes the parts of a deployment's shared state that are
 // newer than what the hash holds (the newest learning of each part wins,
 // whichever instance it came from), sets the hash to expire when its last
-// part does, and, when asked, publishes the parts it wrote to the fleet.
+// part does, and, when asked, publishes the parts it wrote to the fleet. A
+// part stamped more than clockSkew after Redis' own clock (TIME), or whose
+// stamp is not a number, is not trusted: any write replaces it (else an
+// instance whose clock runs ahead would hold the part for good); an expiry
+// that is not a number is ignored.
 //
 //	KEYS[1]  the deployment's state hash
 //	ARGV[1]  channel to notify ('' = no notification)
@@ -14,10 +25,15 @@ import "github.com/redis/go-redis/v9"
 //
 // It returns 1 when a part was written, else 0.
 var publishScript = redis.NewScript(`
+local t = redis.call('TIME')
+local latest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ` + skewMS + `
 local applied = ''
 for i = 3, #ARGV, 4 do
   local name, at = ARGV[i], tonumber(ARGV[i + 1])
-  local cur = tonumber(redis.call('HGET', KEYS[1], name .. '_at') or '0')
+  local cur = tonumber(redis.call('HGET', KEYS[1], name .. '_at') or '0') or 0
+  if cur > latest then
+    cur = 0
+  end
   if at > cur then
     redis.call('HSET', KEYS[1], name, ARGV[i + 3], name .. '_at', ARGV[i + 1], name .. '_exp', ARGV[i + 2])
     applied = applied .. '\n' .. name .. '\t' .. ARGV[i + 3]
@@ -28,7 +44,7 @@ if applied == '' then
 end
 local exp = 0
 for _, name in ipairs({'c', 'r', 't', 'd'}) do
-  local e = tonumber(redis.call('HGET', KEYS[1], name .. '_exp') or '0')
+  local e = tonumber(redis.call('HGET', KEYS[1], name .. '_exp') or '0') or 0
   if e > exp then
     exp = e
   end
@@ -52,24 +68,65 @@ return 1
 //	KEYS[1]  the log, KEYS[2] the token sum
 //	ARGV[1]  window (ms), ARGV[2] rpm, ARGV[3] tpm (0 = none), ARGV[4] tokens, ARGV[5] unique member id
 //
-// It returns {1, 0} when the attempt was counted, or {0, wait in ms} when
-// the window is spent for that long (nothing counted).
+// What cannot be a log the script wrote is replaced, and counted in the
+// reply's last element: a key of the wrong type (both are deleted), an entry
+// scored more than clockSkew after Redis' clock, an entry without its
+// tokens, a token sum that is not a number (the window is counted again).
+//
+// It returns {1, 0, replaced} when the attempt was counted, or {0, wait in
+// ms, replaced} when the window is spent for that long (nothing counted).
 var reserveScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cutoff = now - window
+local replaced = 0
+local function kind(key)
+  local v = redis.call('TYPE', key)
+  if type(v) == 'table' then
+    return v.ok
+  end
+  return v
+end
+for i, want in ipairs({'zset', 'string'}) do
+  local k = kind(KEYS[i])
+  if k ~= want and k ~= 'none' then
+    redis.call('DEL', KEYS[1], KEYS[2])
+    replaced = replaced + 1
+  end
+end
+replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + ` + skewMS + `), '+inf')
+local function tokensOf(m)
+  local d = string.match(m, ':(%d+)$')
+  local n = d and tonumber(d)
+  if not n then
+    redis.call('ZREM', KEYS[1], m)
+    replaced = replaced + 1
+    return 0
+  end
+  return n
+end
 local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+if used == nil then
+  used = -1
+  replaced = replaced + 1
+end
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)
 for _, m in ipairs(old) do
-  used = used - tonumber(string.match(m, ':(%d+)$'))
+  used = used - tokensOf(m)
 end
 if #old > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
 end
 local n = redis.call('ZCARD', KEYS[1])
-if n == 0 or used < 0 then
+if n == 0 then
   used = 0
+elseif used < 0 then
+  used = 0
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    used = used + tokensOf(m)
+  end
+  n = redis.call('ZCARD', KEYS[1])
 end
 local at = now
 if rpm > 0 and n >= rpm then
@@ -80,7 +137,7 @@ if tpm > 0 and n > 0 and used + tokens > tpm then
   local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   local freed = 0
   for i = 1, #all, 2 do
-    freed = freed + tonumber(string.match(all[i], ':(%d+)$'))
+    freed = freed + tokensOf(all[i])
     if used - freed + tokens <= tpm or i == #all - 1 then
       at = math.max(at, tonumber(all[i + 1]) + window)
       break
@@ -88,15 +145,38 @@ if tpm > 0 and n > 0 and used + tokens > tpm then
   end
 end
 if at > now then
-  if #old > 0 then
+  if #old > 0 or replaced > 0 then
     redis.call('SET', KEYS[2], used, 'PX', window)
+    redis.call('PEXPIRE', KEYS[1], window)
   end
-  return {0, at - now}
+  return {0, at - now, replaced}
 end
 redis.call('ZADD', KEYS[1], now, ARGV[5] .. ':' .. tokens)
 redis.call('PEXPIRE', KEYS[1], window)
 redis.call('SET', KEYS[2], used + tokens, 'PX', window)
-return {1, 0}
+return {1, 0, replaced}
+`)
+
+// claimScript takes a half-open probe's claim if no instance holds it (SET
+// NX with a TTL, so that a claim held by an instance that died expires). A
+// claim the router did not write (one without expiry, or expiring later
+// than a claim may) is bounded to the TTL: else it would keep a recovered
+// deployment half-open and unused for good.
+//
+//	KEYS[1]  the claim, ARGV[1] the claimant's token, ARGV[2] the TTL (ms)
+//
+// It returns 1 when the claim was taken, 0 when another holds it, 2 when
+// another holds it and its expiry was bounded.
+var claimScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 or ttl > tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 2
+end
+return 0
 `)
 
 // releaseScript deletes a probe claim if it is still the given owner's (a

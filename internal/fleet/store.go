@@ -470,7 +470,7 @@ func (s *Store) pollOnce() error {
 				decodePart(&sh, []string{partCircuit, partRequests, partTokens, partDrain}[k], str)
 			}
 		}
-		b.st.Merge(sh)
+		b.st.Merge(trusted(sh, time.Now()))
 	}
 	return nil
 }
@@ -539,7 +539,7 @@ func (s *Store) handle(payload string) {
 	b := s.bindings[id]
 	s.mu.Unlock()
 	if b != nil {
-		b.st.Merge(sh)
+		b.st.Merge(trusted(sh, time.Now()))
 	}
 }
 

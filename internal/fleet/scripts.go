@@ -215,15 +215,24 @@ return 0
 var spendScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A key of another type than the router writes is replaced.
+for k = 1, 2 do
+  local ty = redis.call('TYPE', KEYS[k]).ok
+  if ty ~= 'hash' and ty ~= 'none' then
+    redis.call('DEL', KEYS[k])
+  end
+end
 local names = {'r', 't'}
 local left, reset, wait = {-1, -1}, {0, 0}, 0
 for i = 1, 2 do
   local b = (i - 1) * 5
   local lim, lrem, lreset, span, n = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
   if lim >= 0 then
-    local r = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_left') or '-1')
-    local rs = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_reset') or '0')
-    if r < 0 then
+    -- What is no number, or a reset past any window from now, is not the
+    -- fleet's count: the instance's own stands in.
+    local r = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_left') or '-1') or -1
+    local rs = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_reset') or '0') or 0
+    if r < 0 or rs > now + 2 * span + tonumber(ARGV[11]) then
       r, rs = lrem, lreset
     end
     -- The same window as the instance knows it: an answer may have told
@@ -260,7 +269,8 @@ redis.call('HSET', KEYS[1], 'o:' .. ARGV[12], now)
 local fields = redis.call('HGETALL', KEYS[1])
 for j = 1, #fields, 2 do
   if string.sub(fields[j], 1, 2) == 'o:' then
-    if now - tonumber(fields[j + 1]) <= longest then
+    local seen = tonumber(fields[j + 1])
+    if seen and now - seen <= longest then
       active = active + 1
     else
       redis.call('HDEL', KEYS[1], fields[j])

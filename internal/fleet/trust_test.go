@@ -211,3 +211,52 @@ func TestMalformedStateStampsAreReplaced(t *testing.T) {
 		}
 	})
 }
+
+// Hostile values in a shared window's key (a count or a reset that is no
+// number, a reset a year ahead, an instance's mark that is no time, a key
+// of another type) are not the fleet's count: the spend script replaces
+// them with the instance's own window and starts the attempt, never
+// failing (which took the store for unreachable: each instance alone).
+func TestMalformedSharedWindowsAreReplaced(t *testing.T) {
+	ahead := time.Now().Add(365 * 24 * time.Hour).UnixMilli()
+	hostile := map[string]func(ctx context.Context, c *redis.Client, key string) error{
+		"count not a number": func(ctx context.Context, c *redis.Client, key string) error {
+			return c.HSet(ctx, key, "r_left", "many", "r_reset", "soon").Err()
+		},
+		"reset a year ahead": func(ctx context.Context, c *redis.Client, key string) error {
+			return c.HSet(ctx, key, "r_left", 0, "r_reset", ahead).Err()
+		},
+		"mark not a time": func(ctx context.Context, c *redis.Client, key string) error {
+			return c.HSet(ctx, key, "o:ghost", "yesterday").Err()
+		},
+		"wrong type": func(ctx context.Context, c *redis.Client, key string) error {
+			return c.Set(ctx, key, "not a hash", 0).Err()
+		},
+	}
+	for name, write := range hostile {
+		t.Run(name, func(t *testing.T) {
+			backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+				a := newInstance(t, url, time.Hour, 0, 0)
+				ba := a.store.bindings[DeploymentID(testIdentity)]
+				opt, _ := redis.ParseURL(url)
+				c := redis.NewClient(opt)
+				defer c.Close()
+				ctx := context.Background()
+				if err := write(ctx, c, ba.budgetKey); err != nil {
+					t.Fatal(err)
+				}
+				w := capacity.BudgetWindow{Limit: 10, Remaining: 10, Reset: time.Now().Add(10 * time.Second), Span: 10 * time.Second, N: 1}
+				wait, left, err := ba.Spend(capacity.Budget{Requests: w, Tokens: capacity.BudgetWindow{Limit: -1}})
+				if err != nil || wait != 0 {
+					t.Fatalf("expected the attempt started on the instance's window, got wait %v, %v", wait, err)
+				}
+				if left.Requests.Remaining != 9 || left.Requests.Reset.After(time.Now().Add(11*time.Second)) {
+					t.Errorf("expected 9 left of the instance's window, resetting within 10 s, got %+v", left.Requests)
+				}
+				if n := a.obs.count(a.obs.fallbacks); n != 0 {
+					t.Errorf("expected no fallback to local state, got %d", n)
+				}
+			})
+		})
+	}
+}

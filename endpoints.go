@@ -119,7 +119,8 @@ func (h *Handler) countAt(ctx context.Context, tc provider.TokenCounter, model s
 
 // servedEndpoints lists what the router answers, for the 404 of any other
 // path under its matcher.
-const servedEndpoints = "POST .../chat/completions, .../responses, .../messages, .../messages/count_tokens, .../embeddings and .../completions, GET .../models"
+const servedEndpoints = "POST .../chat/completions, .../responses, .../messages, .../messages/count_tokens, .../embeddings and .../completions; GET .../models and .../models/{id}; " +
+	"a background response's GET and DELETE .../responses/{id}, POST .../responses/{id}/cancel and GET .../responses/{id}/input_items; GET .../responses upgraded to a WebSocket"
 
 // serveUnknown answers a path under the router's matcher that it does not
 // serve: through the pass_through provider when there is one (but for

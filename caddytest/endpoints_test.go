@@ -155,7 +155,7 @@ func TestUnknownEndpointIs404(t *testing.T) {
 			} `json:"error"`
 		}
 		_ = json.Unmarshal(raw, &out)
-		if resp.StatusCode != 404 || !strings.Contains(out.Error.Message, "/responses") ||
+		if resp.StatusCode != 404 || !strings.Contains(out.Error.Message, "/responses") || !strings.Contains(out.Error.Message, ".../responses/{id}/cancel") ||
 			c.openai != (out.Type == "") || !c.openai && out.Error.Type != "not_found_error" {
 			t.Errorf("%s: expected a 404 listing the endpoints, got %d %s", c.path, resp.StatusCode, raw)
 		}

@@ -1,7 +1,9 @@
 # make test    the tests of README.md: the main module's packages, then the
 #              integration tests (caddytest/, a module of its own so that the
 #              SDKs they drive are no requirement of a Caddy build)
-# make check   gofmt and go vet over every module, then make test (what CI runs)
+# make check   gofmt, go vet and staticcheck (pinned below, run with go run:
+#              nothing to install; its settings in staticcheck.conf) over
+#              every module, then make test (what CI runs)
 # make sim     the deterministic simulation of the routing core
 #              (internal/sim, TESTING.md): the real router, queue, capacity,
 #              hedging and resume in virtual time (testing/synctest) against
@@ -50,6 +52,7 @@ CLAUDE_CODE_VERSION = 2.1.332
 CODEX_VERSION = 0.171.0
 OPENAI_NODE_VERSION = 7.59.0
 ANTHROPIC_NODE_VERSION = 1.15.0
+STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GREMLINS = github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATE_FLAGS ?= --workers 2 --timeout-coefficient 10
 SEEDS ?= 20
@@ -67,6 +70,8 @@ check:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	cd caddytest && $(GO) vet -tags agents ./...
+	for m in $(MODULES); do (cd $$m && $(GO) run $(STATICCHECK) ./...) || exit 1; done
+	cd caddytest && $(GO) run $(STATICCHECK) -tags agents ./...
 	$(MAKE) test
 
 sim:

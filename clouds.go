@@ -364,7 +364,8 @@ func (p *Vertex) Provision(ctx caddy.Context) error {
 	}
 	p.Vertex.Endpoint, p.Vertex.Project, p.Vertex.Location = p.ProviderEndpoint(), project, region
 	creds, err := credentials.DetectDefault(&credentials.DetectOptions{
-		Scopes:          []string{vertexScope},
+		Scopes: []string{vertexScope},
+		//lint:ignore SA1019 the file is the operator's own (credentials_file), of any type Google's ADC takes; its deprecation warns of files from an untrusted source
 		CredentialsFile: file,
 	})
 	switch {

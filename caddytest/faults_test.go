@@ -379,7 +379,7 @@ func TestFaultClientErrors(t *testing.T) {
 		load(t, cfg)
 		o := ask(t, group, stream)
 		success(t, o, stream, "large/"+group+"-large", "2")
-		o = ask(t, group, stream)
+		ask(t, group, stream)
 		if n := stats(t, 9081).Requests; n != 2 {
 			t.Errorf("context_length: expected small tried once per request, got %d", n)
 		}

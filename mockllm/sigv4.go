@@ -51,6 +51,7 @@ type sigV4 struct {
 	signature     string   // hex
 }
 
+//lint:ignore ST1005 AWS's own message, word for word (what an SDK shows its user)
 var errNotSigV4 = errors.New("Authorization header requires 'Credential', 'SignedHeaders' and 'Signature' parameters of " + sigV4Algorithm + ".")
 
 // parseSigV4 parses "AWS4-HMAC-SHA256 Credential=<akid>/<date>/<region>/

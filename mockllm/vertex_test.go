@@ -200,10 +200,9 @@ func TestVertexServiceAccount(t *testing.T) {
 		"type": "service_account", "project_id": "p1", "private_key_id": "k1", "private_key": string(pk),
 		"client_email": testSA, "client_id": "1", "token_uri": s.srv.URL + "/token",
 	})
-	creds, err := credentials.DetectDefault(&credentials.DetectOptions{
-		CredentialsJSON: sa,
-		Scopes:          []string{"https://www.googleapis.com/auth/cloud-platform"},
-		Client:          s.srv.Client(),
+	creds, err := credentials.NewCredentialsFromJSON(credentials.ServiceAccount, sa, &credentials.DetectOptions{
+		Scopes: []string{"https://www.googleapis.com/auth/cloud-platform"},
+		Client: s.srv.Client(),
 	})
 	if err != nil {
 		t.Fatal(err)

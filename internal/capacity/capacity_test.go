@@ -157,7 +157,7 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 	if c := s.circuit(later); c != Closed {
 		t.Errorf("expected closed after a successful probe, got %s", c)
 	}
-	if !s.Acquire(later, 1) || !s.Acquire(later, 1) {
+	if first, second := s.Acquire(later, 1), s.Acquire(later, 1); !first || !second {
 		t.Error("expected a closed circuit to let everyone through")
 	}
 	s.Release()

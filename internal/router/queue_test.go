@@ -612,7 +612,7 @@ func TestAPlaceIsCountedFleetWide(t *testing.T) {
 	}
 
 	// The store down: the instance's own queue and its share (all of it).
-	r, g, p, c = limitedGroup(t)
+	r, g, _, c = limitedGroup(t)
 	g.Fleet = &fakeFleetQueue{others: 15, fail: true}
 	for range 10 {
 		r.ServeGroup(context.Background(), g, chatReq)

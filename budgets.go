@@ -50,7 +50,8 @@ func (b *Budget) limit() capacity.SpendLimit {
 	return capacity.SpendLimit{USD: b.USD, Period: time.Duration(b.Per)}
 }
 
-// parseBudget reads `budget <USD> per <duration>` ("$5" is 5).
+// parseBudget reads `budget <USD> per <duration>` ("$5" is 5); the
+// model group's or the deployment's validate bounds it.
 func parseBudget(d *caddyfile.Dispenser) (*Budget, error) {
 	args := d.RemainingArgs()
 	if len(args) != 3 || args[1] != "per" {
@@ -64,11 +65,7 @@ func parseBudget(d *caddyfile.Dispenser) (*Budget, error) {
 	if err != nil {
 		return nil, d.Errf("budget: bad duration %q: %v", args[2], err)
 	}
-	b := &Budget{USD: usd, Per: caddy.Duration(per)}
-	if err := b.validate(); err != nil {
-		return nil, d.Errf("%v", err)
-	}
-	return b, nil
+	return &Budget{USD: usd, Per: caddy.Duration(per)}, nil // validate bounds it
 }
 
 // spendings keeps the budgets' spending across config reloads, by scope:

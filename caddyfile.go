@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -13,8 +14,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
-
-	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 func init() {
@@ -75,276 +74,195 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	}
 //
-// Unknown and duplicate subdirectives, an unknown provider type, negative
-// values, a deployment naming an unknown provider and a model group without
-// deployments are errors, with the file and line.
-// parseReserve reads "reserve <percent>[%] for priority >= <n>".
+// Unknown and duplicate subdirectives, arguments that are not what the
+// subdirective takes and an unknown provider type are errors of the
+// parser; it fills the JSON structs (Handler, ModelGroup, Deployment, ...)
+// and then runs the same validate as Provision, whose errors it reports
+// at the line that set the value they name (positions). A value of 0 for
+// max_attempts, max_queued, tier, max_body or max_stream_bytes is an error
+// here (JSON's 0 is a field left out: the default). Every error has the
+// file and line.
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	p := &handlerParser{h: h, pos: positions{}, once: once("", "provider", "model")}
+	p.pos.record(d)
+	for d.NextBlock(0) {
+		if err := p.subdirective(d); err != nil {
+			return err
+		}
+	}
+	return p.pos.locate(h.validate())
+}
+
+// handlerParser is the state of one llm_router block's parse.
+type handlerParser struct {
+	h    *Handler
+	pos  positions
+	once func(d *caddyfile.Dispenser) error
+}
+
+// subdirective parses one subdirective of the llm_router block: one case
+// per subdirective.
+func (p *handlerParser) subdirective(d *caddyfile.Dispenser) error {
+	h, key := p.h, d.Val()
+	if err := p.once(d); err != nil {
+		return err
+	}
+	p.pos.record(d, key)
+	switch key {
+	case "deadline":
+		return parseDuration(d, &h.Deadline)
+	case "backoff_base":
+		return parseDuration(d, &h.BackoffBase)
+	case "backoff_max":
+		return parseDuration(d, &h.BackoffMax)
+	case "hedge_after":
+		return parseDuration(d, &h.HedgeAfter)
+	case "resume":
+		return argInto(d, &h.Resume)
+	case "max_attempts":
+		return parseCount(d, &h.MaxAttempts)
+	case "pass_through":
+		return argInto(d, &h.PassThrough)
+	case "affinity":
+		return argInto(d, &h.Affinity)
+	case "priority":
+		return argInto(d, &h.Priority)
+	case "reserve":
+		return parseInto(d, &h.Reserve, parseReserve)
+	case "max_body":
+		return parseSize(d, &h.MaxBody)
+	case "max_stream_bytes":
+		return parseSize(d, &h.MaxStreamBytes)
+	case "store": // fleet mode (store.go)
+		return parseInto(d, &h.Store, parseStore)
+	case "weights":
+		return parseInto(d, &h.Weights, parseWeights)
+	case "provider":
+		return p.provider(d)
+	case "model":
+		return p.model(d)
+	}
+	return d.Errf("unknown subdirective %s%s", key, suggest(key, handlerKeys))
+}
+
+// provider parses `provider <name> { ... }` into ProvidersRaw.
+func (p *handlerParser) provider(d *caddyfile.Dispenser) error {
+	var name string
+	if !d.Args(&name) || d.NextArg() {
+		return d.ArgErr()
+	}
+	if _, dup := p.h.ProvidersRaw[name]; dup {
+		return d.Errf("duplicate provider %s", name)
+	}
+	p.pos.record(d, "providers", name)
+	d.Prev() // the segment starts at "provider"
+	raw, err := parseProvider(d.NewFromNextSegment())
+	if err != nil {
+		return err
+	}
+	if p.h.ProvidersRaw == nil {
+		p.h.ProvidersRaw = map[string]json.RawMessage{}
+	}
+	p.h.ProvidersRaw[name] = raw
+	return nil
+}
+
+// model parses `model <name> { ... }` into Models.
+func (p *handlerParser) model(d *caddyfile.Dispenser) error {
+	var name string
+	if !d.Args(&name) || d.NextArg() {
+		return d.ArgErr()
+	}
+	if _, dup := p.h.Models[name]; dup {
+		return d.Errf("duplicate model %s", name)
+	}
+	at := []string{"models", name}
+	p.pos.record(d, at...)
+	g := new(ModelGroup)
+	check := once(" in model "+name, "alias", "deployment")
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		if err := check(d); err != nil {
+			return err
+		}
+		if err := p.groupSubdirective(d, g, at); err != nil {
+			return err
+		}
+	}
+	if p.h.Models == nil {
+		p.h.Models = map[string]*ModelGroup{}
+	}
+	p.h.Models[name] = g
+	return nil
+}
+
+// groupSubdirective parses one subdirective of a model block: one case
+// per subdirective.
+func (p *handlerParser) groupSubdirective(d *caddyfile.Dispenser, g *ModelGroup, at []string) error {
+	key := d.Val()
+	switch key {
+	case "deployment":
+		dat := append(slices.Clone(at), "deployments", strconv.Itoa(len(g.Deployments)))
+		p.pos.record(d, dat...)
+		return parseInto(d, appendTo(&g.Deployments), p.deployment(dat))
+	case "alias":
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.ArgErr()
+		}
+		for i := range args {
+			p.pos.record(d, append(at, "aliases", strconv.Itoa(len(g.Aliases)+i))...)
+		}
+		g.Aliases = append(g.Aliases, args...)
+		return nil
+	}
+	p.pos.record(d, append(at, key)...)
+	switch key {
+	case "fallback_group":
+		return parseFallbackGroup(d, &g.FallbackGroup)
+	case "budget":
+		return parseInto(d, &g.Budget, parseBudget)
+	case "max_queued":
+		return parseCount(d, &g.MaxQueued)
+	}
+	return d.Errf("unknown subdirective %s in model %s%s", key, at[1], suggest(key, modelKeys))
+}
+
+// parseFallbackGroup reads `fallback_group <model group>`, which takes no
+// block.
+func parseFallbackGroup(d *caddyfile.Dispenser, dst *string) error {
+	line := d.Line()
+	if err := argInto(d, dst); err != nil {
+		return err
+	}
+	if d.Next() {
+		if d.Val() == "{" && d.Line() == line {
+			return d.Err("fallback_group takes one model group name, no block")
+		}
+		d.Prev()
+	}
+	return nil
+}
+
+// parseReserve reads "reserve <percent>[%] for priority >= <n>"
+// (validate bounds both).
 func parseReserve(d *caddyfile.Dispenser) (*ReserveConfig, error) {
 	args := d.RemainingArgs()
 	if len(args) != 5 || args[1] != "for" || args[2] != "priority" || args[3] != ">=" {
 		return nil, d.Errf("reserve: expected reserve <percent>%% for priority >= <n>, got %q", strings.Join(args, " "))
 	}
 	pct, err := strconv.ParseFloat(strings.TrimSuffix(args[0], "%"), 64)
-	if err != nil || !(pct > 0 && pct < 100) {
-		return nil, d.Errf("reserve: the share must be more than 0%% and less than 100%%, got %q", args[0])
+	if err != nil {
+		return nil, d.Errf("reserve: the share must be a percentage, got %q", args[0])
 	}
 	n, err := strconv.Atoi(args[4])
-	if err != nil || n < 1 || n > 9 {
+	if err != nil {
 		return nil, d.Errf("reserve: the priority must be a whole number from 1 to 9, got %q", args[4])
 	}
 	return &ReserveConfig{Percent: pct, MinPriority: n}, nil
-}
-
-func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	seen := map[string]bool{}
-	type ref struct {
-		provider string
-		line     int
-		file     string
-	}
-	var refs, fallbacks []ref // deployments' providers; groups with a fallback_group (provider: the group's name)
-	for d.NextBlock(0) {
-		key := d.Val()
-		if key != "provider" && key != "model" {
-			if seen[key] {
-				return d.Errf("duplicate subdirective %s", key)
-			}
-			seen[key] = true
-		}
-		switch key {
-		case "deadline":
-			if err := parseDuration(d, &h.Deadline); err != nil {
-				return err
-			}
-		case "backoff_base":
-			if err := parseDuration(d, &h.BackoffBase); err != nil {
-				return err
-			}
-		case "backoff_max":
-			if err := parseDuration(d, &h.BackoffMax); err != nil {
-				return err
-			}
-		case "resume":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.Resume = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			if _, ok := router.ParseResumeMode(h.Resume); !ok {
-				return d.Errf("resume: %q is not one of same_model, any, off", h.Resume)
-			}
-		case "hedge_after":
-			if err := parseDuration(d, &h.HedgeAfter); err != nil {
-				return err
-			}
-		case "max_attempts":
-			n, err := parseInt(d)
-			if err != nil {
-				return err
-			}
-			if n < 1 {
-				return d.Errf("max_attempts must be at least 1, got %d", n)
-			}
-			h.MaxAttempts = int(n)
-		case "pass_through":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.PassThrough = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-		case "affinity":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.Affinity = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-		case "priority":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.Priority = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			if err := checkPriority(h.Priority); err != nil {
-				return d.Err(err.Error())
-			}
-		case "reserve":
-			rs, err := parseReserve(d)
-			if err != nil {
-				return err
-			}
-			h.Reserve = rs
-		case "max_body", "max_stream_bytes":
-			size, err := parseSize(d)
-			if err != nil {
-				return err
-			}
-			if key == "max_body" {
-				h.MaxBody = size
-			} else {
-				h.MaxStreamBytes = size
-			}
-		case "store": // fleet mode (store.go)
-			sc, err := parseStore(d)
-			if err != nil {
-				return err
-			}
-			h.Store = sc
-		case "weights":
-			w, err := parseWeights(d)
-			if err != nil {
-				return err
-			}
-			h.Weights = w
-		case "provider":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			name := d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			if _, dup := h.ProvidersRaw[name]; dup {
-				return d.Errf("duplicate provider %s", name)
-			}
-			d.Prev() // the segment starts at "provider"
-			raw, err := parseProvider(d.NewFromNextSegment())
-			if err != nil {
-				return err
-			}
-			if h.ProvidersRaw == nil {
-				h.ProvidersRaw = map[string]json.RawMessage{}
-			}
-			h.ProvidersRaw[name] = raw
-		case "model":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			name := d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			if _, dup := h.Models[name]; dup {
-				return d.Errf("duplicate model %s", name)
-			}
-			g := new(ModelGroup)
-			for nesting := d.Nesting(); d.NextBlock(nesting); {
-				line := d.Line()
-				if d.Val() == "fallback_group" {
-					if g.FallbackGroup != "" {
-						return d.Errf("duplicate subdirective fallback_group in model %s", name)
-					}
-					if !d.NextArg() {
-						return d.ArgErr()
-					}
-					g.FallbackGroup = d.Val()
-					if d.NextArg() {
-						return d.ArgErr()
-					}
-					if d.Next() {
-						if d.Val() == "{" && d.Line() == line {
-							return d.Err("fallback_group takes one model group name, no block")
-						}
-						d.Prev()
-					}
-					fallbacks = append(fallbacks, ref{name, line, d.File()})
-					continue
-				}
-				if d.Val() == "budget" {
-					if g.Budget != nil {
-						return d.Errf("duplicate subdirective budget in model %s", name)
-					}
-					b, err := parseBudget(d)
-					if err != nil {
-						return err
-					}
-					g.Budget = b
-					continue
-				}
-				if d.Val() == "max_queued" {
-					if g.MaxQueued != 0 {
-						return d.Errf("duplicate subdirective max_queued in model %s", name)
-					}
-					n, err := parseInt(d)
-					if err != nil {
-						return err
-					}
-					if n < 1 || n > math.MaxInt32 {
-						return d.Errf("max_queued must be a whole number from 1 to %d, got %d", math.MaxInt32, n)
-					}
-					g.MaxQueued = int(n)
-					continue
-				}
-				if d.Val() == "alias" {
-					args := d.RemainingArgs()
-					if len(args) == 0 {
-						return d.ArgErr()
-					}
-					g.Aliases = append(g.Aliases, args...)
-					continue
-				}
-				if d.Val() != "deployment" {
-					return d.Errf("unknown subdirective %s in model %s%s", d.Val(), name, suggest(d.Val(), modelKeys))
-				}
-				dep, err := parseDeployment(d)
-				if err != nil {
-					return err
-				}
-				refs = append(refs, ref{dep.Provider, line, d.File()})
-				g.Deployments = append(g.Deployments, dep)
-				if err := g.validate(); err != nil {
-					return d.Errf("model %s: %v", name, err)
-				}
-			}
-			if err := g.validate(); err != nil {
-				return d.Errf("model %s: %v", name, err)
-			}
-			if h.Models == nil {
-				h.Models = map[string]*ModelGroup{}
-			}
-			h.Models[name] = g
-		default:
-			return d.Errf("unknown subdirective %s%s", key, suggest(key, handlerKeys))
-		}
-	}
-	if len(h.Models) == 0 {
-		return d.Err("llm_router needs at least one model block")
-	}
-	if err := h.validateSettings(); err != nil {
-		return d.Err(err.Error())
-	}
-	for _, r := range refs {
-		if _, ok := h.ProvidersRaw[r.provider]; !ok {
-			return fmt.Errorf("deployment names unknown provider %s (configured: %s), at %s:%d",
-				r.provider, strings.Join(sortedKeys(h.ProvidersRaw), ", "), r.file, r.line)
-		}
-	}
-	if err := namesProblem(h.Models); err != nil {
-		return d.Err(err.Error())
-	}
-	if _, ok := h.ProvidersRaw[h.PassThrough]; h.PassThrough != "" && !ok {
-		return d.Errf("pass_through names unknown provider %q (configured: %s)", h.PassThrough, strings.Join(sortedKeys(h.ProvidersRaw), ", "))
-	}
-	if name, err := fallbackProblem(h.Models); err != nil {
-		for _, r := range fallbacks {
-			if r.provider == name {
-				return fmt.Errorf("%v, at %s:%d", err, r.file, r.line)
-			}
-		}
-		return err
-	}
-	return nil
 }
 
 // parseProvider parses one provider's segment (`provider <name> { ... }`)
@@ -406,92 +324,61 @@ func providerType(d *caddyfile.Dispenser) (caddy.ModuleInfo, error) {
 	return mod, nil
 }
 
-func parseDeployment(d *caddyfile.Dispenser) (*Deployment, error) {
-	args := d.RemainingArgs()
-	if len(args) != 2 {
-		return nil, d.Errf("deployment takes <provider> <upstream model>, got %d arguments", len(args))
-	}
-	dep := &Deployment{Provider: args[0], Model: args[1]}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		key := d.Val()
-		if seen[key] {
-			return nil, d.Errf("duplicate subdirective %s in deployment", key)
+// deployment returns the parser of `deployment <provider> <upstream
+// model> [{ ... }]`, the deployment at path at.
+func (p *handlerParser) deployment(at []string) func(d *caddyfile.Dispenser) (*Deployment, error) {
+	return func(d *caddyfile.Dispenser) (*Deployment, error) {
+		args := d.RemainingArgs()
+		if len(args) != 2 {
+			return nil, d.Errf("deployment takes <provider> <upstream model>, got %d arguments", len(args))
 		}
-		seen[key] = true
-		switch key {
-		case "cost_input", "cost_output", "cost_cached_input", "quality":
-			f, err := parseFloat(d)
-			if err != nil {
+		dep := &Deployment{Provider: args[0], Model: args[1]}
+		p.pos.record(d, append(slices.Clone(at), "provider")...)
+		check := once(" in deployment")
+		for nesting := d.Nesting(); d.NextBlock(nesting); {
+			if err := check(d); err != nil {
 				return nil, err
 			}
-			switch key {
-			case "cost_input":
-				dep.CostInput = f
-			case "cost_cached_input":
-				dep.CostCachedInput = &f
-			case "cost_output":
-				dep.CostOutput = f
-			case "quality":
-				dep.Quality = f
-			}
-		case "cost_cache_write", "cost_cache_write_1h": // prompt-cache write prices (prices.go)
-			f, err := parseFloat(d)
-			if err != nil {
+			p.pos.record(d, append(slices.Clone(at), d.Val())...)
+			if err := deploymentSubdirective(d, dep); err != nil {
 				return nil, err
 			}
-			if key == "cost_cache_write" {
-				dep.CostCacheWrite = &f
-			} else {
-				dep.CostCacheWrite1h = &f
-			}
-		case "context_window":
-			n, err := parseInt(d)
-			if err != nil {
-				return nil, err
-			}
-			dep.ContextWindow = n
-		case "weight":
-			n, err := parseInt(d)
-			if err != nil {
-				return nil, err
-			}
-			dep.Weight = int(n)
-		case "tier":
-			n, err := parseInt(d)
-			if err != nil {
-				return nil, err
-			}
-			if n < 1 || n > 100 {
-				return nil, d.Errf("tier must be from 1 to 100, got %d", n)
-			}
-			dep.Tier = int(n)
-		case "budget":
-			b, err := parseBudget(d)
-			if err != nil {
-				return nil, err
-			}
-			dep.Budget = b
-		case "rpm":
-			n, err := parseInt(d)
-			if err != nil {
-				return nil, err
-			}
-			dep.RPM = n
-		case "tpm":
-			n, err := parseInt(d)
-			if err != nil {
-				return nil, err
-			}
-			dep.TPM = n
-		default:
-			return nil, d.Errf("unknown subdirective %s in deployment%s", key, suggest(key, deploymentKeys))
 		}
+		return dep, nil
 	}
-	if err := dep.validate(); err != nil {
-		return nil, d.Err(err.Error())
+}
+
+// deploymentSubdirective parses one subdirective of a deployment block:
+// one case per subdirective.
+func deploymentSubdirective(d *caddyfile.Dispenser, dep *Deployment) error {
+	switch key := d.Val(); key {
+	case "cost_input":
+		return parseFloat(d, &dep.CostInput)
+	case "cost_output":
+		return parseFloat(d, &dep.CostOutput)
+	case "cost_cached_input":
+		return parseInto(d, &dep.CostCachedInput, parseFloatArg)
+	case "cost_cache_write": // prompt-cache write prices (prices.go)
+		return parseInto(d, &dep.CostCacheWrite, parseFloatArg)
+	case "cost_cache_write_1h":
+		return parseInto(d, &dep.CostCacheWrite1h, parseFloatArg)
+	case "quality":
+		return parseFloat(d, &dep.Quality)
+	case "context_window":
+		return parseInt(d, &dep.ContextWindow)
+	case "weight":
+		return parseInto(d, &dep.Weight, parseIntArg)
+	case "tier":
+		return parseCount(d, &dep.Tier)
+	case "budget":
+		return parseInto(d, &dep.Budget, parseBudget)
+	case "rpm":
+		return parseInt(d, &dep.RPM)
+	case "tpm":
+		return parseInt(d, &dep.TPM)
+	default:
+		return d.Errf("unknown subdirective %s in deployment%s", key, suggest(key, deploymentKeys))
 	}
-	return dep, nil
 }
 
 func parseWeights(d *caddyfile.Dispenser) (*Weights, error) {
@@ -502,8 +389,8 @@ func parseWeights(d *caddyfile.Dispenser) (*Weights, error) {
 	w := new(Weights)
 	for i := 0; i < len(args); i += 2 {
 		f, err := strconv.ParseFloat(args[i+1], 64)
-		if err != nil || f < 0 || !finite(f) {
-			return nil, d.Errf("weights: %s must be a non-negative number, got %q", args[i], args[i+1])
+		if err != nil {
+			return nil, d.Errf("weights: %s must be a number, got %q", args[i], args[i+1])
 		}
 		var dst **float64
 		switch args[i] {
@@ -528,71 +415,171 @@ func parseWeights(d *caddyfile.Dispenser) (*Weights, error) {
 	return w, nil
 }
 
-// parseSize reads one size argument (4MB, 64MiB, 1000), more than 0 and
-// at most 1 TiB.
-func parseSize(d *caddyfile.Dispenser) (int64, error) {
-	key := d.Val()
-	if !d.NextArg() {
-		return 0, d.ArgErr()
-	}
-	size, err := humanize.ParseBytes(d.Val())
-	if err != nil || size == 0 || size > 1<<40 {
-		return 0, d.Errf("%s: invalid size %q", key, d.Val())
-	}
-	if d.NextArg() {
-		return 0, d.ArgErr()
-	}
-	return int64(size), nil
+// positions are where a Caddyfile set the configuration's values, by
+// their path in the handler's JSON (fieldError): the error of a value
+// that validate refuses is reported at the line that set it.
+type positions map[string]position
+
+type position struct {
+	file string
+	line int
 }
 
-// parseDuration reads one non-negative Caddy duration argument.
-func parseDuration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+// record notes the dispenser's current line as the position of the value
+// at path.
+func (ps positions) record(d *caddyfile.Dispenser, path ...string) {
+	ps[strings.Join(path, "\x00")] = position{d.File(), d.Line()}
+}
+
+// locate puts after err the position of the value it names, or of the
+// nearest enclosing value recorded: the llm_router block at least.
+func (ps positions) locate(err error) error {
+	if err == nil {
+		return nil
+	}
+	for path := fieldPath(err); ; path = path[:len(path)-1] {
+		if p, ok := ps[strings.Join(path, "\x00")]; ok {
+			return fmt.Errorf("%w, at %s:%d", err, p.file, p.line)
+		}
+		if len(path) == 0 {
+			return err
+		}
+	}
+}
+
+// once returns a check that refuses a subdirective given twice in one
+// block, but for the repeatable ones; where names the block in its error
+// (" in deployment"). The parsers of every block share it.
+func once(where string, repeatable ...string) func(d *caddyfile.Dispenser) error {
+	seen := map[string]bool{}
+	return func(d *caddyfile.Dispenser) error {
+		key := d.Val()
+		if slices.Contains(repeatable, key) {
+			return nil
+		}
+		if seen[key] {
+			return d.Errf("duplicate subdirective %s%s", key, where)
+		}
+		seen[key] = true
+		return nil
+	}
+}
+
+// parseInto sets *dst to what parse reads.
+func parseInto[T any](d *caddyfile.Dispenser, dst *T, parse func(*caddyfile.Dispenser) (T, error)) error {
+	v, err := parse(d)
+	if err != nil {
+		return err
+	}
+	*dst = v
+	return nil
+}
+
+// appendTo is a destination for parseInto that appends to *s.
+func appendTo[T any](s *[]T) *T {
+	*s = append(*s, *new(T))
+	return &(*s)[len(*s)-1]
+}
+
+// argInto reads the subdirective's one argument into dst (clouds.go's
+// oneArg is the same for the cloud types, which are to leave the root).
+func argInto(d *caddyfile.Dispenser, dst *string) error {
 	if !d.NextArg() {
 		return d.ArgErr()
 	}
-	key := d.Val()
-	dur, err := caddy.ParseDuration(d.Val())
-	if err != nil {
-		return d.Errf("bad duration %q: %v", key, err)
-	}
-	if dur < 0 {
-		return d.Errf("duration must not be negative, got %s", key)
-	}
-	*dst = caddy.Duration(dur)
+	*dst = d.Val()
 	if d.NextArg() {
 		return d.ArgErr()
 	}
 	return nil
 }
 
-// parseInt reads one non-negative integer argument.
-func parseInt(d *caddyfile.Dispenser) (int64, error) {
-	if !d.NextArg() {
-		return 0, d.ArgErr()
+// parseSize reads one size argument (4MB, 64MiB, 1000), more than 0
+// (validate bounds it).
+func parseSize(d *caddyfile.Dispenser, dst *int64) error {
+	key := d.Val()
+	var v string
+	if err := argInto(d, &v); err != nil {
+		return err
 	}
-	n, err := strconv.ParseInt(d.Val(), 10, 64)
-	if err != nil || n < 0 {
-		return 0, d.Errf("expected a non-negative integer, got %q", d.Val())
+	size, err := humanize.ParseBytes(v)
+	if err != nil || size == 0 || size > math.MaxInt64 {
+		return d.Errf("%s: invalid size %q", key, v)
 	}
-	if d.NextArg() {
-		return 0, d.ArgErr()
-	}
-	return n, nil
+	*dst = int64(size)
+	return nil
 }
 
-// parseFloat reads one non-negative number argument.
-func parseFloat(d *caddyfile.Dispenser) (float64, error) {
-	if !d.NextArg() {
-		return 0, d.ArgErr()
+// parseDuration reads one Caddy duration argument (validate bounds it).
+func parseDuration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+	var v string
+	if err := argInto(d, &v); err != nil {
+		return err
 	}
-	f, err := strconv.ParseFloat(d.Val(), 64)
-	if err != nil || f < 0 || !finite(f) {
-		return 0, d.Errf("expected a non-negative number, got %q", d.Val())
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return d.Errf("bad duration %q: %v", v, err)
 	}
-	if d.NextArg() {
-		return 0, d.ArgErr()
+	*dst = caddy.Duration(dur)
+	return nil
+}
+
+// parseIntArg reads one integer argument (validate bounds it).
+func parseIntArg(d *caddyfile.Dispenser) (int, error) {
+	var n int64
+	err := parseInt(d, &n)
+	return int(n), err
+}
+
+// parseInt reads one integer argument into dst (validate bounds it).
+func parseInt(d *caddyfile.Dispenser, dst *int64) error {
+	var v string
+	if err := argInto(d, &v); err != nil {
+		return err
 	}
-	return f, nil
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return d.Errf("%s: expected a whole number, got %q", d.Val(), v)
+	}
+	*dst = n
+	return nil
+}
+
+// parseCount reads a whole number of at least 1 into dst: a setting whose
+// 0 in JSON is the field left out (its default), so that writing 0 is a
+// mistake (validate bounds it further).
+func parseCount(d *caddyfile.Dispenser, dst *int) error {
+	key := d.Val()
+	n, err := parseIntArg(d)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return d.Errf("%s must be at least 1, got 0 (leave %s out for its default)", key, key)
+	}
+	*dst = n
+	return nil
+}
+
+// parseFloatArg reads one number argument (validate bounds it).
+func parseFloatArg(d *caddyfile.Dispenser) (*float64, error) {
+	f := new(float64)
+	return f, parseFloat(d, f)
+}
+
+// parseFloat reads one number argument into dst (validate bounds it).
+func parseFloat(d *caddyfile.Dispenser, dst *float64) error {
+	key := d.Val()
+	var v string
+	if err := argInto(d, &v); err != nil {
+		return err
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return d.Errf("%s: expected a number, got %q", key, v)
+	}
+	*dst = f
+	return nil
 }
 
 // Interface guards

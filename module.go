@@ -21,6 +21,7 @@ import (
 	"math"
 	"net/http/httputil"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -519,10 +520,14 @@ func (l declaredLimits) tightest(rpm, tpm int64) declaredLimits {
 }
 
 // validate rejects configurations that cannot work, at load rather than at
-// request time (Provision runs it first, before anything is acquired); the
-// Caddyfile parser runs the same checks (with line numbers): negative settings or weights, no model group, a group without
-// deployments or with one twice, a deployment naming an unknown provider
-// or no model, out-of-range deployment values.
+// request time: Provision runs it first, before anything is acquired, and
+// the Caddyfile parser runs it on what it parsed, each error at the line
+// that set the value it names (fieldError). Each rule is written here
+// once: negative or out-of-range settings, weights and deployment values,
+// no model group, a group without deployments or with one twice, a
+// deployment naming an unknown provider or no model, fallback groups and
+// aliases that clash, an unknown pass_through provider, a store that
+// cannot work.
 func (h *Handler) validate() error {
 	if err := h.validateSettings(); err != nil {
 		return err
@@ -531,28 +536,28 @@ func (h *Handler) validate() error {
 		return errors.New("no model group: add a `model` block")
 	}
 	if _, ok := h.Models[""]; ok {
-		return errors.New("a model group needs a name")
+		return within(errors.New("a model group needs a name"), "", "models", "")
 	}
 	if _, ok := h.ProvidersRaw[""]; ok {
-		return errors.New("a provider needs a name")
+		return within(errors.New("a provider needs a name"), "", "providers", "")
 	}
-	if _, err := fallbackProblem(h.Models); err != nil {
+	if err := fallbackProblem(h.Models); err != nil {
 		return err
 	}
 	if err := namesProblem(h.Models); err != nil {
 		return err
 	}
 	if _, ok := h.ProvidersRaw[h.PassThrough]; h.PassThrough != "" && !ok {
-		return fmt.Errorf("pass_through names unknown provider %q (configured: %s)", h.PassThrough, strings.Join(sortedKeys(h.ProvidersRaw), ", "))
+		return fieldErr("pass_through", "pass_through names unknown provider %q (configured: %s)", h.PassThrough, strings.Join(sortedKeys(h.ProvidersRaw), ", "))
 	}
 	for _, name := range sortedKeys(h.Models) {
 		if err := h.Models[name].validate(); err != nil {
-			return fmt.Errorf("model %s: %w", name, err)
+			return within(err, "model "+name+": ", "models", name)
 		}
-		for _, d := range h.Models[name].Deployments {
+		for i, d := range h.Models[name].Deployments {
 			if _, ok := h.ProvidersRaw[d.Provider]; !ok {
-				return fmt.Errorf("model %s: deployment names unknown provider %q (configured: %s)",
-					name, d.Provider, strings.Join(sortedKeys(h.ProvidersRaw), ", "))
+				return within(fmt.Errorf("deployment names unknown provider %q (configured: %s)", d.Provider, strings.Join(sortedKeys(h.ProvidersRaw), ", ")),
+					"model "+name+": ", "models", name, "deployments", strconv.Itoa(i), "provider")
 			}
 		}
 	}
@@ -561,34 +566,39 @@ func (h *Handler) validate() error {
 
 // fallbackProblem checks the model groups' fallback groups: each names
 // another configured group, and no chain comes back to a group it left.
-// It returns the first group (by name) whose fallback_group is wrong, and
-// why.
-func fallbackProblem(models map[string]*ModelGroup) (string, error) {
+// It returns the error of the first group (by name) whose fallback_group
+// is wrong, at models.<name>.fallback_group.
+func fallbackProblem(models map[string]*ModelGroup) error {
 	for _, name := range sortedKeys(models) {
 		g := models[name]
 		if g == nil || g.FallbackGroup == "" {
 			continue
 		}
+		wrong := func(format string, args ...any) error {
+			return within(fmt.Errorf(format, args...), "model "+name+": ", "models", name, "fallback_group")
+		}
 		if _, ok := models[g.FallbackGroup]; !ok {
-			return name, fmt.Errorf("model %s: fallback_group names unknown model group %q (configured: %s)",
-				name, g.FallbackGroup, strings.Join(sortedKeys(models), ", "))
+			return wrong("fallback_group names unknown model group %q (configured: %s)", g.FallbackGroup, strings.Join(sortedKeys(models), ", "))
 		}
 		chain := []string{name}
 		for at := g.FallbackGroup; at != ""; at = models[at].FallbackGroup {
 			chain = append(chain, at)
 			if at == name {
-				return name, fmt.Errorf("model %s: fallback_group makes a loop: %s", name, strings.Join(chain, " -> "))
+				return wrong("fallback_group makes a loop: %s", strings.Join(chain, " -> "))
 			}
 			if models[at] == nil || len(chain) > len(models) {
 				break // reported for its own group, or a loop that does not pass through name
 			}
 			if len(chain) > router.MaxFallbacks+1 {
-				return name, fmt.Errorf("model %s: fallback_group makes a chain of more than %d fallback groups", name, router.MaxFallbacks)
+				return wrong("fallback_group makes a chain of more than %d fallback groups", router.MaxFallbacks)
 			}
 		}
 	}
-	return "", nil
+	return nil
 }
+
+// maxSize bounds max_body and max_stream_bytes, in bytes (1 TiB).
+const maxSize = 1 << 40
 
 // validateSettings checks the handler's own settings: durations, attempts,
 // body size and weights not negative, backoff_base not above backoff_max.
@@ -598,95 +608,139 @@ func (h *Handler) validateSettings() error {
 		d    caddy.Duration
 	}{{"deadline", h.Deadline}, {"backoff_base", h.BackoffBase}, {"backoff_max", h.BackoffMax}, {"hedge_after", h.HedgeAfter}} {
 		if d.d < 0 {
-			return fmt.Errorf("%s must not be negative", d.name)
+			return fieldErr(d.name, "%s must not be negative, got %s", d.name, time.Duration(d.d))
 		}
 	}
 	if h.BackoffBase > 0 && h.BackoffMax > 0 && h.BackoffBase > h.BackoffMax {
-		return fmt.Errorf("backoff_base (%s) must not exceed backoff_max (%s)", time.Duration(h.BackoffBase), time.Duration(h.BackoffMax))
+		return fieldErr("backoff_base", "backoff_base (%s) must not exceed backoff_max (%s)", time.Duration(h.BackoffBase), time.Duration(h.BackoffMax))
 	}
 	if h.MaxAttempts < 0 {
-		return errors.New("max_attempts must not be negative")
+		return fieldErr("max_attempts", "max_attempts must be at least 1, got %d", h.MaxAttempts)
 	}
 	if a := h.Affinity; a != "" && a != AffinityNone && a != "body" && !strings.Contains(a, "{") {
-		return fmt.Errorf("affinity: %q is not body, none or a placeholder such as {http.request.header.X-Session-Id} (a fixed word would be one key for every request, which sends them all to one deployment)", a)
+		return fieldErr("affinity", "affinity: %q is not body, none or a placeholder such as {http.request.header.X-Session-Id} (a fixed word would be one key for every request, which sends them all to one deployment)", a)
 	}
 	if _, ok := router.ParseResumeMode(h.Resume); h.Resume != "" && !ok {
-		return fmt.Errorf("resume: %q is not one of same_model, any, off", h.Resume)
+		return fieldErr("resume", "resume: %q is not one of same_model, any, off", h.Resume)
 	}
 	if h.Priority != "" {
 		if err := checkPriority(h.Priority); err != nil {
-			return err
+			return within(err, "", "priority")
 		}
 	}
-	if rs := h.Reserve; rs != nil {
-		if !(rs.Percent > 0 && rs.Percent < 100) {
-			return fmt.Errorf("reserve: the share must be more than 0%% and less than 100%%, got %v%%", rs.Percent)
+	if err := h.Reserve.validate(); err != nil {
+		return within(err, "", "reserve")
+	}
+	for _, s := range []struct {
+		name string
+		n    int64
+	}{{"max_body", h.MaxBody}, {"max_stream_bytes", h.MaxStreamBytes}} {
+		if s.n < 0 || s.n > maxSize {
+			return fieldErr(s.name, "%s must not be negative nor more than 1 TiB, got %d bytes", s.name, s.n)
 		}
-		if rs.MinPriority < router.MinPriority+1 || rs.MinPriority > router.MaxPriority {
-			return fmt.Errorf("reserve: the priority must be from %d to %d, got %d", router.MinPriority+1, router.MaxPriority, rs.MinPriority)
-		}
 	}
-	if h.MaxBody < 0 {
-		return errors.New("max_body must not be negative")
+	if err := h.Weights.validate(); err != nil {
+		return within(err, "", "weights")
 	}
-	if h.MaxStreamBytes < 0 {
-		return errors.New("max_stream_bytes must not be negative")
+	return within(h.Store.validate(), "", "store")
+}
+
+// validate checks the reserve's share and priority.
+func (rs *ReserveConfig) validate() error {
+	switch {
+	case rs == nil:
+		return nil
+	case !(rs.Percent > 0 && rs.Percent < 100):
+		return fmt.Errorf("reserve: the share must be more than 0%% and less than 100%%, got %v%%", rs.Percent)
+	case rs.MinPriority < router.MinPriority+1 || rs.MinPriority > router.MaxPriority:
+		return fmt.Errorf("reserve: the priority must be a whole number from %d to %d, got %d", router.MinPriority+1, router.MaxPriority, rs.MinPriority)
 	}
-	if w := h.Weights; w != nil {
-		for _, v := range []*float64{w.Cost, w.Latency, w.Reliability, w.Quality, w.Capacity} {
-			if v != nil && (*v < 0 || !finite(*v)) {
-				return errors.New("weights must be finite and not negative")
-			}
+	return nil
+}
+
+// validate checks each weight: finite, not negative.
+func (w *Weights) validate() error {
+	if w == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"cost", w.Cost}, {"latency", w.Latency}, {"reliability", w.Reliability}, {"quality", w.Quality}, {"capacity", w.Capacity}} {
+		if f.v != nil && (*f.v < 0 || !finite(*f.v)) {
+			return fieldErr(f.name, "weights: %s must be a finite number, not negative, got %v", f.name, *f.v)
 		}
 	}
 	return nil
 }
 
-// validate checks a model group: deployments, none twice, each valid.
+// validate checks a model group: deployments, none twice, each valid,
+// its budget and max_queued.
 func (g *ModelGroup) validate() error {
 	if g == nil || len(g.Deployments) == 0 {
 		return errors.New("has no deployment")
 	}
 	if err := g.Budget.validate(); err != nil {
-		return err
+		return within(err, "", "budget")
 	}
-	if g.MaxQueued < 0 {
-		return errors.New("max_queued must not be negative")
+	if g.MaxQueued < 0 || g.MaxQueued > math.MaxInt32 {
+		return fieldErr("max_queued", "max_queued must be a whole number from 1 to %d, got %d", math.MaxInt32, g.MaxQueued)
 	}
 	for i, d := range g.Deployments {
+		at := []string{"deployments", strconv.Itoa(i)}
 		if d == nil {
-			return errors.New("empty deployment")
+			return within(errors.New("empty deployment"), "", at...)
 		}
 		if err := d.validate(); err != nil {
-			return err
+			return within(err, "", at...)
 		}
 		for _, other := range g.Deployments[:i] {
 			if other.Provider == d.Provider && other.Model == d.Model {
-				return fmt.Errorf("deployment %s %s listed twice", d.Provider, d.Model)
+				return within(fmt.Errorf("deployment %s %s listed twice", d.Provider, d.Model), "", at...)
 			}
 		}
 	}
 	return nil
 }
 
+// maxTier is the highest tier a deployment may have.
+const maxTier = 100
+
 // validate checks a deployment's values.
 func (d *Deployment) validate() error {
-	switch {
-	case d.Model == "":
-		return fmt.Errorf("deployment on %s has no upstream model", d.Provider)
-	case !(d.Quality >= 0 && d.Quality <= 1):
-		return fmt.Errorf("quality must be within 0..1, got %v", d.Quality)
-	case d.CostCachedInput != nil && (!finite(*d.CostCachedInput) || *d.CostCachedInput < 0 || *d.CostCachedInput > maxPrice):
-		return fmt.Errorf("cost_cached_input must be from 0 to %g USD per 1M tokens", float64(maxPrice))
-	case d.cachePricesError() != nil:
-		return d.cachePricesError()
-	case d.CostInput > maxPrice || d.CostOutput > maxPrice:
-		return fmt.Errorf("cost_input and cost_output must be at most %g USD per 1M tokens", float64(maxPrice))
-	case d.Budget.validate() != nil:
-		return d.Budget.validate()
-	case !finite(d.CostInput) || !finite(d.CostOutput) || d.CostInput < 0 || d.CostOutput < 0 ||
-		d.ContextWindow < 0 || d.Weight < 0 || d.RPM < 0 || d.TPM < 0 || d.Tier < 0:
-		return errors.New("cost, context_window, weight, tier, rpm and tpm must not be negative")
+	if d.Model == "" {
+		return fieldErr("model", "deployment on %s has no upstream model", d.Provider)
+	}
+	if !(d.Quality >= 0 && d.Quality <= 1) {
+		return fieldErr("quality", "quality must be within 0..1, got %v", d.Quality)
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"cost_input", d.CostInput}, {"cost_output", d.CostOutput}} {
+		if !finite(p.v) || p.v < 0 || p.v > maxPrice {
+			return fieldErr(p.name, "%s must be from 0 to %g USD per 1M tokens, got %v", p.name, float64(maxPrice), p.v)
+		}
+	}
+	if d.CostCachedInput != nil && (!finite(*d.CostCachedInput) || *d.CostCachedInput < 0 || *d.CostCachedInput > maxPrice) {
+		return fieldErr("cost_cached_input", "cost_cached_input must be from 0 to %g USD per 1M tokens, got %v", float64(maxPrice), *d.CostCachedInput)
+	}
+	if err := d.cachePricesError(); err != nil {
+		return err
+	}
+	if err := d.Budget.validate(); err != nil {
+		return within(err, "", "budget")
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{{"context_window", d.ContextWindow}, {"weight", int64(d.Weight)}, {"rpm", d.RPM}, {"tpm", d.TPM}} {
+		if n.v < 0 {
+			return fieldErr(n.name, "%s must not be negative, got %d", n.name, n.v)
+		}
+	}
+	if d.Tier < 0 || d.Tier > maxTier {
+		return fieldErr("tier", "tier must be from 1 to %d, got %d", maxTier, d.Tier)
 	}
 	return nil
 }

@@ -2,9 +2,11 @@ package llmrouter
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/router"
@@ -29,7 +31,7 @@ func namesProblem(models map[string]*ModelGroup) error {
 		owner[name] = name
 		if isPattern(name) {
 			if _, err := path.Match(name, ""); err != nil {
-				return fmt.Errorf("model %s: a malformed pattern (%v)", name, err)
+				return within(fmt.Errorf("a malformed pattern (%v)", err), "model "+name+": ", "models", name)
 			}
 		}
 	}
@@ -38,14 +40,18 @@ func namesProblem(models map[string]*ModelGroup) error {
 		if g == nil {
 			continue
 		}
-		for _, a := range g.Aliases {
+		for i, a := range g.Aliases {
+			var err error
 			switch {
 			case a == "":
-				return fmt.Errorf("model %s: an empty alias", name)
+				err = errors.New("an empty alias")
 			case isPattern(a):
-				return fmt.Errorf("model %s: alias %q is a pattern; aliases are exact names (a pattern goes in the model's own name)", name, a)
+				err = fmt.Errorf("alias %q is a pattern; aliases are exact names (a pattern goes in the model's own name)", a)
 			case owner[a] != "":
-				return fmt.Errorf("model %s: alias %q is already the name or an alias of model %s", name, a, owner[a])
+				err = fmt.Errorf("alias %q is already the name or an alias of model %s", a, owner[a])
+			}
+			if err != nil {
+				return within(err, "model "+name+": ", "models", name, "aliases", strconv.Itoa(i))
 			}
 			owner[a] = name
 		}

@@ -1,8 +1,6 @@
 package llmrouter
 
 import (
-	"fmt"
-
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
@@ -81,7 +79,7 @@ func (d *Deployment) cachePricesError() error {
 		v    *float64
 	}{{"cost_cache_write", d.CostCacheWrite}, {"cost_cache_write_1h", d.CostCacheWrite1h}} {
 		if p.v != nil && (!finite(*p.v) || *p.v < 0 || *p.v > maxPrice) {
-			return fmt.Errorf("%s must be from 0 to %g USD per 1M tokens", p.name, float64(maxPrice))
+			return fieldErr(p.name, "%s must be from 0 to %g USD per 1M tokens, got %v", p.name, float64(maxPrice), *p.v)
 		}
 	}
 	return nil

@@ -69,9 +69,10 @@ func TestCachePrices(t *testing.T) {
 		t.Errorf("expected cost_cache_write 3.75 and cost_cache_write_1h 6, got %+v", dc)
 	}
 	for _, tc := range []struct{ line, want string }{
-		{"cost_cache_write -1", `expected a non-negative number, got "-1", at Testfile:9`},
-		{"cost_cache_write_1h NaN", `expected a non-negative number, got "NaN", at Testfile:9`},
-		{"cost_cache_write_1h 2e7", "cost_cache_write_1h must be from 0 to 1e+06 USD per 1M tokens, at Testfile:10"},
+		{"cost_cache_write -1", "model m: cost_cache_write must be from 0 to 1e+06 USD per 1M tokens, got -1, at Testfile:9"},
+		{"cost_cache_write_1h NaN", "model m: cost_cache_write_1h must be from 0 to 1e+06 USD per 1M tokens, got NaN, at Testfile:9"},
+		{"cost_cache_write_1h 2e7", "cost_cache_write_1h must be from 0 to 1e+06 USD per 1M tokens, got 2e+07, at Testfile:9"},
+		{"cost_cache_write x", `cost_cache_write: expected a number, got "x", at Testfile:9`},
 		{"cost_cache_write 1 2", "wrong argument count or unexpected line ending after '2', at Testfile:9"},
 	} {
 		err := new(Handler).UnmarshalCaddyfile(caddyfile.NewTestDispenser(caddy(tc.line)))

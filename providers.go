@@ -488,16 +488,13 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 	d.Next() // provider
 	d.Next() // its name
 	name, file, line := d.Val(), d.File(), d.Line()
-	seen := map[string]bool{}
+	check := once(" in provider", "header")
 	var transport http.RoundTripper
 	var transportName string
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		key := d.Val()
-		if key != "header" {
-			if seen[key] {
-				return d.Errf("duplicate subdirective %s in provider", key)
-			}
-			seen[key] = true
+		if err := check(d); err != nil {
+			return err
 		}
 		switch key {
 		case "type":

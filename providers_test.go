@@ -207,7 +207,7 @@ func TestThirdPartyProviderType(t *testing.T) {
 			type openai
 			api_key none
 			base_url http://h
-		}`: "deployment names unknown provider e (configured: f), at Testfile:",
+		}`: "deployment names unknown provider \"e\" (configured: f), at Testfile:",
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\n" + input + "\nmodel m {\ndeployment e x\n}\n}"))

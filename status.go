@@ -168,13 +168,12 @@ func (s *StatusPage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
+	check := once("")
 	for d.NextBlock(0) {
 		key := d.Val()
-		if seen[key] {
-			return d.Errf("duplicate subdirective %s", key)
+		if err := check(d); err != nil {
+			return err
 		}
-		seen[key] = true
 		switch key {
 		case "refresh":
 			if !d.NextArg() {

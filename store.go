@@ -93,13 +93,12 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
-	seen := map[string]bool{}
+	check := once(" in store")
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		key := d.Val()
-		if seen[key] {
-			return nil, d.Errf("duplicate subdirective %s in store", key)
+		if err := check(d); err != nil {
+			return nil, err
 		}
-		seen[key] = true
 		switch key {
 		case "key_prefix":
 			if !d.NextArg() {
@@ -124,6 +123,22 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 	return sc, nil
 }
 
+// validate checks what can be checked before the store is taken: its
+// type, a url only for redis, timeouts not negative.
+func (sc *StoreConfig) validate() error {
+	switch {
+	case sc == nil:
+		return nil
+	case sc.Type != "" && sc.Type != "memory" && sc.Type != "redis":
+		return fmt.Errorf("store: unknown type %q (memory or redis)", sc.Type)
+	case sc.Type != "redis" && sc.URL != "":
+		return errors.New("store: a url needs type redis")
+	case sc.Timeout < 0 || sc.PollInterval < 0:
+		return errors.New("store: timeout and poll_interval must not be negative")
+	}
+	return nil
+}
+
 // stores keeps fleet stores across config reloads and across llm_router
 // handlers, keyed by their options: one Redis connection (and one set of
 // background goroutines) per store, however many configs and handlers
@@ -146,16 +161,7 @@ func (s *fleetStore) Destruct() error { return s.Close() }
 func (h *Handler) provisionStore(ctx caddy.Context) error {
 	sc := h.Store
 	if sc == nil || sc.Type == "" || sc.Type == "memory" {
-		if sc != nil && sc.URL != "" {
-			return errors.New("store: a url needs type redis")
-		}
-		return nil
-	}
-	if sc.Type != "redis" {
-		return fmt.Errorf("store: unknown type %q (memory or redis)", sc.Type)
-	}
-	if sc.Timeout < 0 || sc.PollInterval < 0 {
-		return errors.New("store: timeout and poll_interval must not be negative")
+		return nil // validated
 	}
 	url := caddy.NewReplacer().ReplaceKnown(sc.URL, "")
 	if url == "" {

@@ -78,7 +78,7 @@ const (
 // prefix such as /v1 works. In the openai dialect (the default):
 //
 //	POST .../chat/completions   Chat Completions, plain or "stream": true (SSE)
-//	POST .../embeddings         a fixed 3-dimensional embedding (base64 float32s for encoding_format base64, as the OpenAI SDKs ask by default)
+//	POST .../embeddings         a fixed 3-dimensional embedding per input item (base64 float32s for encoding_format base64, as the OpenAI SDKs ask by default)
 //	POST .../responses          Responses API, plain or "stream": true (typed SSE
 //	                            events); previous_response_id must name a
 //	                            response this mock gave (else 400); with

@@ -409,6 +409,39 @@ func TestEmbeddingsAndModels(t *testing.T) {
 			t.Errorf("expected [0.1 0.2 0.3], got %v", v)
 		}
 	})
+	// One embedding per input item, indexed in order, as OpenAI answers:
+	// input is a string, an array of strings, one array of tokens or an
+	// array of token arrays; base64 encodes each.
+	for _, tt := range []struct {
+		input string
+		n     int
+	}{{`"hello"`, 1}, {`["a","b"]`, 2}, {`["a","b","c"]`, 3}, {`[1,2,3]`, 1}, {`[[1,2],[3]]`, 2}} {
+		for _, format := range []string{"float", "base64"} {
+			t.Run("embeddings of "+tt.input+" as "+format, func(t *testing.T) {
+				s := serve(t, Handler{}, nil)
+				body := readAll(t, s.post(t, "/v1/embeddings", `{"model":"e","input":`+tt.input+`,"encoding_format":"`+format+`"}`))
+				var got struct {
+					Data []struct {
+						Object    string          `json:"object"`
+						Index     int             `json:"index"`
+						Embedding json.RawMessage `json:"embedding"`
+					} `json:"data"`
+				}
+				if err := json.Unmarshal([]byte(body), &got); err != nil || len(got.Data) != tt.n {
+					t.Fatalf("expected %d embeddings, got %s (%v)", tt.n, body, err)
+				}
+				want := `[0.1,0.2,0.3]`
+				if format == "base64" {
+					want = `"zczMPc3MTD6amZk+"`
+				}
+				for i, d := range got.Data {
+					if d.Index != i || d.Object != "embedding" || string(d.Embedding) != want {
+						t.Errorf("item %d: expected index %d and %s, got %d %s", i, i, want, d.Index, d.Embedding)
+					}
+				}
+			})
+		}
+	}
 	for _, tt := range []struct{ model, want string }{{"", "mock"}, {"mock-4", "mock-4"}} {
 		t.Run("models "+tt.want, func(t *testing.T) {
 			s := serve(t, Handler{Model: tt.model}, nil)

@@ -78,13 +78,13 @@ type chunkDelta struct {
 	Content *string `json:"content,omitempty"`
 }
 
-// embeddingList is the answer of Embeddings: a fixed 3-dimensional
-// embedding.
+// embeddingList is the answer of Embeddings: one fixed 3-dimensional
+// embedding per input item, indexed in order.
 type embeddingList struct {
-	Object string           `json:"object"`
-	Data   [1]embeddingData `json:"data"`
-	Model  string           `json:"model"`
-	Usage  embeddingUsage   `json:"usage"`
+	Object string          `json:"object"`
+	Data   []embeddingData `json:"data"`
+	Model  string          `json:"model"`
+	Usage  embeddingUsage  `json:"usage"`
 }
 
 type embeddingData struct {
@@ -99,19 +99,43 @@ type embeddingData struct {
 // mockEmbedding is the fixed vector every embedding answer holds.
 var mockEmbedding = [3]float32{0.1, 0.2, 0.3}
 
-// embeddingOf is mockEmbedding in the encoding body asks for.
-func embeddingOf(body []byte) any {
+// embeddingsOf are the embeddings of body's input, one per item (OpenAI's
+// input: a string, an array of strings, one array of tokens, or an array
+// of token arrays), in the encoding body asks for.
+func embeddingsOf(body []byte) []embeddingData {
 	var req struct {
-		EncodingFormat string `json:"encoding_format"`
+		Input          json.RawMessage `json:"input"`
+		EncodingFormat string          `json:"encoding_format"`
 	}
-	if json.Unmarshal(body, &req) == nil && req.EncodingFormat == "base64" {
+	_ = json.Unmarshal(body, &req)
+	var vector any = [3]float64{0.1, 0.2, 0.3}
+	if req.EncodingFormat == "base64" {
 		b := make([]byte, 0, 4*len(mockEmbedding))
 		for _, f := range mockEmbedding {
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
 		}
-		return base64.StdEncoding.EncodeToString(b)
+		vector = base64.StdEncoding.EncodeToString(b)
 	}
-	return [3]float64{0.1, 0.2, 0.3}
+	out := make([]embeddingData, inputItems(req.Input))
+	for i := range out {
+		out[i] = embeddingData{Object: "embedding", Index: i, Embedding: vector}
+	}
+	return out
+}
+
+// inputItems counts the items of an embeddings input: an array of
+// strings or of token arrays holds one each; a string or one array of
+// tokens is one (so is what is none of these).
+func inputItems(input json.RawMessage) int {
+	var items []json.RawMessage
+	if json.Unmarshal(input, &items) != nil || len(items) == 0 {
+		return 1
+	}
+	var token float64
+	if json.Unmarshal(items[0], &token) == nil {
+		return 1 // one array of tokens
+	}
+	return len(items)
 }
 
 type embeddingUsage struct {
@@ -254,7 +278,7 @@ func (s *completionsStream) event(b []byte, choice map[string]any, usage *openai
 func (h *Handler) embedding(a answer, body []byte) []byte {
 	e := embeddingList{
 		Object: "list",
-		Data:   [1]embeddingData{{Object: "embedding", Embedding: embeddingOf(body)}},
+		Data:   embeddingsOf(body),
 		Model:  a.model,
 		Usage:  embeddingUsage{PromptTokens: a.prompt, TotalTokens: a.prompt},
 	}

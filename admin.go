@@ -1,7 +1,6 @@
 package llmrouter
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 func init() {
@@ -182,7 +183,7 @@ func handleDeployments(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method not allowed")}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
+	enc := jsonbody.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(statusReport(time.Now()))
 }
@@ -227,7 +228,7 @@ func handleDeploymentAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	caddy.Log().Named("admin.api.llm_router").Info("deployment "+action, zap.String("deployment", name))
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(map[string]any{"deployment": name, "action": action, "deployments": n})
+	return jsonbody.NewEncoder(w).Encode(map[string]any{"deployment": name, "action": action, "deployments": n})
 }
 
 // Interface guards

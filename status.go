@@ -1,9 +1,9 @@
 package llmrouter
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -14,6 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 func init() {
@@ -125,11 +127,13 @@ func (s *StatusPage) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyht
 			GeneratedAt time.Time `json:"generated_at"`
 			report
 		}{now, statusReport(now)}
-		var err error
-		if body, err = json.MarshalIndent(out, "", "  "); err != nil {
+		var buf bytes.Buffer
+		enc := jsonbody.NewEncoder(&buf) // no \u003e for a > in a message
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
 			return caddyhttp.Error(http.StatusInternalServerError, err)
 		}
-		body = append(body, '\n')
+		body = buf.Bytes() // with Encode's newline
 		hdr.Set("Content-Type", "application/json")
 		hdr.Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
 	case "", "html":

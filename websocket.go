@@ -282,7 +282,7 @@ func (w *wsWriter) finish() error {
 	if !json.Valid(w.buf) {
 		return writeWSError(w.ctx, w.c, http.StatusBadGateway, nil)
 	}
-	msg, _ := json.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(w.buf)})
+	msg, _ := jsonbody.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(w.buf)})
 	w.completed = msg
 	return w.c.Write(w.ctx, websocket.MessageText, msg)
 }
@@ -316,7 +316,7 @@ func writeWSError(ctx context.Context, c *websocket.Conn, status int, body []byt
 		status = http.StatusBadGateway
 		answer.Error = json.RawMessage(`{"type":"server_error","code":"upstream_unavailable","message":"the deployment's answer was not a Responses stream","param":null}`)
 	}
-	msg, err := json.Marshal(struct {
+	msg, err := jsonbody.Marshal(struct {
 		Type   string          `json:"type"`
 		Status int             `json:"status"`
 		Error  json.RawMessage `json:"error"`

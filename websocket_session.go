@@ -42,7 +42,7 @@ func (s *wsSession) expand(body []byte) ([]byte, *api.Error) {
 	if e != nil {
 		return nil, e
 	}
-	input, err := json.Marshal(append(append([]json.RawMessage{}, s.items...), items...))
+	input, err := jsonbody.Marshal(append(append([]json.RawMessage{}, s.items...), items...))
 	if err == nil {
 		body, err = jsonbody.SetRaw(body, "input", input)
 	}
@@ -62,7 +62,7 @@ func inputItems(body []byte) ([]json.RawMessage, *api.Error) {
 	}
 	raw := body[start:end]
 	if raw[0] == '"' {
-		msg, _ := json.Marshal(map[string]json.RawMessage{"type": json.RawMessage(`"message"`), "role": json.RawMessage(`"user"`), "content": raw})
+		msg, _ := jsonbody.Marshal(map[string]json.RawMessage{"type": json.RawMessage(`"message"`), "role": json.RawMessage(`"user"`), "content": raw})
 		return []json.RawMessage{msg}, nil
 	}
 	var items []json.RawMessage
@@ -113,11 +113,11 @@ func warmup(ctx context.Context, c *websocket.Conn, body []byte, now time.Time) 
 	model, _ := jsonbody.GetString(body, "model")
 	response := map[string]any{"id": chat.NewID("resp_"), "object": "response", "created_at": now.Unix(),
 		"status": "in_progress", "model": model, "output": []any{}}
-	created, _ := json.Marshal(map[string]any{"type": "response.created", "sequence_number": 0, "response": response})
+	created, _ := jsonbody.Marshal(map[string]any{"type": "response.created", "sequence_number": 0, "response": response})
 	response["status"] = "completed"
 	response["usage"] = map[string]any{"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
 		"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
-	completed, _ := json.Marshal(map[string]any{"type": "response.completed", "sequence_number": 1, "response": response})
+	completed, _ := jsonbody.Marshal(map[string]any{"type": "response.completed", "sequence_number": 1, "response": response})
 	if err := c.Write(ctx, websocket.MessageText, created); err != nil {
 		return nil, err
 	}

@@ -654,10 +654,5 @@ func appendJSON(b []byte, v any) []byte {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error(), "server_error", "")
-		return
-	}
-	writeBody(w, status, b)
+	writeBody(w, status, appendJSON(nil, v))
 }

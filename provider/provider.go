@@ -206,7 +206,7 @@ func ContinueChat(body []byte, c Continuation) ([]byte, error) {
 			return nil, errors.New("the request's messages are not a non-empty array")
 		}
 		msgs[len(msgs)-1]["prefix"] = json.RawMessage("true")
-		v, err := json.Marshal(msgs)
+		v, err := jsonbody.Marshal(msgs)
 		if err != nil {
 			return nil, err
 		}

@@ -312,7 +312,7 @@ func TestWriteResults(t *testing.T) {
 		{"a native client error that is no JSON, restated", Chat{},
 			&router.Result{Status: 413, Format: provider.Chat, Body: []byte("<html>413 Request Entity Too Large</html>"),
 				Error: &provider.Observation{Class: provider.ClientError, Message: "<html>413 Request Entity Too Large</html>"}}, 413,
-			`{"error":{"message":"\u003chtml\u003e413 Request Entity Too Large\u003c/html\u003e","type":"invalid_request_error","param":null,"code":null}}`},
+			`{"error":{"message":"<html>413 Request Entity Too Large</html>","type":"invalid_request_error","param":null,"code":null}}`},
 	} {
 		w := httptest.NewRecorder()
 		if err := tc.a.Write(w, tc.res); err != nil {

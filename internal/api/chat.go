@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -229,7 +228,7 @@ func WriteModels(w http.ResponseWriter, names []string) error {
 		list.Data = append(list.Data, model{ID: n, Object: "model", OwnedBy: "llm_router"})
 	}
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(list)
+	return jsonbody.NewEncoder(w).Encode(list)
 }
 
 // WriteModel answers GET .../models/{id}: one model group, as the SDKs'
@@ -240,7 +239,7 @@ func WriteModel(w http.ResponseWriter, id string, exists bool) error {
 		return nil
 	}
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(model{ID: id, Object: "model", OwnedBy: "llm_router"})
+	return jsonbody.NewEncoder(w).Encode(model{ID: id, Object: "model", OwnedBy: "llm_router"})
 }
 
 type model struct {

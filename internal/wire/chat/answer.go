@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // Completion is a chat.completion answer.
@@ -98,7 +100,7 @@ func NewCompletion(id, model, text string, calls []ToolCall, finish string, usag
 	if id == "" {
 		id = NewID("chatcmpl-")
 	}
-	return json.Marshal(struct {
+	return jsonbody.Marshal(struct {
 		Completion
 		Choices []answerChoice `json:"choices"`
 	}{Completion{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: model, Usage: usage},
@@ -178,7 +180,7 @@ func (w *ChunkWriter) Chunk(d Delta, finish string, usage *Usage) []byte {
 	if len(w.head) == 0 {
 		w.Start(NewID("chatcmpl-"), "")
 	}
-	delta, _ := json.Marshal(d) // plain structs: cannot fail
+	delta, _ := jsonbody.Marshal(d) // plain structs: cannot fail
 	w.buf = append(append(w.buf[:0], w.head...), delta...)
 	w.buf = append(w.buf, `,"logprobs":null,"finish_reason":`...)
 	if finish == "" {
@@ -188,13 +190,13 @@ func (w *ChunkWriter) Chunk(d Delta, finish string, usage *Usage) []byte {
 	}
 	w.buf = append(w.buf, "}]"...)
 	if usage != nil {
-		u, _ := json.Marshal(usage)
+		u, _ := jsonbody.Marshal(usage)
 		w.buf = append(append(w.buf, `,"usage":`...), u...)
 	}
 	return append(w.buf, '}')
 }
 
 func appendString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // a string always marshals
+	q, _ := jsonbody.Marshal(s) // a string always marshals
 	return append(b, q...)
 }

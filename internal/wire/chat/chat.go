@@ -276,9 +276,9 @@ func (c *Content) UnmarshalJSON(raw []byte) error {
 func (c Content) MarshalJSON() ([]byte, error) {
 	switch {
 	case c.Parts != nil:
-		return json.Marshal(c.Parts)
+		return jsonbody.Marshal(c.Parts)
 	case c.isText:
-		return json.Marshal(c.Text)
+		return jsonbody.Marshal(c.Text)
 	}
 	return []byte("null"), nil
 }
@@ -486,7 +486,7 @@ func ParseToolChoice(raw json.RawMessage) (ToolChoice, error) {
 
 // FunctionChoice is the tool_choice that names one function.
 func FunctionChoice(name string) json.RawMessage {
-	b, _ := json.Marshal(struct {
+	b, _ := jsonbody.Marshal(struct {
 		Type     string `json:"type"`
 		Function struct {
 			Name string `json:"name"`
@@ -580,6 +580,6 @@ func NewError(message, typ, code, param string) []byte {
 	if code != "" {
 		e.Error.Code = &code
 	}
-	b, _ := json.Marshal(e) // plain struct: cannot fail
+	b, _ := jsonbody.Marshal(e) // plain struct: cannot fail
 	return b
 }

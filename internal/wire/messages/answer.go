@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // ChatUsage converts usage to Chat Completions': prompt_tokens count the
@@ -113,7 +115,7 @@ func toolInput(args string) json.RawMessage {
 			}
 		}
 	}
-	q, _ := json.Marshal(map[string]string{"_raw": args}) // a string map always marshals
+	q, _ := jsonbody.Marshal(map[string]string{"_raw": args}) // a string map always marshals
 	return q
 }
 
@@ -153,7 +155,7 @@ func FromChatAnswer(completion []byte) ([]byte, error) {
 	for _, tc := range ch.Message.ToolCalls {
 		content = append(content, Block{Type: "tool_use", ID: callID(tc.ID), Name: tc.Function.Name, Input: toolInput(string(tc.Function.Arguments))})
 	}
-	return json.Marshal(Response{
+	return jsonbody.Marshal(Response{
 		ID: messageID(c.ID), Type: "message", Role: "assistant", Model: c.Model,
 		Content: content, StopReason: &stop, Usage: usageFromChat(c.Usage),
 	})

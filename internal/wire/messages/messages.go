@@ -222,7 +222,7 @@ type Usage struct {
 // cache_creation, server_tool_use and service_tier (null when unknown: a
 // translated answer used no server tool the router can count).
 func (u Usage) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	return jsonbody.Marshal(struct {
 		InputTokens              int64               `json:"input_tokens"`
 		CacheCreationInputTokens int64               `json:"cache_creation_input_tokens"`
 		CacheReadInputTokens     int64               `json:"cache_read_input_tokens"`
@@ -287,7 +287,7 @@ func (e *ErrorDetail) Code() string {
 
 // NewError returns an error body with a fresh request_id.
 func NewError(typ, msg string) []byte {
-	b, _ := json.Marshal(ErrorBody{Type: "error", Error: ErrorDetail{Type: typ, Message: msg}, RequestID: chat.NewID("req_")}) // plain struct: cannot fail
+	b, _ := jsonbody.Marshal(ErrorBody{Type: "error", Error: ErrorDetail{Type: typ, Message: msg}, RequestID: chat.NewID("req_")}) // plain struct: cannot fail
 	return b
 }
 

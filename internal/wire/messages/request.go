@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // DefaultMaxTokens is sent when a Chat Completions request states no
@@ -78,7 +80,7 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 		case "tool":
 			b := Block{Type: "tool_result", ToolUseID: ToolID(m.ToolCallID)}
 			if text := m.Content.String(); text != "" {
-				b.Content, _ = json.Marshal(text)
+				b.Content, _ = jsonbody.Marshal(text)
 			}
 			out.Messages = appendTurn(out.Messages, "user", []Block{b})
 		default:
@@ -134,7 +136,7 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 			}
 		}
 	}
-	return json.Marshal(out)
+	return jsonbody.Marshal(out)
 }
 
 // outputConfig translates response_format to Anthropic's structured
@@ -310,7 +312,7 @@ func ToChat(body []byte) (out []byte, err error) {
 		Stream:      r.Stream,
 	}
 	if len(r.StopSequences) > 0 {
-		c.Stop, _ = json.Marshal(r.StopSequences)
+		c.Stop, _ = jsonbody.Marshal(r.StopSequences)
 	}
 	if r.Stream {
 		c.StreamOptions = &chat.StreamOptions{IncludeUsage: true}
@@ -361,7 +363,7 @@ func ToChat(body []byte) (out []byte, err error) {
 			c.ParallelToolCalls = &f
 		}
 	}
-	out, err = json.Marshal(c)
+	out, err = jsonbody.Marshal(c)
 	if err != nil {
 		return nil, badRequest("%v", err)
 	}

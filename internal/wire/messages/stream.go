@@ -8,6 +8,8 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 	"github.com/llmrouter/caddy-llm-router/provider"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // ChatDecoder reads a Messages stream
@@ -360,7 +362,7 @@ func (e *ChatEncoder) messageDelta(out []byte) []byte {
 	}
 	// delta.stop_sequence is required (null: a Chat stream does not say
 	// which stop sequence ended it).
-	data, _ := json.Marshal(messageDelta{Type: "message_delta", Delta: stopDelta{StopReason: e.stop}, Usage: u}) // plain structs: cannot fail
+	data, _ := jsonbody.Marshal(messageDelta{Type: "message_delta", Delta: stopDelta{StopReason: e.stop}, Usage: u}) // plain structs: cannot fail
 	return provider.AppendEvent(out, "message_delta", data)
 }
 
@@ -379,7 +381,7 @@ type stopDelta struct {
 
 // appendEvent appends ev as a server-sent event named by its type.
 func appendEvent(out []byte, ev Event) []byte {
-	data, _ := json.Marshal(ev) // plain structs: cannot fail
+	data, _ := jsonbody.Marshal(ev) // plain structs: cannot fail
 	return provider.AppendEvent(out, ev.Type, data)
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // Response is a response object: the answer of a non-streamed request, and
@@ -53,14 +55,14 @@ type OutputItem struct {
 func (it OutputItem) MarshalJSON() ([]byte, error) {
 	type plain OutputItem
 	if it.Type != "message" {
-		return json.Marshal(plain(it))
+		return jsonbody.Marshal(plain(it))
 	}
 	content := it.Content
 	if content == nil {
 		content = []OutputPart{}
 	}
 	it.Content = nil
-	return json.Marshal(struct {
+	return jsonbody.Marshal(struct {
 		plain
 		Content []OutputPart `json:"content"`
 	}{plain(it), content})
@@ -72,7 +74,7 @@ func (it OutputItem) MarshalJSON() ([]byte, error) {
 func (p OutputPart) MarshalJSON() ([]byte, error) {
 	type plain OutputPart
 	if p.Type != "output_text" {
-		return json.Marshal(plain(p))
+		return jsonbody.Marshal(plain(p))
 	}
 	text, ann, lp := "", p.Annotations, p.Logprobs
 	if p.Text != nil {
@@ -85,7 +87,7 @@ func (p OutputPart) MarshalJSON() ([]byte, error) {
 		lp = []json.RawMessage{}
 	}
 	p.Text, p.Annotations, p.Logprobs = nil, nil, nil
-	return json.Marshal(struct {
+	return jsonbody.Marshal(struct {
 		plain
 		Text        string            `json:"text"`
 		Annotations []json.RawMessage `json:"annotations"`
@@ -209,7 +211,7 @@ func EchoOf(request []byte) Echo {
 	}
 	e := Echo{Temperature: r.Temperature, TopP: r.TopP}
 	if r.Instructions != nil {
-		e.Instructions, _ = json.Marshal(*r.Instructions) // a string: cannot fail
+		e.Instructions, _ = jsonbody.Marshal(*r.Instructions) // a string: cannot fail
 	}
 	return e
 }
@@ -257,7 +259,7 @@ func FromChatAnswerTo(completion []byte, e Echo) ([]byte, error) {
 		r.Output = append(r.Output, callItem(chat.NewID("fc_"), callID, tc.Function.Name, string(tc.Function.Arguments), "completed"))
 	}
 	r.Usage = usageFromChat(c.Usage)
-	return json.Marshal(r)
+	return jsonbody.Marshal(r)
 }
 
 // NewError returns the Responses API's error body, the same as Chat

@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // Request is a Responses request (the fields a translation reads).
@@ -103,9 +105,9 @@ func (c *MessageContent) UnmarshalJSON(raw []byte) error {
 // MarshalJSON implements json.Marshaler.
 func (c MessageContent) MarshalJSON() ([]byte, error) {
 	if c.Parts != nil {
-		return json.Marshal(c.Parts)
+		return jsonbody.Marshal(c.Parts)
 	}
-	return json.Marshal(c.Text)
+	return jsonbody.Marshal(c.Text)
 }
 
 // Part is a content part: input_text, output_text, refusal, input_image
@@ -259,7 +261,7 @@ func ToChat(body []byte) ([]byte, error) {
 		}
 		c.ToolChoice = tc
 	}
-	return json.Marshal(c)
+	return jsonbody.Marshal(c)
 }
 
 // addTool adds a function tool, or a namespace's functions (under their

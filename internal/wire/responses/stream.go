@@ -6,6 +6,8 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 	"github.com/llmrouter/caddy-llm-router/provider"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // ChatEncoder turns a Chat Completions stream, chunk by chunk, into a
@@ -51,7 +53,7 @@ func (e *ChatEncoder) event(out []byte, typ string, v map[string]any) []byte {
 	v["type"] = typ
 	v["sequence_number"] = e.seq
 	e.seq++
-	data, _ := json.Marshal(v) // maps of plain values: cannot fail
+	data, _ := jsonbody.Marshal(v) // maps of plain values: cannot fail
 	out = append(out, "event: "...)
 	out = append(out, typ...)
 	out = append(out, "\ndata: "...)

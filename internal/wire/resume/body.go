@@ -33,7 +33,7 @@ func Body(f provider.Format, body []byte, text string) ([]byte, error) {
 		if err := json.Unmarshal(body[start:end], &s); err != nil {
 			return nil, err
 		}
-		user, _ := json.Marshal(map[string]string{"role": "user", "content": s})
+		user, _ := jsonbody.Marshal(map[string]string{"role": "user", "content": s})
 		items = []json.RawMessage{user}
 	} else if err := json.Unmarshal(body[start:end], &items); err != nil || len(items) == 0 {
 		return nil, errors.New("the request's " + key + " is not a non-empty array")
@@ -44,7 +44,7 @@ func Body(f provider.Format, body []byte, text string) ([]byte, error) {
 	} else {
 		items = append(items, assistant(f, text))
 	}
-	v, err := json.Marshal(items)
+	v, err := jsonbody.Marshal(items)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func assistant(f provider.Format, text string) json.RawMessage {
 	default:
 		v = map[string]string{"role": "assistant", "content": text}
 	}
-	b, _ := json.Marshal(v)
+	b, _ := jsonbody.Marshal(v)
 	return b
 }
 
@@ -81,7 +81,7 @@ func extend(f provider.Format, msg json.RawMessage, text string) (json.RawMessag
 	}
 	var s string
 	if json.Unmarshal(m["content"], &s) == nil {
-		m["content"], _ = json.Marshal(s + text)
+		m["content"], _ = jsonbody.Marshal(s + text)
 	} else {
 		var parts []map[string]json.RawMessage
 		if json.Unmarshal(m["content"], &parts) != nil || len(parts) == 0 {
@@ -93,9 +93,9 @@ func extend(f provider.Format, msg json.RawMessage, text string) (json.RawMessag
 			json.Unmarshal(p["text"], &prev) != nil {
 			return nil, false
 		}
-		p["text"], _ = json.Marshal(prev + text)
-		m["content"], _ = json.Marshal(parts)
+		p["text"], _ = jsonbody.Marshal(prev + text)
+		m["content"], _ = jsonbody.Marshal(parts)
 	}
-	b, err := json.Marshal(m)
+	b, err := jsonbody.Marshal(m)
 	return b, err == nil
 }

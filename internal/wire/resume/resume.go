@@ -538,11 +538,11 @@ func (s *Splice) chat(ev provider.Event) (provider.Event, bool, error) {
 			return ev, true, nil
 		}
 		if reworded {
-			delta["content"], _ = json.Marshal(content)
+			delta["content"], _ = jsonbody.Marshal(content)
 		}
 		delete(delta, "role")
-		choices[0]["delta"], _ = json.Marshal(delta)
-		m["choices"], _ = json.Marshal(choices)
+		choices[0]["delta"], _ = jsonbody.Marshal(delta)
+		m["choices"], _ = jsonbody.Marshal(choices)
 	}
 	for key, v := range map[string][]byte{"id": s.t.id, "created": s.t.created, "model": s.t.model} {
 		if v != nil {
@@ -559,7 +559,7 @@ func (s *Splice) chat(ev provider.Event) (provider.Event, bool, error) {
 	if !changed {
 		return ev, true, nil
 	}
-	out, err := json.Marshal(m)
+	out, err := jsonbody.Marshal(m)
 	if err != nil {
 		return ev, true, nil
 	}
@@ -582,10 +582,10 @@ func addChatUsage(raw json.RawMessage, prior provider.Usage) (json.RawMessage, b
 			if prior.CacheWriteTokens > 0 {
 				add(details, "cache_write_tokens", prior.CacheWriteTokens)
 			}
-			u["prompt_tokens_details"], _ = json.Marshal(details)
+			u["prompt_tokens_details"], _ = jsonbody.Marshal(details)
 		}
 	}
-	out, err := json.Marshal(u)
+	out, err := jsonbody.Marshal(u)
 	return out, err == nil
 }
 
@@ -645,7 +645,7 @@ func (s *Splice) messages(ev provider.Event) (provider.Event, bool, error) {
 				return ev, false, nil
 			}
 			if rest != e.Delta.Text {
-				delta, _ := json.Marshal(map[string]string{"type": "text_delta", "text": rest})
+				delta, _ := jsonbody.Marshal(map[string]string{"type": "text_delta", "text": rest})
 				if out, err := jsonbody.SetRaw(data, "delta", delta); err == nil {
 					data = out
 				}
@@ -700,7 +700,7 @@ func (s *Splice) messagesUsage(raw json.RawMessage) (json.RawMessage, bool) {
 	set("input_tokens", in.InputTokens-in.CachedInputTokens-in.CacheWriteTokens+p.InputTokens-p.CachedInputTokens-p.CacheWriteTokens)
 	set("cache_read_input_tokens", in.CachedInputTokens+p.CachedInputTokens)
 	set("cache_creation_input_tokens", in.CacheWriteTokens+p.CacheWriteTokens)
-	b, err := json.Marshal(u)
+	b, err := jsonbody.Marshal(u)
 	return b, err == nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -44,7 +45,7 @@ type metrics struct {
 	queueWait *prometheus.HistogramVec
 	surprises *prometheus.CounterVec
 	tokens    *prometheus.CounterVec
-	cost      *prometheus.CounterVec
+	cost      *usdCounter
 	resumes   *prometheus.CounterVec
 	hedges    *prometheus.CounterVec
 	hedgeWins *prometheus.CounterVec
@@ -96,9 +97,9 @@ func getMetrics() *metrics {
 			tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 				Name: "tokens_total", Help: "Tokens the answers used, as their providers counted them, by model group, deployment and kind (input, output, cached_input, cache_write, reasoning; cached_input and cache_write are part of input, reasoning of output)."},
 				[]string{"model_group", "deployment", "kind"}),
-			cost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-				Name: "cost_usd_total", Help: "What the answers cost, in USD at the deployment's cost_input, cost_cached_input and cost_output, by model group and deployment."},
-				[]string{"model_group", "deployment"}),
+			cost: newUSDCounter(prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "cost_usd_total"),
+				"What the answers cost, in USD at the deployment's cost_input, cost_cached_input and cost_output, by model group and deployment.",
+				[]string{"model_group", "deployment"}, nil)),
 			resumes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 				Name: "resumes_total", Help: "Streams that broke after they began and were taken up by another attempt, by the deployment that broke and how (continued: the new attempt went on from the client's text; replayed: it answered afresh and its text began with the client's)."},
 				[]string{"deployment", "how"}),
@@ -144,7 +145,7 @@ func (m *metrics) usage(group, deployment string, u provider.Usage, cost float64
 		}
 	}
 	if cost > 0 {
-		m.cost.WithLabelValues(group, deployment).Add(cost)
+		m.cost.add(group, deployment, cost)
 	}
 }
 
@@ -257,8 +258,42 @@ func (*stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// usdCounter is a counter of USD by model group and deployment whose sums
+// are rounded to capacity.USDResolution at each add, so that they are
+// scraped as the decimals they are (a prometheus.Counter's float64 sum
+// of 0.1 and 0.2 is 0.30000000000000004).
+type usdCounter struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	sums map[[2]string]float64
+}
+
+func newUSDCounter(desc *prometheus.Desc) *usdCounter {
+	return &usdCounter{desc: desc, sums: map[[2]string]float64{}}
+}
+
+func (c *usdCounter) add(group, deployment string, usd float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := [2]string{group, deployment}
+	c.sums[k] = capacity.RoundUSD(c.sums[k] + usd)
+}
+
+// Describe implements prometheus.Collector.
+func (c *usdCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *usdCounter) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, v := range c.sums {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, v, k[0], k[1])
+	}
+}
+
 // Interface guards
 var (
 	_ router.Observer      = (*metrics)(nil)
 	_ prometheus.Collector = (*stateCollector)(nil)
+	_ prometheus.Collector = (*usdCounter)(nil)
 )

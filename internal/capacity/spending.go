@@ -410,7 +410,7 @@ func (s *Spending) Report(now time.Time) *SpendingReport {
 	defer s.mu.Unlock()
 	i := s.roll(now)
 	return &SpendingReport{BudgetUSD: s.limit.USD, PeriodSeconds: s.limit.Period.Seconds(),
-		SpentUSD: s.shared + s.spent, HeldUSD: s.held, ResetsAt: s.resetAt(i)}
+		SpentUSD: RoundUSD(s.shared + s.spent), HeldUSD: RoundUSD(s.held), ResetsAt: s.resetAt(i)}
 }
 
 // BudgetSpent says whether the deployment's budget is spent at now: until

@@ -39,8 +39,28 @@ func (s *Spend) plus(o Spend) {
 	sat(&s.OutputTokens, o.OutputTokens)
 	sat(&s.ReasoningTokens, o.ReasoningTokens)
 	if o.CostUSD > 0 && !math.IsInf(o.CostUSD, 0) {
-		s.CostUSD += o.CostUSD
+		s.CostUSD = RoundUSD(s.CostUSD + o.CostUSD)
 	}
+}
+
+// USDResolution is the smallest amount of USD the router counts, a
+// millionth of a micro-dollar: an answer's cost is its tokens times
+// prices per 1M tokens, so that a cost or a sum of costs in float64
+// carries binary noise below it (0.1 + 0.2 is 0.30000000000000004;
+// (0.7 + 5) / 1e6 is 0.0000057000000000000005), which reports would
+// print.
+const USDResolution = 1e-12
+
+// RoundUSD rounds usd to USDResolution, so that it is the float64
+// nearest to its decimal and prints as that (0.3, 0.0000057). Past
+// about 9,000 USD float64 holds no digit that fine and usd is kept as
+// it is.
+func RoundUSD(usd float64) float64 {
+	const units = 1 / USDResolution // exact in float64, as its quotients are
+	if math.Abs(usd) >= 1<<53/units || math.IsNaN(usd) {
+		return usd
+	}
+	return math.Round(usd*units) / units
 }
 
 // ledger keeps a deployment's spend since the process started (it lives

@@ -1365,15 +1365,16 @@ func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Re
 // those written to it at CostCacheWrite (its one-hour lifetime at
 // CostCacheWrite1h), the rest of the input at CostInput, and the output
 // tokens at CostOutput, all per 1M tokens. The parts are bounded by the
-// whole: a provider's garbage never prices a token twice.
+// whole: a provider's garbage never prices a token twice. Rounded to
+// capacity.USDResolution.
 func (d *Deployment) Cost(u provider.Usage) float64 {
 	input := max(u.InputTokens, 0)
 	cached := min(max(u.CachedInputTokens, 0), input)
 	written := min(max(u.CacheWriteTokens, 0), input-cached)
 	hour := min(max(u.CacheWrite1hTokens, 0), written)
-	return (float64(input-cached-written)*d.CostInput + float64(cached)*d.CostCached +
+	return capacity.RoundUSD((float64(input-cached-written)*d.CostInput + float64(cached)*d.CostCached +
 		float64(written-hour)*d.CostCacheWrite + float64(hour)*d.CostCacheWrite1h +
-		float64(max(u.OutputTokens, 0))*d.CostOutput) / 1e6
+		float64(max(u.OutputTokens, 0))*d.CostOutput) / 1e6)
 }
 
 // Spend records what an answer of d, for group g (nil: none), used when

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -14,6 +15,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 func init() {
@@ -290,7 +293,54 @@ func parseProvider(d *caddyfile.Dispenser) (json.RawMessage, error) {
 		return nil, err
 	}
 	var warnings []caddyconfig.Warning
-	return caddyconfig.JSONModuleObject(inst, "type", typ, &warnings), nil
+	raw := caddyconfig.JSONModuleObject(inst, "type", typ, &warnings)
+	keyLines.remember(raw, pm.ProviderSettings().lines)
+	return raw, nil
+}
+
+// keyLines remembers where the Caddyfiles adapted in this process set
+// each provider's credentials, by the provider's JSON: a key variable
+// unset when the config loads (as JSON, which has no lines) is reported
+// at its line (Handler.credentialLine). A config adapted elsewhere (caddy
+// adapt, caddy reload) has none remembered: its error has no line.
+var keyLines = &rememberedLines{byJSON: map[string]positions{}}
+
+// rememberedLines are at most maxRemembered providers' positions; more
+// (many reloads of changing configs) forget them all.
+type rememberedLines struct {
+	mu     sync.Mutex
+	byJSON map[string]positions
+}
+
+const maxRemembered = 1024
+
+func (r *rememberedLines) remember(raw json.RawMessage, ps positions) {
+	if len(ps) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.byJSON) >= maxRemembered {
+		clear(r.byJSON)
+	}
+	r.byJSON[canonicalJSON(raw)] = ps
+}
+
+func (r *rememberedLines) of(raw json.RawMessage) positions {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byJSON[canonicalJSON(raw)]
+}
+
+// canonicalJSON is raw with its members sorted and its strings escaped
+// alike, as it comes back from the adapter's encoding.
+func canonicalJSON(raw json.RawMessage) string {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return string(raw)
+	}
+	b, _ := jsonbody.Marshal(v) // decoded JSON always encodes
+	return string(b)
 }
 
 // providerType finds a provider block's `type`, wherever it stands, and
@@ -437,12 +487,21 @@ func (ps positions) locate(err error) error {
 	if err == nil {
 		return nil
 	}
-	for path := fieldPath(err); ; path = path[:len(path)-1] {
+	if p, ok := ps.at(fieldPath(err)); ok {
+		return fmt.Errorf("%w, at %s:%d", err, p.file, p.line)
+	}
+	return err
+}
+
+// at is the position of the value at path, or of the nearest enclosing
+// value recorded.
+func (ps positions) at(path []string) (position, bool) {
+	for ; ; path = path[:len(path)-1] {
 		if p, ok := ps[strings.Join(path, "\x00")]; ok {
-			return fmt.Errorf("%w, at %s:%d", err, p.file, p.line)
+			return p, true
 		}
 		if len(path) == 0 {
-			return err
+			return position{}, false
 		}
 	}
 }

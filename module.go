@@ -436,7 +436,7 @@ func (h *Handler) provisionProviders(ctx caddy.Context) error {
 	}
 	mods, err := ctx.LoadModule(h, "ProvidersRaw")
 	if err != nil {
-		return fmt.Errorf("loading providers: %v", err)
+		return h.credentialLine(fmt.Errorf("loading providers: %v", err))
 	}
 	h.providers = make(map[string]ProviderModule, len(h.types))
 	for name, mod := range mods.(map[string]any) {
@@ -451,6 +451,25 @@ func (h *Handler) provisionProviders(ctx caddy.Context) error {
 		h.providers[name] = pm
 	}
 	return nil
+}
+
+// credentialLine puts after err, the error of loading the providers, the
+// Caddyfile line of a credential whose placeholders resolve to nothing
+// (ProviderConfig.emptyCredential), when this process adapted that
+// Caddyfile (keyLines).
+func (h *Handler) credentialLine(err error) error {
+	repl := caddy.NewReplacer()
+	for _, name := range sortedKeys(h.ProvidersRaw) {
+		lines := keyLines.of(h.ProvidersRaw[name])
+		var c ProviderConfig
+		if lines == nil || json.Unmarshal(h.ProvidersRaw[name], &c) != nil {
+			continue
+		}
+		if p, ok := lines.at(fieldPath(c.emptyCredential(repl))); ok {
+			return fmt.Errorf("%w, at %s:%d", err, p.file, p.line)
+		}
+	}
+	return err
 }
 
 // resolve fills the unset weights with their defaults.

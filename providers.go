@@ -139,6 +139,7 @@ type ProviderConfig struct {
 	Account string `json:"-"`
 
 	endpoint    provider.Endpoint
+	lines       positions // where a Caddyfile set the credentials (keyLines)
 	transport   http.RoundTripper
 	owned       *reverseproxy.HTTPTransport
 	provisioned bool
@@ -264,6 +265,29 @@ func placeholdersOf(v string) string {
 	return strings.Join(ps, " ")
 }
 
+// emptyCredential is the error of an api_key or a credential header
+// whose placeholders resolve to nothing, naming the placeholder (never a
+// value), at its field (fieldError: "api_key", "headers" and the name);
+// nil when none does.
+func (c *ProviderConfig) emptyCredential(repl *caddy.Replacer) error {
+	if !strings.EqualFold(strings.TrimSpace(c.APIKey), NoAPIKey) {
+		key := strings.TrimSpace(repl.ReplaceKnown(c.APIKey, ""))
+		if p := emptyPlaceholder(repl, c.APIKey); p != "" || c.APIKey != "" && key == "" {
+			return fieldErr("api_key", "api_key %s is empty once its placeholders are replaced: is the environment variable set? (`api_key none` for a server that takes no key)",
+				cmp.Or(p, placeholdersOf(c.APIKey)))
+		}
+	}
+	for _, k := range sortedKeys(c.Headers) {
+		for _, v := range c.Headers[k] {
+			rv := strings.TrimSpace(repl.ReplaceKnown(v, ""))
+			if p := emptyPlaceholder(repl, v); isCredential(k) && (p != "" || v != "" && credentialOf(rv) == "") {
+				return within(fmt.Errorf("header %s %s is empty once its placeholders are replaced: is the environment variable set?", k, cmp.Or(p, placeholdersOf(v))), "", "headers", k)
+			}
+		}
+	}
+	return nil
+}
+
 // ProviderEndpoint is the provisioned account: base URL without its
 // trailing slash, the key and headers with their placeholders replaced.
 func (c *ProviderConfig) ProviderEndpoint() provider.Endpoint { return c.endpoint }
@@ -285,23 +309,18 @@ func (c *ProviderConfig) Provision(ctx caddy.Context) error {
 	if err := c.checkQuery(u); err != nil {
 		return err
 	}
+	if err := c.emptyCredential(repl); err != nil {
+		return err
+	}
 	c.endpoint = provider.Endpoint{BaseURL: base, Header: http.Header{}}
 	if !strings.EqualFold(strings.TrimSpace(c.APIKey), NoAPIKey) {
 		// Trimmed: a key read from a file often ends with a line break,
 		// which no header may carry.
 		c.endpoint.APIKey = strings.TrimSpace(repl.ReplaceKnown(c.APIKey, ""))
-		if p := emptyPlaceholder(repl, c.APIKey); p != "" || c.APIKey != "" && strings.TrimSpace(c.endpoint.APIKey) == "" {
-			return fmt.Errorf("api_key %s is empty once its placeholders are replaced: is the environment variable set? (`api_key none` for a server that takes no key)",
-				cmp.Or(p, placeholdersOf(c.APIKey)))
-		}
 	}
 	for k, vs := range c.Headers {
 		for _, v := range vs {
-			rv := strings.TrimSpace(repl.ReplaceKnown(v, ""))
-			if p := emptyPlaceholder(repl, v); isCredential(k) && (p != "" || v != "" && credentialOf(rv) == "") {
-				return fmt.Errorf("header %s %s is empty once its placeholders are replaced: is the environment variable set?", k, cmp.Or(p, placeholdersOf(v)))
-			}
-			c.endpoint.Header.Add(k, rv)
+			c.endpoint.Header.Add(k, strings.TrimSpace(repl.ReplaceKnown(v, "")))
 		}
 	}
 	if err := c.provisionTransport(ctx, u.Scheme == "https"); err != nil {
@@ -489,6 +508,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 	d.Next() // its name
 	name, file, line := d.Val(), d.File(), d.Line()
 	check := once(" in provider", "header")
+	c.lines = positions{}
 	var transport http.RoundTripper
 	var transportName string
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
@@ -512,6 +532,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 				c.BaseURL = v
 			case "api_key":
 				c.APIKey = v
+				c.lines.record(d, "api_key")
 			default:
 				c.Organization = v
 			}
@@ -536,6 +557,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 				c.Headers = http.Header{}
 			}
 			c.Headers.Add(args[0], args[1])
+			c.lines.record(d, "headers", http.CanonicalHeaderKey(args[0]))
 		case "transport":
 			if !d.NextArg() {
 				return d.ArgErr()

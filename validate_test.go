@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -115,5 +116,31 @@ func TestCaddyfileZeroIsNoDefault(t *testing.T) {
 			}
 			_ = h.Cleanup()
 		})
+	}
+}
+
+// A key variable that is unset when a Caddyfile's config loads is an
+// error at the line that names it (the config loads as JSON, which has
+// no lines: the parser remembers them for the provider's JSON).
+func TestUnsetKeyVariableHasItsLine(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{"api_key {env.LLM_ROUTER_TEST_UNSET_LINE}", "api_key {env.LLM_ROUTER_TEST_UNSET_LINE} is empty once its placeholders are replaced"},
+		{`header Authorization "Bearer {env.LLM_ROUTER_TEST_UNSET_LINE}"`, "header Authorization {env.LLM_ROUTER_TEST_UNSET_LINE} is empty once its placeholders are replaced"},
+	} {
+		caddyText := "llm_router {\n provider p {\n  type openai\n  base_url http://h/v1\n  " + tc.line + "\n }\n model m {\n  deployment p x\n }\n}"
+		parsed := new(Handler)
+		if err := parsed.UnmarshalCaddyfile(caddyfile.NewTestDispenser(caddyText)); err != nil {
+			t.Fatal(err)
+		}
+		adapted, err := json.Marshal(parsed) // as the adapter hands the config to Caddy
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := handlerFromJSON(t, string(adapted))
+		err = h.Provision(newCaddyContext(t))
+		_ = h.Cleanup()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasSuffix(err.Error(), ", at Testfile:5") {
+			t.Errorf("%s: expected an error containing %q at Testfile:5, got %v", tc.line, tc.want, err)
+		}
 	}
 }

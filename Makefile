@@ -84,7 +84,8 @@ bench:
 	bench/results/bin/llmbench run -caddy bench/results/bin/caddy -out bench/results $(BENCH_FLAGS)
 
 demo:
-	$(GO) run ./cmd/caddy run --config Caddyfile.example
+	$(GO) build -o caddy-dev ./cmd/caddy
+	./caddy-dev run --config Caddyfile.example
 
 status-check:
 	GO=$(GO) bash scripts/status-check.sh

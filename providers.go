@@ -669,17 +669,26 @@ func (p *OpenAI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		if key == "continuation" {
 			p.Continuation = val
-			if _, ok := provider.ParseContinuation(val); !ok {
-				return true, d.Errf("continuation: %q is not one of none, prefill, prefix, continue_final_message", val)
-			}
-			return true, nil
+		} else {
+			p.Responses = val
 		}
-		p.Responses = val
-		if p.Responses != "native" && p.Responses != "chat" {
-			return true, d.Errf("responses: %q is neither native nor chat", p.Responses)
+		if err := p.checkOptions(); err != nil {
+			return true, d.Err(err.Error())
 		}
 		return true, nil
 	})
+}
+
+// checkOptions checks the type's own options: responses native or chat,
+// continuation one of provider.ParseContinuation's (each may be unset).
+func (p *OpenAI) checkOptions() error {
+	if r := p.Responses; r != "" && r != "native" && r != "chat" {
+		return fmt.Errorf("responses: %q is neither native nor chat", r)
+	}
+	if _, ok := provider.ParseContinuation(p.Continuation); p.Continuation != "" && !ok {
+		return fmt.Errorf("continuation: %q is not one of none, prefill, prefix, continue_final_message", p.Continuation)
+	}
+	return nil
 }
 
 // CaddyModule returns the Caddy module information.
@@ -689,6 +698,9 @@ func (OpenAI) CaddyModule() caddy.ModuleInfo {
 
 // Provision implements caddy.Provisioner.
 func (p *OpenAI) Provision(ctx caddy.Context) error {
+	if err := p.checkOptions(); err != nil {
+		return err
+	}
 	if err := p.ProviderConfig.Provision(ctx); err != nil {
 		return err
 	}
@@ -696,19 +708,13 @@ func (p *OpenAI) Provision(ctx caddy.Context) error {
 	switch p.Responses {
 	case "native":
 		p.OpenAI.Responses = true
-	case "chat":
 	case "":
 		u, err := url.Parse(p.OpenAI.Endpoint.BaseURL)
 		p.OpenAI.Responses = err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
-	default:
-		return fmt.Errorf("responses: %q is neither native nor chat", p.Responses)
 	}
-	if p.Continuation == "" {
-		p.OpenAI.Continuation = continuationOf(p.OpenAI.Endpoint.BaseURL)
-	} else if c, ok := provider.ParseContinuation(p.Continuation); ok {
-		p.OpenAI.Continuation = c
-	} else {
-		return fmt.Errorf("continuation: %q is not one of none, prefill, prefix, continue_final_message", p.Continuation)
+	p.OpenAI.Continuation = continuationOf(p.OpenAI.Endpoint.BaseURL)
+	if c, ok := provider.ParseContinuation(p.Continuation); ok {
+		p.OpenAI.Continuation = c // checked
 	}
 	return nil
 }

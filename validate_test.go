@@ -144,3 +144,23 @@ func TestUnsetKeyVariableHasItsLine(t *testing.T) {
 		}
 	}
 }
+
+// The openai type's own options hold for JSON as for a Caddyfile (at
+// the option's line).
+func TestOpenAIOptionsHoldForJSONAndCaddyfile(t *testing.T) {
+	for _, tc := range []struct{ caddy, json, want string }{
+		{"responses sometimes", `"responses":"sometimes"`, `responses: "sometimes" is neither native nor chat`},
+		{"continuation maybe", `"continuation":"maybe"`, `continuation: "maybe" is not one of none, prefill, prefix, continue_final_message`},
+	} {
+		h := handlerFromJSON(t, `{"providers":{"p":{"type":"openai","api_key":"none","base_url":"http://h/v1",`+tc.json+`}},"models":{"m":{"deployments":[{"provider":"p","model":"x"}]}}}`)
+		err := h.Provision(newCaddyContext(t))
+		_ = h.Cleanup()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("JSON %s: expected an error containing %q, got %v", tc.json, tc.want, err)
+		}
+		caddyText := "llm_router {\n provider p {\n  type openai\n  api_key none\n  base_url http://h/v1\n  " + tc.caddy + "\n }\n model m {\n  deployment p x\n }\n}"
+		if err := new(Handler).UnmarshalCaddyfile(caddyfile.NewTestDispenser(caddyText)); err == nil || err.Error() != tc.want+", at Testfile:6" {
+			t.Errorf("Caddyfile %s: expected %q, got %v", tc.caddy, tc.want+", at Testfile:6", err)
+		}
+	}
+}

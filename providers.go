@@ -267,7 +267,8 @@ func placeholdersOf(v string) string {
 
 // emptyCredential is the error of an api_key or a credential header
 // whose placeholders resolve to nothing, naming the placeholder (never a
-// value), at its field (fieldError: "api_key", "headers" and the name);
+// value), at its subdirective (fieldError: "api_key"; "header" and the
+// name);
 // nil when none does.
 func (c *ProviderConfig) emptyCredential(repl *caddy.Replacer) error {
 	if !strings.EqualFold(strings.TrimSpace(c.APIKey), NoAPIKey) {
@@ -281,7 +282,7 @@ func (c *ProviderConfig) emptyCredential(repl *caddy.Replacer) error {
 		for _, v := range c.Headers[k] {
 			rv := strings.TrimSpace(repl.ReplaceKnown(v, ""))
 			if p := emptyPlaceholder(repl, v); isCredential(k) && (p != "" || v != "" && credentialOf(rv) == "") {
-				return within(fmt.Errorf("header %s %s is empty once its placeholders are replaced: is the environment variable set?", k, cmp.Or(p, placeholdersOf(v))), "", "headers", k)
+				return within(fmt.Errorf("header %s %s is empty once its placeholders are replaced: is the environment variable set?", k, cmp.Or(p, placeholdersOf(v))), "", "header", k)
 			}
 		}
 	}
@@ -386,11 +387,11 @@ func (c *ProviderConfig) validate() error {
 	}
 	if c.BaseURL != "" && !strings.Contains(c.BaseURL, "{") { // else checked once replaced, at Provision
 		u, err := checkBaseURL(c.BaseURL, c.BaseURL)
-		if err != nil {
-			return err
+		if err == nil {
+			err = c.checkQuery(u)
 		}
-		if err := c.checkQuery(u); err != nil {
-			return err
+		if err != nil {
+			return within(err, "", "base_url")
 		}
 	}
 	for _, t := range []struct {
@@ -398,22 +399,22 @@ func (c *ProviderConfig) validate() error {
 		d    caddy.Duration
 	}{{"timeout", c.Timeout}, {"ttft_timeout", c.TTFTTimeout}, {"idle_timeout", c.IdleTimeout}} {
 		if t.d < 0 {
-			return fmt.Errorf("%s must not be negative", t.name)
+			return fieldErr(t.name, "%s must not be negative", t.name)
 		}
 	}
 	if err := checkOrganization(c.Organization); err != nil {
-		return err
+		return within(err, "", "organization")
 	}
 	if c.APIKey == "" && !c.NoKey && !c.credentialHeader() {
 		return errors.New("needs an api_key, usually {env.NAME}; write `api_key none` for a server that takes no key (a local vLLM or Ollama)")
 	}
 	for k, vs := range c.Headers {
 		if !httpguts.ValidHeaderFieldName(k) {
-			return fmt.Errorf("header %q: not a valid header name", k)
+			return within(fmt.Errorf("header %q: not a valid header name", k), "", "header", k)
 		}
 		for _, v := range vs {
 			if !httpguts.ValidHeaderFieldValue(v) {
-				return fmt.Errorf("header %s: not a valid header value", k)
+				return within(fmt.Errorf("header %s: not a valid header value", k), "", "header", k)
 			}
 		}
 	}
@@ -516,6 +517,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 		if err := check(d); err != nil {
 			return err
 		}
+		c.lines.record(d, key)
 		switch key {
 		case "type":
 			d.RemainingArgs()
@@ -532,7 +534,6 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 				c.BaseURL = v
 			case "api_key":
 				c.APIKey = v
-				c.lines.record(d, "api_key")
 			default:
 				c.Organization = v
 			}
@@ -557,7 +558,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 				c.Headers = http.Header{}
 			}
 			c.Headers.Add(args[0], args[1])
-			c.lines.record(d, "headers", http.CanonicalHeaderKey(args[0]))
+			c.lines.record(d, key, http.CanonicalHeaderKey(args[0]))
 		case "transport":
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -590,7 +591,10 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 		}
 	}
 	if err := c.validate(); err != nil {
-		return fmt.Errorf("provider %s: %v, at %s:%d", name, err, file, line) // the block's line, not its closing brace
+		if p, ok := c.lines.at(fieldPath(err)); ok {
+			file, line = p.file, p.line // the value's line
+		}
+		return fmt.Errorf("provider %s: %v, at %s:%d", name, err, file, line) // else the block's, not its closing brace
 	}
 	if transport != nil {
 		// Like reverse_proxy: an https upstream turns TLS on in the transport.

@@ -164,3 +164,25 @@ func TestOpenAIOptionsHoldForJSONAndCaddyfile(t *testing.T) {
 		}
 	}
 }
+
+// A provider's value that its validate refuses is reported at the line
+// that set it (a rule of the whole block, such as a missing api_key, at
+// the block's).
+func TestProviderErrorsAtTheirLines(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{"timeout -5s", "provider p: timeout must not be negative"},
+		{"base_url http://h/v1/chat/completions", `provider p: base_url "http://h/v1/chat/completions" is an endpoint`},
+		{`header "Bad Name" v`, `provider p: header "Bad Name": not a valid header name`},
+		{"organization \"a b\"", "provider p: organization"},
+	} {
+		caddyText := "llm_router {\n provider p {\n  type openai\n  api_key none\n  base_url http://h/v1\n  " + tc.line + "\n }\n model m {\n  deployment p x\n }\n}"
+		if strings.HasPrefix(tc.line, "base_url") {
+			caddyText = strings.Replace(caddyText, "  base_url http://h/v1\n", "", 1)
+		}
+		err := new(Handler).UnmarshalCaddyfile(caddyfile.NewTestDispenser(caddyText))
+		at := fmt.Sprintf(", at Testfile:%d", lineOf(caddyText, tc.line))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasSuffix(err.Error(), at) {
+			t.Errorf("%s: expected an error containing %q and ending %q, got %v", tc.line, tc.want, at, err)
+		}
+	}
+}

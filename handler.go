@@ -29,8 +29,9 @@ const (
 )
 
 // ServeHTTP answers the LLM API paths (see Handler); any other path under
-// its matcher gets a 404 that lists them. The client API of the path parses the request and writes the
-// answer; the router finds it.
+// its matcher goes to the pass_through provider when one is named, else
+// gets a 404 that lists them. The client API of the path parses the
+// request and writes the answer; the router finds it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/messages/count_tokens") {
 		h.serveCountTokens(w, r)

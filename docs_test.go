@@ -220,7 +220,7 @@ func syntaxBlock(t *testing.T, text, directive string) map[string][]string {
 }
 
 // tableNames returns the first word of the first code span of each table
-// row's first cell in text ("| `budget <USD> per <duration>` | ..." is
+// row's first cell in text (here: the llm_router section of the reference) ("| `budget <USD> per <duration>` | ..." is
 // budget).
 func tableNames(text string) map[string]bool {
 	names := map[string]bool{}
@@ -238,15 +238,17 @@ func tableNames(text string) map[string]bool {
 // where the table says, and each name the reference documents is one the
 // parser accepts (a Caddyfile fed to the caddyfile adapter, so what is
 // tested is what Caddy runs, not how caddyfile.go is written). The
-// llm_mock block documented there is checked against llm_mock's parser
-// the same way.
+// llm_router_status and llm_mock blocks documented there (llm_mock's
+// rate_limit and fault blocks too) are checked against their parsers the
+// same way.
 func TestReferenceHasEveryDirective(t *testing.T) {
 	raw, err := os.ReadFile("docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref := string(raw)
-	documented, rows := syntaxBlock(t, ref, "llm_router"), tableNames(ref)
+	section, _, _ := strings.Cut(ref, "\n## llm_router_status")
+	documented, rows := syntaxBlock(t, ref, "llm_router"), tableNames(section)
 	tables := map[string][]string{"llm_router": handlerKeys, "provider": anyProviderKeys, "model": modelKeys,
 		"deployment": deploymentKeys, "store": storeKeys}
 	for block, names := range tables {
@@ -285,14 +287,30 @@ func TestReferenceHasEveryDirective(t *testing.T) {
 			t.Errorf("docs/reference.md's table has a row for %s, which no block of llm_router takes", name)
 		}
 	}
-	mock := syntaxBlock(t, ref, "llm_mock")["llm_mock"]
-	if len(mock) < 10 {
-		t.Fatalf("expected llm_mock's documented subdirectives, got %v", mock)
+	documentedIn(t, "llm_router_status", syntaxBlock(t, ref, "llm_router_status")["llm_router_status"], 1,
+		func(name string) string { return ":8080 {\n llm_router_status {\n " + name + "\n }\n}\n" })
+	mock := syntaxBlock(t, ref, "llm_mock")
+	documentedIn(t, "llm_mock", mock["llm_mock"], 10,
+		func(name string) string { return ":8080 {\n llm_mock {\n " + name + "\n }\n}\n" })
+	documentedIn(t, "llm_mock's rate_limit", mock["rate_limit"], 3,
+		func(name string) string { return ":8080 {\n llm_mock {\n rate_limit {\n " + name + "\n }\n }\n}\n" })
+	documentedIn(t, "llm_mock's fault", mock["fault"], 10,
+		func(name string) string { return ":8080 {\n llm_mock {\n fault status {\n " + name + "\n }\n }\n}\n" })
+}
+
+// documentedIn checks that the parser of block takes each of names (at
+// least that many, as documented) and refuses a name that is none:
+// caddyfile(name) is a Caddyfile with name alone in that block.
+func documentedIn(t *testing.T, block string, names []string, least int, caddyfile func(name string) string) {
+	t.Helper()
+	if len(names) < least {
+		t.Fatalf("expected at least %d documented subdirectives of %s in docs/reference.md, got %v", least, block, names)
 	}
-	for _, name := range append(mock, "zz_no_such_directive") {
-		msg := adaptError(":8080 {\n llm_mock {\n " + name + "\n }\n}\n")
-		if unknown := strings.Contains(msg, "unrecognized subdirective"); unknown != (name == "zz_no_such_directive") {
-			t.Errorf("llm_mock %s: documented in docs/reference.md, the parser says %q", name, msg)
+	unknown := regexp.MustCompile(`unrecognized subdirective|unknown subdirective`)
+	for _, name := range append(names, "zz_no_such_directive") {
+		msg := adaptError(caddyfile(name))
+		if refused := unknown.MatchString(msg); refused != (name == "zz_no_such_directive") {
+			t.Errorf("%s %s: documented in docs/reference.md, the parser says %q", block, name, msg)
 		}
 	}
 }

@@ -41,6 +41,11 @@ func docFiles(t *testing.T) []string {
 // with an optional "title" after the target.
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 
+var (
+	linkInHeading = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
+	scheme        = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`) // https:, mailto:
+)
+
 // prose returns the lines of a Markdown file with fenced code blocks
 // blanked out, and inline code spans within the others.
 func prose(text string) []string {
@@ -79,7 +84,7 @@ func anchors(text string) map[string]bool {
 			continue
 		}
 		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
-		title = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`).ReplaceAllString(title, "$1")
+		title = linkInHeading.ReplaceAllString(title, "$1")
 		id := strings.Map(func(r rune) rune {
 			switch {
 			case r == ' ':
@@ -102,19 +107,21 @@ func anchors(text string) map[string]bool {
 // TestDocLinks: every relative link of the docs names a file that exists
 // and, when it has a #fragment into a Markdown file, one of its headings.
 func TestDocLinks(t *testing.T) {
-	read := func(path string) (string, bool) {
+	read := func(path string) string {
 		raw, err := os.ReadFile(path)
-		return string(raw), err == nil
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
 	}
 	links := 0
 	for _, file := range docFiles(t) {
-		text, _ := read(file)
-		for i, line := range prose(text) {
+		for i, line := range prose(read(file)) {
 			n := i + 1
 			for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
 				target := m[1]
-				if regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`).MatchString(target) {
-					continue // https:, mailto:
+				if scheme.MatchString(target) {
+					continue
 				}
 				links++
 				path, fragment, _ := strings.Cut(target, "#")
@@ -129,7 +136,7 @@ func TestDocLinks(t *testing.T) {
 				if fragment == "" || !strings.HasSuffix(resolved, ".md") {
 					continue
 				}
-				if into, _ := read(resolved); !anchors(into)[fragment] {
+				if !anchors(read(resolved))[fragment] {
 					t.Errorf("%s:%d: link %q: %s has no heading #%s", file, n, target, resolved, fragment)
 				}
 			}

@@ -53,8 +53,7 @@ var ErrClientGone = errors.New("client went away")
 func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time, req *Request) *Result {
 	switch {
 	case w.last != nil && w.last.obs.Class == provider.ContextLength && !r.largerWindowLeft(w, group, req):
-		res.passOn(w.last) // the provider's 400, as it is: no deployment could take the prompt
-		return res.fail(nil, w)
+		return res.passOn(w.last, w) // the provider's 400, as it is: no deployment could take the prompt
 	case w.last == nil && w.budget != nil:
 		return res.fail(w.budget.error(now), w)
 	case w.last == nil && w.unplanned != nil:

@@ -19,11 +19,11 @@ func (r *Router) unpredicted(out *outcome) {
 		zap.Int64("believed_tokens", out.claim.Tokens), zap.String("message", out.obs.Message))
 }
 
-// logFailure notes a failed attempt for the log. A bad key or a spent
-// quota is an operator's problem: logged at error level, once, when its
-// circuit opens (logDisabled). Any other failure is logged when what
-// follows it is known (logPending): another attempt, or none.
-func (r *Router) logFailure(w *walk, out *outcome, observed capacity.Observed) {
+// noteFailure keeps a failed attempt to be logged when what follows it is
+// known (logPending): another attempt, or none. A bad key or a spent quota
+// is an operator's problem: logged at once instead, at error level, once,
+// when its circuit opens (logDisabled).
+func (r *Router) noteFailure(w *walk, out *outcome, observed capacity.Observed) {
 	if r.logDisabled(out.d, out.obs, observed) {
 		return
 	}

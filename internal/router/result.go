@@ -61,18 +61,35 @@ type Result struct {
 	Err error
 }
 
-// fail ends the request with err (nil: an answer), noting why the last
-// attempt failed.
-func (res *Result) fail(err error, w *walk) *Result {
-	res.Err = err
+// end ends the request with what res holds (an answer, a provider's
+// client error passed on, or an error of the router's own), noting why its
+// last failed attempt failed (FailoverReason).
+func (res *Result) end(w *walk) *Result {
 	if w.last != nil {
 		res.FailoverReason = w.last.obs.Class
 	}
 	return res
 }
 
-// passOn makes a provider's client error the answer, as it is.
-func (res *Result) passOn(o *outcome) {
+// fail ends the request with err: an *Error of the router's own, or
+// ErrClientGone.
+func (res *Result) fail(err error, w *walk) *Result {
+	res.Err = err
+	return res.end(w)
+}
+
+// succeed ends the request with o's answer: a whole body, or a committed
+// stream.
+func (res *Result) succeed(o *outcome, w *walk) *Result {
+	res.Deployment, res.Format = o.d, o.format
+	res.Status, res.Body, res.Stream = o.status, o.body, o.stream
+	return res.end(w)
+}
+
+// passOn ends the request with a provider's client error as the answer, as
+// it is: its body when it is in the client's format (a native pass), its
+// decoded class, code and message (Error) for the client API to restate.
+func (res *Result) passOn(o *outcome, w *walk) *Result {
 	res.Deployment, res.Format = o.d, o.format
 	res.Status = o.status
 	if o.native {
@@ -80,4 +97,5 @@ func (res *Result) passOn(o *outcome) {
 	}
 	obs := o.obs
 	res.Error = &obs
+	return res.end(w)
 }

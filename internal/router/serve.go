@@ -135,7 +135,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 				continue
 			}
 		}
-		k := probe(cands[:ready])
+		k := awaitingProbe(cands[:ready])
 		if k < 0 && req.Prefer != nil {
 			k = r.preferred(group, cands[:ready], req)
 		}
@@ -236,11 +236,11 @@ func (r *Router) joinQueue(g *Group, req *Request, need capacity.Need, now, dead
 	return me, 0
 }
 
-// probe returns the first candidate whose half-open circuit waits for its
-// probe, -1 when none does: a deployment that failed ranks low on
+// awaitingProbe returns the first candidate whose half-open circuit waits
+// for its probe, -1 when none does: a deployment that failed ranks low on
 // reliability, and would never be found back if its probe had to win the
 // ranking.
-func probe(cands []scored) int {
+func awaitingProbe(cands []scored) int {
 	for k := range cands {
 		if cands[k].f.Probe {
 			return k
@@ -315,8 +315,6 @@ func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome)
 	}
 	switch class {
 	case provider.OK:
-		res.Deployment, res.Format = d, out.format
-		res.Status, res.Body, res.Stream = out.status, out.body, out.stream
 		if out.stream == nil {
 			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
 				r.spend(r.Clock.Now(), d, out.group, res.Usage, out.holds)
@@ -329,27 +327,26 @@ func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome)
 		} else {
 			out.stream.span = out.span // ended with the stream
 		}
-		res.fail(nil, w)
+		res.succeed(out, w)
 		return true
 	case provider.ClientError:
 		endSpan(out.span, class, out.obs.Message, provider.Usage{}, false, nil, "")
 		if req.refusedBound(out) {
 			// It could not read state another organization minted: once
 			// more without any of it, elsewhere while another is left.
-			r.logFailure(w, out, observed)
+			r.noteFailure(w, out, observed)
 			w.last, w.per[i].failed = out, true
 			w.failures++
 			return false
 		}
-		res.passOn(out)
-		res.fail(nil, w)
+		res.passOn(out, w)
 		return true
 	}
 	endSpan(out.span, class, out.obs.Message, provider.Usage{}, false, nil, "")
 	if class == provider.RateLimited {
 		r.unpredicted(out)
 	}
-	r.logFailure(w, out, observed)
+	r.noteFailure(w, out, observed)
 	w.last = out
 	switch class {
 	case provider.ContextLength:

@@ -42,7 +42,13 @@ type walk struct {
 	prior *outcome
 }
 
-// serve is ServeGroup's loop: it returns res once answered or failed.
+// serve is ServeGroup's loop over one group: it returns res once
+// answered or failed. Each turn takes the candidates still eligible
+// (candidates), those that can read the request and the tiers it may use
+// (readers, tiered), and its turn in the queue; then it waits (await) when
+// none may go now, or chooses a deployment (choose), plans the attempt
+// (planAttempt), holds and claims its capacity (take), and sends it
+// (send).
 func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result, w *walk, deadline time.Time) *Result {
 	group := g.Deployments
 	need := capacity.Need{Tokens: req.Tokens, Output: req.OutputTokens, Prefixes: req.CachePrefixes(),
@@ -100,29 +106,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			}
 		}
 		if ready == 0 {
-			if free == 0 && recovering(cands, w.per, now) && fallbackLeft(g, req, need, now, deadline) {
-				// Its deployments cool down after failures, or failed this
-				// request: the fallback group, rather than a wait for a
-				// retry that may fail again.
-				return res.fail(coolingError(cands, earliest(cands), now), w)
-			}
-			if me == nil {
-				var limit int
-				if me, limit = r.joinQueue(g, req, need, now, deadline); me == nil {
-					return res.fail(queueFullError(g, cands, limit, now), w)
-				}
-				// Its tiers and its turn again, from its place: others
-				// may have joined the queue since it chose them.
-				continue
-			}
-			if err := r.wait(ctx, g, me, cands, free, w, need, now, deadline); err != nil {
-				if _, late := err.(*Error); late && !retry && !w.widen && !fallbackLeft(g, req, need, now, deadline) {
-					// Those it has not tried cannot serve it before its
-					// deadline, and no fallback group is left: those it
-					// failed on may.
-					w.widen = true
-					continue
-				}
+			if err := r.await(ctx, g, &me, req, cands, free, retry, w, need, now, deadline); err != nil {
 				return res.fail(err, w)
 			}
 			continue
@@ -135,92 +119,177 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 				continue
 			}
 		}
-		k := awaitingProbe(cands[:ready])
-		if k < 0 && req.Prefer != nil {
-			k = r.preferred(group, cands[:ready], req)
-		}
-		if k < 0 {
-			r.score(group, cands[:ready])
-			k = r.pick(group, cands[:ready])
-		}
-		i, d := cands[k].i, group[cands[k].i]
-		if ce := r.Logger.Check(zapcore.DebugLevel, "routing decision"); ce != nil {
-			ce.Write(zap.Int("attempt", res.Attempts+1), zap.String("chose", d.Name),
-				zap.String("candidates", describe(group, cands, now)))
-		}
-		a, ok := r.plan(ctx, d, req, deadline)
-		if ok && req.resume != nil && a.out.format != req.resume.format {
-			// A resume reads on in the stream's format.
-			a.finish()
-			a.out.obs = provider.NewObservation(provider.ClientError)
-			a.out.obs.Message = "the deployment answers in " + a.out.format.String() + ", the stream is in " + req.resume.format.String()
-			ok = false
-		}
+		i := r.choose(group, cands, ready, req, res.Attempts+1, now)
+		a, ok := r.planAttempt(ctx, group[i], req, deadline)
 		if !ok {
 			w.per[i].excluded, w.unplanned = true, a.out
 			continue
 		}
-		// Its worst case held of its budgets before it is sent.
-		held, refused := r.hold(d, g, req, now)
-		if refused != nil {
-			a.finish()
-			if !refused.group {
-				// Its deployment's budget cannot take it: another may.
-				w.per[i].excluded, w.budget = true, refused
-				continue
-			}
-			if err := r.waitBudget(ctx, g, &me, req, need, refused, now, deadline); err != nil {
-				return res.fail(err, w)
-			}
+		if taken, err := r.take(ctx, g, &me, req, w, i, a, need, now, deadline); err != nil {
+			return res.fail(err, w)
+		} else if !taken {
 			continue
 		}
-		a.out.holds = held
-		// Claimed only for an attempt that goes out: a request the
-		// provider cannot express spends none of its windows.
-		if me != nil {
-			me.taking.Store(true)
-			// Out of the fleet's queue before it spends, as out of this
-			// instance's places (taking): never counted twice.
-			leaveFleet(g, me)
-		}
-		claim, ok := d.State.AcquireFor(now, need)
-		if !ok {
-			if me != nil {
-				me.taking.Store(false) // back in its place (in the fleet's at its next look)
-			}
-			held.release(now, d, g)
-			a.finish()
-			continue // a half-open circuit's probe was taken meanwhile, or the fleet's budget
-		}
-		if me != nil {
-			r.leaveQueue(g, me) // its turn came: the next one may look
-			me = nil
-		}
-		a.out.claim, a.out.queue, a.out.group, a.out.prefixes = claim, &g.queue, g, need.Prefixes
-		r.logPending(w, d)
-		from := provider.OK
-		if last := cmp.Or(w.last, w.prior); last != nil {
-			from = last.obs.Class
-		}
-		a.out.span = startSpan(ctx, d, req, a.plan, res.Attempts+1, from, r.Clock.Now().Sub(res.lastEnd))
-		res.Attempts++
-		w.per[i].tried = true
-		var xbuf [2]exchanged
-		outs := r.exchange(ctx, g, req, res, w, i, a, need, deadline, xbuf[:0])
-		res.lastEnd = r.Clock.Now()
-		if last := cmp.Or(w.last, w.prior); last != nil {
-			last.d.State.RecordFailover(last.obs.Class)
-			if r.Observer != nil {
-				r.Observer.Failover(last.d, last.obs.Class)
-			}
-		}
-		w.prior = nil
-		for _, e := range outs {
-			if done := r.settle(res, w, req, e.i, e.out); done {
-				return res
-			}
+		if answered := r.send(ctx, g, req, res, w, i, a, need, deadline); answered {
+			return res
 		}
 	}
+}
+
+// await is the loop's step when no candidate may take the request now
+// (none is ready, or others wait before it in g's queue): it joins the
+// queue (me, nil until then) and looks again, waits there for its turn or
+// for capacity (wait), or widens the walk to the deployments the request
+// failed on (w.widen) when those it has not tried cannot serve it in time
+// and no fallback group is left. Its error ends the request: a fallback
+// group rather than a wait (coolingError), a full queue (queueFullError),
+// or what the wait answered.
+func (r *Router) await(ctx context.Context, g *Group, me **waiter, req *Request, cands []scored, free int, retry bool,
+	w *walk, need capacity.Need, now, deadline time.Time) error {
+	if free == 0 && recovering(cands, w.per, now) && fallbackLeft(g, req, need, now, deadline) {
+		// Its deployments cool down after failures, or failed this
+		// request: the fallback group, rather than a wait for a
+		// retry that may fail again.
+		return coolingError(cands, earliest(cands), now)
+	}
+	if *me == nil {
+		var limit int
+		if *me, limit = r.joinQueue(g, req, need, now, deadline); *me == nil {
+			return queueFullError(g, cands, limit, now)
+		}
+		// Its tiers and its turn again, from its place: others
+		// may have joined the queue since it chose them.
+		return nil
+	}
+	if err := r.wait(ctx, g, *me, cands, free, w, need, now, deadline); err != nil {
+		if _, late := err.(*Error); late && !retry && !w.widen && !fallbackLeft(g, req, need, now, deadline) {
+			// Those it has not tried cannot serve it before its
+			// deadline, and no fallback group is left: those it
+			// failed on may.
+			w.widen = true
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// choose returns the index in group of the deployment to try among the
+// first ready candidates: a half-open circuit's that waits for its probe,
+// else the request's preferred deployment (affinity) when it may take it,
+// else the ranking's pick (score, pick). It logs the decision at debug
+// level, as attempt number attempt.
+func (r *Router) choose(group []*Deployment, cands []scored, ready int, req *Request, attempt int, now time.Time) int {
+	k := awaitingProbe(cands[:ready])
+	if k < 0 && req.Prefer != nil {
+		k = r.preferred(group, cands[:ready], req)
+	}
+	if k < 0 {
+		r.score(group, cands[:ready])
+		k = r.pick(group, cands[:ready])
+	}
+	i := cands[k].i
+	if ce := r.Logger.Check(zapcore.DebugLevel, "routing decision"); ce != nil {
+		ce.Write(zap.Int("attempt", attempt), zap.String("chose", group[i].Name),
+			zap.String("candidates", describe(group, cands, now)))
+	}
+	return i
+}
+
+// planAttempt plans an attempt on d (plan). It reports false, with the
+// attempt's outcome saying why, when d cannot take the request: its
+// provider cannot express it, or, for a resume's request, it answers in
+// another format than the stream's.
+func (r *Router) planAttempt(ctx context.Context, d *Deployment, req *Request, deadline time.Time) (*attempt, bool) {
+	a, ok := r.plan(ctx, d, req, deadline)
+	if ok && req.resume != nil && a.out.format != req.resume.format {
+		// A resume reads on in the stream's format.
+		a.finish()
+		a.out.obs = provider.NewObservation(provider.ClientError)
+		a.out.obs.Message = "the deployment answers in " + a.out.format.String() + ", the stream is in " + req.resume.format.String()
+		ok = false
+	}
+	return a, ok
+}
+
+// take readies the planned attempt a on deployment i to be sent: it holds
+// the request's worst case of its budgets (hold), claims the deployment's
+// capacity and takes the request out of g's queue (me) if it waited
+// there; true once a may go. Otherwise, with a finished, false: the
+// deployment's budget cannot hold the request (it is out of the request),
+// the group's cannot now (waitBudget waited, or its error ends the
+// request), or the claim was refused (a half-open circuit's probe was
+// taken meanwhile, or the fleet's budget).
+func (r *Router) take(ctx context.Context, g *Group, me **waiter, req *Request, w *walk, i int, a *attempt,
+	need capacity.Need, now, deadline time.Time) (bool, error) {
+	d := g.Deployments[i]
+	// Its worst case held of its budgets before it is sent.
+	held, refused := r.hold(d, g, req, now)
+	if refused != nil {
+		a.finish()
+		if !refused.group {
+			// Its deployment's budget cannot take it: another may.
+			w.per[i].excluded, w.budget = true, refused
+			return false, nil
+		}
+		return false, r.waitBudget(ctx, g, me, req, need, refused, now, deadline)
+	}
+	a.out.holds = held
+	// Claimed only for an attempt that goes out: a request the
+	// provider cannot express spends none of its windows.
+	if *me != nil {
+		(*me).taking.Store(true)
+		// Out of the fleet's queue before it spends, as out of this
+		// instance's places (taking): never counted twice.
+		leaveFleet(g, *me)
+	}
+	claim, ok := d.State.AcquireFor(now, need)
+	if !ok {
+		if *me != nil {
+			(*me).taking.Store(false) // back in its place (in the fleet's at its next look)
+		}
+		held.release(now, d, g)
+		a.finish()
+		return false, nil // a half-open circuit's probe was taken meanwhile, or the fleet's budget
+	}
+	if *me != nil {
+		r.leaveQueue(g, *me) // its turn came: the next one may look
+		*me = nil
+	}
+	a.out.claim, a.out.queue, a.out.group, a.out.prefixes = claim, &g.queue, g, need.Prefixes
+	return true, nil
+}
+
+// send makes the attempt a on deployment i, and its hedge if one starts
+// (exchange), counts it, tells of the failover that led to it, and
+// settles its outcomes: it reports whether the request is answered.
+func (r *Router) send(ctx context.Context, g *Group, req *Request, res *Result, w *walk, i int, a *attempt,
+	need capacity.Need, deadline time.Time) bool {
+	d := g.Deployments[i]
+	r.logPending(w, d)
+	from := provider.OK
+	if last := cmp.Or(w.last, w.prior); last != nil {
+		from = last.obs.Class
+	}
+	a.out.span = startSpan(ctx, d, req, a.plan, res.Attempts+1, from, r.Clock.Now().Sub(res.lastEnd))
+	res.Attempts++
+	w.per[i].tried = true
+	var xbuf [2]exchanged
+	outs := r.exchange(ctx, g, req, res, w, i, a, need, deadline, xbuf[:0])
+	res.lastEnd = r.Clock.Now()
+	if last := cmp.Or(w.last, w.prior); last != nil {
+		last.d.State.RecordFailover(last.obs.Class)
+		if r.Observer != nil {
+			r.Observer.Failover(last.d, last.obs.Class)
+		}
+	}
+	w.prior = nil
+	for _, e := range outs {
+		if done := r.settle(res, w, req, e.i, e.out); done {
+			return true
+		}
+	}
+	return false
 }
 
 // joinQueue puts req in this instance's queue of g unless it is full
@@ -279,28 +348,11 @@ func (r *Router) observeQueue(g *Group) {
 // settle folds an attempt's outcome into the request and the deployment's
 // state: it reports whether the request is answered (res is set).
 func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome) bool {
-	d := out.d
-	switch out.end {
-	case clientGone, pastDeadline:
-		if out.end == pastDeadline && out.took >= r.Deadline/2 {
-			// It ran out most of the request's deadline without an
-			// answer: a hang, a failure as a timeout is (by default no
-			// timeout is set, and the deadline is the only bound).
-			d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
-		}
-		if out.stream == nil {
-			r.chargeLeft(out)
-			out.release(r.Clock.Now()) // the attempt ended unobserved
-		}
-		endSpan(out.span, provider.Transport, map[ending]string{clientGone: "the client went away", pastDeadline: "the request's deadline passed"}[out.end],
-			provider.Usage{}, false, nil, "")
-		if out.end == clientGone {
-			res.fail(ErrClientGone, w)
-		} else {
-			res.fail(deadlineError(), w)
-		}
+	if out.end == clientGone || out.end == pastDeadline {
+		r.cutShort(res, w, out)
 		return true
 	}
+	d := out.d
 	out.redact(d.Secrets)
 	class := out.obs.Class
 	if r.Observer != nil {
@@ -315,18 +367,7 @@ func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome)
 	}
 	switch class {
 	case provider.OK:
-		if out.stream == nil {
-			if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
-				r.spend(r.Clock.Now(), d, out.group, res.Usage, out.holds)
-				d.State.RecordCache(r.Clock.Now(), out.prefixes, res.Usage)
-			}
-			if out.span != nil { // the answer read again only for a trace
-				model, _ := jsonbody.GetString(out.body, "model")
-				endSpan(out.span, class, "", res.Usage, res.UsageStated, provider.FinishReasons(out.format, out.body), model)
-			}
-		} else {
-			out.stream.span = out.span // ended with the stream
-		}
+		r.recordAnswer(res, out)
 		res.succeed(out, w)
 		return true
 	case provider.ClientError:
@@ -348,10 +389,63 @@ func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome)
 	}
 	r.noteFailure(w, out, observed)
 	w.last = out
-	switch class {
+	w.learn(res, i, out)
+	return false
+}
+
+// cutShort ends the request whose attempt out the request itself cut
+// before an answer: its client gone, or its deadline past. An attempt
+// that ran out most of the deadline is observed as failed; one that is no
+// stream is charged what its provider billed (chargeLeft) and released.
+func (r *Router) cutShort(res *Result, w *walk, out *outcome) {
+	if out.end == pastDeadline && out.took >= r.Deadline/2 {
+		// It ran out most of the request's deadline without an
+		// answer: a hang, a failure as a timeout is (by default no
+		// timeout is set, and the deadline is the only bound).
+		out.d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
+	}
+	if out.stream == nil {
+		r.chargeLeft(out)
+		out.release(r.Clock.Now()) // the attempt ended unobserved
+	}
+	endSpan(out.span, provider.Transport, map[ending]string{clientGone: "the client went away", pastDeadline: "the request's deadline passed"}[out.end],
+		provider.Usage{}, false, nil, "")
+	if out.end == clientGone {
+		res.fail(ErrClientGone, w)
+	} else {
+		res.fail(deadlineError(), w)
+	}
+}
+
+// recordAnswer records what a successful attempt's answer used and ends
+// its span: a whole answer's usage, as its provider stated it, spent
+// against its deployment's and group's budgets and its prompt cache; a
+// stream's span is handed to the stream, which ends it.
+func (r *Router) recordAnswer(res *Result, out *outcome) {
+	if out.stream != nil {
+		out.stream.span = out.span // ended with the stream
+		return
+	}
+	if res.Usage, res.UsageStated = provider.UsageOf(out.format, out.body); res.UsageStated {
+		r.spend(r.Clock.Now(), out.d, out.group, res.Usage, out.holds)
+		out.d.State.RecordCache(r.Clock.Now(), out.prefixes, res.Usage)
+	}
+	if out.span != nil { // the answer read again only for a trace
+		model, _ := jsonbody.GetString(out.body, "model")
+		endSpan(out.span, provider.OK, "", res.Usage, res.UsageStated, provider.FinishReasons(out.format, out.body), model)
+	}
+}
+
+// learn notes what the failed attempt out, on deployment i, tells the
+// request of that deployment: excluded for its context window, its token
+// window, its key or its quota (the last three certain refusals: no
+// attempt of MaxAttempts spent, res.refused); else failed, and silent when
+// it timed out.
+func (w *walk) learn(res *Result, i int, out *outcome) {
+	switch out.obs.Class {
 	case provider.ContextLength:
 		w.per[i].excluded = true
-		w.minContext = max(w.minContext, d.ContextWindow)
+		w.minContext = max(w.minContext, out.d.ContextWindow)
 	case provider.TooLarge:
 		// Larger than its window's whole limit: elsewhere, or the 413. It
 		// failed nothing (no cooldown) and was certain: no attempt spent.
@@ -361,7 +455,7 @@ func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome)
 		w.per[i].excluded = true
 		w.failures++
 		res.refused++ // certain, and the deployment is out: no attempt spent
-		if class == provider.QuotaExhausted {
+		if out.obs.Class == provider.QuotaExhausted {
 			w.limited++
 		}
 	case provider.RateLimited:
@@ -375,7 +469,6 @@ func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome)
 		w.per[i].failed = true
 		w.failures++
 	}
-	return false
 }
 
 // attemptsLeft reports whether res may make another attempt: MaxAttempts

@@ -256,7 +256,7 @@ func (r *Router) take(ctx context.Context, g *Group, me **waiter, req *Request, 
 		r.leaveQueue(g, *me) // its turn came: the next one may look
 		*me = nil
 	}
-	a.out.claim, a.out.queue, a.out.group, a.out.prefixes = claim, &g.queue, g, need.Prefixes
+	a.out.claimed(claim, g, held, need)
 	return true, nil
 }
 

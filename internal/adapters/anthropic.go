@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,11 +47,10 @@ type Anthropic struct {
 	Endpoint provider.Endpoint
 }
 
-// Serves implements provider.Provider: every format but embeddings and
+// Serves implements provider.Provider: Chat, and Messages and Responses
+// (natively or through their Chat form: chatFormats); no embeddings, no
 // legacy completions.
-func (*Anthropic) Serves(f provider.Format) bool {
-	return f != provider.Embeddings && f != provider.Completions
-}
+func (*Anthropic) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
 // Plan implements provider.Provider. A translated request fails when it
 // holds what the Messages API cannot express (see messages.FromChat).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,8 +67,9 @@ func azureV1(base string) bool {
 	return err == nil && strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
 }
 
-// Serves implements provider.Provider: every format, embeddings included.
-func (*Azure) Serves(provider.Format) bool { return true }
+// Serves implements provider.Provider: the formats of OpenAI's
+// (openAIFormats).
+func (*Azure) Serves(f provider.Format) bool { return slices.Contains(openAIFormats, f) }
 
 // Plan implements provider.Provider. The body is the client's (or its Chat
 // form) with the model set: harmless for deployment URLs, required by the

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,11 +60,10 @@ type Bedrock struct {
 	Endpoint provider.Endpoint
 }
 
-// Serves implements provider.Provider: Chat, Messages and Responses (through
-// Chat); no embeddings, no legacy completions.
-func (*Bedrock) Serves(f provider.Format) bool {
-	return f != provider.Embeddings && f != provider.Completions
-}
+// Serves implements provider.Provider: Chat, and Messages and Responses
+// (natively or through their Chat form: chatFormats); no embeddings, no
+// legacy completions.
+func (*Bedrock) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
 // BedrockAnthropic reports whether a Bedrock model id names one of
 // Anthropic's models, billed by Anthropic's rules.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,11 +48,10 @@ type Vertex struct {
 	Project, Location string
 }
 
-// Serves implements provider.Provider: Chat, Messages and Responses (through
-// Chat); no embeddings, no legacy completions.
-func (*Vertex) Serves(f provider.Format) bool {
-	return f != provider.Embeddings && f != provider.Completions
-}
+// Serves implements provider.Provider: Chat, and Messages and Responses
+// (natively or through their Chat form: chatFormats); no embeddings, no
+// legacy completions.
+func (*Vertex) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
 // VertexPublisher names the publisher of a Vertex deployment's model
 // ("anthropic", "google", ...), whose rules bill it.

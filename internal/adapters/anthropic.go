@@ -120,7 +120,7 @@ func (p *Anthropic) post(ctx context.Context, body []byte, stream bool) (*http.R
 }
 
 func (p *Anthropic) postTo(ctx context.Context, op string, body []byte, stream bool) (*http.Request, error) {
-	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+op, body, stream, "X-Api-Key", "")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+op, body, stream, anthropicKey.name, anthropicKey.prefix)
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ func azurePost(ctx context.Context, ep *provider.Endpoint, model, op string, bod
 	if err != nil {
 		return nil, err
 	}
-	return ep.NewRequest(ctx, target, out, stream, "Api-Key", "")
+	return ep.NewRequest(ctx, target, out, stream, azureKey.name, azureKey.prefix)
 }
 
 // Observe implements provider.Provider: the openai dialect.

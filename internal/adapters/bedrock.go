@@ -152,7 +152,7 @@ func (p *Bedrock) Plan(ctx context.Context, model string, r *provider.Request) (
 // post builds a POST of body to /model/{model}{op}, the model
 // path-escaped (an ARN's "/" and ":" too).
 func (p *Bedrock) post(ctx context.Context, model, op string, body []byte, stream bool) (*http.Request, error) {
-	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/model/"+url.PathEscape(model)+op, body, stream, "Authorization", "Bearer ")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/model/"+url.PathEscape(model)+op, body, stream, bearerKey.name, bearerKey.prefix)
 	if err != nil {
 		return nil, err
 	}

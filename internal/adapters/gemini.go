@@ -79,7 +79,7 @@ func (p *Gemini) Plan(ctx context.Context, model string, r *provider.Request) (p
 	} else {
 		target += ":generateContent"
 	}
-	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/"+target, out, r.Stream, "X-Goog-Api-Key", "")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/"+target, out, r.Stream, geminiKey.name, geminiKey.prefix)
 	if err != nil {
 		return nil, err
 	}

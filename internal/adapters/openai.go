@@ -147,7 +147,7 @@ func openAIPost(ctx context.Context, ep *provider.Endpoint, url, model string, b
 	if err != nil {
 		return nil, err
 	}
-	return ep.NewRequest(ctx, url, out, stream, "Authorization", "Bearer ")
+	return ep.NewRequest(ctx, url, out, stream, bearerKey.name, bearerKey.prefix)
 }
 
 // chatReader reads Chat Completions answers and streams.

@@ -158,7 +158,7 @@ func (p *Vertex) Plan(ctx context.Context, model string, r *provider.Request) (p
 }
 
 func (p *Vertex) post(ctx context.Context, target string, body []byte, stream bool) (*http.Request, error) {
-	return p.Endpoint.NewRequest(ctx, target, body, stream, "Authorization", "Bearer ")
+	return p.Endpoint.NewRequest(ctx, target, body, stream, bearerKey.name, bearerKey.prefix)
 }
 
 // Observe implements provider.Provider.

@@ -1,0 +1,72 @@
+package llmrouter
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// KeyHeader states the test type's key header (provider.KeyHeader), the
+// one its plans put the key in.
+func (*echoType) KeyHeader() (string, string) { return "X-Echo-Key", "" }
+
+// A third party's type that states its key header can be the pass_through
+// provider: what the router does not serve reaches it with its key in that
+// header, the client's credentials removed. One that states none (bedrock,
+// which signs its requests) is refused at load, naming the fact it lacks.
+func TestPassThroughTakesTheTypesKeyHeader(t *testing.T) {
+	var seen http.Header
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = r.Header.Clone()
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	defer upstream.Close()
+	config := func(provider string) *Handler {
+		return handlerFromJSON(t, `{"pass_through":"e","providers":{"e":`+provider+`},"models":{"m":{"deployments":[{"provider":"e","model":"x"}]}}}`)
+	}
+	h := config(`{"type":"echo_test","base_url":"` + upstream.URL + `/v1","api_key":"echo-key"}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatalf("expected a type stating its key header to be pass_through's, got %v", err)
+	}
+	defer h.Cleanup()
+	req := httptest.NewRequest(http.MethodGet, "/v1/files", nil)
+	req.Header.Set("Authorization", "Bearer client-key")
+	req.Header.Set("X-Echo-Key", "client-key")
+	rec := httptest.NewRecorder()
+	h.passProxy.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || seen.Get("X-Echo-Key") != "echo-key" || seen.Get("Authorization") != "" {
+		t.Errorf("expected 200 and the provider's key alone upstream, got %d, upstream saw %v", rec.Code, seen)
+	}
+
+	h = config(`{"type":"bedrock","region":"us-east-1"}`)
+	err := h.Provision(newCaddyContext(t))
+	h.Cleanup()
+	if err == nil || !strings.Contains(err.Error(), "pass_through: provider e is of type bedrock, which states no key header") ||
+		!strings.Contains(err.Error(), "(types that state one: anthropic, azure, echo_test, gemini, openai)") {
+		t.Errorf("expected pass_through refused for a type stating no key header, got %v", err)
+	}
+}
+
+// ProviderOptions of the test type: its own subdirective.
+func (*echoType) ProviderOptions() []string { return []string{"greeting"} }
+
+// A subdirective that is another type's own option names the types that
+// take it, a third party's as the built-in ones; a typo of one is
+// suggested.
+func TestProviderOptionsAreTheTypes(t *testing.T) {
+	for block, want := range map[string]string{
+		"type openai\napi_key k\ngreeting hi":  "unknown subdirective greeting in provider (an option of type echo_test)",
+		"type openai\napi_key k\nregion x":     "unknown subdirective region in provider (an option of type bedrock, vertex)",
+		"type echo_test\napi_key k\ngreting x": `unknown subdirective greting in provider (did you mean "greeting"?)`,
+		"type openai\napi_key k\nresponse x":   `unknown subdirective response in provider (did you mean "responses"?)`,
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\nprovider p {\nbase_url https://api.example.com/v1\n" + block + "\n}\n}"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: expected %q, got %v", block, want, err)
+		}
+	}
+}

@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
-	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -85,47 +84,7 @@ func (p *Bedrock) Plan(ctx context.Context, model string, r *provider.Request) (
 		return nil, err
 	}
 	if bedrockAnthropic(model) {
-		op := "/invoke"
-		if r.Stream {
-			op = "/invoke-with-response-stream"
-		}
-		if r.Format == provider.Messages {
-			body, err := cloudMessages(r.Body, BedrockAnthropicVersion, false, anthropicBetas(r.Header))
-			if err != nil {
-				return nil, err
-			}
-			if err := prefill(body, r); err != nil {
-				return nil, err
-			}
-			req, err := p.post(ctx, model, op, body, r.Stream)
-			if err != nil {
-				return nil, err
-			}
-			// Bedrock's errors are its own, not Messages errors: not native,
-			// so that they are restated; its answers and streams are
-			// Anthropic's, passed on as they come.
-			return &plan{req: req, format: provider.Messages, model: model, r: bedrockInvokeReader{native: true}}, nil
-		}
-		chatBody, err := r.Chat()
-		if err != nil {
-			return nil, err
-		}
-		msg, err := messages.FromChat(chatBody, model, r.Stream)
-		if err != nil {
-			return nil, err
-		}
-		body, err := cloudMessages(msg, BedrockAnthropicVersion, false, nil)
-		if err != nil {
-			return nil, err
-		}
-		if err := prefill(body, r); err != nil {
-			return nil, err
-		}
-		req, err := p.post(ctx, model, op, body, r.Stream)
-		if err != nil {
-			return nil, err
-		}
-		return chatPlan(req, model, r, false, bedrockInvokeReader{}), nil
+		return planClaude(ctx, p, model, r)
 	}
 	if r.Continues {
 		return nil, provider.ErrNoContinuation // Converse's models differ in what they continue

@@ -50,16 +50,12 @@ var states = caddy.NewUsagePool()
 const DefaultMaxBody = 8 << 20
 
 // Handler routes LLM API requests over model groups of deployments, with
-// capacity-aware failover. It answers
-//
-//	POST .../chat/completions        OpenAI Chat Completions (streaming or not)
-//	POST .../responses               OpenAI Responses (streaming or not)
-//	POST .../embeddings              OpenAI embeddings
-//	POST .../messages                Anthropic Messages (streaming or not)
-//	POST .../messages/count_tokens   Anthropic token counting
-//	GET  .../models[/{id}]           the model groups
-//
-// and any other path under its matcher with a 404 that lists those. It writes its own
+// capacity-aware failover. It answers the client APIs' paths (POST
+// .../chat/completions, .../responses, .../messages, .../embeddings,
+// .../completions) and its own (the model groups, token counting, a
+// background response's operations), listed once in api.Endpoints and in
+// docs/endpoints.md, and any other path under its matcher with a 404 that
+// lists them. It writes its own
 // error answers (bad requests, every deployment rate-limited or failing,
 // the deadline) in the client's API format, as the SDKs expect them, rather
 // than returning them to Caddy: handle_errors does not see them.

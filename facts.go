@@ -8,7 +8,7 @@ import (
 
 // What the registered provider types state of themselves: the facts of
 // package provider's optional interfaces (provider.KeyHeader, TraceNamer,
-// Continuer) and, on the module, the Caddyfile options of its own
+// Continuer, CachePricer) and, on the module, the Caddyfile options of its own
 // (ProviderOptions). Nothing here is a table keyed by a type's name, so a
 // third party's type built in with xcaddy states its facts as the built-in
 // ones do.

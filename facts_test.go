@@ -70,3 +70,38 @@ func TestProviderOptionsAreTheTypes(t *testing.T) {
 		}
 	}
 }
+
+// CachePrices of the test type: a cache billed as its own (reads 0.2x,
+// 5-minute writes 1.5x, 1-hour writes 3x the input price).
+func (*echoType) CachePrices(model string) (read, write, write1h float64) {
+	if model == "plain" {
+		return 1, 1, 1
+	}
+	return 0.2, 1.5, 3
+}
+
+// A third party's type that states how its models' prompt cache is billed
+// (provider.CachePricer) has its deployments priced so, unless the
+// deployment sets its own price; a built-in type's stay as they were.
+func TestCachePricesAreTheTypes(t *testing.T) {
+	h := handlerFromJSON(t, `{"providers":{"e":{"type":"echo_test","base_url":"http://127.0.0.1:1/v1","api_key":"k"},
+		"a":{"type":"anthropic","base_url":"http://127.0.0.1:1/v1","api_key":"k"}},
+		"models":{"m":{"deployments":[{"provider":"e","model":"cached","cost_input":10,"cost_output":20},
+			{"provider":"e","model":"cached-too","cost_input":10,"cost_output":20,"cost_cache_write":11},
+			{"provider":"e","model":"plain","cost_input":10,"cost_output":20},
+			{"provider":"a","model":"claude-sonnet-4-5","cost_input":3,"cost_output":15}]}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	want := [][3]float64{{2, 15, 30}, {2, 11, 30}, {10, 10, 10}, {0.3, 3.75, 6}}
+	for i, d := range h.groups["m"].Deployments {
+		got := [3]float64{d.CostCached, d.CostCacheWrite, d.CostCacheWrite1h}
+		for j := range got {
+			if diff := got[j] - want[i][j]; diff > 1e-12 || diff < -1e-12 {
+				t.Errorf("%s: expected cache prices (read, write, 1h write) %v, got %v", d.Name, want[i], got)
+				break
+			}
+		}
+	}
+}

@@ -495,7 +495,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		State:         st.(*capacity.State),
 		Secrets:       cfg.secrets(),
 	}
-	setPrices(d, h.types[dc.Provider], dc)
+	setPrices(d, p, dc)
 	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redact.URL(cfg.endpoint.BaseURL), identity: key, org: cfg.organization()}
 	return d, nil
 }

@@ -53,3 +53,19 @@ type Continuer interface {
 	// it afresh or refuses it.
 	ContinuationFor(model string) Continuation
 }
+
+// CachePricer is a Provider that says how its models' prompt cache is
+// billed, in multiples of the model's input price (a deployment's
+// cost_input), so that a deployment that sets no cache prices of its own
+// (cost_cached_input, cost_cache_write, cost_cache_write_1h) is charged as
+// the provider bills it.
+//
+// Asked once per deployment, when the configuration loads. Default: 1, 1,
+// 1: cache reads and writes at the input price (no write premium; a cached
+// price below it, such as OpenAI's per-model one, is the deployment's to
+// set), so that a budget is never counted short.
+type CachePricer interface {
+	// CachePrices returns the multiples of model's input price that a
+	// cache read, a 5-minute cache write and a 1-hour cache write cost.
+	CachePrices(model string) (read, write, write1h float64)
+}

@@ -64,10 +64,6 @@ type Bedrock struct {
 // legacy completions.
 func (*Bedrock) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
-// BedrockAnthropic reports whether a Bedrock model id names one of
-// Anthropic's models, billed by Anthropic's rules.
-func BedrockAnthropic(model string) bool { return bedrockAnthropic(model) }
-
 // bedrockAnthropic reports whether a Bedrock model id names one of
 // Anthropic's models (served through InvokeModel in the Messages format).
 func bedrockAnthropic(model string) bool {

@@ -52,13 +52,6 @@ type Vertex struct {
 // legacy completions.
 func (*Vertex) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
-// VertexPublisher names the publisher of a Vertex deployment's model
-// ("anthropic", "google", ...), whose rules bill it.
-func VertexPublisher(model string) string {
-	p, _ := vertexModel(model)
-	return p
-}
-
 // vertexModel splits a deployment's model into its publisher and name.
 func vertexModel(model string) (publisher, name string) {
 	if rest, ok := strings.CutPrefix(model, "publishers/"); ok {

@@ -75,7 +75,7 @@ func (*Azure) Serves(f provider.Format) bool { return slices.Contains(openAIForm
 // form) with the model set: harmless for deployment URLs, required by the
 // v1 API.
 func (p *Azure) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	return planOpenAIFamily(model, r, azureV1(p.Endpoint.BaseURL), provider.NoContinuation, azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+	return planOpenAIFamily(model, r, azureV1(p.Endpoint.BaseURL), p.ContinuationFor(model), azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
 		return azurePost(ctx, &p.Endpoint, model, op, body, stream)
 	})
 }

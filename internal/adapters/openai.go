@@ -59,7 +59,7 @@ var openAIFormats = []provider.Format{provider.Chat, provider.Embeddings, provid
 
 // Plan implements provider.Provider.
 func (p *OpenAI) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	return planOpenAIFamily(model, r, p.Responses, p.Continuation, chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+	return planOpenAIFamily(model, r, p.Responses, p.ContinuationFor(model), chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
 		return openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/"+op, model, body, stream)
 	})
 }

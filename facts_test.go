@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // KeyHeader states the test type's key header (provider.KeyHeader), the
@@ -102,6 +105,24 @@ func TestCachePricesAreTheTypes(t *testing.T) {
 				t.Errorf("%s: expected cache prices (read, write, 1h write) %v, got %v", d.Name, want[i], got)
 				break
 			}
+		}
+	}
+}
+
+// The built-in modules state their adapters' facts (promoted from the
+// embedded adapter: nothing of the module hides them).
+func TestBuiltInModulesStateTheirFacts(t *testing.T) {
+	for _, name := range []string{"openai", "azure", "anthropic", "gemini", "bedrock", "vertex"} {
+		info, err := caddy.GetModule(ProviderNamespace + "." + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := info.New()
+		_, keyed := m.(provider.KeyHeader)
+		_, named := m.(provider.TraceNamer)
+		_, continues := m.(provider.Continuer)
+		if keyed != (name != "bedrock" && name != "vertex") || !named || !continues {
+			t.Errorf("%s: expected its facts stated, got key header %v, tracing name %v, continuation %v", name, keyed, named, continues)
 		}
 	}
 }

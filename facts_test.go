@@ -126,3 +126,36 @@ func TestBuiltInModulesStateTheirFacts(t *testing.T) {
 		}
 	}
 }
+
+// A client's credentials in any registered type's key header (a third
+// party's too) never reach the pass_through provider, whatever its type.
+func TestPassThroughDropsEveryTypesKeyHeader(t *testing.T) {
+	var seen http.Header
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = r.Header.Clone()
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	defer upstream.Close()
+	h := handlerFromJSON(t, `{"pass_through":"o","providers":{"o":{"type":"openai","base_url":"`+upstream.URL+`/v1","api_key":"sk-provider"}},
+		"models":{"m":{"deployments":[{"provider":"o","model":"x"}]}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	req := httptest.NewRequest(http.MethodGet, "/v1/files", nil)
+	for _, k := range []string{"X-Echo-Key", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"} {
+		req.Header.Set(k, "client-secret")
+	}
+	rec := httptest.NewRecorder()
+	h.passProxy.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || seen.Get("Authorization") != "Bearer sk-provider" {
+		t.Fatalf("expected 200 with the provider's key, got %d, upstream saw %v", rec.Code, seen)
+	}
+	for k, vs := range seen {
+		for _, v := range vs {
+			if strings.Contains(v, "client-secret") {
+				t.Errorf("the client's credential reached the provider in %s", k)
+			}
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,10 +25,22 @@ import (
 )
 
 // clientCredentials are the client's request headers that never go
-// upstream on a pass_through: the provider's own key replaces them (in the
-// header its type states, provider.KeyHeader, which replaces the client's
-// too).
-var clientCredentials = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Cookie", "Proxy-Authorization"}
+// upstream on a pass_through: the browser's and a proxy's credentials and
+// every registered provider type's key header (provider.KeyHeader: a
+// client's key for one API is not passed on to another); the provider's
+// own key goes in its type's.
+func clientCredentials() []string {
+	names := []string{"Authorization", "Cookie", "Proxy-Authorization"}
+	typesWith(func(m caddy.Module) bool {
+		if kh, ok := m.(provider.KeyHeader); ok {
+			if name, _ := kh.KeyHeader(); !slices.Contains(names, http.CanonicalHeaderKey(name)) {
+				names = append(names, http.CanonicalHeaderKey(name))
+			}
+		}
+		return false
+	})
+	return names
+}
 
 // provisionPassThrough builds the proxy of Handler.PassThrough: the
 // endpoints the router does not serve (audio, images, files, batches...)
@@ -49,6 +62,7 @@ func (h *Handler) provisionPassThrough() error {
 			"pass_through cannot put the provider's key in what it passes on (types that state one: %s)", name, h.types[name], strings.Join(keyed, ", "))
 	}
 	keyName, keyPrefix := kh.KeyHeader()
+	credentials := clientCredentials()
 	cfg := p.ProviderSettings()
 	ep := cfg.endpoint
 	secrets, deadline := cfg.secrets(), durationOr(h.Deadline, router.DefaultDeadline)
@@ -74,7 +88,7 @@ func (h *Handler) provisionPassThrough() error {
 			out.RawQuery = q.Encode()
 			pr.Out.URL = &out
 			pr.Out.Host = base.Host
-			for _, k := range clientCredentials {
+			for _, k := range credentials {
 				pr.Out.Header.Del(k)
 			}
 			// An error is read to be redacted (redactPassError): it may

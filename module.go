@@ -53,22 +53,13 @@ var states = caddy.NewUsagePool()
 const DefaultMaxBody = 8 << 20
 
 // Handler routes LLM API requests over model groups of deployments, with
-// capacity-aware failover. It answers
-//
-//	POST .../chat/completions        OpenAI Chat Completions (streaming or not)
-//	POST .../responses               OpenAI Responses (streaming or not)
-//	GET  .../responses               upgraded: the Responses API's WebSocket mode
-//	GET, DELETE .../responses/{id}   a response a provider keeps (background
-//	POST .../responses/{id}/cancel   mode), at the deployment that made it;
-//	GET  .../responses/{id}/input_items  likewise
-//	POST .../completions             OpenAI legacy completions
-//	POST .../embeddings              OpenAI embeddings
-//	POST .../messages                Anthropic Messages (streaming or not)
-//	POST .../messages/count_tokens   Anthropic token counting
-//	GET  .../models[/{id}]           the model groups
-//
-// and any other path under its matcher with a 404 that lists those (or
-// passes it on to the pass_through provider, when one is named). It writes its own
+// capacity-aware failover. It answers the client APIs' paths (POST
+// .../chat/completions, .../responses, .../messages, .../embeddings,
+// .../completions) and its own (the model groups, token counting, a
+// background response's operations), listed once in api.Endpoints and in
+// docs/endpoints.md, and any other path under its matcher with a 404 that
+// lists them (or passes it on to the pass_through provider, when one is
+// named). It writes its own
 // error answers (bad requests, every deployment rate-limited or failing,
 // the deadline) in the client's API format, as the SDKs expect them, rather
 // than returning them to Caddy: handle_errors does not see them.
@@ -510,7 +501,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		State:         st.(*capacity.State),
 		Secrets:       cfg.secrets(),
 	}
-	setPrices(d, h.types[dc.Provider], dc)
+	setPrices(d, p, dc)
 	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redact.URL(cfg.endpoint.BaseURL), identity: key, org: cfg.organization()}
 	return d, nil
 }

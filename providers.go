@@ -563,10 +563,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 				}
 			}
 			if !known {
-				if types, ok := typeKeys[key]; ok {
-					return d.Errf("unknown subdirective %s in provider (an option of type %s)", key, types)
-				}
-				return d.Errf("unknown subdirective %s in provider%s", key, suggest(key, anyProviderKeys))
+				return d.Errf("unknown subdirective %s in provider%s", key, providerKeyHint(key))
 			}
 		}
 	}

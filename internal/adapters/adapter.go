@@ -82,6 +82,11 @@ func chatPlan(req *http.Request, model string, r *provider.Request, native bool,
 		choices: max(r.Choices, 1), includeUsage: r.IncludeUsage, r: rd}
 }
 
+// chatFormats are the formats of a type that serves what has a Chat form
+// (anthropic, gemini, bedrock, vertex): no embeddings, no legacy
+// completions, and no client API added later until it plans it.
+var chatFormats = []provider.Format{provider.Chat, provider.Messages, provider.Responses}
+
 // errNoEmbeddings is a plan's error for an embeddings request to a
 // provider type without embeddings (the router does not ask: Serves).
 var errNoEmbeddings = errors.New("this provider type does not serve embeddings")

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,10 +43,10 @@ type Gemini struct {
 	Endpoint provider.Endpoint
 }
 
-// Serves implements provider.Provider: Chat and Messages, no embeddings.
-func (*Gemini) Serves(f provider.Format) bool {
-	return f != provider.Embeddings && f != provider.Completions // no legacy completions either
-}
+// Serves implements provider.Provider: Chat, and Messages and Responses
+// (natively or through their Chat form: chatFormats); no embeddings, no
+// legacy completions.
+func (*Gemini) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
 // Plan implements provider.Provider. model is a model name
 // ("gemini-2.5-flash", "models/..." accepted) or a tuned model
@@ -78,7 +79,7 @@ func (p *Gemini) Plan(ctx context.Context, model string, r *provider.Request) (p
 	} else {
 		target += ":generateContent"
 	}
-	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/"+target, out, r.Stream, "X-Goog-Api-Key", "")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/"+target, out, r.Stream, geminiKey.name, geminiKey.prefix)
 	if err != nil {
 		return nil, err
 	}

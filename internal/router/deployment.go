@@ -34,7 +34,8 @@ type Deployment struct {
 	// quota.
 	Spending *capacity.Spending
 	// ProviderType is the provider's type ("openai", "bedrock", ...), for
-	// traces' gen_ai.provider.name.
+	// traces' gen_ai.provider.name when the type states none
+	// (provider.TraceNamer).
 	ProviderType string
 	// CostInput and CostOutput are USD per 1M tokens; 0 = unknown.
 	// CostCached is the price of input tokens read from the prompt cache

@@ -209,11 +209,12 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 		return nil, nil, ""
 	}
 	creq := s.req.Continued(body)
-	// Which deployments can continue it is their provider type's to say:
-	// asked of each once, so that none is waited for that cannot.
+	// Which deployments can continue it is their provider type's to say
+	// (provider.Continuer, then its plan): asked of each once, so that
+	// none is waited for that cannot.
 	capable := map[*Deployment]bool{}
 	for _, d := range s.group.Deployments {
-		if !d.refusesPrefill.Load() && (r.Resume == ResumeAny || SameModel(d.Model, s.model)) {
+		if !d.refusesPrefill.Load() && (r.Resume == ResumeAny || SameModel(d.Model, s.model)) && continues(d) {
 			p, err := d.Provider.Plan(s.parent, d.Model, creq)
 			capable[d] = err == nil && p != nil && p.Format() == s.format
 		}
@@ -246,6 +247,14 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 		s.refused = append(s.refused, res.Deployment)
 	}
 	return nil, nil, ""
+}
+
+// continues reports whether d's model may continue text it did not write:
+// false only when its provider type says it continues nothing
+// (provider.Continuer); a type that does not say is asked by its plan.
+func continues(d *Deployment) bool {
+	c, ok := d.Provider.(provider.Continuer)
+	return !ok || c.ContinuationFor(d.Model) != provider.NoContinuation
 }
 
 // serveResume serves one of a resume's requests from the stream's group

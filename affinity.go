@@ -52,7 +52,7 @@ type affinity struct {
 func (h *Handler) affinityKey(r *http.Request, req *router.Request, group string) affinity {
 	var key string
 	switch v := h.Affinity; {
-	case v == AffinityNone:
+	case v == AffinityNone, req.CountTokens: // a count keeps no conversation's place
 		return affinity{}
 	case v == "":
 		return cacheKeys(req, group)

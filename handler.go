@@ -26,16 +26,15 @@ const (
 	// attempt answered: "lost" (the first) or "won" (the hedge). Absent
 	// when none was.
 	HeaderHedge = "X-LLM-Router-Hedge"
+	// HeaderTokenCount marks a count_tokens answer the router estimated
+	// itself: see api.HeaderTokenCount.
+	HeaderTokenCount = api.HeaderTokenCount
 )
 
 // ServeHTTP answers the LLM API paths (see Handler); any other path under
 // its matcher gets a 404 that lists them. The client API of the path parses the request and writes the
 // answer; the router finds it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/messages/count_tokens") {
-		h.serveCountTokens(w, r)
-		return nil
-	}
 	if id, op, ok := responseFollowUp(r.URL.Path); ok {
 		h.serveFollowUp(w, r, id, op) // background.go
 		return nil
@@ -80,9 +79,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, e)
 		return nil
 	}
-	if ra, ok := a.(api.Responses); ok {
-		a = ra.WithRequest(body) // what a translated answer restates of it
-	}
+	a = api.ForRequest(a, body) // what a translated answer restates of it, what an estimate counts
 	if req.Priority, e = h.priority(r); e != nil {
 		a.WriteError(w, e)
 		return nil

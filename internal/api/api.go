@@ -7,6 +7,7 @@
 //	Chat        POST .../chat/completions   OpenAI Chat Completions
 //	Embeddings  POST .../embeddings         OpenAI embeddings
 //	Messages    POST .../messages           Anthropic Messages
+//	CountTokens POST .../messages/count_tokens Anthropic token counting
 //	Responses   POST .../responses          OpenAI Responses
 //	Completions POST .../completions        OpenAI legacy completions
 //
@@ -59,6 +60,8 @@ func ForPath(path string) API {
 		return Embeddings{}
 	case strings.HasSuffix(path, "/messages"):
 		return Messages{}
+	case strings.HasSuffix(path, "/messages/count_tokens"):
+		return CountTokens{}
 	case strings.HasSuffix(path, "/responses"):
 		return Responses{}
 	case strings.HasSuffix(path, "/completions"):

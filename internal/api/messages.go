@@ -60,24 +60,6 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 	return sized(pr, m.maxTokens), m.model, nil
 }
 
-// ParseCountTokens reads a count_tokens body
-// (https://docs.anthropic.com/en/api/messages-count-tokens): a JSON object
-// with a model and a non-empty messages array, shaped as for Parse
-// (max_tokens is not asked for). It returns the model group.
-func ParseCountTokens(body []byte) (string, *Error) {
-	var m messagesScan
-	if e := scanBody(body, []string{"model", "messages", "system"}, &m.scan, m.member); e != nil {
-		return "", e
-	}
-	if m.model == "" {
-		return "", missingModel()
-	}
-	if m.messages == 0 {
-		return "", Errorf(http.StatusBadRequest, MissingParameter, "messages", "messages: a non-empty array is required")
-	}
-	return m.model, nil
-}
-
 // MessagesHeaders returns the client's headers that belong to the
 // Messages format (its API version and beta features), which go upstream
 // on a native pass.

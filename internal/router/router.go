@@ -151,6 +151,13 @@ type Request struct {
 	// Bound, when set, is what of the request only some deployments can
 	// read (a Responses request's encrypted reasoning): see Bound.
 	Bound *Bound
+	// CountTokens: the request asks for a count of its prompt's tokens,
+	// not an answer (Anthropic's count_tokens; Body is a Messages body,
+	// Format Messages). Only a deployment whose provider is a
+	// provider.TokenCounter takes it (see count.go); its attempts are
+	// claimed, observed and recorded as any, and the answer ({"input_tokens":
+	// n}) is passed on as the provider sent it.
+	CountTokens bool
 	// unbound is set once a provider refused the bound state: every
 	// attempt after it is sent the request with all of it stripped.
 	unbound atomic.Bool
@@ -458,7 +465,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	tooLarge := true            // every group failed for the prompt's size
 	var perBuf [16]attemptState // what the request learned of each deployment of the group it is at
 	for hop := range g.Chain() {
-		if !Serves(hop.Deployments, req.Format) && (hop != g || g.Serves(req.Format)) {
+		if !req.servedByAny(hop.Deployments) && (hop != g || req.servedByChain(g)) {
 			continue // a group that cannot take the request's API at all (embeddings to Anthropic)
 		}
 		clear(perBuf[:])
@@ -502,7 +509,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 		largest := int64(0)
 		for hop := range g.Chain() {
 			for _, d := range hop.Deployments {
-				if d.Provider.Serves(req.Format) {
+				if req.servedBy(d) {
 					largest = max(largest, d.ContextWindow)
 				}
 			}
@@ -931,7 +938,7 @@ func fallbackLeft(g *Group, req *Request, need capacity.Need, now, deadline time
 			continue
 		}
 		for _, d := range hop.Deployments {
-			if !d.Provider.Serves(req.Format) || !req.fitsContext(d) {
+			if !req.servedBy(d) || !req.fitsContext(d) {
 				continue
 			}
 			d.State.ReadFeaturesFor(&f, now, need, req.Stream)
@@ -1051,7 +1058,7 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 func sizeError(group []*Deployment, w *walk, req *Request) *Error {
 	largest, limit, windows, any := int64(0), int64(provider.Unknown), false, false
 	for i, d := range group {
-		if !d.Provider.Serves(req.Format) {
+		if !req.servedBy(d) {
 			continue
 		}
 		switch p := w.per[i]; {
@@ -1101,7 +1108,7 @@ func contextMessage(req *Request, of string, largest int64) string {
 // capacity, not for its length.
 func (r *Router) largerWindowLeft(w *walk, group []*Deployment, req *Request) bool {
 	for i, d := range group {
-		if !w.per[i].excluded && d.Provider.Serves(req.Format) && (d.ContextWindow == 0 || d.ContextWindow > w.minContext) {
+		if !w.per[i].excluded && req.servedBy(d) && (d.ContextWindow == 0 || d.ContextWindow > w.minContext) {
 			return true
 		}
 	}
@@ -1134,7 +1141,7 @@ func candidates(buf []scored, group []*Deployment, w *walk, now, deadline time.T
 	for ; pass < 3 && len(cands) == 0; pass++ {
 		retry = pass > 0
 		for i, d := range group {
-			if per[i].excluded || !retry && per[i].failed || pass < 2 && per[i].silent || !d.Provider.Serves(req.Format) ||
+			if per[i].excluded || !retry && per[i].failed || pass < 2 && per[i].silent || !req.servedBy(d) ||
 				req.Pinned != nil && d != req.Pinned || req.resume != nil && req.resume.allow != nil && !req.resume.allow(d) {
 				continue
 			}
@@ -1314,7 +1321,7 @@ func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Re
 	if w.last == nil {
 		drained := false
 		for _, d := range group {
-			if d.Provider.Serves(req.Format) {
+			if req.servedBy(d) {
 				if drained = d.State.Disabled(); !drained {
 					break
 				}

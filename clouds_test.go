@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,10 +20,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/llmrouter/caddy-llm-router/internal/clouds"
 	"github.com/llmrouter/caddy-llm-router/mockllm"
 )
 
@@ -375,7 +372,7 @@ func TestBedrockAssumesARole(t *testing.T) {
 		}
 		n := assumed.Add(1)
 		// Expires within the expiry window: fetched anew each time.
-		exp := time.Now().Add(credentialsExpiryWindow / 2).UTC().Format(time.RFC3339)
+		exp := time.Now().Add(clouds.ExpiryWindow / 2).UTC().Format(time.RFC3339)
 		w.Header().Set("Content-Type", "text/xml")
 		fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials>`+
 			`<AccessKeyId>ASIAROLE</AccessKeyId><SecretAccessKey>role-secret</SecretAccessKey><SessionToken>session-%d</SessionToken>`+
@@ -418,23 +415,6 @@ func TestBedrockAssumesARole(t *testing.T) {
 	}
 	if p := stsProblem.Load(); p != nil || assumed.Load() != 2 {
 		t.Errorf("assumed %d times (want 2: each time the credentials were about to expire); %v", assumed.Load(), p)
-	}
-}
-
-// A cloud type that cannot get credentials fails the attempt (the router
-// fails over) and tells the operator at error level, at most once a
-// minute, without a credential.
-func TestCredentialsFailureIsToldOnceAMinute(t *testing.T) {
-	core, logs := observer.New(zapcore.DebugLevel)
-	failed := credentialsFailure(zap.New(core), "bedrock: cannot get AWS credentials to sign with")
-	for range 3 {
-		err := failed(errors.New("no EC2 IMDS role found"))
-		if err == nil || !strings.Contains(err.Error(), "cannot get AWS credentials to sign with: no EC2 IMDS role found") {
-			t.Errorf("error %v", err)
-		}
-	}
-	if all := logs.All(); len(all) != 1 || all[0].Level != zapcore.ErrorLevel || all[0].Message != "bedrock: cannot get AWS credentials to sign with" {
-		t.Errorf("logged %+v", all)
 	}
 }
 

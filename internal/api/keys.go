@@ -1,0 +1,108 @@
+package api
+
+import (
+	"bytes"
+
+	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
+)
+
+// What a request, as its client API reads it, says of the state the
+// handler keeps between requests: the keys of its affinity (which
+// deployment served its conversation or its prompt cache last), the
+// Responses API's state it continues, and what a translation drops of it.
+// Each is read from the body Parse took (req.Body), by its format's
+// field names; "" or nil when the request says nothing.
+
+// CacheKey is the client's own key of its prompt cache: OpenAI's
+// prompt_cache_key (https://platform.openai.com/docs/guides/prompt-caching),
+// by which OpenAI routes its cache; "" when none.
+func CacheKey(req *router.Request) string {
+	key, _ := jsonbody.GetString(req.Body, "prompt_cache_key")
+	return key
+}
+
+// ConversationKey is the key the client names its conversation by: its
+// prompt_cache_key, else its user (Chat, Responses, Embeddings), else its
+// metadata.user_id (Messages); "" when none.
+func ConversationKey(req *router.Request) string {
+	body := req.Body
+	for _, k := range []string{"prompt_cache_key", "user"} {
+		if key, _ := jsonbody.GetString(body, k); key != "" {
+			return key
+		}
+	}
+	if s, e, _ := jsonbody.FindMember(body, "metadata"); s >= 0 && body[s] == '{' {
+		key, _ := jsonbody.GetString(body[s:e], "user_id")
+		return key
+	}
+	return ""
+}
+
+// Continuation is the state at one provider account that a Responses
+// request continues (https://platform.openai.com/docs/guides/conversation-state).
+type Continuation struct {
+	// Param is the field that names it: "previous_response_id" or
+	// "conversation".
+	Param string
+	// ID is the response's id, or the conversation's.
+	ID string
+}
+
+// ContinuationOf is the state a Responses request continues: its
+// previous_response_id, else its conversation (an id, or an object's
+// id); ok is false for any other request, or one that continues none.
+func ContinuationOf(req *router.Request) (c Continuation, ok bool) {
+	if req.Format != provider.Responses {
+		return Continuation{}, false
+	}
+	if id, _ := jsonbody.GetString(req.Body, "previous_response_id"); id != "" {
+		return Continuation{Param: "previous_response_id", ID: id}, true
+	}
+	if id := ConversationID(req); id != "" {
+		return Continuation{Param: "conversation", ID: id}, true
+	}
+	return Continuation{}, false
+}
+
+// ConversationID is a Responses request's conversation (the Conversations
+// API's, which lives at one provider account): a string, or an object's
+// id; "" when none, or for another format.
+func ConversationID(req *router.Request) string {
+	if req.Format != provider.Responses {
+		return ""
+	}
+	body := req.Body
+	start, end, _ := jsonbody.FindMember(body, "conversation")
+	switch {
+	case start < 0:
+		return ""
+	case body[start] == '"':
+		s, _ := jsonbody.String(body[start:end])
+		return s
+	case body[start] == '{':
+		id, _ := jsonbody.GetString(body[start:end], "id")
+		return id
+	}
+	return ""
+}
+
+// DroppedInChat lists what a Messages request loses when a deployment
+// takes its Chat Completions form (res.Format is not Messages): thinking
+// blocks ("thinking"), and cache_control markers ("cache_control"),
+// hints to Anthropic's models and caches that other providers cannot
+// take; nil for any other request or answer.
+func DroppedInChat(req *router.Request, res *router.Result) []string {
+	if req.Format != provider.Messages || res.Deployment == nil || res.Format == provider.Messages {
+		return nil
+	}
+	var dropped []string
+	if bytes.Contains(req.Body, []byte(`"thinking"`)) || bytes.Contains(req.Body, []byte(`"redacted_thinking"`)) {
+		dropped = append(dropped, "thinking")
+	}
+	if bytes.Contains(req.Body, []byte(`"cache_control"`)) {
+		dropped = append(dropped, "cache_control")
+	}
+	return dropped
+}

@@ -10,7 +10,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
-	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/fleet"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
@@ -57,7 +56,7 @@ func (h *Handler) affinityKey(r *http.Request, req *router.Request, group string
 	case v == "":
 		return cacheKeys(req, group)
 	case v == "body":
-		key = api.ConversationKey(req)
+		key = req.Keys.Conversation
 	default:
 		key = v
 		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
@@ -98,7 +97,7 @@ func cacheKeys(req *router.Request, group string) affinity {
 			a.keep = append(a.keep, k)
 		}
 	}
-	if key := api.CacheKey(req); key != "" {
+	if key := req.Keys.Cache; key != "" {
 		add("key\x00", cutKey(key), true)
 	}
 	ends := req.CachePrefixes()

@@ -9,36 +9,11 @@ import (
 )
 
 // What a request, as its client API reads it, says of the state the
-// handler keeps between requests: the keys of its affinity (which
-// deployment served its conversation or its prompt cache last), the
-// Responses API's state it continues, and what a translation drops of it.
-// Each is read from the body Parse took (req.Body), by its format's
-// field names; "" or nil when the request says nothing.
-
-// CacheKey is the client's own key of its prompt cache: OpenAI's
-// prompt_cache_key (https://platform.openai.com/docs/guides/prompt-caching),
-// by which OpenAI routes its cache; "" when none.
-func CacheKey(req *router.Request) string {
-	key, _ := jsonbody.GetString(req.Body, "prompt_cache_key")
-	return key
-}
-
-// ConversationKey is the key the client names its conversation by: its
-// prompt_cache_key, else its user (Chat, Responses, Embeddings), else its
-// metadata.user_id (Messages); "" when none.
-func ConversationKey(req *router.Request) string {
-	body := req.Body
-	for _, k := range []string{"prompt_cache_key", "user"} {
-		if key, _ := jsonbody.GetString(body, k); key != "" {
-			return key
-		}
-	}
-	if s, e, _ := jsonbody.FindMember(body, "metadata"); s >= 0 && body[s] == '{' {
-		key, _ := jsonbody.GetString(body[s:e], "user_id")
-		return key
-	}
-	return ""
-}
+// handler keeps between requests, besides the keys of its affinity (which
+// Parse reads: router.Request.Keys): the Responses API's state it
+// continues, and what a translation drops of it. Each is read from the
+// body Parse took (req.Body), by its format's field names; "" or nil when
+// the request says nothing.
 
 // Continuation is the state at one provider account that a Responses
 // request continues (https://platform.openai.com/docs/guides/conversation-state).

@@ -9,9 +9,9 @@ import (
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
-// The affinity keys a request names: the cache key is prompt_cache_key
-// alone; the conversation's key prompt_cache_key, else user, else
-// metadata.user_id; a key that is no string is none.
+// Parse reads the affinity keys a request names: the cache key is
+// prompt_cache_key alone; the conversation's key prompt_cache_key, else
+// user, else metadata.user_id; a key that is no string is none.
 func TestAffinityKeysOfARequest(t *testing.T) {
 	for _, c := range []struct {
 		api                 API
@@ -24,15 +24,17 @@ func TestAffinityKeysOfARequest(t *testing.T) {
 		{Messages{}, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"metadata":{"user_id":"u2"}}`, "", "u2"},
 		{Responses{}, `{"model":"m","input":"hi","prompt_cache_key":"k3"}`, "k3", "k3"},
 		{Embeddings{}, `{"model":"m","input":"hi"}`, "", ""},
+		{Completions{}, `{"model":"m","prompt":"hi","prompt_cache_key":"k6"}`, "k6", "k6"},
+		{Messages{}, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"metadata":"u7","user":7}`, "", ""},
 	} {
 		req, _, e := c.api.Parse([]byte(c.body), http.Header{})
 		if e != nil {
 			t.Fatalf("%s: %v", c.body, e)
 		}
-		if got := CacheKey(req); got != c.cache {
+		if got := req.Keys.Cache; got != c.cache {
 			t.Errorf("%s: cache key %q, want %q", c.body, got, c.cache)
 		}
-		if got := ConversationKey(req); got != c.conversation {
+		if got := req.Keys.Conversation; got != c.conversation {
 			t.Errorf("%s: conversation key %q, want %q", c.body, got, c.conversation)
 		}
 	}

@@ -57,7 +57,7 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 		// The Chat form asks OpenAI-format providers for usage, which a
 		// Messages stream reports at its end.
 		Choices: 1, IncludeUsage: m.stream, ToChat: messages.ToChat}
-	return sized(pr, m.maxTokens), m.model, nil
+	return m.sized(pr, m.maxTokens), m.model, nil
 }
 
 // MessagesHeaders returns the client's headers that belong to the

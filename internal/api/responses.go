@@ -94,7 +94,7 @@ func (Responses) Parse(body []byte, _ http.Header) (*router.Request, string, *Er
 	if r.maxOutputTokens != nil {
 		maxTokens = *r.maxOutputTokens
 	}
-	return sized(pr, maxTokens), r.model, nil
+	return r.sized(pr, maxTokens), r.model, nil
 }
 
 // responsesScan is what routing reads of a Responses body.

@@ -158,6 +158,9 @@ type Request struct {
 	// claimed, observed and recorded as any, and the answer ({"input_tokens":
 	// n}) is passed on as the provider sent it.
 	CountTokens bool
+	// Keys are the client's keys of its conversation and prompt cache,
+	// for the handler's affinity (see Keys).
+	Keys Keys
 	// unbound is set once a provider refused the bound state: every
 	// attempt after it is sent the request with all of it stripped.
 	unbound atomic.Bool

@@ -12,7 +12,6 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
-	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Response headers that tell the client which deployment answered.
@@ -135,7 +134,6 @@ func (h *Handler) parse(w http.ResponseWriter, c *apiCall) *api.Error {
 	case !group.Serves(req.Format):
 		return api.NotSupportedError(model, req.Format)
 	}
-	req.NoHedge = req.Format == provider.Responses && isBackground(req.Body) // background.go
 	if e := h.pin(req, group, model); e != nil {
 		return e
 	}

@@ -81,3 +81,14 @@ func DroppedInChat(req *router.Request, res *router.Result) []string {
 	}
 	return dropped
 }
+
+// IsBackground reports whether req is a Responses request in background
+// mode (background: true): its response stays with the provider account
+// that runs it, polled by its id.
+func IsBackground(req *router.Request) bool {
+	if req.Format != provider.Responses {
+		return false
+	}
+	start, end, _ := jsonbody.FindMember(req.Body, "background")
+	return start >= 0 && string(req.Body[start:end]) == "true"
+}

@@ -79,3 +79,18 @@ func TestDroppedInChat(t *testing.T) {
 		t.Errorf("native: %v", got)
 	}
 }
+
+// A Responses request in background mode is never hedged (its provider
+// runs it to its end: a twin would be a second job) and is told apart
+// for the handler's polling; no other request is.
+func TestBackgroundIsNotHedged(t *testing.T) {
+	bg, _, e := Responses{}.Parse([]byte(`{"model":"m","input":"hi","background":true}`), http.Header{})
+	if e != nil {
+		t.Fatal(e)
+	}
+	fg, _, _ := Responses{}.Parse([]byte(`{"model":"m","input":"hi","background":false}`), http.Header{})
+	chat, _, _ := Chat{}.Parse([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"background":true}`), http.Header{})
+	if !bg.NoHedge || !IsBackground(bg) || fg.NoHedge || IsBackground(fg) || chat.NoHedge || IsBackground(chat) {
+		t.Errorf("background %v %v, foreground %v %v, chat %v %v", bg.NoHedge, IsBackground(bg), fg.NoHedge, IsBackground(fg), chat.NoHedge, IsBackground(chat))
+	}
+}

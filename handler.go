@@ -31,9 +31,10 @@ const (
 )
 
 // ServeHTTP answers the LLM API paths (see Handler); any other path under
-// its matcher gets a 404 that lists them. It reads as a request goes:
-// the client API of the path (forPath), which parses the body (parse);
-// the router serves it (serve); the client API writes the answer (write).
+// its matcher goes to the pass_through provider when one is named, else
+// gets a 404 that lists them. It reads as a request goes: the client API
+// of the path (forPath), which parses the body (parse); the router serves
+// it (serve); the client API writes the answer (write).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	c := &apiCall{r: r}
 	if ok, err := h.forPath(w, c); !ok {

@@ -750,8 +750,8 @@ func rawString(raw json.RawMessage) string {
 	return ""
 }
 
-// classifyOpenAI maps a status and an error body to a class (README.md,
-// "Error classes"). insufficient_quota arrives as a 429 but is not transient.
+// classifyOpenAI maps a status and an error body to a class (docs/providers.md,
+// "How each provider response is classified"). insufficient_quota arrives as a 429 but is not transient.
 func classifyOpenAI(status int, e apiError) provider.Class {
 	code, typ, msg := strings.ToLower(e.code), strings.ToLower(e.typ), strings.ToLower(e.message)
 	switch {

@@ -128,7 +128,7 @@ func (s *Stream) resume(se *StreamError) bool {
 	replays := s.replayMatches()
 	if next == nil && s.transcript.CanReplay() && s.attempts < r.MaxAttempts && s.parent.Err() == nil &&
 		slices.ContainsFunc(s.group.Deployments, replays) {
-		if res := s.attempt(s.req.Request, replays, deadline, 0); res.Stream != nil {
+		if res := s.serveResume(s.req.Request, replays, deadline, 0); res.Stream != nil {
 			next, splice, how = res.Stream, s.transcript.Replay(prior), "replayed"
 		}
 	}
@@ -228,7 +228,7 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 		if !slices.ContainsFunc(s.group.Deployments, allow) {
 			return nil, nil, ""
 		}
-		res := s.attempt(creq, allow, deadline, reserve)
+		res := s.serveResume(creq, allow, deadline, reserve)
 		if res.Stream != nil {
 			return res.Stream, splice, "continued"
 		}
@@ -248,11 +248,10 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 	return nil, nil, ""
 }
 
-// attempt serves one of a resume's requests from the stream's group, with
-// the request's attempts left: a stream in the stream's format, or why
-// none came.
-// reserve attempts are kept for what may follow.
-func (s *Stream) attempt(pr *provider.Request, allow func(*Deployment) bool, deadline time.Time, reserve int) *Result {
+// serveResume serves one of a resume's requests from the stream's group
+// (serve: as many attempts as the request has left, less reserve, kept for
+// what may follow): a stream in the stream's format, or why none came.
+func (s *Stream) serveResume(pr *provider.Request, allow func(*Deployment) bool, deadline time.Time, reserve int) *Result {
 	r, g := s.r, s.group
 	req := &Request{Request: pr, Tokens: s.req.Tokens, PromptTokens: s.req.PromptTokens, OutputTokens: s.req.OutputTokens,
 		Priority: s.req.Priority, Pinned: s.req.Pinned, Bound: s.req.Bound, resume: &resumeSpec{format: s.format, allow: allow}}

@@ -281,7 +281,7 @@ func (h *Handler) claim(id string) (string, bool) {
 // response.completed did): recorded as pending (in the fleet too), and
 // polled by the router (pollBackground).
 func (h *Handler) trackBackground(req *router.Request, res *router.Result, group, id string) {
-	if id == "" || res.Deployment == nil || res.Format != provider.Responses || !isBackground(req.Body) {
+	if id == "" || res.Deployment == nil || res.Format != provider.Responses || !api.IsBackground(req) {
 		return
 	}
 	if res.Stream != nil {
@@ -301,12 +301,6 @@ func (h *Handler) trackBackground(req *router.Request, res *router.Result, group
 		h.logger.Warn("background responses: too many to poll; this one's usage is counted when a client's poll finds it done",
 			zap.String("deployment", res.Deployment.Name), zap.Int("max", BackgroundJobsMax))
 	}
-}
-
-// isBackground reports whether a Responses body asks for background mode.
-func isBackground(body []byte) bool {
-	start, end, _ := jsonbody.FindMember(body, "background")
-	return start >= 0 && string(body[start:end]) == "true"
 }
 
 // pollBackground is the router's own poll of the background response id:

@@ -28,9 +28,10 @@ type Endpoint struct {
 	Upgrade bool
 }
 
-// The paths of the router's answers that are no client API's POST.
+// The paths of the router's answers other than the client APIs' POSTs
+// (and count_tokens', which the endpoints' table and the handler name).
 const (
-	CountTokensPath = "/messages/count_tokens" // Anthropic's token counting: its own loop (the handler's)
+	CountTokensPath = "/messages/count_tokens" // Anthropic's token counting (CountTokens)
 	ModelsPath      = "/models"                // GET: the model groups; ModelsPath + "/{id}": one
 	ResponsePath    = "/responses/{id}"        // a stored (background) response; its operations follow it
 )
@@ -41,7 +42,7 @@ var Endpoints = []Endpoint{
 	{Methods: post, Path: "/chat/completions", What: "OpenAI Chat Completions, streamed or not", API: Chat{}},
 	{Methods: post, Path: "/responses", What: "OpenAI Responses, streamed or not, background or not", API: Responses{}},
 	{Methods: post, Path: "/messages", What: "Anthropic Messages, streamed or not", API: Messages{}},
-	{Methods: post, Path: CountTokensPath, What: "Anthropic's token counting"},
+	{Methods: post, Path: CountTokensPath, What: "Anthropic's token counting", API: CountTokens{}},
 	{Methods: post, Path: "/embeddings", What: "OpenAI embeddings", API: Embeddings{}},
 	{Methods: post, Path: "/completions", What: "OpenAI legacy completions", API: Completions{}},
 	{Methods: get, Path: ModelsPath, What: "the model groups (OpenAI's model list)"},

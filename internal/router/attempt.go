@@ -112,7 +112,7 @@ type attempt struct {
 func (r *Router) plan(parent context.Context, d *Deployment, req *Request, deadline time.Time) (*attempt, bool) {
 	a := r.begin(parent, d, req, deadline)
 	var err error
-	a.plan, err = d.Provider.Plan(a.ctx, d.Model, req.forDeployment(d))
+	a.plan, err = req.planOn(a.ctx, d)
 	if err == nil && (a.plan == nil || a.plan.Request() == nil) {
 		err = errors.New("the provider type planned no request") // its bug: try another deployment
 	}

@@ -75,7 +75,7 @@ func (r *Router) giveUp(res *Result, w *walk, group []*Deployment, now time.Time
 func sizeError(group []*Deployment, w *walk, req *Request) *Error {
 	largest, limit, windows, any := int64(0), int64(provider.Unknown), false, false
 	for i, d := range group {
-		if !d.Provider.Serves(req.Format) {
+		if !req.servedBy(d) {
 			continue
 		}
 		switch p := w.per[i]; {
@@ -125,7 +125,7 @@ func contextMessage(req *Request, of string, largest int64) string {
 // capacity, not for its length.
 func (r *Router) largerWindowLeft(w *walk, group []*Deployment, req *Request) bool {
 	for i, d := range group {
-		if !w.per[i].excluded && d.Provider.Serves(req.Format) && (d.ContextWindow == 0 || d.ContextWindow > w.minContext) {
+		if !w.per[i].excluded && req.servedBy(d) && (d.ContextWindow == 0 || d.ContextWindow > w.minContext) {
 			return true
 		}
 	}
@@ -223,7 +223,7 @@ func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Re
 	if w.last == nil {
 		drained := false
 		for _, d := range group {
-			if d.Provider.Serves(req.Format) {
+			if req.servedBy(d) {
 				if drained = d.State.Disabled(); !drained {
 					break
 				}

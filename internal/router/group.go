@@ -37,7 +37,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	tooLarge := true            // every group failed for the prompt's size
 	var perBuf [16]attemptState // what the request learned of each deployment of the group it is at
 	for hop := range g.Chain() {
-		if !Serves(hop.Deployments, req.Format) && (hop != g || g.Serves(req.Format)) {
+		if !req.servedByAny(hop.Deployments) && (hop != g || req.servedByChain(g)) {
 			continue // a group that cannot take the request's API at all (embeddings to Anthropic)
 		}
 		clear(perBuf[:])
@@ -81,7 +81,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 		largest := int64(0)
 		for hop := range g.Chain() {
 			for _, d := range hop.Deployments {
-				if d.Provider.Serves(req.Format) {
+				if req.servedBy(d) {
 					largest = max(largest, d.ContextWindow)
 				}
 			}
@@ -162,7 +162,7 @@ func fallbackLeft(g *Group, req *Request, need capacity.Need, now, deadline time
 			continue
 		}
 		for _, d := range hop.Deployments {
-			if !d.Provider.Serves(req.Format) || !req.fitsContext(d) {
+			if !req.servedBy(d) || !req.fitsContext(d) {
 				continue
 			}
 			d.State.ReadFeaturesFor(&f, now, need, req.Stream)

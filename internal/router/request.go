@@ -40,6 +40,16 @@ type Request struct {
 	// Bound, when set, is what of the request only some deployments can
 	// read (a Responses request's encrypted reasoning): see Bound.
 	Bound *Bound
+	// CountTokens: the request asks for a count of its prompt's tokens,
+	// not an answer (Anthropic's count_tokens; Body is a Messages body,
+	// Format Messages). Only a deployment whose provider is a
+	// provider.TokenCounter takes it (see count.go); its attempts are
+	// claimed, observed and recorded as any, and the answer ({"input_tokens":
+	// n}) is passed on as the provider sent it.
+	CountTokens bool
+	// Keys are the client's keys of its conversation and prompt cache,
+	// for the handler's affinity (see Keys).
+	Keys Keys
 	// unbound is set once a provider refused the bound state: every
 	// attempt after it is sent the request with all of it stripped.
 	unbound atomic.Bool

@@ -495,7 +495,7 @@ func candidates(buf []scored, group []*Deployment, w *walk, now, deadline time.T
 	for ; pass < 3 && len(cands) == 0; pass++ {
 		retry = pass > 0
 		for i, d := range group {
-			if per[i].excluded || !retry && per[i].failed || pass < 2 && per[i].silent || !d.Provider.Serves(req.Format) ||
+			if per[i].excluded || !retry && per[i].failed || pass < 2 && per[i].silent || !req.servedBy(d) ||
 				req.Pinned != nil && d != req.Pinned || req.resume != nil && req.resume.allow != nil && !req.resume.allow(d) {
 				continue
 			}

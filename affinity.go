@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
 	"github.com/llmrouter/caddy-llm-router/internal/fleet"
-	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
@@ -52,12 +51,12 @@ type affinity struct {
 func (h *Handler) affinityKey(r *http.Request, req *router.Request, group string) affinity {
 	var key string
 	switch v := h.Affinity; {
-	case v == AffinityNone:
+	case v == AffinityNone, req.CountTokens: // a count keeps no conversation's place
 		return affinity{}
 	case v == "":
 		return cacheKeys(req, group)
 	case v == "body":
-		key = bodyKey(req.Body)
+		key = req.Keys.Conversation
 	default:
 		key = v
 		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
@@ -70,21 +69,6 @@ func (h *Handler) affinityKey(r *http.Request, req *router.Request, group string
 	}
 	k := []string{group + "\x00" + cutKey(key)}
 	return affinity{lookup: k, keep: k}
-}
-
-// bodyKey is the body's prompt_cache_key, else user, else
-// metadata.user_id ("" when none).
-func bodyKey(body []byte) string {
-	for _, k := range []string{"prompt_cache_key", "user"} {
-		if key, _ := jsonbody.GetString(body, k); key != "" {
-			return key
-		}
-	}
-	if s, e, _ := jsonbody.FindMember(body, "metadata"); s >= 0 && body[s] == '{' {
-		key, _ := jsonbody.GetString(body[s:e], "user_id")
-		return key
-	}
-	return ""
 }
 
 // cutKey bounds a key's length (maxAffinityKey).
@@ -113,7 +97,7 @@ func cacheKeys(req *router.Request, group string) affinity {
 			a.keep = append(a.keep, k)
 		}
 	}
-	if key, _ := jsonbody.GetString(req.Body, "prompt_cache_key"); key != "" {
+	if key := req.Keys.Cache; key != "" {
 		add("key\x00", cutKey(key), true)
 	}
 	ends := req.CachePrefixes()

@@ -70,12 +70,17 @@ type storedResponses interface {
 	ResponseRequest(ctx context.Context, method, path string, query url.Values) (*http.Request, error)
 }
 
-// followUpMethods are the methods of each operation on a stored response.
-var followUpMethods = map[string][]string{
-	"":            {http.MethodGet, http.MethodDelete},
-	"cancel":      {http.MethodPost},
-	"input_items": {http.MethodGet},
-}
+// followUpMethods are the methods of each operation on a stored response
+// ("", "cancel", "input_items"): the endpoints under api.ResponsePath.
+var followUpMethods = func() map[string][]string {
+	ops := map[string][]string{}
+	for _, e := range api.Endpoints {
+		if op, ok := strings.CutPrefix(e.Path, api.ResponsePath); ok {
+			ops[strings.TrimPrefix(op, "/")] = e.Methods
+		}
+	}
+	return ops
+}()
 
 // responseFollowUp reads a path on a stored response (.../responses/{id},
 // .../responses/{id}/cancel, .../responses/{id}/input_items): the id
@@ -83,11 +88,12 @@ var followUpMethods = map[string][]string{
 // "input_items"); ok false for any other path.
 func responseFollowUp(path string) (id, op string, ok bool) {
 	path = strings.TrimSuffix(path, "/")
-	i := strings.LastIndex(path, "/responses/")
+	under := strings.TrimSuffix(api.ResponsePath, "{id}") // "/responses/"
+	i := strings.LastIndex(path, under)
 	if i < 0 {
 		return "", "", false
 	}
-	id, op, _ = strings.Cut(path[i+len("/responses/"):], "/")
+	id, op, _ = strings.Cut(path[i+len(under):], "/")
 	if _, known := followUpMethods[op]; !known || id == "" || len(id) > 256 ||
 		strings.IndexFunc(id, func(c rune) bool {
 			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')
@@ -275,7 +281,7 @@ func (h *Handler) claim(id string) (string, bool) {
 // response.completed did): recorded as pending (in the fleet too), and
 // polled by the router (pollBackground).
 func (h *Handler) trackBackground(req *router.Request, res *router.Result, group, id string) {
-	if id == "" || res.Deployment == nil || res.Format != provider.Responses || !isBackground(req.Body) {
+	if id == "" || res.Deployment == nil || res.Format != provider.Responses || !api.IsBackground(req) {
 		return
 	}
 	if res.Stream != nil {
@@ -295,12 +301,6 @@ func (h *Handler) trackBackground(req *router.Request, res *router.Result, group
 		h.logger.Warn("background responses: too many to poll; this one's usage is counted when a client's poll finds it done",
 			zap.String("deployment", res.Deployment.Name), zap.Int("max", BackgroundJobsMax))
 	}
-}
-
-// isBackground reports whether a Responses body asks for background mode.
-func isBackground(body []byte) bool {
-	start, end, _ := jsonbody.FindMember(body, "background")
-	return start >= 0 && string(body[start:end]) == "true"
 }
 
 // pollBackground is the router's own poll of the background response id:

@@ -1,14 +1,12 @@
 package llmrouter
 
 import (
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/llmrouter/caddy-llm-router/internal/budget"
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
@@ -37,35 +35,30 @@ func (b *Budget) validate() error {
 	if b == nil {
 		return nil
 	}
-	switch {
-	case !(b.USD > 0) || !finite(b.USD):
-		return fmt.Errorf("budget must be more than 0 USD, got %v", b.USD)
-	case time.Duration(b.Per) < time.Second:
-		return fmt.Errorf("budget period must be at least 1s, got %s", time.Duration(b.Per))
+	return b.limit().Validate()
+}
+
+// limit is b as package budget reads it.
+func (b *Budget) limit() budget.Limit {
+	return budget.Limit{USD: b.USD, Per: time.Duration(b.Per)}
+}
+
+// limitOf is b's limit, nil when b is.
+func limitOf(b *Budget) *budget.Limit {
+	if b == nil {
+		return nil
 	}
-	return nil
+	l := b.limit()
+	return &l
 }
 
-func (b *Budget) limit() capacity.SpendLimit {
-	return capacity.SpendLimit{USD: b.USD, Period: time.Duration(b.Per)}
-}
-
-// parseBudget reads `budget <USD> per <duration>` ("$5" is 5); the
-// model group's or the deployment's validate bounds it.
+// parseBudget reads `budget <USD> per <duration>` (budget.Parse).
 func parseBudget(d *caddyfile.Dispenser) (*Budget, error) {
-	args := d.RemainingArgs()
-	if len(args) != 3 || args[1] != "per" {
-		return nil, d.Err("budget takes <USD> per <duration>, such as: budget 50 per 24h")
-	}
-	usd, err := strconv.ParseFloat(strings.TrimPrefix(args[0], "$"), 64)
+	l, err := budget.Parse(d.RemainingArgs(), caddy.ParseDuration)
 	if err != nil {
-		return nil, d.Errf("budget: %q is not an amount of USD", args[0])
+		return nil, d.Errf("%v", err)
 	}
-	per, err := caddy.ParseDuration(args[2])
-	if err != nil {
-		return nil, d.Errf("budget: bad duration %q: %v", args[2], err)
-	}
-	return &Budget{USD: usd, Per: caddy.Duration(per)}, nil // validate bounds it
+	return &Budget{USD: l.USD, Per: caddy.Duration(l.Per)}, nil
 }
 
 // spendings keeps the budgets' spending across config reloads, by scope:
@@ -78,26 +71,25 @@ type pooledSpending struct{ *capacity.Spending }
 
 func (pooledSpending) Destruct() error { return nil }
 
-// spending returns the pooled spending of scope under b, shared through
+// spending returns the pooled spending of scope under l, shared through
 // the fleet store when there is one (fleet mode); nil without a budget.
-func (h *Handler) spending(scope string, b *Budget) (*capacity.Spending, error) {
-	if b == nil {
+func (h *Handler) spending(scope string, l *budget.Limit) (*capacity.Spending, error) {
+	if l == nil {
 		return nil, nil
 	}
-	key := scope
 	var store capacity.SpendStore
 	if h.store != nil {
 		store = h.store.Store
 	}
-	v, _, err := spendings.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return pooledSpending{capacity.NewSpending(b.limit(), store, "budget:"+scope)}, nil
+	v, _, err := spendings.LoadOrNew(scope, func() (caddy.Destructor, error) {
+		return pooledSpending{capacity.NewSpending(l.Spend(), store, budget.StoreKey(scope))}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	h.spendingKeys = append(h.spendingKeys, key)
+	h.spendingKeys = append(h.spendingKeys, scope)
 	s := v.(pooledSpending).Spending
-	s.SetLimit(b.limit())
+	s.SetLimit(l.Spend())
 	s.SetStore(store)
 	return s, nil
 }
@@ -105,29 +97,29 @@ func (h *Handler) spending(scope string, b *Budget) (*capacity.Spending, error) 
 // provisionBudgets gives each deployment and group with a budget its
 // spending, after the fleet store (which shares it).
 func (h *Handler) provisionBudgets() error {
-	// One deployment (account and model), one budget: it may be listed in
-	// several groups, without a budget or with the same one.
-	budgets := map[string]*Budget{}
-	where := map[string]string{}
+	var listings []budget.Listing
 	for _, name := range h.names {
 		for _, dc := range h.Models[name].Deployments {
-			id := h.providers[dc.Provider].ProviderSettings().identity(h.types[dc.Provider], dc.Model)
-			if b := dc.Budget; b != nil {
-				if prev, ok := budgets[id]; ok && *prev != *b {
-					return fmt.Errorf("deployment %s/%s has two budgets (in model %s and model %s): give it one", dc.Provider, dc.Model, where[id], name)
-				}
-				budgets[id], where[id] = b, name
-			}
+			listings = append(listings, budget.Listing{
+				Identity: h.providers[dc.Provider].ProviderSettings().identity(h.types[dc.Provider], dc.Model),
+				Name:     dc.Provider + "/" + dc.Model, Group: name, Limit: limitOf(dc.Budget)})
 		}
 	}
+	budgets, err := budget.PerDeployment(listings)
+	if err != nil {
+		return err
+	}
 	for name, g := range h.groups {
-		mg := h.Models[name]
-		var err error
-		if g.Spending, err = h.spending("group|"+name, mg.Budget); err != nil {
+		if g.Spending, err = h.spending(budget.GroupScope(name), limitOf(h.Models[name].Budget)); err != nil {
 			return err
 		}
 		for _, d := range g.Deployments {
-			if d.Spending, err = h.spending("deployment|"+h.meta[d].identity, budgets[h.meta[d].identity]); err != nil {
+			id := h.meta[d].identity
+			var l *budget.Limit
+			if b, ok := budgets[id]; ok {
+				l = &b
+			}
+			if d.Spending, err = h.spending(budget.DeploymentScope(id), l); err != nil {
 				return err
 			}
 			if d.Spending == nil {

@@ -1,37 +1,23 @@
 package llmrouter
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"regexp"
 	"strings"
-	"sync/atomic"
-	"time"
 
-	"cloud.google.com/go/auth"
-	"cloud.google.com/go/auth/credentials"
-	"cloud.google.com/go/auth/httptransport"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
-	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/adapters"
-	"github.com/llmrouter/caddy-llm-router/internal/redact"
+	"github.com/llmrouter/caddy-llm-router/internal/clouds"
 )
 
 // The cloud provider types: Amazon Bedrock and Google Vertex AI, each with
-// its cloud's own credentials.
+// its cloud's own credentials (internal/clouds: the transports that sign
+// or authorize each request).
 
 func init() {
 	caddy.RegisterModule(Bedrock{})
@@ -121,15 +107,8 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	bearer := p.APIKey != "" && !strings.EqualFold(strings.TrimSpace(p.APIKey), NoAPIKey)
 	var awsCfg aws.Config
 	if !bearer || region == "" {
-		opts := []func(*config.LoadOptions) error{config.WithCredentialsCacheOptions(refreshEarly)}
-		if region != "" {
-			opts = append(opts, config.WithRegion(region))
-		}
-		if profile != "" {
-			opts = append(opts, config.WithSharedConfigProfile(profile))
-		}
 		var err error
-		if awsCfg, err = config.LoadDefaultConfig(ctx, opts...); err != nil {
+		if awsCfg, err = clouds.LoadAWS(ctx, region, profile); err != nil {
 			return fmt.Errorf("bedrock: loading the AWS configuration: %v", err)
 		}
 		region = awsCfg.Region
@@ -137,7 +116,7 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	if region == "" {
 		return errors.New("bedrock: no region: set `region` (or AWS_REGION)")
 	}
-	if !cloudName.MatchString(region) {
+	if !clouds.Name.MatchString(region) {
 		// It names the host the credentials go to.
 		return fmt.Errorf("bedrock: region %q is not an AWS region (such as us-east-1)", region)
 	}
@@ -160,86 +139,14 @@ func (p *Bedrock) Provision(ctx caddy.Context) error {
 	}
 	creds := awsCfg.Credentials
 	if role != "" {
-		creds = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(sts.NewFromConfig(awsCfg), role,
-			func(o *stscreds.AssumeRoleOptions) { o.RoleSessionName = "caddy-llm-router" }), refreshEarly)
+		creds = clouds.AssumeRole(awsCfg, role)
 	}
 	if creds == nil {
 		return errors.New("bedrock: no AWS credentials provider")
 	}
-	failed := credentialsFailure(ctx.Logger(), "bedrock: cannot get AWS credentials to sign with (looked in the environment, the shared config and credentials files, web identity, the container and instance roles)")
-	p.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
-		return &sigV4Transport{base: rt, creds: creds, signer: v4.NewSigner(), region: region, now: time.Now, failed: failed}
-	})
+	failed := clouds.Failure(ctx.Logger(), "bedrock: cannot get AWS credentials to sign with (looked in the environment, the shared config and credentials files, web identity, the container and instance roles)")
+	p.WrapTransport(func(rt http.RoundTripper) http.RoundTripper { return clouds.SigV4(rt, creds, region, failed) })
 	return nil
-}
-
-// credentialsFailure returns what a cloud type's transport calls when it
-// cannot get credentials for a request: the attempt fails (its class is
-// transport: the router fails over, and tries the deployment again after
-// its backoff), and the operator is told at error level, at most once a
-// minute per provider, what failed. msg says where the credentials were
-// looked for; nothing of them is logged (err redacted: see package
-// redact).
-func credentialsFailure(logger *zap.Logger, msg string) func(err error) error {
-	var last atomic.Int64
-	return func(err error) error {
-		now := time.Now().UnixNano()
-		if prev := last.Load(); now-prev >= int64(time.Minute) && last.CompareAndSwap(prev, now) {
-			logger.Error(msg, zap.String("error", redact.String(err.Error(), nil))) // a token endpoint's answer may hold one
-		}
-		return fmt.Errorf("%s: %w", msg, err)
-	}
-}
-
-// credentialsExpiryWindow is how long before temporary AWS credentials
-// expire that they are replaced: a request signed just before expiry may
-// reach Bedrock after it.
-const credentialsExpiryWindow = time.Minute
-
-// refreshEarly has temporary credentials (a role's, an instance's, a web
-// identity's) fetched anew credentialsExpiryWindow before they expire.
-func refreshEarly(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = credentialsExpiryWindow }
-
-// bedrockService is the SigV4 signing name of Bedrock's runtime API.
-const bedrockService = "bedrock"
-
-// sigV4Transport signs each request with AWS Signature Version 4 just
-// before it goes out. A failure to get credentials (no credentials found,
-// an expired session the chain cannot refresh, an unreachable instance
-// role) is a transport error of that attempt: the router fails over.
-type sigV4Transport struct {
-	base   http.RoundTripper
-	creds  aws.CredentialsProvider
-	signer *v4.Signer
-	region string
-	now    func() time.Time
-	failed func(error) error // credentialsFailure
-}
-
-// RoundTrip implements http.RoundTripper.
-func (t *sigV4Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	var body []byte
-	if req.Body != nil {
-		var err error
-		body, err = io.ReadAll(req.Body)
-		req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-	}
-	creds, err := t.creds.Retrieve(req.Context())
-	if err != nil {
-		return nil, t.failed(err)
-	}
-	out := req.Clone(req.Context())
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	out.ContentLength = int64(len(body))
-	sum := sha256.Sum256(body)
-	if err := t.signer.SignHTTP(req.Context(), creds, out, hex.EncodeToString(sum[:]), bedrockService, t.region, t.now()); err != nil {
-		return nil, fmt.Errorf("bedrock: signing the request: %w", err)
-	}
-	return t.base.RoundTrip(out)
 }
 
 // Vertex is the provider type `vertex`: Google Vertex AI's publisher
@@ -302,17 +209,6 @@ func (p *Vertex) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// cloudName is what a cloud's region or location may be: a DNS label
-// (us-east-1, us-east5, global), as it is part of the endpoint's host.
-var cloudName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
-// gcpProject is what a Google Cloud project id may be: lower-case letters,
-// digits and hyphens, or a domain-scoped one ("example.com:my-project").
-var gcpProject = regexp.MustCompile(`^([a-z0-9][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
-
-// vertexScope is the OAuth scope of Vertex AI's API.
-const vertexScope = "https://www.googleapis.com/auth/cloud-platform"
-
 func (p *Vertex) validateVertex() error {
 	switch {
 	case p.Project == "":
@@ -341,11 +237,11 @@ func (p *Vertex) Provision(ctx caddy.Context) error {
 	if project == "" || region == "" {
 		return errors.New("vertex: project and region must not be empty once their placeholders are replaced")
 	}
-	if !cloudName.MatchString(region) {
+	if !clouds.Name.MatchString(region) {
 		// It names the host the tokens go to.
 		return fmt.Errorf("vertex: region %q is not a Vertex AI location (such as us-east5, or global)", region)
 	}
-	if !gcpProject.MatchString(project) {
+	if !clouds.GCPProject.MatchString(project) {
 		return fmt.Errorf("vertex: project %q is not a Google Cloud project id", project)
 	}
 	if p.BaseURL == "" {
@@ -363,46 +259,20 @@ func (p *Vertex) Provision(ctx caddy.Context) error {
 		return err
 	}
 	p.Vertex.Endpoint, p.Vertex.Project, p.Vertex.Location = p.ProviderEndpoint(), project, region
-	creds, err := credentials.DetectDefault(&credentials.DetectOptions{
-		Scopes: []string{vertexScope},
-		//lint:ignore SA1019 the file is the operator's own (credentials_file), of any type Google's ADC takes; its deprecation warns of files from an untrusted source
-		CredentialsFile: file,
-	})
+	creds, err := clouds.GoogleCredentials(file)
 	switch {
 	case err != nil && file != "":
 		return fmt.Errorf("vertex: reading credentials_file %s (a service account key or an external account configuration, JSON): %v", file, err)
 	case err != nil:
 		return fmt.Errorf("vertex: finding Google credentials: %v (looked for GOOGLE_APPLICATION_CREDENTIALS, gcloud's application_default_credentials.json, the metadata server of Google Cloud; or set credentials_file)", err)
 	}
-	client := &http.Client{Transport: p.transport}
-	if err := httptransport.AddAuthorizationMiddleware(client, creds); err != nil {
+	rt, err := clouds.GoogleTokens(p.transport, creds,
+		clouds.Failure(ctx.Logger(), "vertex: cannot get a Google access token (from the token endpoint or metadata server the credentials name)"))
+	if err != nil {
 		return fmt.Errorf("vertex: %v", err)
 	}
-	p.WrapTransport(func(http.RoundTripper) http.RoundTripper {
-		return &tokenTransport{base: client.Transport, creds: creds,
-			failed: credentialsFailure(ctx.Logger(), "vertex: cannot get a Google access token (from the token endpoint or metadata server the credentials name)")}
-	})
+	p.WrapTransport(func(http.RoundTripper) http.RoundTripper { return rt })
 	return nil
-}
-
-// tokenTransport is Google's authorizing transport (base), after a look
-// at the token it will use: a failure to get one is told as
-// credentialsFailure tells it. (The token is cached: base finds it so.)
-type tokenTransport struct {
-	base   http.RoundTripper
-	creds  *auth.Credentials
-	failed func(error) error
-}
-
-// RoundTrip implements http.RoundTripper.
-func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if _, err := t.creds.Token(req.Context()); err != nil {
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		return nil, t.failed(err)
-	}
-	return t.base.RoundTrip(req)
 }
 
 // Interface guards
@@ -413,5 +283,4 @@ var (
 	_ caddy.Provisioner     = (*Vertex)(nil)
 	_ caddyfile.Unmarshaler = (*Bedrock)(nil)
 	_ caddyfile.Unmarshaler = (*Vertex)(nil)
-	_ http.RoundTripper     = (*sigV4Transport)(nil)
 )

@@ -12,7 +12,6 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
-	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // Response headers that tell the client which deployment answered.
@@ -26,108 +25,163 @@ const (
 	// attempt answered: "lost" (the first) or "won" (the hedge). Absent
 	// when none was.
 	HeaderHedge = "X-LLM-Router-Hedge"
+	// HeaderTokenCount marks a count_tokens answer the router estimated
+	// itself: see api.HeaderTokenCount.
+	HeaderTokenCount = api.HeaderTokenCount
 )
 
 // ServeHTTP answers the LLM API paths (see Handler); any other path under
-// its matcher gets a 404 that lists them. The client API of the path parses the request and writes the
-// answer; the router finds it.
+// its matcher goes to the pass_through provider when one is named, else
+// gets a 404 that lists them. It reads as a request goes: the client API
+// of the path (forPath), which parses the body (parse); the router serves
+// it (serve); the client API writes the answer (write).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/messages/count_tokens") {
-		h.serveCountTokens(w, r)
+	c := &apiCall{r: r}
+	if ok, err := h.forPath(w, c); !ok {
+		return err // answered: no client API's path, a WebSocket, not a POST
+	}
+	if e := h.parse(w, c); e != nil {
+		c.api.WriteError(w, e)
 		return nil
 	}
+	h.serve(c)
+	h.write(w, c)
+	return nil
+}
+
+// apiCall is one client request on its way through ServeHTTP.
+type apiCall struct {
+	r        *http.Request
+	api      api.API         // the client API of the path
+	req      *router.Request // what it parsed of the body
+	group    *router.Group   // the model group it names
+	affinity affinity        // its affinity keys (affinity.go)
+	res      *router.Result  // the router's answer
+	made     string          // the Responses API's response id, once given
+}
+
+// forPath finds the client API of the request's path (api.ForPath) and
+// reports whether it is left to serve a POST: the other paths are
+// answered here (a background response's follow-ups, GET .../models and
+// .../models/{id}, a Responses WebSocket, pass_through or the 404 of an
+// unserved path), and so is any method but POST (405). err is a failed
+// write of the models' list.
+func (h *Handler) forPath(w http.ResponseWriter, c *apiCall) (ok bool, err error) {
+	r := c.r
 	if id, op, ok := responseFollowUp(r.URL.Path); ok {
 		h.serveFollowUp(w, r, id, op) // background.go
-		return nil
+		return false, nil
 	}
 	a := api.ForPath(r.URL.Path)
-	made := "" // the Responses API's response id, once given
-	if ra, ok := a.(api.Responses); ok {
-		a = h.responsesAPI(ra, &made)
-	}
 	if a == nil {
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			path := strings.TrimSuffix(r.URL.Path, "/")
-			if strings.HasSuffix(path, "/models") {
-				return api.WriteModels(w, h.models)
-			}
-			// GET .../models/{id}: one model group, as the SDKs' models.retrieve asks.
-			if i := strings.LastIndex(path, "/models/"); i >= 0 {
-				id := path[i+len("/models/"):]
-				_, ok := h.lookup.group(id)
-				return api.WriteModel(w, id, ok)
-			}
+		return false, h.serveOther(w, r)
+	}
+	if ra, ok := a.(api.Responses); ok {
+		a = h.responsesAPI(ra, &c.made)
+		if isWebSocketUpgrade(r) {
+			h.serveWebSocket(w, r, a)
+			return false, nil
 		}
-		h.serveUnknown(w, r)
-		return nil
 	}
-	if _, ok := a.(api.Responses); ok && isWebSocketUpgrade(r) {
-		h.serveWebSocket(w, r, a)
-		return nil
-	}
+	c.api = a
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		a.WriteError(w, api.MethodError)
-		return nil
+		return false, nil
 	}
-	body, e := api.ReadBody(w, r, h.maxBody())
+	return true, nil
+}
+
+// serveOther answers a path no client API takes: GET (or HEAD)
+// .../models and .../models/{id} (one model group, as the SDKs'
+// models.retrieve asks), else serveUnknown.
+func (h *Handler) serveOther(w http.ResponseWriter, r *http.Request) error {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		path := strings.TrimSuffix(r.URL.Path, "/")
+		if strings.HasSuffix(path, api.ModelsPath) {
+			return api.WriteModels(w, h.models)
+		}
+		// GET .../models/{id}: one model group, as the SDKs' models.retrieve asks.
+		if i := strings.LastIndex(path, api.ModelsPath+"/"); i >= 0 {
+			id := path[i+len(api.ModelsPath+"/"):]
+			_, ok := h.lookup.group(id)
+			return api.WriteModel(w, id, ok)
+		}
+	}
+	h.serveUnknown(w, r)
+	return nil
+}
+
+// parse reads the body and parses it in the client's API, with its
+// priority, its model group (which must serve the API), the deployment
+// its Responses state pins it to, and its affinity. A request that does
+// not fit is an *api.Error, and changes nothing.
+func (h *Handler) parse(w http.ResponseWriter, c *apiCall) *api.Error {
+	body, e := api.ReadBody(w, c.r, h.maxBody())
 	if e != nil {
-		a.WriteError(w, e)
-		return nil
+		return e
 	}
-	req, model, e := a.Parse(body, r.Header)
+	req, model, e := c.api.Parse(body, c.r.Header)
 	if e != nil {
-		a.WriteError(w, e)
-		return nil
+		return e
 	}
-	if ra, ok := a.(api.Responses); ok {
-		a = ra.WithRequest(body) // what a translated answer restates of it
-	}
-	if req.Priority, e = h.priority(r); e != nil {
-		a.WriteError(w, e)
-		return nil
+	c.api = api.ForRequest(c.api, body) // what a translated answer restates of it, what an estimate counts
+	if req.Priority, e = h.priority(c.r); e != nil {
+		return e
 	}
 	group, ok := h.lookup.group(model)
 	switch {
 	case !ok:
-		a.WriteError(w, api.ModelNotFoundError(model))
-		return nil
+		return api.ModelNotFoundError(model)
 	case !group.Serves(req.Format):
-		a.WriteError(w, api.NotSupportedError(model, req.Format))
-		return nil
+		return api.NotSupportedError(model, req.Format)
 	}
-	req.NoHedge = req.Format == provider.Responses && isBackground(req.Body) // background.go
 	if e := h.pin(req, group, model); e != nil {
-		a.WriteError(w, e)
-		return nil
+		return e
 	}
 	h.bindReasoning(req)
-	affinity := h.affinityKey(r, req, group.Name)
-	h.prefer(req, group, affinity)
-	res := h.router.ServeGroup(r.Context(), group, req)
-	h.remember(affinity, res)
+	c.req, c.group = req, group
+	c.affinity = h.affinityKey(c.r, req, group.Name)
+	h.prefer(req, group, c.affinity)
+	return nil
+}
+
+// serve has the router answer the request from its group, and remembers
+// what the answer says of the conversation: the deployment that served
+// it (affinity), the Responses conversation it added to.
+func (h *Handler) serve(c *apiCall) {
+	req := c.req
+	res := h.router.ServeGroup(c.r.Context(), c.group, req)
+	h.remember(c.affinity, res)
 	h.rememberConversation(req, res)
 	h.logDropped(req, res)
 	if e, ok := res.Err.(*router.Error); ok && req.Pinned != nil {
-		c := *e
-		c.Message = "this request continues state that deployment " + req.Pinned.Name +
+		pinned := *e
+		pinned.Message = "this request continues state that deployment " + req.Pinned.Name +
 			" made (its previous_response_id or conversation), which that provider account alone keeps, so no other deployment can serve it: " + e.Message
-		res.Err = &c
+		res.Err = &pinned
 	}
-	h.annotate(r, group.Name, res) // the group's name: a pattern bounds the metrics' labels
+	c.res = res
+}
+
+// write tells the answer (placeholders, access log, metrics, the router's
+// headers), has the client API write it, then tells what it used and
+// cost (account) and follows a background response.
+func (h *Handler) write(w http.ResponseWriter, c *apiCall) {
+	res, group := c.res, c.group.Name
+	h.annotate(c.r, group, res) // the group's name: a pattern bounds the metrics' labels
 	if res.Err != router.ErrClientGone {
 		setRouterHeaders(w, res)
 	}
-	if err := a.Write(w, res); err != nil {
+	if err := c.api.Write(w, res); err != nil {
 		name := ""
 		if res.Deployment != nil {
 			name = res.Deployment.Name
 		}
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", name), zap.Error(err))
 	}
-	h.account(r, group.Name, res)
-	h.trackBackground(req, res, group.Name, made)
-	return nil
+	h.account(c.r, group, res)
+	h.trackBackground(c.req, res, group, c.made)
 }
 
 // account tells what the answer used and cost, once it was written (a

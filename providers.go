@@ -108,7 +108,7 @@ type ProviderConfig struct {
 
 	// Organization names the provider organization the account belongs
 	// to, for state only that organization can read (a Responses
-	// request's encrypted reasoning items: see the README's "Reasoning
+	// request's encrypted reasoning items: see docs/responses.md, "Reasoning
 	// affinity"): providers with the same organization are one. Default:
 	// the account's credentials tell (providers sharing an api_key, or
 	// credential headers, and an OpenAI-Organization header, are one
@@ -521,32 +521,8 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 		switch key {
 		case "type":
 			d.RemainingArgs()
-		case "base_url", "api_key", "organization":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			v := d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			switch key {
-			case "base_url":
-				c.BaseURL = v
-			case "api_key":
-				c.APIKey = v
-			default:
-				c.Organization = v
-			}
-		case "timeout":
-			if err := parseDuration(d, &c.Timeout); err != nil {
-				return err
-			}
-		case "ttft_timeout":
-			if err := parseDuration(d, &c.TTFTTimeout); err != nil {
-				return err
-			}
-		case "idle_timeout":
-			if err := parseDuration(d, &c.IdleTimeout); err != nil {
+		case "base_url", "api_key", "organization", "timeout", "ttft_timeout", "idle_timeout":
+			if err := c.parseSetting(d); err != nil {
 				return err
 			}
 		case "header":
@@ -583,10 +559,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 				}
 			}
 			if !known {
-				if types, ok := typeKeys[key]; ok {
-					return d.Errf("unknown subdirective %s in provider (an option of type %s)", key, types)
-				}
-				return d.Errf("unknown subdirective %s in provider%s", key, suggest(key, anyProviderKeys))
+				return d.Errf("unknown subdirective %s in provider%s", key, providerKeyHint(key))
 			}
 		}
 	}
@@ -607,6 +580,23 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 		c.TransportRaw = caddyconfig.JSONModuleObject(transport, "protocol", transportName, nil)
 	}
 	return nil
+}
+
+// parseSetting reads one of the shared settings that take one argument.
+func (c *ProviderConfig) parseSetting(d *caddyfile.Dispenser) error {
+	switch d.Val() {
+	case "base_url":
+		return argInto(d, &c.BaseURL)
+	case "api_key":
+		return argInto(d, &c.APIKey)
+	case "organization":
+		return argInto(d, &c.Organization)
+	case "timeout":
+		return parseDuration(d, &c.Timeout)
+	case "ttft_timeout":
+		return parseDuration(d, &c.TTFTTimeout)
+	}
+	return parseDuration(d, &c.IdleTimeout)
 }
 
 // providerTypes lists the registered provider types, sorted.
@@ -632,7 +622,7 @@ func unknownType(typ string) error {
 // OpenRouter, Cerebras, vLLM, Ollama). Requests go to base_url +
 // "/chat/completions", "/embeddings" and "/responses" with
 // "Authorization: Bearer <key>"; the rate-limit dialects it reads are
-// listed in README.md.
+// listed in docs/providers.md ("How each provider response is classified").
 type OpenAI struct {
 	ProviderConfig
 	// Responses says whether the server serves OpenAI's Responses API

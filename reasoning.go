@@ -1,7 +1,6 @@
 package llmrouter
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
-	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -35,15 +34,11 @@ import (
 const (
 	// MintedMax bounds how many encrypted items are remembered; the least
 	// recently seen are forgotten first (a forgotten item is one the router
-	// never saw: see invalidEncryptedContent).
+	// never saw: see api.InvalidEncryptedContent).
 	MintedMax = 100_000
 	// MintedTTL is how long an encrypted item is remembered since it was
 	// last seen.
 	MintedTTL = 30 * 24 * time.Hour
-	// invalidEncryptedContent is OpenAI's error code for an encrypted item
-	// it cannot read; the router then sends the request once more without
-	// any encrypted item.
-	invalidEncryptedContent = "invalid_encrypted_content"
 	// maxOrganization bounds an organization name's length.
 	maxOrganization = 128
 )
@@ -119,7 +114,7 @@ func (h *Handler) noteMinted(d *router.Deployment, item []byte) {
 	if d == nil {
 		return
 	}
-	if enc, _ := jsonbody.GetString(item, "encrypted_content"); enc != "" {
+	if enc := api.EncryptedOf(item); enc != "" {
 		minted().Add(mintKeyOf(enc), h.meta[d].org)
 	}
 }
@@ -128,101 +123,35 @@ func (h *Handler) noteMinted(d *router.Deployment, item []byte) {
 // organization can read: its input items with encrypted_content. The
 // deployments of the organization that made the last of them it knows
 // take it while one can serve it; another is sent the input without the
-// items of other organizations (stripEncrypted); a provider's
+// items of other organizations (api.StripEncrypted); a provider's
 // invalid_encrypted_content (an item the router never saw made) sends it
 // once more without any.
 func (h *Handler) bindReasoning(req *router.Request) {
-	if req.Format != provider.Responses || !bytes.Contains(req.Body, []byte(`"encrypted_content"`)) {
+	encrypted := api.EncryptedItems(req)
+	if len(encrypted) == 0 {
 		return
 	}
 	makers := map[mintKey]string{} // of the items it knows
-	last, any := "", false
-	eachInputItem(req.Body, func(item []byte) {
-		enc, _ := jsonbody.GetString(item, "encrypted_content")
-		if enc == "" {
-			return
-		}
-		any = true
+	last := ""
+	for _, enc := range encrypted {
 		if org, ok := minted().Get(mintKeyOf(enc)); ok {
 			makers[mintKeyOf(enc)], last = org, org
 		}
-	})
-	if !any {
-		return
 	}
 	b := &router.Bound{
 		Strip: func(body []byte, d *router.Deployment, all bool) ([]byte, bool) {
 			org := h.meta[d].org
-			return stripEncrypted(body, func(enc string) bool {
+			return api.StripEncrypted(body, func(enc string) bool {
 				maker, ok := makers[mintKeyOf(enc)]
 				return all || ok && maker != org
 			})
 		},
-		Refused: func(obs provider.Observation) bool { return obs.Code == invalidEncryptedContent },
+		// The provider could not read an item the router never saw made:
+		// the request goes once more without any.
+		Refused: func(obs provider.Observation) bool { return obs.Code == api.InvalidEncryptedContent },
 	}
 	if last != "" {
 		b.Reads = func(d *router.Deployment) bool { return h.meta[d].org == last }
 	}
 	req.Bound = b
-}
-
-// eachInputItem calls fn with each object of a Responses body's input
-// array (none when input is a string).
-func eachInputItem(body []byte, fn func(item []byte)) {
-	start, end, _ := jsonbody.FindMember(body, "input")
-	if start < 0 || body[start] != '[' {
-		return
-	}
-	input := body[start:end]
-	_ = jsonbody.EachElement(input, func(s, e int) bool {
-		if input[s] == '{' {
-			fn(input[s:e])
-		}
-		return true
-	})
-}
-
-// stripEncrypted returns a Responses body without the input items whose
-// encrypted_content drop picks, and whether it removed any. Once it
-// removes one, the reasoning items left without encrypted_content (they
-// stand for a stored item of the organization that made it) go too, and
-// the other items lose their ids (but an item_reference, which is one,
-// and an encrypted item kept, which needs its own): an id names an item of that
-// organization, and OpenAI refuses a function_call whose id pairs it with
-// a reasoning item that is not there ("Item 'fc_...' of type
-// 'function_call' was provided without its required 'reasoning' item").
-// The rest of the conversation (messages, calls, their outputs) stays.
-func stripEncrypted(body []byte, drop func(enc string) bool) ([]byte, bool) {
-	var kept [][]byte
-	dropped := false
-	eachInputItem(body, func(item []byte) {
-		if enc, _ := jsonbody.GetString(item, "encrypted_content"); enc != "" && drop(enc) {
-			dropped = true
-			return
-		}
-		kept = append(kept, item)
-	})
-	if !dropped {
-		return body, false
-	}
-	input := []byte{'['}
-	for _, item := range kept {
-		typ, _ := jsonbody.GetString(item, "type")
-		enc, _ := jsonbody.GetString(item, "encrypted_content")
-		switch {
-		case typ == "reasoning" && enc == "":
-			continue
-		case enc == "" && typ != "item_reference":
-			item, _ = jsonbody.Without(item, "id")
-		}
-		if len(input) > 1 {
-			input = append(input, ',')
-		}
-		input = append(input, item...)
-	}
-	out, err := jsonbody.SetRaw(body, "input", append(input, ']'))
-	if err != nil {
-		return body, false // parsed before: not reached
-	}
-	return out, true
 }

@@ -1,7 +1,6 @@
 package llmrouter
 
 import (
-	"bytes"
 	"net/http"
 	"strconv"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
-	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -92,53 +90,30 @@ func (h *Handler) owner(id string) (o responseOwner, fromFleet, ok bool) {
 // it knows it. A response no deployment of the group can continue is a
 // 400 that says why.
 func (h *Handler) pin(req *router.Request, group *router.Group, model string) *api.Error {
-	if req.Format != provider.Responses {
+	c, ok := api.ContinuationOf(req)
+	if !ok {
 		return nil
 	}
-	// A continuation names the response it continues, or the conversation
-	// (the Conversations API's) whose state it adds to.
-	param, what := "previous_response_id", ""
-	key, _ := jsonbody.GetString(req.Body, param)
-	if key != "" {
-		what = "the response " + strconv.Quote(key)
-	} else if conv := conversationID(req.Body); conv != "" {
-		param, key, what = "conversation", conversationKey(conv), "the conversation "+strconv.Quote(conv)
-	} else {
-		return nil
+	key, what := c.ID, "the response "+strconv.Quote(c.ID)
+	if c.Param == "conversation" {
+		key, what = conversationKey(c.ID), "the conversation "+strconv.Quote(c.ID)
 	}
 	o, fromFleet, ok := h.owner(key)
 	if !ok {
 		return nil
 	}
 	if o.identity == "" {
-		return api.Errorf(http.StatusBadRequest, api.InvalidValue, param,
+		return api.Errorf(http.StatusBadRequest, api.InvalidValue, c.Param,
 			"%s was made by deployment %s through Chat Completions, and no provider keeps its state: send the whole conversation as input instead of %s",
-			what, o.name, param)
+			what, o.name, c.Param)
 	}
 	if d := h.deploymentOf(group, o.identity, fromFleet); d != nil {
 		req.Pinned = d
 		return nil
 	}
-	return api.Errorf(http.StatusBadRequest, api.InvalidValue, param,
+	return api.Errorf(http.StatusBadRequest, api.InvalidValue, c.Param,
 		"%s was made by deployment %s, which model group %s no longer has; its state stays with that provider account: send the whole conversation as input instead",
 		what, o.name, strconv.Quote(model))
-}
-
-// conversationID is a Responses request's conversation: a string, or an
-// object's id; "" when none.
-func conversationID(body []byte) string {
-	start, end, _ := jsonbody.FindMember(body, "conversation")
-	switch {
-	case start < 0:
-		return ""
-	case body[start] == '"':
-		s, _ := jsonbody.String(body[start:end])
-		return s
-	case body[start] == '{':
-		id, _ := jsonbody.GetString(body[start:end], "id")
-		return id
-	}
-	return ""
 }
 
 // conversationKey is how a conversation is remembered among response ids.
@@ -151,31 +126,19 @@ func (h *Handler) rememberConversation(req *router.Request, res *router.Result) 
 	if req.Format != provider.Responses || !answered(res) || res.Format != provider.Responses {
 		return
 	}
-	if conv := conversationID(req.Body); conv != "" && len(conv) <= 256 {
+	if conv := api.ConversationID(req); conv != "" && len(conv) <= 256 {
 		h.rememberOwner(conversationKey(conv), responseOwner{identity: h.meta[res.Deployment].identity, name: res.Deployment.Name})
 	}
 }
 
 // logDropped logs at debug level what a Messages request lost on its way
-// to a deployment that is not Anthropic's (translated to Chat
-// Completions): thinking blocks and cache_control markers, which are hints
-// to Anthropic's models and caches that other providers cannot take.
+// to a deployment that is not Anthropic's (api.DroppedInChat).
 func (h *Handler) logDropped(req *router.Request, res *router.Result) {
-	if req.Format != provider.Messages || res.Deployment == nil || res.Format == provider.Messages {
-		return
-	}
 	ce := h.logger.Check(zap.DebugLevel, "translated to Chat Completions without what it cannot express")
 	if ce == nil {
 		return
 	}
-	var dropped []string
-	if bytes.Contains(req.Body, []byte(`"thinking"`)) || bytes.Contains(req.Body, []byte(`"redacted_thinking"`)) {
-		dropped = append(dropped, "thinking")
-	}
-	if bytes.Contains(req.Body, []byte(`"cache_control"`)) {
-		dropped = append(dropped, "cache_control")
-	}
-	if len(dropped) > 0 {
+	if dropped := api.DroppedInChat(req, res); len(dropped) > 0 {
 		ce.Write(zap.String("deployment", res.Deployment.Name), zap.Strings("dropped", dropped))
 	}
 }

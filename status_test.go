@@ -2,6 +2,8 @@ package llmrouter
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -441,4 +443,11 @@ func TestStatusCaddyfileAdapt(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("expected the routes %q, got %q in\n%s", want, got, adapted)
 	}
+}
+
+// cspHash is a Content-Security-Policy hash source for an inline
+// element's text (sha256, base64), computed here as a browser does.
+func cspHash(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return "sha256-" + base64.StdEncoding.EncodeToString(sum[:])
 }

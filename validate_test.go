@@ -61,7 +61,7 @@ func TestEveryRuleHoldsForJSONAndCaddyfile(t *testing.T) {
 		{"model", "fallback_group m", `"fallback_group":"m"`, "model m: fallback_group makes a loop: m -> m"},
 		{"model", "alias m-*", `"aliases":["m-*"]`, `model m: alias "m-*" is a pattern`},
 		{"model", "alias m", `"aliases":["m"]`, `model m: alias "m" is already the name or an alias of model m`},
-		{"model", "budget 5 per 10ms", `"budget":{"usd":5,"per":10000000}`, "model m: budget period must be at least 1s, got 10ms"},
+		{"model", "budget 5 per 10ms", `"budget":{"usd":5,"per":10000000}`, "budget period must be at least 1s, got 10ms"},
 		{"deployment", "tier 101", `"tier":101`, "model m: tier must be from 1 to 100, got 101"},
 		{"deployment", "tier -1", `"tier":-1`, "model m: tier must be from 1 to 100, got -1"},
 		{"deployment", "quality 1.5", `"quality":1.5`, "model m: quality must be within 0..1, got 1.5"},
@@ -74,7 +74,7 @@ func TestEveryRuleHoldsForJSONAndCaddyfile(t *testing.T) {
 		{"deployment", "weight -1", `"weight":-1`, "model m: weight must not be negative, got -1"},
 		{"deployment", "rpm -1", `"rpm":-1`, "model m: rpm must not be negative, got -1"},
 		{"deployment", "tpm -1", `"tpm":-1`, "model m: tpm must not be negative, got -1"},
-		{"deployment", "budget 0 per 1h", `"budget":{"usd":0,"per":3600000000000}`, "model m: budget must be more than 0 USD, got 0"},
+		{"deployment", "budget 0 per 1h", `"budget":{"usd":0,"per":3600000000000}`, "budget must be more than 0 USD, got 0"},
 	} {
 		t.Run(tc.caddy, func(t *testing.T) {
 			caddyText, jsonText := ruleConfigs(tc.level, tc.caddy, tc.json)

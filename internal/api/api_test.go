@@ -482,7 +482,7 @@ func TestForPath(t *testing.T) {
 	for path, want := range map[string]API{
 		"/v1/chat/completions": Chat{}, "/openai/v1/chat/completions/": Chat{}, "/v1/embeddings": Embeddings{},
 		"/v1/messages": Messages{}, "/v1/models": nil, "/v1/completions": Completions{}, "/v1/responses": Responses{},
-		"/v1/messages/count_tokens": nil, "/v1/audio/speech": nil,
+		"/v1/messages/count_tokens": CountTokens{}, "/v1/audio/speech": nil,
 	} {
 		if got := ForPath(path); fmt.Sprintf("%T", got) != fmt.Sprintf("%T", want) {
 			t.Errorf("%s: expected %T, got %T", path, want, got)

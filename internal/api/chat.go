@@ -53,7 +53,7 @@ func (Chat) Parse(body []byte, _ http.Header) (*router.Request, string, *Error) 
 	if maxTokens <= 0 {
 		maxTokens = max(c.maxTokens, 0)
 	}
-	return sized(pr, maxTokens), c.model, nil
+	return c.sized(pr, maxTokens), c.model, nil
 }
 
 // chatScan is what routing reads of a Chat Completions body, member by

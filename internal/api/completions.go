@@ -52,7 +52,7 @@ func (Completions) Parse(body []byte, _ http.Header) (*router.Request, string, *
 	if c.n != nil {
 		pr.Choices = int(*c.n)
 	}
-	return sized(pr, max(c.maxTokens, 0)), c.model, nil
+	return c.sized(pr, max(c.maxTokens, 0)), c.model, nil
 }
 
 // WriteError implements API.

@@ -39,7 +39,7 @@ func (Embeddings) Parse(body []byte, _ http.Header) (*router.Request, string, *E
 	if !input {
 		return nil, "", Errorf(http.StatusBadRequest, MissingParameter, "input", "you must provide an input parameter")
 	}
-	return sized(&provider.Request{Format: provider.Embeddings, Body: body, Choices: 1}, 0), model, nil
+	return s.sized(&provider.Request{Format: provider.Embeddings, Body: body, Choices: 1}, 0), model, nil
 }
 
 // WriteError implements API.

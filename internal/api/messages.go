@@ -57,25 +57,7 @@ func (Messages) Parse(body []byte, header http.Header) (*router.Request, string,
 		// The Chat form asks OpenAI-format providers for usage, which a
 		// Messages stream reports at its end.
 		Choices: 1, IncludeUsage: m.stream, ToChat: messages.ToChat}
-	return sized(pr, m.maxTokens), m.model, nil
-}
-
-// ParseCountTokens reads a count_tokens body
-// (https://docs.anthropic.com/en/api/messages-count-tokens): a JSON object
-// with a model and a non-empty messages array, shaped as for Parse
-// (max_tokens is not asked for). It returns the model group.
-func ParseCountTokens(body []byte) (string, *Error) {
-	var m messagesScan
-	if e := scanBody(body, []string{"model", "messages", "system"}, &m.scan, m.member); e != nil {
-		return "", e
-	}
-	if m.model == "" {
-		return "", missingModel()
-	}
-	if m.messages == 0 {
-		return "", Errorf(http.StatusBadRequest, MissingParameter, "messages", "messages: a non-empty array is required")
-	}
-	return m.model, nil
+	return m.sized(pr, m.maxTokens), m.model, nil
 }
 
 // MessagesHeaders returns the client's headers that belong to the

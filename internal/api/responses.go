@@ -94,7 +94,11 @@ func (Responses) Parse(body []byte, _ http.Header) (*router.Request, string, *Er
 	if r.maxOutputTokens != nil {
 		maxTokens = *r.maxOutputTokens
 	}
-	return sized(pr, maxTokens), r.model, nil
+	rr := r.sized(pr, maxTokens)
+	// The provider runs a background response to its end whoever waits:
+	// a hedge's twin would be a second job, billed too.
+	rr.NoHedge = r.background
+	return rr, r.model, nil
 }
 
 // responsesScan is what routing reads of a Responses body.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -14,8 +15,15 @@ import (
 
 // scan reads what routing needs of a request body, member by member,
 // without decoding it: the body goes upstream as it came, or is translated
-// by a provider type, which decodes it then. It keeps the first error.
-type scan struct{ err *Error }
+// by a provider type, which decodes it then. It keeps the first error,
+// and the keys the body names its conversation by (note).
+type scan struct {
+	err *Error
+	// The first prompt_cache_key, user and metadata.user_id, each "" when
+	// absent or not a string; seen says which of the three were met.
+	cacheKey, user, metaUser string
+	seen                     uint8
+}
 
 // scanBody checks body is one valid JSON object in which each of keys
 // appears at most once and is spelled exactly so (or the provider might
@@ -34,11 +42,56 @@ func scanBody(body []byte, keys []string, s *scan, member func(name, v []byte)) 
 	}
 	_ = jsonbody.EachMember(body, func(name []byte, start, end int) bool {
 		if v := body[start:end]; string(v) != "null" {
+			s.note(name, v)
 			member(name, v)
 		}
 		return s.err == nil
 	})
 	return s.err
+}
+
+// The keys note reads, as bits of scan.seen.
+const (
+	seenCacheKey = 1 << iota
+	seenUser
+	seenMetadata
+)
+
+// note keeps a top-level member that names the request's conversation or
+// its prompt cache, the first of each name: prompt_cache_key (OpenAI's),
+// user (OpenAI's end-user id), metadata (Anthropic's, its user_id).
+func (s *scan) note(name, v []byte) {
+	str := func(v []byte) string {
+		if v[0] != '"' {
+			return ""
+		}
+		out, _ := jsonbody.String(v)
+		return out
+	}
+	switch string(name) {
+	case "prompt_cache_key":
+		if s.seen&seenCacheKey == 0 {
+			s.seen |= seenCacheKey
+			s.cacheKey = str(v)
+		}
+	case "user":
+		if s.seen&seenUser == 0 {
+			s.seen |= seenUser
+			s.user = str(v)
+		}
+	case "metadata":
+		if s.seen&seenMetadata == 0 {
+			s.seen |= seenMetadata
+			if v[0] == '{' {
+				s.metaUser, _ = jsonbody.GetString(v, "user_id")
+			}
+		}
+	}
+}
+
+// keys are the request's keys of its conversation and prompt cache.
+func (s *scan) keys() router.Keys {
+	return router.Keys{Cache: s.cacheKey, Conversation: cmp.Or(s.cacheKey, s.user, s.metaUser)}
 }
 
 func (s *scan) str(key string, v []byte) string {
@@ -86,13 +139,13 @@ func (s *scan) fail(e *Error) {
 // cannot overflow the sums capacity planning makes of it.
 const maxTokenEstimate = 1 << 31
 
-// sized wraps pr for routing with its token estimate: prompt tokens are
-// estimate.Prompt (the body's bytes / 4, an inline image or document a flat
-// estimate.PayloadTokens), output tokens the client's max_tokens (0 when
-// unset), bounded by maxTokenEstimate.
-func sized(pr *provider.Request, maxTokens int64) *router.Request {
+// sized wraps pr for routing with the keys s read (keys) and its token
+// estimate: prompt tokens are estimate.Prompt (the body's bytes / 4, an
+// inline image or document a flat estimate.PayloadTokens), output tokens
+// the client's max_tokens (0 when unset), bounded by maxTokenEstimate.
+func (s *scan) sized(pr *provider.Request, maxTokens int64) *router.Request {
 	rr := &router.Request{Request: pr, PromptTokens: estimate.Prompt(pr.Body),
-		OutputTokens: min(max(maxTokens, 0), maxTokenEstimate)}
+		OutputTokens: min(max(maxTokens, 0), maxTokenEstimate), Keys: s.keys()}
 	rr.Tokens = rr.PromptTokens + rr.OutputTokens
 	return rr
 }

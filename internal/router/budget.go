@@ -115,7 +115,7 @@ func (r *Router) groupBudget(g *Group, req *Request, need capacity.Need, now, de
 	}
 	usd := -1.0
 	for _, d := range g.Deployments {
-		if c := worstCost(d, req); d.Provider.Serves(req.Format) && (usd < 0 || c < usd) {
+		if c := worstCost(d, req); req.servedBy(d) && (usd < 0 || c < usd) {
 			usd = c
 		}
 	}

@@ -540,8 +540,7 @@ func appendTo[T any](s *[]T) *T {
 	return &(*s)[len(*s)-1]
 }
 
-// argInto reads the subdirective's one argument into dst (clouds.go's
-// oneArg is the same for the cloud types, which are to leave the root).
+// argInto reads the subdirective's one argument into dst.
 func argInto(d *caddyfile.Dispenser, dst *string) error {
 	if !d.NextArg() {
 		return d.ArgErr()

@@ -68,26 +68,14 @@ func (p *Bedrock) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return ParseProviderBlock(d, &p.ProviderConfig, func(d *caddyfile.Dispenser) (bool, error) {
 		switch d.Val() {
 		case "region":
-			return true, oneArg(d, &p.Region)
+			return true, argInto(d, &p.Region)
 		case "profile":
-			return true, oneArg(d, &p.Profile)
+			return true, argInto(d, &p.Profile)
 		case "role_arn":
-			return true, oneArg(d, &p.RoleARN)
+			return true, argInto(d, &p.RoleARN)
 		}
 		return false, nil
 	})
-}
-
-// oneArg reads a subdirective's single argument into dst.
-func oneArg(d *caddyfile.Dispenser, dst *string) error {
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	*dst = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	return nil
 }
 
 // Provision implements caddy.Provisioner. It loads the AWS configuration
@@ -192,11 +180,11 @@ func (p *Vertex) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	err := ParseProviderBlock(d, &p.ProviderConfig, func(d *caddyfile.Dispenser) (bool, error) {
 		switch d.Val() {
 		case "project":
-			return true, oneArg(d, &p.Project)
+			return true, argInto(d, &p.Project)
 		case "region":
-			return true, oneArg(d, &p.Region)
+			return true, argInto(d, &p.Region)
 		case "credentials_file":
-			return true, oneArg(d, &p.CredentialsFile)
+			return true, argInto(d, &p.CredentialsFile)
 		}
 		return false, nil
 	})

@@ -130,6 +130,14 @@ type Request struct {
 	// Priority orders the request among those waiting for capacity, from
 	// MinPriority to MaxPriority (higher first); see Router.Reserve.
 	Priority int
+	// Consumer names who is asking ("" : anonymous, one consumer of its
+	// own), and Weight is its share among the consumers whose requests
+	// wait in the same queue at the same priority (0: 1). The queue
+	// serves them by weighted fair queueing (queue.go): each backlogged
+	// consumer gets at least Weight / (sum of the backlogged weights) of
+	// the requests served.
+	Consumer string
+	Weight   float64
 	// Pinned, when set, is the only deployment that may serve the request:
 	// it continues state that deployment's provider account keeps (a
 	// Responses previous_response_id). The request waits for it within the
@@ -718,6 +726,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			continue // a half-open circuit's probe was taken meanwhile, or the fleet's budget
 		}
 		if me != nil {
+			g.queue.served(me)
 			r.leaveQueue(g, me) // its turn came: the next one may look
 			me = nil
 		}
@@ -753,6 +762,10 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 // and the queue's bound (max_queued) when it is full.
 func (r *Router) joinQueue(g *Group, req *Request, need capacity.Need, now, deadline time.Time) (*waiter, int) {
 	me := &waiter{priority: req.Priority, tokens: req.Tokens, reserve: need.Reserve, since: now, deadline: deadline}
+	if g.Fleet == nil {
+		// The fleet's queue orders by arrival alone: so does this one then.
+		me.consumer, me.weight = req.Consumer, req.Weight
+	}
 	if limit := g.maxQueued(r.Deadline); !g.queue.join(me, limit) {
 		r.debug("the group's queue is full", zap.String("group", g.Name), zap.Int("max_queued", limit))
 		return nil, limit

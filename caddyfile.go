@@ -109,7 +109,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	var refs, fallbacks []ref // deployments' providers; groups with a fallback_group (provider: the group's name)
 	for d.NextBlock(0) {
 		key := d.Val()
-		if key != "provider" && key != "model" {
+		if key != "provider" && key != "model" && key != "plan" && key != "consumers" {
 			if seen[key] {
 				return d.Errf("duplicate subdirective %s", key)
 			}
@@ -207,6 +207,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.Weights = w
+		case "consumer", "keys", "plan", "consumers": // consumers_caddyfile.go
+			if err := h.parseConsumers(d, key); err != nil {
+				return err
+			}
 		case "provider":
 			if !d.NextArg() {
 				return d.ArgErr()

@@ -32,6 +32,11 @@ const (
 // its matcher gets a 404 that lists them. The client API of the path parses the request and writes the
 // answer; the router finds it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	who, e := h.identify(r) // consumers.go: a 401 without a known key
+	if e != nil {
+		errorAPI(r.URL.Path).WriteError(w, e)
+		return nil
+	}
 	if strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/messages/count_tokens") {
 		h.serveCountTokens(w, r)
 		return nil
@@ -101,10 +106,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		a.WriteError(w, e)
 		return nil
 	}
+	adm, e := h.admit(w, who, group.Name, req) // consumers.go: the plan's 403 and 429s
+	if e != nil {
+		a.WriteError(w, e)
+		return nil
+	}
+	var res *router.Result
+	var cost float64
+	defer func() { adm.done(res, cost) }()
 	h.bindReasoning(req)
 	affinity := h.affinityKey(r, req, group.Name)
 	h.prefer(req, group, affinity)
-	res := h.router.ServeGroup(r.Context(), group, req)
+	res = h.router.ServeGroup(r.Context(), group, req)
 	h.remember(affinity, res)
 	h.rememberConversation(req, res)
 	h.logDropped(req, res)
@@ -117,6 +130,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.annotate(r, group.Name, res) // the group's name: a pattern bounds the metrics' labels
 	if res.Err != router.ErrClientGone {
 		setRouterHeaders(w, res)
+		h.limitHeader(w, res)
 	}
 	if err := a.Write(w, res); err != nil {
 		name := ""
@@ -125,7 +139,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", name), zap.Error(err))
 	}
-	h.account(r, group.Name, res)
+	cost = h.account(r, group.Name, res)
 	h.trackBackground(req, res, group.Name, made)
 	return nil
 }
@@ -137,7 +151,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // cache), reasoning_tokens and cost_usd, the same fields in
 // the access log (llm_input_tokens, ...), and the tokens and cost
 // metrics. Nothing is told of an answer whose provider stated no usage.
-func (h *Handler) account(r *http.Request, model string, res *router.Result) {
+// It returns the cost (0 when unknown).
+func (h *Handler) account(r *http.Request, model string, res *router.Result) float64 {
 	u, ok := res.Usage, res.UsageStated
 	legs := []router.Leg{{Deployment: res.Deployment, Usage: u}}
 	if res.Stream != nil {
@@ -159,7 +174,7 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 		}
 	}
 	if !ok || res.Deployment == nil {
-		return
+		return 0
 	}
 	cost := 0.0
 	for _, l := range legs {
@@ -193,6 +208,7 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 	for _, l := range legs {
 		h.metrics.usage(group, l.Deployment.Name, l.Usage, l.Deployment.Cost(l.Usage))
 	}
+	return cost
 }
 
 // priority resolves the request's priority (Handler.Priority): the
@@ -223,6 +239,12 @@ func checkPriority(v string) error {
 		_, err := parsePriority(v)
 		return err
 	}
+	return checkBraces("priority", v)
+}
+
+// checkBraces checks that each brace of a placeholder setting (name) is
+// closed, none nested.
+func checkBraces(name, v string) error {
 	depth := 0
 	for _, c := range v {
 		switch c {
@@ -232,11 +254,11 @@ func checkPriority(v string) error {
 			depth--
 		}
 		if depth < 0 || depth > 1 {
-			return fmt.Errorf("priority: unbalanced braces in %q", v)
+			return fmt.Errorf("%s: unbalanced braces in %q", name, v)
 		}
 	}
 	if depth != 0 {
-		return fmt.Errorf("priority: unbalanced braces in %q", v)
+		return fmt.Errorf("%s: unbalanced braces in %q", name, v)
 	}
 	return nil
 }

@@ -189,6 +189,10 @@ type Handler struct {
 	// Default: memory.
 	Store *StoreConfig `json:"store,omitempty"`
 
+	// Consumers say who is asking and what their plans allow them
+	// (consumers.go): consumer, keys, plans, consumers.
+	Consumers
+
 	providers map[string]ProviderModule
 	passProxy *httputil.ReverseProxy // PassThrough's
 	types     map[string]string      // provider name -> type
@@ -342,6 +346,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionPassThrough(); err != nil {
+		return err
+	}
+	if err := h.provisionConsumers(); err != nil {
 		return err
 	}
 	h.groups = make(map[string]*router.Group, len(h.Models))
@@ -525,6 +532,9 @@ func (l declaredLimits) tightest(rpm, tpm int64) declaredLimits {
 // or no model, out-of-range deployment values.
 func (h *Handler) validate() error {
 	if err := h.validateSettings(); err != nil {
+		return err
+	}
+	if err := h.validateConsumers(); err != nil {
 		return err
 	}
 	if len(h.Models) == 0 {

@@ -50,10 +50,20 @@ func fairShare(t testing.TB, span time.Duration, senders ...sender) (served, sen
 		results[i] = r.ServeGroup(context.Background(), g, req)
 	})
 	served = map[string]int{}
+	waited := 0
 	for i, res := range results {
 		if res.Err == nil && res.Status == 200 {
 			served[all[i].s.name]++
 		}
+		if res.Waited > r.Deadline {
+			t.Errorf("request %d waited %v, past the deadline", i, res.Waited)
+		}
+		if res.Waited > 0 {
+			waited++
+		}
+	}
+	if len(served) > 0 && waited == 0 {
+		t.Error("no request reports a wait in the queue (Result.Waited)")
 	}
 	if p.got429 != 0 {
 		t.Errorf("expected no upstream 429, got %d", p.got429)

@@ -392,6 +392,9 @@ type Result struct {
 	// attempt answered: "" none, HedgeLost (the first), HedgeWon (the
 	// hedge). Attempts counts both.
 	Hedge string
+	// Waited is how long the request waited in its groups' queues for
+	// capacity (0: it never slept there), for per-consumer queue waits.
+	Waited time.Duration
 	// Stream is a committed streaming answer: relay it with Stream.Relay
 	// (its usage is known once relayed: Stream.Usage).
 	Stream *Stream
@@ -590,7 +593,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 	var me *waiter // while the request waits in g's queue
 	defer func() {
 		if me != nil {
-			r.leaveQueue(g, me)
+			res.Waited += r.leaveQueue(g, me)
 		}
 	}()
 	var candBuf [16]scored
@@ -727,7 +730,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 		}
 		if me != nil {
 			g.queue.served(me)
-			r.leaveQueue(g, me) // its turn came: the next one may look
+			res.Waited += r.leaveQueue(g, me) // its turn came: the next one may look
 			me = nil
 		}
 		a.out.claim, a.out.queue, a.out.group, a.out.prefixes = claim, &g.queue, g, need.Prefixes
@@ -788,15 +791,16 @@ func probe(cands []scored) int {
 }
 
 // leaveQueue takes me out of g's queue and reports its wait, if it waited
-// (a request answered 429 when it joined did not).
-func (r *Router) leaveQueue(g *Group, me *waiter) {
+// (a request answered 429 when it joined did not), and returns it (0
+// when it did not).
+func (r *Router) leaveQueue(g *Group, me *waiter) (waited time.Duration) {
 	g.queue.leave(me)
 	leaveFleet(g, me)
 	me.mu.Lock()
 	slept := me.slept
 	me.mu.Unlock()
 	if slept {
-		waited := r.Clock.Now().Sub(me.since)
+		waited = r.Clock.Now().Sub(me.since)
 		g.waits.Add(1)
 		g.waited.Add(int64(waited))
 		if r.Observer != nil {
@@ -806,6 +810,7 @@ func (r *Router) leaveQueue(g *Group, me *waiter) {
 	if r.Observer != nil {
 		r.Observer.Queue(g, g.Queued())
 	}
+	return waited
 }
 
 func (r *Router) observeQueue(g *Group) {

@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -346,14 +347,30 @@ func (l *consumerLabels) of(who string) string {
 type consumerStatus = consumer.Usage
 
 // liveConsumers lists the tracked consumers of every live handler (those
-// with limits that asked of late), sorted by name.
-func liveConsumers(now time.Time) []consumerStatus {
+// with limits that asked of late), each at its router's clock, sorted by
+// name.
+func liveConsumers() []consumerStatus {
 	live.Lock()
 	defer live.Unlock()
 	out := []consumerStatus{}
 	for h := range live.handlers {
-		out = append(out, h.Consumers.registry.Report(now)...)
+		out = append(out, h.Consumers.registry.Report(h.router.Clock.Now())...)
 	}
 	slices.SortStableFunc(out, func(a, b consumerStatus) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return out
+}
+
+// handleConsumers serves GET /llm_router/consumers on Caddy's admin
+// endpoint: {"consumers": [...]}, each tracked consumer's plan, weight,
+// limits and use (consumer.Usage). It holds no key.
+func handleConsumers(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("method not allowed")}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Consumers []consumerStatus `json:"consumers"`
+	}{liveConsumers()})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 // seenUpstream is an OpenAI provider that answers every chat request 200
@@ -326,6 +329,71 @@ func TestConsumersCaddyfile(t *testing.T) {
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\n " + c.in + base + "}"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: expected an error with %q, got %v", c.in, c.want, err)
+		}
+	}
+}
+
+// The admin API and the status page's JSON list each consumer's use of
+// its plan; the metrics' consumer label is bounded.
+func TestConsumersAreVisible(t *testing.T) {
+	u := newSeenUpstream(t)
+	h, _ := consumersHandler(t, u, `"consumer": "{http.request.header.X-Team}",
+		"plans": {"team-a": {"weight": 3, "rpm": 100}}, "consumers": {"team-a": ["alice"]}`)
+	if w, _, _ := askAs(h, "/v1/chat/completions", fastChat, http.Header{"X-Team": {"alice"}}); w.Code != 200 {
+		t.Fatalf("expected 200, got %d %s", w.Code, w.Body)
+	}
+	w := httptest.NewRecorder()
+	if err := handleConsumers(w, httptest.NewRequest(http.MethodGet, "/llm_router/consumers", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Consumers []struct {
+			Consumer string  `json:"consumer"`
+			Plan     string  `json:"plan"`
+			Weight   float64 `json:"weight"`
+			Requests int64   `json:"requests_last_minute"`
+			RPM      int64   `json:"rpm"`
+		} `json:"consumers"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, w.Body)
+	}
+	if len(got.Consumers) != 1 || got.Consumers[0].Consumer != "alice" || got.Consumers[0].Plan != "team-a" ||
+		got.Consumers[0].Weight != 3 || got.Consumers[0].Requests != 1 || got.Consumers[0].RPM != 100 {
+		t.Errorf("unexpected consumers %s", w.Body)
+	}
+	if rep := statusReport(time.Now()); len(rep.Consumers) != 1 {
+		t.Errorf("the status report has no consumer: %+v", rep.Consumers)
+	}
+}
+
+func TestConsumerLabelsAreBounded(t *testing.T) {
+	l := newConsumerLabels([]string{"alice", "bob", "alice"})
+	if l.of("alice") != "alice" || l.of("") != consumerAnonymous {
+		t.Fatal("a named consumer or the anonymous one lost its label")
+	}
+	for i := range 2 * DefaultMaxConsumerLabels {
+		l.of("c" + strconv.Itoa(i))
+	}
+	if got := l.of("late"); got != consumerOther {
+		t.Errorf("expected the %d+1st consumer counted as %s, got %s", DefaultMaxConsumerLabels, consumerOther, got)
+	}
+	if l.of("c0") != "c0" || l.of("bob") != "bob" || len(l.seen) != DefaultMaxConsumerLabels {
+		t.Errorf("expected %d labels, the first ones kept; got %d", DefaultMaxConsumerLabels, len(l.seen))
+	}
+}
+
+// The plan's weight is the request's in the queue.
+func TestAdmitGivesTheRequestItsConsumerAndWeight(t *testing.T) {
+	u := newSeenUpstream(t)
+	h, _ := consumersHandler(t, u, `"plans": {"team-a": {"weight": 3}}, "consumers": {"team-a": ["alice"]}`)
+	for who, want := range map[string]float64{"alice": 3, "carol": 1, "": 1} {
+		req := &router.Request{}
+		if _, e := h.admit(httptest.NewRecorder(), who, "fast", req); e != nil {
+			t.Fatal(e)
+		}
+		if req.Consumer != who || req.Weight != want {
+			t.Errorf("%q: expected weight %v, got %q %v", who, want, req.Consumer, req.Weight)
 		}
 	}
 }

@@ -42,7 +42,7 @@ func fairShare(t testing.TB, span time.Duration, senders ...sender) (served, sen
 		}
 	}
 	results := make([]*Result, len(all))
-	simulate(t.(*testing.T), c, len(all), func(i int) {
+	simulate(t, c, len(all), func(i int) {
 		a := all[i]
 		_ = c.Sleep(context.Background(), a.at)
 		req := userReq(a.s.name, DefaultPriority)
@@ -141,5 +141,31 @@ func TestQueueOrdersConsumersByFairShare(t *testing.T) {
 	want := []string{"batch", "chat", "team", "team", "batch", "batch", "batch"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("expected the order %v, got %v", want, got)
+	}
+}
+
+// BenchmarkFairShare is the bench scenario, on the real queue and
+// the fake clock (make bench runs it with the package's benchmarks): two
+// consumers on one deployment serving 2 requests a second, "batch"
+// sending 20 a second and "chat" 2 (10x fewer), both backlogged, for 60 s
+// of the fake clock. It reports each consumer's share of what was served
+// (batch_%, chat_%) and the requests served (served/run): weights 1:1
+// (50/50 is the goal), 1:3 (chat 75%), and chat idle (batch 100%).
+func BenchmarkFairShare(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		chatW float64
+		chat  time.Duration
+	}{{"equal-weights", 1, 500 * time.Millisecond}, {"weights-1:3", 3, 500 * time.Millisecond}, {"chat-idle", 1, 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			var served map[string]int
+			for range b.N {
+				served, _ = fairShare(b, 60*time.Second, sender{"batch", 1, 50 * time.Millisecond}, sender{"chat", c.chatW, c.chat})
+			}
+			total := float64(served["batch"] + served["chat"])
+			b.ReportMetric(100*float64(served["batch"])/total, "batch_%")
+			b.ReportMetric(100*float64(served["chat"])/total, "chat_%")
+			b.ReportMetric(total, "served/run")
+		})
 	}
 }

@@ -239,7 +239,10 @@ type admission struct {
 func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Request) (*admission, *api.Error) {
 	c := &h.Consumers
 	req.Consumer, req.Weight = who, c.registry.Weight(who)
-	a := &admission{h: h, who: who, label: c.labels.of(who)}
+	a := &admission{h: h, who: who}
+	if c.active() {
+		a.label = c.labels.of(who)
+	}
 	t, ref := c.registry.Admit(h.router.Clock.Now(), who, group, req.Tokens)
 	if ref == nil {
 		a.ticket = t
@@ -262,8 +265,8 @@ func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Re
 // metrics.
 func (a *admission) done(res *router.Result, cost float64) {
 	a.ticket.Done(a.h.router.Clock.Now(), cost)
-	if res == nil {
-		return // it panicked before it was served
+	if res == nil || !a.h.Consumers.active() {
+		return // it panicked before it was served; no consumers to count
 	}
 	m := a.h.metrics
 	m.consumerRequest(a.label, status(res), cost, res.Waited)

@@ -19,6 +19,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
@@ -183,6 +185,9 @@ func TestConsumerOverItsRPMGets429WithRetryAfter(t *testing.T) {
 	u := newSeenUpstream(t)
 	h, clock := consumersHandler(t, u, `"consumer": "{http.request.header.X-Team}", "plans": {"default": {"rpm": 2}}`)
 	team := func(name string) http.Header { return http.Header{"X-Team": {name}} }
+	m := getMetrics().consumers
+	limited0, ok0 := counterValue(m.limited.WithLabelValues("a", "rpm")), counterValue(m.requests.WithLabelValues("a", "200"))
+	input0 := counterValue(m.tokens.WithLabelValues("a", "input"))
 	for i := range 2 {
 		if w, _, _ := askAs(h, "/v1/chat/completions", fastChat, team("a")); w.Code != 200 {
 			t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
@@ -205,6 +210,16 @@ func TestConsumerOverItsRPMGets429WithRetryAfter(t *testing.T) {
 	}
 	if u.count() != 3 {
 		t.Errorf("expected 3 requests at the provider, got %d", u.count())
+	}
+	// testdata/openai-200.json's usage: 9 input tokens an answer.
+	if d := counterValue(m.limited.WithLabelValues("a", "rpm")) - limited0; d != 2 {
+		t.Errorf("expected llm_router_consumer_limited_total{a, rpm} +2, got %+v", d)
+	}
+	if d := counterValue(m.requests.WithLabelValues("a", "200")) - ok0; d != 2 {
+		t.Errorf("expected llm_router_consumer_requests_total{a, 200} +2, got %+v", d)
+	}
+	if d := counterValue(m.tokens.WithLabelValues("a", "input")) - input0; d != 18 {
+		t.Errorf("expected llm_router_consumer_tokens_total{a, input} +18, got %+v", d)
 	}
 	clock.Advance(40 * time.Second)
 	if w, _, _ := askAs(h, "/v1/chat/completions", fastChat, team("a")); w.Code != 200 {
@@ -396,4 +411,13 @@ func TestAdmitGivesTheRequestItsConsumerAndWeight(t *testing.T) {
 			t.Errorf("%q: expected weight %v, got %q %v", who, want, req.Consumer, req.Weight)
 		}
 	}
+}
+
+// counterValue is a counter's value.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
 }

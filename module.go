@@ -72,6 +72,7 @@ const DefaultMaxBody = 8 << 20
 // `{http.llm_router.attempts}` | upstream attempts made for the request
 // `{http.llm_router.failover_reason}` | error class of the last failed attempt, empty if none
 // `{http.llm_router.model_group}` | the model group that answered: the one asked for, or its fallback group
+// `{http.llm_router.consumer}` | the consumer who asked (Consumers), empty when anonymous
 type Handler struct {
 	// Deadline is the wall-clock budget of one request: every attempt and
 	// every wait, until the answer (or a stream's first byte) reaches the

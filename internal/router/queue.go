@@ -263,11 +263,20 @@ func (q *queue) served(w *waiter) {
 	defer q.mu.Unlock()
 	w.served = true
 	q.vtime = max(q.vtime, w.start)
-	if len(q.finish) > 2*len(q.waiting)+16 {
-		for c, f := range q.finish {
-			if f <= q.vtime {
-				delete(q.finish, c)
-			}
+	q.forget()
+}
+
+// forget drops, under q.mu, the consumers' last finishes that are behind
+// the virtual time once they outnumber the waiting requests (their next
+// request starts at the virtual time anyway): the map holds no more than
+// the consumers waiting or served of late.
+func (q *queue) forget() {
+	if len(q.finish) <= 2*len(q.waiting)+16 {
+		return
+	}
+	for c, f := range q.finish {
+		if f <= q.vtime {
+			delete(q.finish, c)
 		}
 	}
 }
@@ -384,8 +393,9 @@ func (q *queue) leave(w *waiter) {
 	q.waiting = slices.Delete(q.waiting, i, i+1)
 	q.n.Store(int32(len(q.waiting)))
 	head := i == 0
-	if !w.served && q.unspend(w) {
-		head = true
+	if !w.served {
+		head = q.unspend(w) || head
+		q.forget()
 	}
 	var next *waiter
 	if head && len(q.waiting) > 0 {

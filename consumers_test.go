@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +22,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
@@ -125,6 +129,8 @@ func TestKeysDecideTheConsumerAndNeverReachTheProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := consumersHandler(t, u, `"keys": "`+path+`"`)
+	core, logs := observer.New(zapcore.DebugLevel)
+	h.logger, h.router.Logger = zap.New(core), zap.New(core)
 	for _, c := range []struct {
 		name, path, body string
 		header           http.Header
@@ -161,6 +167,14 @@ func TestKeysDecideTheConsumerAndNeverReachTheProvider(t *testing.T) {
 	}
 	if !hasLogField(extra, "consumer", "alice") {
 		t.Error("the access log has no consumer field alice")
+	}
+	if logs.Len() == 0 {
+		t.Fatal("nothing was logged at debug level: the check below would prove nothing")
+	}
+	for _, e := range logs.All() {
+		if line := fmt.Sprint(e.Message, e.ContextMap()); strings.Contains(line, "sk-client") {
+			t.Errorf("a client's key was logged: %s", line)
+		}
 	}
 }
 

@@ -43,6 +43,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_stream_bytes <size>
 //	    store         memory | redis <url> { key_prefix <p>; timeout <d>; poll_interval <d> }
 //	    weights       [cost <w>] [latency <w>] [reliability <w>] [quality <w>] [capacity <w>]
+//	    consumer      <placeholder>                  (consumers_caddyfile.go)
+//	    keys          <file>
+//	    plan <name> { weight <n>; rpm <n>; tpm <n>; concurrent <n>; budget <USD> per <d>; groups <group>... }
+//	    consumers     <plan> <consumer>...
 //
 //	    provider <name> {
 //	        type          openai|anthropic|gemini|azure|<a module of llm_router.providers>

@@ -34,6 +34,12 @@ const (
 //	keys      <file>
 //	plan <name> { weight <n>; rpm <n>; tpm <n>; concurrent <n>; budget <USD> per <duration>; groups <group>... }
 //	consumers <plan> <consumer>...
+//
+// A request over its plan's limits is answered 429 with Retry-After until
+// the limit admits it again (1 s for concurrent: no instant is known),
+// HeaderLimit "consumer" and HeaderConsumerLimit; one for a model group
+// outside its plan 403; both in the client's format, with x-should-retry:
+// false, before any provider is asked.
 type Consumers struct {
 	// Consumer names the consumer of each request: a placeholder resolved
 	// per request, such as {http.auth.user.id} after basic_auth,
@@ -87,11 +93,6 @@ type ConsumerPlan struct {
 	// another is answered 403); names of configured groups. Default: all.
 	Groups []string `json:"groups,omitempty"`
 }
-
-// Exceeded limits answer 429 with Retry-After until the limit admits the
-// request again (1 s for concurrent: no instant is known), HeaderLimit
-// "consumer" and HeaderConsumerLimit; a group outside the plan 403; both
-// in the client's format, with x-should-retry: false.
 
 // validateConsumers checks the consumers' settings: placeholders, plans,
 // members on known plans and on one plan each, groups that exist.
@@ -228,7 +229,6 @@ func (c *Consumers) active() bool {
 // limits and its metrics' label.
 type admission struct {
 	h      *Handler
-	who    string
 	label  string
 	ticket *consumer.Ticket
 }
@@ -239,7 +239,7 @@ type admission struct {
 func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Request) (*admission, *api.Error) {
 	c := &h.Consumers
 	req.Consumer, req.Weight = who, c.registry.Weight(who)
-	a := &admission{h: h, who: who}
+	a := &admission{h: h}
 	if c.active() {
 		a.label = c.labels.of(who)
 	}
@@ -270,13 +270,12 @@ func (a *admission) done(res *router.Result, cost float64) {
 	}
 	m := a.h.metrics
 	m.consumerRequest(a.label, status(res), cost, res.Waited)
-	if u, ok := res.Usage, res.UsageStated; ok || res.Stream != nil {
-		if res.Stream != nil {
-			u, ok = res.Stream.Usage()
-		}
-		if ok {
-			m.consumerTokens(a.label, u.InputTokens, u.OutputTokens)
-		}
+	u, ok := res.Usage, res.UsageStated
+	if res.Stream != nil {
+		u, ok = res.Stream.Usage()
+	}
+	if ok {
+		m.consumerTokens(a.label, u.InputTokens, u.OutputTokens)
 	}
 }
 

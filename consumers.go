@@ -191,6 +191,9 @@ func (h *Handler) provisionConsumers() error {
 // the access log's `consumer` field.
 func (h *Handler) identify(r *http.Request) (string, *api.Error) {
 	c := &h.Consumers
+	if !c.active() {
+		return "", nil // every request is anonymous: nothing to resolve or set
+	}
 	who := ""
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if c.Consumer != "" && repl != nil {
@@ -214,13 +217,14 @@ func (h *Handler) identify(r *http.Request) (string, *api.Error) {
 	if repl != nil {
 		repl.Set("http.llm_router.consumer", who)
 	}
-	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok && (who != "" || c.active()) {
+	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
 		extra.Set(zap.String("consumer", who))
 	}
 	return who, nil
 }
 
-// active reports whether any consumer setting is made.
+// active reports whether any consumer setting is made (ConsumersOf only
+// names members of Plans).
 func (c *Consumers) active() bool {
 	return c.Consumer != "" || c.Keys != "" || len(c.Plans) > 0
 }

@@ -20,8 +20,11 @@ type sender struct {
 
 // fairShare runs senders against one deployment serving 4 requests per
 // 2 s (2 a second) with a 5 s deadline, for span of the fake clock, and
-// returns how many of each consumer's requests were served (and sent).
-func fairShare(t testing.TB, span time.Duration, senders ...sender) (served, sent map[string]int) {
+// returns how many of each consumer's requests were served (and sent),
+// and how many were answered 429 after they waited ("late": a request
+// placed in time, then pushed past its deadline by another consumer's
+// that went before it in the fair order, or by a window's first answer).
+func fairShare(t testing.TB, span time.Duration, senders ...sender) (served, sent map[string]int, late int) {
 	c := newManualClock()
 	p := &windowed{c: c, limit: 4, span: 2 * time.Second}
 	r, g := manualGroup(c, p, 5*time.Second)
@@ -42,13 +45,21 @@ func fairShare(t testing.TB, span time.Duration, senders ...sender) (served, sen
 		}
 	}
 	results := make([]*Result, len(all))
+	took := make([]time.Duration, len(all))
 	simulate(t, c, len(all), func(i int) {
 		a := all[i]
 		_ = c.Sleep(context.Background(), a.at)
 		req := userReq(a.s.name, DefaultPriority)
 		req.Consumer, req.Weight = a.s.name, a.s.weight
+		start := c.Now()
 		results[i] = r.ServeGroup(context.Background(), g, req)
+		took[i] = c.Now().Sub(start)
 	})
+	for i, res := range results {
+		if o := outcomeOf(res, took[i]); o.status == 429 && o.at > 0 {
+			late++
+		}
+	}
 	served = map[string]int{}
 	waited := 0
 	for i, res := range results {
@@ -68,7 +79,12 @@ func fairShare(t testing.TB, span time.Duration, senders ...sender) (served, sen
 	if p.got429 != 0 {
 		t.Errorf("expected no upstream 429, got %d", p.got429)
 	}
-	return served, sent
+	// A request that goes before others in the fair order pushes at most
+	// one of them past its deadline: no more late 429s than served.
+	if total := served[senders[0].name] + served[senders[len(senders)-1].name]; late > total {
+		t.Errorf("expected at most %d requests answered 429 after waiting (one per request served), got %d", total, late)
+	}
+	return served, sent, late
 }
 
 // share is a's part of what a and b were served.
@@ -80,7 +96,7 @@ func share(served map[string]int, a, b string) float64 {
 // the other: each gets half of what is served (within 5%), not 10/11 and
 // 1/11 as arrival order gives.
 func TestFairShareBetweenBackloggedConsumers(t *testing.T) {
-	served, sent := fairShare(t, 60*time.Second,
+	served, sent, _ := fairShare(t, 60*time.Second,
 		sender{"batch", 1, 50 * time.Millisecond}, sender{"chat", 1, 500 * time.Millisecond})
 	got := share(served, "batch", "chat")
 	t.Logf("served %v of sent %v: batch %.1f%%", served, sent, 100*got)
@@ -92,7 +108,7 @@ func TestFairShareBetweenBackloggedConsumers(t *testing.T) {
 // Weights 1:3: the consumer of weight 3 gets 75% of what is served,
 // though it sends a tenth of the other's requests.
 func TestFairShareFollowsTheWeights(t *testing.T) {
-	served, sent := fairShare(t, 60*time.Second,
+	served, sent, _ := fairShare(t, 60*time.Second,
 		sender{"batch", 1, 50 * time.Millisecond}, sender{"chat", 3, 500 * time.Millisecond})
 	got := share(served, "chat", "batch")
 	t.Logf("served %v of sent %v: chat %.1f%%", served, sent, 100*got)
@@ -104,12 +120,12 @@ func TestFairShareFollowsTheWeights(t *testing.T) {
 // An idle consumer's share goes to the other: one that sends less than
 // its share gets all it sends, and the other the rest of the capacity.
 func TestFairShareOfAnIdleConsumerGoesToTheOthers(t *testing.T) {
-	served, sent := fairShare(t, 60*time.Second, sender{"batch", 1, 50 * time.Millisecond}, sender{"chat", 1, 0})
+	served, sent, _ := fairShare(t, 60*time.Second, sender{"batch", 1, 50 * time.Millisecond}, sender{"chat", 1, 0})
 	t.Logf("alone: served %v of sent %v", served, sent)
 	if served["chat"] != 0 || served["batch"] < 115 {
 		t.Errorf("expected batch alone served the whole capacity (about 120 in 60 s), got %v", served)
 	}
-	served, sent = fairShare(t, 60*time.Second,
+	served, sent, _ = fairShare(t, 60*time.Second,
 		sender{"batch", 1, 50 * time.Millisecond}, sender{"chat", 1, 2 * time.Second})
 	t.Logf("chat below its share: served %v of sent %v", served, sent)
 	if served["chat"] < sent["chat"]-1 || served["batch"]+served["chat"] < 115 {
@@ -149,7 +165,9 @@ func TestQueueOrdersConsumersByFairShare(t *testing.T) {
 // consumers on one deployment serving 2 requests a second, "batch"
 // sending 20 a second and "chat" 2 (10x fewer), both backlogged, for 60 s
 // of the fake clock. It reports each consumer's share of what was served
-// (batch_%, chat_%) and the requests served (served/run): weights 1:1
+// (batch_%, chat_%), the requests served (served/run) and those answered
+// 429 after they waited (late_429/run; the others were told at once, or
+// served): weights 1:1
 // (50/50 is the goal), 1:3 (chat 75%), and chat idle (batch 100%).
 func BenchmarkFairShare(b *testing.B) {
 	for _, c := range []struct {
@@ -159,13 +177,15 @@ func BenchmarkFairShare(b *testing.B) {
 	}{{"equal-weights", 1, 500 * time.Millisecond}, {"weights-1:3", 3, 500 * time.Millisecond}, {"chat-idle", 1, 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			var served map[string]int
+			late := 0
 			for range b.N {
-				served, _ = fairShare(b, 60*time.Second, sender{"batch", 1, 50 * time.Millisecond}, sender{"chat", c.chatW, c.chat})
+				served, _, late = fairShare(b, 60*time.Second, sender{"batch", 1, 50 * time.Millisecond}, sender{"chat", c.chatW, c.chat})
 			}
 			total := float64(served["batch"] + served["chat"])
 			b.ReportMetric(100*float64(served["batch"])/total, "batch_%")
 			b.ReportMetric(100*float64(served["chat"])/total, "chat_%")
 			b.ReportMetric(total, "served/run")
+			b.ReportMetric(float64(late), "late_429/run")
 		})
 	}
 }

@@ -189,3 +189,28 @@ func BenchmarkFairShare(b *testing.B) {
 		})
 	}
 }
+
+// A request served past a blocked head (bypass) does not advance the
+// virtual time past the head's: a consumer that comes back from idle
+// starts level with the head, not behind everyone.
+func TestServedPastTheHeadKeepsTheHeadsVirtualTime(t *testing.T) {
+	var q queue
+	var last *waiter
+	join := func(consumer string) *waiter {
+		w := &waiter{priority: DefaultPriority, consumer: consumer}
+		if !q.join(w, 100) {
+			t.Fatal("the queue refused a request")
+		}
+		return w
+	}
+	join("a")
+	for range 6 {
+		last = join("b") // starts 0..5
+	}
+	q.served(last)
+	q.leave(last)
+	c := join("c")
+	if c.start != 0 {
+		t.Errorf("expected the idle consumer to start at the head's virtual time 0, got %v", c.start)
+	}
+}

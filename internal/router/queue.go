@@ -254,15 +254,21 @@ func (q *queue) fairTag(w *waiter) {
 	q.finish[w.consumer] = w.end
 }
 
-// served advances the virtual time to w's start: w leaves the queue to
-// take capacity. Consumers whose last finish is behind it are forgotten
+// served advances the virtual time to w's start (the head's when w went
+// past it): w leaves the queue to take capacity. Consumers whose last finish is behind it are forgotten
 // (they start at the virtual time anyway), so that the map holds no more
 // than the consumers served or waiting of late.
 func (q *queue) served(w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w.served = true
-	q.vtime = max(q.vtime, w.start)
+	at := w.start
+	if len(q.waiting) > 0 && q.waiting[0] != w {
+		// It went past a blocked head (bypass): the virtual time is the
+		// head's, which is still to be served.
+		at = min(at, q.waiting[0].start)
+	}
+	q.vtime = max(q.vtime, at)
 	q.forget()
 }
 

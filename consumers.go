@@ -178,6 +178,10 @@ func (h *Handler) provisionConsumers() error {
 		if c.keys, err = consumer.LoadKeys(c.Keys); err != nil {
 			return err
 		}
+		if strings.Contains(c.Consumer, "{http.request.header.") {
+			h.logger.Warn("consumer is a request header and keys are set: a client that sends the header names itself and needs no key; set the header in Caddy (request_header, forward_auth's copy_headers) or name the consumer by its authentication",
+				zap.String("consumer", c.Consumer))
+		}
 		named = append(named, c.keys.Consumers()...)
 	}
 	c.labels = newConsumerLabels(named)

@@ -24,9 +24,9 @@
 #              9001-9003, 2019), sends the README's requests, checks the
 #              rendered page and saves docs/status.png
 #              (scripts/status-check.sh; about 30 s with a warm build cache)
-# make cors-check  README's "Browser clients and CORS" in headless Chromium:
+# make cors-check  "Browser clients and CORS" (docs/security.md) in headless Chromium:
 #              a page on two other origins fetch()es two routers (one with
-#              the README's CORS block) as text/plain and JSON, and uploads
+#              docs/security.md's CORS block) as text/plain and JSON, and uploads
 #              through pass_through; checks what the page read and what each
 #              llm_mock provider counted (ports 8480-8487;
 #              scripts/cors-check.sh; under a minute)

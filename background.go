@@ -70,12 +70,17 @@ type storedResponses interface {
 	ResponseRequest(ctx context.Context, method, path string, query url.Values) (*http.Request, error)
 }
 
-// followUpMethods are the methods of each operation on a stored response.
-var followUpMethods = map[string][]string{
-	"":            {http.MethodGet, http.MethodDelete},
-	"cancel":      {http.MethodPost},
-	"input_items": {http.MethodGet},
-}
+// followUpMethods are the methods of each operation on a stored response
+// ("", "cancel", "input_items"): the endpoints under api.ResponsePath.
+var followUpMethods = func() map[string][]string {
+	ops := map[string][]string{}
+	for _, e := range api.Endpoints {
+		if op, ok := strings.CutPrefix(e.Path, api.ResponsePath); ok {
+			ops[strings.TrimPrefix(op, "/")] = e.Methods
+		}
+	}
+	return ops
+}()
 
 // responseFollowUp reads a path on a stored response (.../responses/{id},
 // .../responses/{id}/cancel, .../responses/{id}/input_items): the id
@@ -83,11 +88,12 @@ var followUpMethods = map[string][]string{
 // "input_items"); ok false for any other path.
 func responseFollowUp(path string) (id, op string, ok bool) {
 	path = strings.TrimSuffix(path, "/")
-	i := strings.LastIndex(path, "/responses/")
+	under := strings.TrimSuffix(api.ResponsePath, "{id}") // "/responses/"
+	i := strings.LastIndex(path, under)
 	if i < 0 {
 		return "", "", false
 	}
-	id, op, _ = strings.Cut(path[i+len("/responses/"):], "/")
+	id, op, _ = strings.Cut(path[i+len(under):], "/")
 	if _, known := followUpMethods[op]; !known || id == "" || len(id) > 256 ||
 		strings.IndexFunc(id, func(c rune) bool {
 			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')

@@ -95,7 +95,7 @@ func TestBillAsProviderBills(t *testing.T) {
 			dc := c.prices
 			dc.Model = c.model
 			d := &router.Deployment{CostInput: dc.CostInput, CostOutput: dc.CostOutput}
-			setPrices(d, c.typ, &dc)
+			setPrices(d, billProvider(c.typ), &dc)
 			if got := d.Cost(u); math.Abs(got-c.want) > 1e-9 {
 				t.Errorf("cost %.9f USD, the provider bills %.9f (usage %+v)", got, c.want, u)
 			}

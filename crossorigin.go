@@ -13,8 +13,8 @@ import (
 // What a page on another origin can make a browser send. The router
 // spends the operator's provider accounts on whatever reaches it, so a
 // request a browser sent for such a page must have passed a CORS
-// preflight that the Caddyfile answered (README: Browser clients and
-// CORS). The JSON endpoints get that from their 415 to anything but JSON
+// preflight that the Caddyfile answered (docs/security.md: Browser
+// clients and CORS). The JSON endpoints get that from their 415 to anything but JSON
 // (api.CheckJSON): a JSON body always needs a preflight. pass_through
 // passes other bodies (an SDK's multipart upload to /v1/files), so it
 // refuses what a browser sends unasked (passRefusal).
@@ -50,14 +50,14 @@ func passRefusal(r *http.Request) *api.Error {
 	}
 	if r.Method == http.MethodOptions {
 		return api.Errorf(http.StatusForbidden, api.CrossOrigin, "",
-			"pass_through does not pass a CORS preflight from %s on to the provider: the Caddyfile answers preflights for the origins it allows (README: Browser clients and CORS)", from)
+			"pass_through does not pass a CORS preflight from %s on to the provider: the Caddyfile answers preflights for the origins it allows (docs/security.md: Browser clients and CORS)", from)
 	}
 	if !unasked(r) {
 		return nil
 	}
 	return api.Errorf(http.StatusForbidden, api.CrossOrigin, "",
 		"pass_through refuses a request from %s that the browser sent without a CORS preflight, since it would act on the operator's provider account: "+
-			"a browser client sends its key in a header (Authorization: Bearer, x-api-key), which makes the browser ask first, from an origin the Caddyfile allows (README: Browser clients and CORS)", from)
+			"a browser client sends its key in a header (Authorization: Bearer, x-api-key), which makes the browser ask first, from an origin the Caddyfile allows (docs/security.md: Browser clients and CORS)", from)
 }
 
 // crossOrigin reports whether a browser sent r for a page of another

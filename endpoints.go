@@ -117,11 +117,6 @@ func (h *Handler) countAt(ctx context.Context, tc provider.TokenCounter, model s
 	return resp.StatusCode, bytes.Clone(answer)
 }
 
-// servedEndpoints lists what the router answers, for the 404 of any other
-// path under its matcher.
-const servedEndpoints = "POST .../chat/completions, .../responses, .../messages, .../messages/count_tokens, .../embeddings and .../completions; GET .../models and .../models/{id}; " +
-	"a background response's GET and DELETE .../responses/{id}, POST .../responses/{id}/cancel and GET .../responses/{id}/input_items; GET .../responses upgraded to a WebSocket"
-
 // serveUnknown answers a path under the router's matcher that it does not
 // serve: through the pass_through provider when there is one (but for
 // what a page on another origin sent unasked: passRefusal's 403); else
@@ -143,7 +138,7 @@ func (h *Handler) serveUnknown(w http.ResponseWriter, r *http.Request) {
 		path = path[:100] + "..."
 	}
 	unknownAPI(r).WriteError(w, api.Errorf(http.StatusNotFound, api.NotFound, "",
-		"llm_router does not serve %s %s; it serves %s", r.Method, strconv.Quote(path), servedEndpoints))
+		"llm_router does not serve %s %s; it serves %s", r.Method, strconv.Quote(path), api.Served()))
 }
 
 // unknownAPI is the client API that answers a path the router does not

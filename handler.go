@@ -29,15 +29,16 @@ const (
 )
 
 // ServeHTTP answers the LLM API paths (see Handler); any other path under
-// its matcher gets a 404 that lists them. The client API of the path parses the request and writes the
-// answer; the router finds it.
+// its matcher goes to the pass_through provider when one is named, else
+// gets a 404 that lists them. The client API of the path parses the
+// request and writes the answer; the router finds it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	who, e := h.identify(r) // consumers.go: a 401 without a known key
 	if e != nil {
 		errorAPI(r.URL.Path).WriteError(w, e)
 		return nil
 	}
-	if strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/messages/count_tokens") {
+	if strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), api.CountTokensPath) {
 		h.serveCountTokens(w, r)
 		return nil
 	}
@@ -53,12 +54,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if a == nil {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			path := strings.TrimSuffix(r.URL.Path, "/")
-			if strings.HasSuffix(path, "/models") {
+			if strings.HasSuffix(path, api.ModelsPath) {
 				return api.WriteModels(w, h.models)
 			}
 			// GET .../models/{id}: one model group, as the SDKs' models.retrieve asks.
-			if i := strings.LastIndex(path, "/models/"); i >= 0 {
-				id := path[i+len("/models/"):]
+			if i := strings.LastIndex(path, api.ModelsPath+"/"); i >= 0 {
+				id := path[i+len(api.ModelsPath+"/"):]
 				_, ok := h.lookup.group(id)
 				return api.WriteModel(w, id, ok)
 			}

@@ -6,12 +6,15 @@
 //
 // This package is the Caddy skin: the handler's configuration (module.go,
 // caddyfile.go), the HTTP entry point (handler.go), provider types as Caddy
-// modules in the llm_router.providers namespace (providers.go), the admin
-// endpoint, metrics and the fleet store's pool. The client APIs
+// modules in the llm_router.providers namespace (providers.go, clouds.go),
+// the admin endpoint, metrics and the fleet store's pool; and, until they
+// have packages of their own (issue 27), the status page, budgets, the
+// Responses API's state at one account, pass_through and WebSocket mode.
+// The client APIs
 // (internal/api), the router (internal/router), the capacity state
 // (internal/capacity) and the provider types' wire formats
 // (internal/adapters, and the public contract in package provider) import
-// no Caddy. ARCHITECTURE.md shows the layers.
+// no Caddy. ARCHITECTURE.md shows the layers and lists the files.
 package llmrouter
 
 import (
@@ -50,16 +53,13 @@ var states = caddy.NewUsagePool()
 const DefaultMaxBody = 8 << 20
 
 // Handler routes LLM API requests over model groups of deployments, with
-// capacity-aware failover. It answers
-//
-//	POST .../chat/completions        OpenAI Chat Completions (streaming or not)
-//	POST .../responses               OpenAI Responses (streaming or not)
-//	POST .../embeddings              OpenAI embeddings
-//	POST .../messages                Anthropic Messages (streaming or not)
-//	POST .../messages/count_tokens   Anthropic token counting
-//	GET  .../models[/{id}]           the model groups
-//
-// and any other path under its matcher with a 404 that lists those. It writes its own
+// capacity-aware failover. It answers the client APIs' paths (POST
+// .../chat/completions, .../responses, .../messages, .../embeddings,
+// .../completions) and its own (the model groups, token counting, a
+// background response's operations), listed once in api.Endpoints and in
+// docs/endpoints.md, and any other path under its matcher with a 404 that
+// lists them (or passes it on to the pass_through provider, when one is
+// named). It writes its own
 // error answers (bad requests, every deployment rate-limited or failing,
 // the deadline) in the client's API format, as the SDKs expect them, rather
 // than returning them to Caddy: handle_errors does not see them.
@@ -72,6 +72,8 @@ const DefaultMaxBody = 8 << 20
 // `{http.llm_router.attempts}` | upstream attempts made for the request
 // `{http.llm_router.failover_reason}` | error class of the last failed attempt, empty if none
 // `{http.llm_router.model_group}` | the model group that answered: the one asked for, or its fallback group
+// `{http.llm_router.input_tokens}`, `output_tokens`, `cached_input_tokens`, `cache_write_tokens`, `cache_write_1h_tokens`, `reasoning_tokens` | what the answer used, as its provider counted it, set once the answer was written (for the access log)
+// `{http.llm_router.cost_usd}` | what it cost, USD at the deployment's prices, a string, set once the answer was written
 // `{http.llm_router.consumer}` | the consumer who asked (Consumers), empty when anonymous
 type Handler struct {
 	// Deadline is the wall-clock budget of one request: every attempt and
@@ -158,7 +160,7 @@ type Handler struct {
 	BackoffMax caddy.Duration `json:"backoff_max,omitempty"`
 
 	// MaxBody is the largest request body accepted, in bytes; larger bodies
-	// get 413. Default: 8 MB.
+	// get 413. Default: 8 MiB (DefaultMaxBody).
 	MaxBody int64 `json:"max_body,omitempty"`
 
 	// MaxStreamBytes bounds what the router relays of one streamed answer,
@@ -507,7 +509,7 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		State:         st.(*capacity.State),
 		Secrets:       cfg.secrets(),
 	}
-	setPrices(d, h.types[dc.Provider], dc)
+	setPrices(d, p, dc)
 	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redact.URL(cfg.endpoint.BaseURL), identity: key, org: cfg.organization()}
 	return d, nil
 }

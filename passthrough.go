@@ -10,29 +10,37 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
-// passKeyHeaders gives each built-in provider type's key header and its
-// value's prefix, for pass_through.
-var passKeyHeaders = map[string][2]string{
-	"openai":    {"Authorization", "Bearer "},
-	"azure":     {"Api-Key", ""},
-	"anthropic": {"X-Api-Key", ""},
-	"gemini":    {"X-Goog-Api-Key", ""},
-}
-
 // clientCredentials are the client's request headers that never go
-// upstream on a pass_through: the provider's own key replaces them.
-var clientCredentials = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Cookie", "Proxy-Authorization"}
+// upstream on a pass_through: the browser's and a proxy's credentials and
+// every registered provider type's key header (provider.KeyHeader: a
+// client's key for one API is not passed on to another); the provider's
+// own key goes in its type's.
+func clientCredentials() []string {
+	names := []string{"Authorization", "Cookie", "Proxy-Authorization"}
+	typesWith(func(m caddy.Module) bool {
+		if kh, ok := m.(provider.KeyHeader); ok {
+			if name, _ := kh.KeyHeader(); !slices.Contains(names, http.CanonicalHeaderKey(name)) {
+				names = append(names, http.CanonicalHeaderKey(name))
+			}
+		}
+		return false
+	})
+	return names
+}
 
 // provisionPassThrough builds the proxy of Handler.PassThrough: the
 // endpoints the router does not serve (audio, images, files, batches...)
@@ -47,10 +55,14 @@ func (h *Handler) provisionPassThrough() error {
 	if !ok {
 		return fmt.Errorf("pass_through: unknown provider %s (configured: %s)", name, strings.Join(sortedKeys(h.ProvidersRaw), ", "))
 	}
-	key, ok := passKeyHeaders[h.types[name]]
+	kh, ok := p.(provider.KeyHeader)
 	if !ok {
-		return fmt.Errorf("pass_through: provider %s is of type %s, which pass_through cannot reach (openai, azure, anthropic, gemini)", name, h.types[name])
+		keyed := typesWith(func(m caddy.Module) bool { _, ok := m.(provider.KeyHeader); return ok })
+		return fmt.Errorf("pass_through: provider %s is of type %s, which states no key header (provider.KeyHeader): "+
+			"pass_through cannot put the provider's key in what it passes on (types that state one: %s)", name, h.types[name], strings.Join(keyed, ", "))
 	}
+	keyName, keyPrefix := kh.KeyHeader()
+	credentials := clientCredentials()
 	cfg := p.ProviderSettings()
 	ep := cfg.endpoint
 	secrets, deadline := cfg.secrets(), durationOr(h.Deadline, router.DefaultDeadline)
@@ -76,7 +88,7 @@ func (h *Handler) provisionPassThrough() error {
 			out.RawQuery = q.Encode()
 			pr.Out.URL = &out
 			pr.Out.Host = base.Host
-			for _, k := range clientCredentials {
+			for _, k := range credentials {
 				pr.Out.Header.Del(k)
 			}
 			// An error is read to be redacted (redactPassError): it may
@@ -90,7 +102,7 @@ func (h *Handler) provisionPassThrough() error {
 				pr.Out.Header[k] = vs
 			}
 			if ep.APIKey != "" {
-				pr.Out.Header.Set(key[0], key[1]+ep.APIKey)
+				pr.Out.Header.Set(keyName, keyPrefix+ep.APIKey)
 			}
 		},
 		Transport:     headerDeadline{rt: cfg.transport, d: deadline},

@@ -3,50 +3,19 @@ package llmrouter
 import (
 	"fmt"
 
-	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
-// Prompt-cache prices as the providers publish them, in multiples of the
-// model's input price (CostInput). A deployment's cost_cached_input,
-// cost_cache_write and cost_cache_write_1h set its own; unset, these
-// apply by the family of its model:
-//
-//   - Claude (provider types anthropic, bedrock with an "anthropic." model,
-//     vertex with a "claude" or publishers/anthropic model): cache reads
-//     0.1x, 5-minute writes 1.25x, 1-hour writes 2x
-//     (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching#pricing;
-//     Bedrock and Vertex bill Claude alike:
-//     https://aws.amazon.com/bedrock/pricing/,
-//     https://cloud.google.com/vertex-ai/generative-ai/pricing).
-//   - Gemini (gemini, vertex with a Google model): cached tokens at the
-//     context-caching price, 0.1x for Gemini 2.5 and later
-//     (https://ai.google.dev/gemini-api/docs/pricing); the storage price
-//     per hour of an explicit cache is no answer's and is not counted.
-//     Writes cost the input price.
-//   - Every other (openai, azure, Converse models, OpenAI-compatible
-//     servers): no write premium (OpenAI caches for free:
-//     https://platform.openai.com/docs/guides/prompt-caching), and cached
-//     input at cost_cached_input, else at cost_input: OpenAI's cached price
-//     is per model (0.5x for gpt-4o, 0.25x for gpt-4.1, 0.1x for gpt-5:
-//     https://platform.openai.com/docs/pricing), so the router takes the
-//     bound none exceeds and never counts a budget short.
-const (
-	claudeCacheRead    = 0.1
-	claudeCacheWrite   = 1.25
-	claudeCacheWrite1h = 2
-	geminiCacheRead    = 0.1
-)
-
-// setPrices sets d's prices of prompt-cache reads and writes: dc's own,
-// else the defaults of its provider type typ and model.
-func setPrices(d *router.Deployment, typ string, dc *Deployment) {
+// setPrices sets d's prices of prompt-cache reads and writes (USD per 1M
+// tokens): dc's own, else dc's input price times the multiples its
+// provider type states for its model (provider.CachePricer: the built-in
+// types' in internal/adapters/facts.go, with their sources), else the
+// input price.
+func setPrices(d *router.Deployment, p provider.Provider, dc *Deployment) {
 	read, write, write1h := 1.0, 1.0, 1.0
-	switch modelFamily(typ, dc.Model) {
-	case "claude":
-		read, write, write1h = claudeCacheRead, claudeCacheWrite, claudeCacheWrite1h
-	case "gemini":
-		read = geminiCacheRead
+	if cp, ok := p.(provider.CachePricer); ok {
+		read, write, write1h = cp.CachePrices(dc.Model)
 	}
 	price := func(set *float64, times float64) float64 {
 		if set != nil {
@@ -57,19 +26,6 @@ func setPrices(d *router.Deployment, typ string, dc *Deployment) {
 	d.CostCached = price(dc.CostCachedInput, read)
 	d.CostCacheWrite = price(dc.CostCacheWrite, write)
 	d.CostCacheWrite1h = price(dc.CostCacheWrite1h, write1h)
-}
-
-// modelFamily names the family whose cache prices a deployment of
-// provider type typ and model bills by: "claude", "gemini" or "".
-func modelFamily(typ, model string) string {
-	switch {
-	case typ == "anthropic", typ == "bedrock" && adapters.BedrockAnthropic(model),
-		typ == "vertex" && adapters.VertexPublisher(model) == "anthropic":
-		return "claude"
-	case typ == "gemini", typ == "vertex" && adapters.VertexPublisher(model) == "google":
-		return "gemini"
-	}
-	return ""
 }
 
 // cachePricesError tells a deployment's prompt-cache write price that is

@@ -108,7 +108,7 @@ type ProviderConfig struct {
 
 	// Organization names the provider organization the account belongs
 	// to, for state only that organization can read (a Responses
-	// request's encrypted reasoning items: see the README's "Reasoning
+	// request's encrypted reasoning items: see docs/responses.md, "Reasoning
 	// affinity"): providers with the same organization are one. Default:
 	// the account's credentials tell (providers sharing an api_key, or
 	// credential headers, and an OpenAI-Organization header, are one
@@ -563,10 +563,7 @@ func ParseProviderBlock(d *caddyfile.Dispenser, c *ProviderConfig, own func(d *c
 				}
 			}
 			if !known {
-				if types, ok := typeKeys[key]; ok {
-					return d.Errf("unknown subdirective %s in provider (an option of type %s)", key, types)
-				}
-				return d.Errf("unknown subdirective %s in provider%s", key, suggest(key, anyProviderKeys))
+				return d.Errf("unknown subdirective %s in provider%s", key, providerKeyHint(key))
 			}
 		}
 	}
@@ -609,7 +606,7 @@ func unknownType(typ string) error {
 // OpenRouter, Cerebras, vLLM, Ollama). Requests go to base_url +
 // "/chat/completions", "/embeddings" and "/responses" with
 // "Authorization: Bearer <key>"; the rate-limit dialects it reads are
-// listed in README.md.
+// listed in docs/providers.md ("How each provider response is classified").
 type OpenAI struct {
 	ProviderConfig
 	// Responses says whether the server serves OpenAI's Responses API

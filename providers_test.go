@@ -56,7 +56,8 @@ func (e *echoType) Plan(ctx context.Context, model string, r *provider.Request) 
 		return nil, err
 	}
 	ep := e.ProviderEndpoint()
-	req, err := ep.NewRequest(ctx, ep.BaseURL+"/echo/"+model, body, r.Stream, "X-Echo-Key", "")
+	name, prefix := e.KeyHeader()
+	req, err := ep.NewRequest(ctx, ep.BaseURL+"/echo/"+model, body, r.Stream, name, prefix)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,10 @@ type StoreConfig struct {
 
 	// Timeout bounds each Redis call on the request path (claiming a
 	// half-open probe, spending a stated window's budget, counting a
-	// declared rpm/tpm). Default: 50ms.
+	// declared rpm/tpm, holding and settling a budget's cost, a place in
+	// the fleet's queue, a Responses follow-up's owner, a background
+	// response's claim), from its first byte to its answer. Default: 50ms
+	// (fleet.DefaultTimeout).
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
 	// PollInterval is how often each instance rereads the fleet's state (what
@@ -213,8 +216,8 @@ func (h *Handler) cleanupStore() {
 
 // storeMetrics count the fleet store's health, across reloads:
 //
-//	llm_router_store_errors_total{op}     Redis operations that failed or timed out (spend, reserve, probe, publish, sync, subscribe, queue, owner)
-//	llm_router_store_fallbacks_total{op}  request-path decisions made on local state alone, Redis unavailable (reserve, probe)
+//	llm_router_store_errors_total{op}     Redis operations that failed or timed out (spend, reserve, probe, publish, sync, subscribe, queue, owner, pending)
+//	llm_router_store_fallbacks_total{op}  request-path decisions made on local state alone, Redis unavailable (spend, reserve, probe)
 //	llm_router_store_up                   1 while the store answers, 0 while it does not
 type storeMetrics struct {
 	errors, fallbacks *prometheus.CounterVec

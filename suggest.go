@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // Subdirective names, for "did you mean" in config errors.
@@ -13,13 +15,21 @@ var (
 	modelKeys      = []string{"deployment", "fallback_group", "alias", "budget", "max_queued"}
 	deploymentKeys = []string{"cost_input", "cost_output", "cost_cached_input", "cost_cache_write", "cost_cache_write_1h", "quality", "context_window", "weight", "tier", "rpm", "tpm", "budget"}
 	storeKeys      = []string{"key_prefix", "timeout", "poll_interval"}
-	// typeKeys are the built-in types' own provider subdirectives, with
-	// the types that take them.
-	typeKeys = map[string]string{"responses": "openai", "continuation": "openai", "region": "bedrock, vertex", "profile": "bedrock",
-		"role_arn": "bedrock", "project": "vertex", "credentials_file": "vertex"}
-	// anyProviderKeys are providerKeys and typeKeys, for suggestions.
-	anyProviderKeys = append(slices.Clone(providerKeys), "credentials_file", "profile", "project", "region", "responses", "role_arn", "continuation")
 )
+
+// providerKeyHint is what an unknown subdirective of a provider block is
+// told: the types that take it as an option of their own (ProviderOptions),
+// else the nearest name a provider block takes (suggest).
+func providerKeyHint(key string) string {
+	types := typesWith(func(m caddy.Module) bool {
+		o, ok := m.(ProviderOptions)
+		return ok && slices.Contains(o.ProviderOptions(), key)
+	})
+	if len(types) > 0 {
+		return fmt.Sprintf(" (an option of type %s)", strings.Join(types, ", "))
+	}
+	return suggest(key, append(slices.Clone(providerKeys), typeOptions()...))
+}
 
 // suggest returns ` (did you mean "x"?)` for the known name nearest to
 // key, when it is near enough to be a typo (an edit distance of at most a

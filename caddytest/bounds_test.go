@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// Bounds on what a client or a provider can hold open (README, "Bounds:
+// Bounds on what a client or a provider can hold open (docs/security.md, "Bounds:
 // slow bodies, endless answers, full queues, keys in URLs").
 
 // TestAFullQueueAnswers429AtOnce: the "limited" group (10 requests per 2 s
@@ -135,7 +135,7 @@ func TestAStreamIsCutAtMaxStreamBytes(t *testing.T) {
 // TestATrickledBodyIsCutByReadBodyIdle: the router's deadline starts once
 // the body is read, so a body trickled a byte at a time holds the
 // connection as long as Caddy reads it. With Caddy's defaults it is still
-// open after 3 s of a byte every 500 ms; with the README's timeouts
+// open after 3 s of a byte every 500 ms; with the documented timeouts
 // (scaled: read_body_idle 2s 1024, read_body 3s) it is cut within about
 // 2 s. The same timeouts let a stream that lasts longer than read_body
 // through whole: the body was read.
@@ -145,7 +145,7 @@ func TestATrickledBodyIsCutByReadBodyIdle(t *testing.T) {
 	snippet := readmeBlock(t, "read_body_idle")
 	for _, want := range []string{"read_body_idle 10s 1024", "read_body      2m", "read_header    10s"} {
 		if !strings.Contains(snippet, want) {
-			t.Fatalf("README's timeouts snippet lacks %q:\n%s", want, snippet)
+			t.Fatalf("docs/security.md's timeouts snippet lacks %q:\n%s", want, snippet)
 		}
 	}
 	options := strings.NewReplacer("read_body_idle 10s 1024", "read_body_idle 2s 1024", "read_body      2m", "read_body 3s").Replace(
@@ -159,9 +159,9 @@ func TestATrickledBodyIsCutByReadBodyIdle(t *testing.T) {
 	loadGlobal(t, options, cfg)
 	start := time.Now()
 	if open := trickle(t, 6*time.Second); open {
-		t.Errorf("with the README's timeouts, expected the trickled body cut, still open after 6 s")
+		t.Errorf("with the documented timeouts, expected the trickled body cut, still open after 6 s")
 	} else if took := time.Since(start); took > 4*time.Second {
-		t.Errorf("with the README's timeouts, expected the trickled body cut after about 2 s, took %v", took)
+		t.Errorf("with the documented timeouts, expected the trickled body cut after about 2 s, took %v", took)
 	}
 	o := ask(t, "trickle", true)
 	if o.status != 200 || !o.done() || o.took < 4*time.Second {
@@ -202,7 +202,7 @@ func trickle(t *testing.T, d time.Duration) bool {
 
 // TestAccessLogDropsTheQuery: a client that sends its key in the URL
 // (?key=, as Gemini's API takes it) has it written to Caddy's access log
-// with the request's uri; the README's filter drops the query, its key
+// with the request's uri; the documented filter drops the query, its key
 // header lines drop the headers.
 func TestAccessLogDropsTheQuery(t *testing.T) {
 	snippet := readmeBlock(t, "request>uri")
@@ -243,10 +243,11 @@ func TestAccessLogDropsTheQuery(t *testing.T) {
 	}
 }
 
-// readmeBlock returns the README's caddyfile code block that holds marker.
+// readmeBlock returns the caddyfile code block of docs/security.md (the
+// README's security page) that holds marker.
 func readmeBlock(t *testing.T, marker string) string {
 	t.Helper()
-	raw, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile("../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +257,7 @@ func readmeBlock(t *testing.T, marker string) string {
 			return block
 		}
 	}
-	t.Fatalf("README has no caddyfile block with %q", marker)
+	t.Fatalf("docs/security.md has no caddyfile block with %q", marker)
 	return ""
 }
 

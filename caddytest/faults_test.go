@@ -430,7 +430,7 @@ func TestNoKeysInLogs(t *testing.T) {
 	cfg := routerFor("deadline 2s", "keys", []provider{{name: "a", baseURL: mockA, extra: "api_key {env.LLM_ROUTER_TEST_KEY}", quality: "1"}, {name: "b", baseURL: mockB}},
 		map[int]string{9081: "api_key other-key", 9082: ""})
 	// Caddy's own log (the router logs there) and the access log, at
-	// debug, the latter with the client key headers filtered as README says.
+	// debug, the latter with the client key headers filtered as docs/security.md says.
 	cfg = strings.Replace(cfg, "http://localhost:9080 {\n", "http://localhost:9080 {\n\tlog {\n\t\toutput file "+logFile+
 		"\n\t\tformat filter {\n\t\t\trequest>headers>X-Api-Key delete\n\t\t}\n\t}\n", 1)
 	loadGlobal(t, "log {\n\t\toutput file "+logFile+"\n\t\tlevel DEBUG\n\t}", cfg)

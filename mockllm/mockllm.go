@@ -6,8 +6,8 @@
 // publisher models, OAuth 2 access tokens from a fake token endpoint)
 // (Handler.Dialect).
 //
-// It serves chat answers (plain and streamed), Embeddings and the
-// model list with canned answers, and injects the failures a router
+// It serves chat answers (plain and streamed), the Responses API,
+// Embeddings and the model list with canned answers, and injects the failures a router
 // has to survive: provider rate limits with the provider's rate-limit
 // headers or quota errors, error statuses, hung requests, streams cut
 // mid-way, stalled or sending malformed JSON, error events inside a

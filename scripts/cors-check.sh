@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README's "Browser clients and CORS" in a real browser. Builds the
+# "Browser clients and CORS" (docs/security.md) in a real browser. Builds the
 # development Caddy and runs, in one process: two routers, each with an
 # llm_mock provider for its model group and a gemini llm_mock as its
 # pass_through provider (each counts what reaches it: /llm_mock/stats),
@@ -11,15 +11,15 @@
 # what it could read of each into the page.
 #
 #   router :8480 (no CORS lines)            providers :8483, :8486
-#   router :8484 (README's CORS block for   providers :8485, :8487
-#                 http://localhost:8481, taken from README.md as written)
+#   router :8484 (documented CORS block for   providers :8485, :8487
+#                 http://localhost:8481, taken from docs/security.md as written)
 #   page   :8481 (the allowed origin), :8482 (another origin)
 #
 # Headless Chromium renders the page and the script checks what it read
 # and what each provider counted: from another origin nothing reaches a
 # provider (the router refuses the simple requests: 415 and pass_through's
 # 403; the preflighted ones end at the preflight) and the page reads
-# nothing; from the allowed origin, with the README's block, the page reads
+# nothing; from the allowed origin, with the documented block, the page reads
 # every answer (the 415 and the 403 too) and only the JSON request and the
 # keyed upload reach a provider. Stops everything it started. Exits
 # non-zero, saying why, on any failure.
@@ -35,14 +35,14 @@ GO=${GO:-go}
 ALLOWED=http://localhost:8481
 OTHER=http://localhost:8482
 PLAIN=http://localhost:8480 # a router without CORS lines
-CORS=http://localhost:8484  # a router with the README's
+CORS=http://localhost:8484  # a router with the documented CORS block
 
 CHECK=cors-check PORTS='848[0-7]'
 . scripts/lib/browser-check.sh
 
-# The README's block, as written, for the allowed origin.
-snippet=$(awk '/^<!-- cors-snippet/ { on = 1; next } on && /^```caddyfile/ { next } on && /^```/ { exit } on { print }' README.md)
-[ -n "$snippet" ] || fail "no CORS block after <!-- cors-snippet --> in README.md"
+# The documented block (docs/security.md), as written, for the allowed origin.
+snippet=$(awk '/^<!-- cors-snippet/ { on = 1; next } on && /^```caddyfile/ { next } on && /^```/ { exit } on { print }' docs/security.md)
+[ -n "$snippet" ] || fail "no CORS block after <!-- cors-snippet --> in docs/security.md"
 snippet=${snippet//https:\/\/app.example.com/$ALLOWED}
 
 # router PORT PROVIDER_PORT FILES_PORT EXTRA: a router site (EXTRA: lines
@@ -192,7 +192,7 @@ for r in text/plain application/json upload keyed-upload; do
 done
 counted 8483 8486 0 0
 
-say "the allowed origin ($ALLOWED) and the router with the README's CORS block ($CORS)"
+say "the allowed origin ($ALLOWED) and the router with the documented CORS block ($CORS)"
 read=$(visited "$ALLOWED" "$CORS")
 expect "text/plain" "$read" '^text/plain read 415 .*"code":"unsupported_content_type"'
 expect "application/json" "$read" '^application/json read 200 .*"content":"Hello from llm_mock\."'
@@ -200,7 +200,7 @@ expect "upload" "$read" '^upload read 403 .*"code":"cross_origin_request"'
 expect "keyed-upload" "$read" '^keyed-upload read [0-9]{3} '
 counted 8485 8487 1 1
 
-say "another origin ($OTHER) and the router with the README's CORS block ($CORS)"
+say "another origin ($OTHER) and the router with the documented CORS block ($CORS)"
 read=$(visited "$OTHER" "$CORS")
 for r in text/plain application/json upload keyed-upload; do
 	expect "$r" "$read" "^$r blocked TypeError"

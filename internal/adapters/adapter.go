@@ -1,12 +1,15 @@
 // Package adapters holds the built-in provider types' wire formats (the
 // Caddy-free half of the llm_router.providers.* modules): openai (and every
-// OpenAI-compatible API), azure, anthropic and gemini. Each implements
-// provider.Provider for one configured account: it plans every attempt
-// (the upstream request, how its answer and stream are read) and decodes
-// the capacity and error class of every answer.
+// OpenAI-compatible API), azure, anthropic, gemini, bedrock and vertex.
+// Each implements provider.Provider for one configured account: it plans
+// every attempt (the upstream request, how its answer and stream are read)
+// and decodes the capacity and error class of every answer.
 //
-// One file per wire family. The client formats they translate from and to
-// are declared in package wire/chat and wire/messages.
+// One file per wire family (converse.go: Bedrock's Converse API, for its
+// models other than Claude; cloud.go: what Bedrock and Vertex share for
+// Claude; stored.go: the requests on a response a provider keeps). The
+// client formats they translate from and to are declared in packages
+// wire/chat, wire/messages and wire/responses.
 package adapters
 
 import (
@@ -78,6 +81,11 @@ func chatPlan(req *http.Request, model string, r *provider.Request, native bool,
 	return &plan{req: req, format: provider.Chat, native: native, model: model,
 		choices: max(r.Choices, 1), includeUsage: r.IncludeUsage, r: rd}
 }
+
+// chatFormats are the formats of a type that serves what has a Chat form
+// (anthropic, gemini, bedrock, vertex): no embeddings, no legacy
+// completions, and no client API added later until it plans it.
+var chatFormats = []provider.Format{provider.Chat, provider.Messages, provider.Responses}
 
 // errNoEmbeddings is a plan's error for an embeddings request to a
 // provider type without embeddings (the router does not ask: Serves).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,53 +47,19 @@ type Anthropic struct {
 	Endpoint provider.Endpoint
 }
 
-// Serves implements provider.Provider: every format but embeddings and
+// Serves implements provider.Provider: Chat, and Messages and Responses
+// (natively or through their Chat form: chatFormats); no embeddings, no
 // legacy completions.
-func (*Anthropic) Serves(f provider.Format) bool {
-	return f != provider.Embeddings && f != provider.Completions
-}
+func (*Anthropic) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
-// Plan implements provider.Provider. A translated request fails when it
-// holds what the Messages API cannot express (see messages.FromChat).
+// Plan implements provider.Provider: the Claude plan (planClaude). A
+// translated request fails when it holds what the Messages API cannot
+// express (see messages.FromChat).
 func (p *Anthropic) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	switch r.Format {
-	case provider.Embeddings:
+	if r.Format == provider.Embeddings {
 		return nil, errNoEmbeddings
-	case provider.Messages:
-		body, err := provider.SetModel(r.Body, model)
-		if err != nil {
-			return nil, err
-		}
-		if err := prefill(body, r); err != nil {
-			return nil, err
-		}
-		req, err := p.post(ctx, body, r.Stream)
-		if err != nil {
-			return nil, err
-		}
-		// The client's headers of the format (its API version and beta
-		// features: 1M context, ...) are its choice.
-		for k, v := range r.Header {
-			req.Header[k] = v
-		}
-		return &plan{req: req, format: provider.Messages, native: true, model: model, r: anthropicReader{native: true}}, nil
 	}
-	chat, err := r.Chat()
-	if err != nil {
-		return nil, err
-	}
-	body, err := messages.FromChat(chat, model, r.Stream)
-	if err != nil {
-		return nil, err
-	}
-	if err := prefill(body, r); err != nil {
-		return nil, err
-	}
-	req, err := p.post(ctx, body, r.Stream)
-	if err != nil {
-		return nil, err
-	}
-	return chatPlan(req, model, r, false, anthropicReader{}), nil
+	return planClaude(ctx, p, model, r)
 }
 
 // CountTokensRequest implements provider.TokenCounter: POST
@@ -120,7 +87,7 @@ func (p *Anthropic) post(ctx context.Context, body []byte, stream bool) (*http.R
 }
 
 func (p *Anthropic) postTo(ctx context.Context, op string, body []byte, stream bool) (*http.Request, error) {
-	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+op, body, stream, "X-Api-Key", "")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+op, body, stream, anthropicKey.name, anthropicKey.prefix)
 	if err != nil {
 		return nil, err
 	}

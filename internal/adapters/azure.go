@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,14 +67,15 @@ func azureV1(base string) bool {
 	return err == nil && strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
 }
 
-// Serves implements provider.Provider: every format, embeddings included.
-func (*Azure) Serves(provider.Format) bool { return true }
+// Serves implements provider.Provider: the formats of OpenAI's
+// (openAIFormats).
+func (*Azure) Serves(f provider.Format) bool { return slices.Contains(openAIFormats, f) }
 
 // Plan implements provider.Provider. The body is the client's (or its Chat
 // form) with the model set: harmless for deployment URLs, required by the
 // v1 API.
 func (p *Azure) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	return planOpenAIFamily(model, r, azureV1(p.Endpoint.BaseURL), provider.NoContinuation, azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+	return planOpenAIFamily(model, r, azureV1(p.Endpoint.BaseURL), p.ContinuationFor(model), azureReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
 		return azurePost(ctx, &p.Endpoint, model, op, body, stream)
 	})
 }
@@ -89,7 +91,7 @@ func azurePost(ctx context.Context, ep *provider.Endpoint, model, op string, bod
 	if err != nil {
 		return nil, err
 	}
-	return ep.NewRequest(ctx, target, out, stream, "Api-Key", "")
+	return ep.NewRequest(ctx, target, out, stream, azureKey.name, azureKey.prefix)
 }
 
 // Observe implements provider.Provider: the openai dialect.

@@ -11,13 +11,13 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
-	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -59,15 +59,10 @@ type Bedrock struct {
 	Endpoint provider.Endpoint
 }
 
-// Serves implements provider.Provider: Chat, Messages and Responses (through
-// Chat); no embeddings, no legacy completions.
-func (*Bedrock) Serves(f provider.Format) bool {
-	return f != provider.Embeddings && f != provider.Completions
-}
-
-// BedrockAnthropic reports whether a Bedrock model id names one of
-// Anthropic's models, billed by Anthropic's rules.
-func BedrockAnthropic(model string) bool { return bedrockAnthropic(model) }
+// Serves implements provider.Provider: Chat, and Messages and Responses
+// (natively or through their Chat form: chatFormats); no embeddings, no
+// legacy completions.
+func (*Bedrock) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
 // bedrockAnthropic reports whether a Bedrock model id names one of
 // Anthropic's models (served through InvokeModel in the Messages format).
@@ -85,47 +80,7 @@ func (p *Bedrock) Plan(ctx context.Context, model string, r *provider.Request) (
 		return nil, err
 	}
 	if bedrockAnthropic(model) {
-		op := "/invoke"
-		if r.Stream {
-			op = "/invoke-with-response-stream"
-		}
-		if r.Format == provider.Messages {
-			body, err := cloudMessages(r.Body, BedrockAnthropicVersion, false, anthropicBetas(r.Header))
-			if err != nil {
-				return nil, err
-			}
-			if err := prefill(body, r); err != nil {
-				return nil, err
-			}
-			req, err := p.post(ctx, model, op, body, r.Stream)
-			if err != nil {
-				return nil, err
-			}
-			// Bedrock's errors are its own, not Messages errors: not native,
-			// so that they are restated; its answers and streams are
-			// Anthropic's, passed on as they come.
-			return &plan{req: req, format: provider.Messages, model: model, r: bedrockInvokeReader{native: true}}, nil
-		}
-		chatBody, err := r.Chat()
-		if err != nil {
-			return nil, err
-		}
-		msg, err := messages.FromChat(chatBody, model, r.Stream)
-		if err != nil {
-			return nil, err
-		}
-		body, err := cloudMessages(msg, BedrockAnthropicVersion, false, nil)
-		if err != nil {
-			return nil, err
-		}
-		if err := prefill(body, r); err != nil {
-			return nil, err
-		}
-		req, err := p.post(ctx, model, op, body, r.Stream)
-		if err != nil {
-			return nil, err
-		}
-		return chatPlan(req, model, r, false, bedrockInvokeReader{}), nil
+		return planClaude(ctx, p, model, r)
 	}
 	if r.Continues {
 		return nil, provider.ErrNoContinuation // Converse's models differ in what they continue
@@ -152,7 +107,7 @@ func (p *Bedrock) Plan(ctx context.Context, model string, r *provider.Request) (
 // post builds a POST of body to /model/{model}{op}, the model
 // path-escaped (an ARN's "/" and ":" too).
 func (p *Bedrock) post(ctx context.Context, model, op string, body []byte, stream bool) (*http.Request, error) {
-	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/model/"+url.PathEscape(model)+op, body, stream, "Authorization", "Bearer ")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/model/"+url.PathEscape(model)+op, body, stream, bearerKey.name, bearerKey.prefix)
 	if err != nil {
 		return nil, err
 	}

@@ -102,6 +102,38 @@ func chatToConverse(body []byte) ([]byte, error) {
 		return nil, err
 	}
 	var out cvRequest
+	if err := converseMessages(r, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Messages) == 0 {
+		return nil, errors.New("bedrock converse needs at least one user or assistant message")
+	}
+	if out.Messages[0].Role != "user" {
+		return nil, errors.New("bedrock converse needs the conversation to start with a user message")
+	}
+	if rf := r.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
+		return nil, fmt.Errorf("response_format %q is not supported by bedrock converse", rf.Type)
+	}
+	inf := cvInference{MaxTokens: r.MaxOutputTokens(0), Temperature: r.Temperature, TopP: r.TopP}
+	if inf.StopSequences, err = chat.StopSequences(r.Stop); err != nil {
+		return nil, err
+	}
+	if inf.MaxTokens > 0 || inf.Temperature != nil || inf.TopP != nil || len(inf.StopSequences) > 0 {
+		out.InferenceConfig = &inf
+	}
+	if len(r.Tools) > 0 {
+		if out.ToolConfig, err = converseTools(r); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(out)
+}
+
+// converseMessages translates r's messages into out's system blocks and
+// messages (chatToConverse), merging consecutive messages of one role. It
+// fails on a message Converse cannot express, naming it by its index
+// (messages[i]).
+func converseMessages(r *chat.Request, out *cvRequest) error {
 	calls := map[string]bool{}
 	add := func(role string, blocks []cvBlock) {
 		if len(blocks) == 0 {
@@ -123,7 +155,7 @@ func chatToConverse(body []byte) ([]byte, error) {
 		case "user":
 			blocks, err := converseUserBlocks(m)
 			if err != nil {
-				return nil, fmt.Errorf("messages[%d]: %w", i, err)
+				return fmt.Errorf("messages[%d]: %w", i, err)
 			}
 			add("user", blocks)
 		case "assistant":
@@ -135,7 +167,7 @@ func chatToConverse(body []byte) ([]byte, error) {
 			}
 			for _, c := range m.ToolCalls {
 				if c.ID == "" {
-					return nil, fmt.Errorf("messages[%d]: a tool call without an id", i)
+					return fmt.Errorf("messages[%d]: a tool call without an id", i)
 				}
 				calls[c.ID] = true
 				blocks = append(blocks, cvBlock{ToolUse: &cvToolUse{
@@ -146,66 +178,54 @@ func chatToConverse(body []byte) ([]byte, error) {
 			add("assistant", blocks)
 		case "tool":
 			if !calls[m.ToolCallID] {
-				return nil, fmt.Errorf("messages[%d]: tool result %q answers no earlier tool call", i, m.ToolCallID)
+				return fmt.Errorf("messages[%d]: tool result %q answers no earlier tool call", i, m.ToolCallID)
 			}
 			// Text, images and documents, each a block, as a user's.
 			content, err := converseUserBlocks(m)
 			if err != nil {
-				return nil, fmt.Errorf("messages[%d]: %w", i, err)
+				return fmt.Errorf("messages[%d]: %w", i, err)
 			}
 			if len(content) == 0 {
 				content = []cvBlock{{Text: " "}} // a result must hold content
 			}
 			add("user", []cvBlock{{ToolResult: &cvToolResult{ToolUseID: m.ToolCallID, Content: content}}})
 		default:
-			return nil, fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
+			return fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
 		}
 	}
-	if len(out.Messages) == 0 {
-		return nil, errors.New("bedrock converse needs at least one user or assistant message")
+	return nil
+}
+
+// converseTools translates r's tools and tool_choice into a Converse
+// toolConfig (chatToConverse): function tools only; tool_choice "none"
+// has no Converse form and leaves the choice to the model.
+func converseTools(r *chat.Request) (*cvToolConfig, error) {
+	tc := &cvToolConfig{}
+	for _, t := range r.Tools {
+		if t.Type != "" && t.Type != "function" {
+			return nil, fmt.Errorf("tool type %q is not supported by bedrock converse", t.Type)
+		}
+		spec := cvToolSpec{Name: t.Function.Name, Description: t.Function.Description}
+		spec.InputSchema.JSON = json.RawMessage(`{"type":"object","properties":{}}`)
+		if p := bytes.TrimSpace(t.Function.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+			spec.InputSchema.JSON = p
+		}
+		tc.Tools = append(tc.Tools, cvTool{ToolSpec: spec})
 	}
-	if out.Messages[0].Role != "user" {
-		return nil, errors.New("bedrock converse needs the conversation to start with a user message")
-	}
-	if rf := r.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
-		return nil, fmt.Errorf("response_format %q is not supported by bedrock converse", rf.Type)
-	}
-	inf := cvInference{MaxTokens: r.MaxOutputTokens(0), Temperature: r.Temperature, TopP: r.TopP}
-	if inf.StopSequences, err = chat.StopSequences(r.Stop); err != nil {
+	choice, err := chat.ParseToolChoice(r.ToolChoice)
+	if err != nil {
 		return nil, err
 	}
-	if inf.MaxTokens > 0 || inf.Temperature != nil || inf.TopP != nil || len(inf.StopSequences) > 0 {
-		out.InferenceConfig = &inf
+	switch choice.Mode {
+	case "auto":
+		tc.ToolChoice = json.RawMessage(`{"auto":{}}`)
+	case "required":
+		tc.ToolChoice = json.RawMessage(`{"any":{}}`)
+	case "function":
+		name, _ := json.Marshal(choice.Name)
+		tc.ToolChoice = json.RawMessage(`{"tool":{"name":` + string(name) + `}}`)
 	}
-	if len(r.Tools) > 0 {
-		tc := &cvToolConfig{}
-		for _, t := range r.Tools {
-			if t.Type != "" && t.Type != "function" {
-				return nil, fmt.Errorf("tool type %q is not supported by bedrock converse", t.Type)
-			}
-			spec := cvToolSpec{Name: t.Function.Name, Description: t.Function.Description}
-			spec.InputSchema.JSON = json.RawMessage(`{"type":"object","properties":{}}`)
-			if p := bytes.TrimSpace(t.Function.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-				spec.InputSchema.JSON = p
-			}
-			tc.Tools = append(tc.Tools, cvTool{ToolSpec: spec})
-		}
-		choice, err := chat.ParseToolChoice(r.ToolChoice)
-		if err != nil {
-			return nil, err
-		}
-		switch choice.Mode {
-		case "auto":
-			tc.ToolChoice = json.RawMessage(`{"auto":{}}`)
-		case "required":
-			tc.ToolChoice = json.RawMessage(`{"any":{}}`)
-		case "function":
-			name, _ := json.Marshal(choice.Name)
-			tc.ToolChoice = json.RawMessage(`{"tool":{"name":` + string(name) + `}}`)
-		}
-		out.ToolConfig = tc
-	}
-	return json.Marshal(out)
+	return tc, nil
 }
 
 // converseUserBlocks translates a user message's content.

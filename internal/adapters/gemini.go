@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,10 +43,10 @@ type Gemini struct {
 	Endpoint provider.Endpoint
 }
 
-// Serves implements provider.Provider: Chat and Messages, no embeddings.
-func (*Gemini) Serves(f provider.Format) bool {
-	return f != provider.Embeddings && f != provider.Completions // no legacy completions either
-}
+// Serves implements provider.Provider: Chat, and Messages and Responses
+// (natively or through their Chat form: chatFormats); no embeddings, no
+// legacy completions.
+func (*Gemini) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
 // Plan implements provider.Provider. model is a model name
 // ("gemini-2.5-flash", "models/..." accepted) or a tuned model
@@ -78,7 +79,7 @@ func (p *Gemini) Plan(ctx context.Context, model string, r *provider.Request) (p
 	} else {
 		target += ":generateContent"
 	}
-	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/"+target, out, r.Stream, "X-Goog-Api-Key", "")
+	req, err := p.Endpoint.NewRequest(ctx, p.Endpoint.BaseURL+"/"+target, out, r.Stream, geminiKey.name, geminiKey.prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +173,10 @@ type gemGenConfig struct {
 const skipThoughtSignature = "skip_thought_signature_validator"
 
 // chatToGemini translates a Chat Completions body to a
-// GenerateContentRequest for model.
+// GenerateContentRequest for model: its messages (geminiContents), its
+// tools (geminiTools) and its sampling and output options
+// (geminiGenConfig). It fails on what Gemini cannot express, as each of
+// those does, and on a conversation without a user or assistant message.
 func chatToGemini(body []byte, model string) ([]byte, error) {
 	r, err := chat.ParseRequest(body, "gemini")
 	if err != nil {
@@ -180,6 +184,34 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 	}
 	var out gemRequest
 	var system []gemPart
+	if out.Contents, system, err = geminiContents(r); err != nil {
+		return nil, err
+	}
+	if len(out.Contents) == 0 {
+		return nil, errors.New("gemini needs at least one user or assistant message")
+	}
+	if len(system) > 0 {
+		out.SystemInstruction = &gemContent{Parts: system}
+	}
+	if geminiMajor(model) >= 3 {
+		skipThoughtSignatures(out.Contents)
+	}
+	if err := geminiTools(r, &out); err != nil {
+		return nil, err
+	}
+	if out.GenerationConfig, err = geminiGenConfig(r); err != nil {
+		return nil, err
+	}
+	return json.Marshal(out)
+}
+
+// geminiContents translates r's messages into Gemini contents (a role's
+// consecutive messages merged, appendGemContent) and the system
+// instruction's parts. A tool result names its function by the earlier
+// call it answers, else by its own name; it fails on one that has
+// neither, or an unknown role, naming the message by its index
+// (messages[i]).
+func geminiContents(r *chat.Request) (contents []gemContent, system []gemPart, err error) {
 	callNames := map[string]string{} // tool call id -> function name
 	for i := range r.Messages {
 		m := &r.Messages[i]
@@ -191,9 +223,9 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 		case "user":
 			parts, err := geminiUserParts(m)
 			if err != nil {
-				return nil, fmt.Errorf("messages[%d]: %w", i, err)
+				return nil, nil, fmt.Errorf("messages[%d]: %w", i, err)
 			}
-			out.Contents = appendGemContent(out.Contents, "user", parts)
+			contents = appendGemContent(contents, "user", parts)
 		case "assistant":
 			var gp []gemPart
 			for _, p := range m.Content.AsParts() {
@@ -208,46 +240,49 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 					Args: chat.ObjectOr(string(c.Function.Arguments), json.RawMessage("{}")),
 				}})
 			}
-			out.Contents = appendGemContent(out.Contents, "model", gp)
+			contents = appendGemContent(contents, "model", gp)
 		case "tool":
 			name, ok := callNames[m.ToolCallID]
 			if !ok {
 				if name = m.Name; name == "" {
-					return nil, fmt.Errorf("messages[%d]: tool result %q answers no earlier tool call", i, m.ToolCallID)
+					return nil, nil, fmt.Errorf("messages[%d]: tool result %q answers no earlier tool call", i, m.ToolCallID)
 				}
 			}
-			out.Contents = appendGemContent(out.Contents, "user", []gemPart{{
+			contents = appendGemContent(contents, "user", []gemPart{{
 				FunctionResponse: &gemFunctionResponse{Name: name, Response: functionResponse(m.Content.String())},
 			}})
 		default:
-			return nil, fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
+			return nil, nil, fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
 		}
 	}
-	if len(out.Contents) == 0 {
-		return nil, errors.New("gemini needs at least one user or assistant message")
-	}
-	if len(system) > 0 {
-		out.SystemInstruction = &gemContent{Parts: system}
-	}
-	if geminiMajor(model) >= 3 {
-		for i := range out.Contents {
-			c := &out.Contents[i]
-			if c.Role != "model" {
-				continue
-			}
-			for j := range c.Parts {
-				if c.Parts[j].FunctionCall != nil {
-					c.Parts[j].ThoughtSignature = skipThoughtSignature
-					break // only a step's first call carries one
-				}
-			}
-		}
-	}
+	return contents, system, nil
+}
 
+// skipThoughtSignatures marks the first function call of each model turn
+// with skipThoughtSignature, as Gemini 3 models want of a call replayed
+// without its signature.
+func skipThoughtSignatures(contents []gemContent) {
+	for i := range contents {
+		c := &contents[i]
+		if c.Role != "model" {
+			continue
+		}
+		for j := range c.Parts {
+			if c.Parts[j].FunctionCall != nil {
+				c.Parts[j].ThoughtSignature = skipThoughtSignature
+				break // only a step's first call carries one
+			}
+		}
+	}
+}
+
+// geminiTools translates r's tools into out's function declarations and
+// its tool_choice into out's function calling mode: function tools only.
+func geminiTools(r *chat.Request, out *gemRequest) error {
 	var decls []gemFunctionDecl
 	for _, t := range r.Tools {
 		if t.Type != "" && t.Type != "function" {
-			return nil, fmt.Errorf("tool type %q is not supported by gemini", t.Type)
+			return fmt.Errorf("tool type %q is not supported by gemini", t.Type)
 		}
 		d := gemFunctionDecl{Name: t.Function.Name, Description: t.Function.Description}
 		if p := bytes.TrimSpace(t.Function.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
@@ -255,26 +290,33 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 		}
 		decls = append(decls, d)
 	}
-	if len(decls) > 0 {
-		out.Tools = []gemTool{{FunctionDeclarations: decls}}
-		tc, err := chat.ParseToolChoice(r.ToolChoice)
-		if err != nil {
-			return nil, err
-		}
-		switch tc.Mode {
-		case "auto":
-			out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{Mode: "AUTO"}}
-		case "none":
-			out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{Mode: "NONE"}}
-		case "required":
-			out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{Mode: "ANY"}}
-		case "function":
-			out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{
-				Mode: "ANY", AllowedFunctionNames: []string{tc.Name},
-			}}
-		}
+	if len(decls) == 0 {
+		return nil
 	}
+	out.Tools = []gemTool{{FunctionDeclarations: decls}}
+	tc, err := chat.ParseToolChoice(r.ToolChoice)
+	if err != nil {
+		return err
+	}
+	switch tc.Mode {
+	case "auto":
+		out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{Mode: "AUTO"}}
+	case "none":
+		out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{Mode: "NONE"}}
+	case "required":
+		out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{Mode: "ANY"}}
+	case "function":
+		out.ToolConfig = &gemToolConfig{FunctionCallingConfig: gemFunctionCallingConfig{
+			Mode: "ANY", AllowedFunctionNames: []string{tc.Name},
+		}}
+	}
+	return nil
+}
 
+// geminiGenConfig translates r's sampling and output options into a
+// generationConfig: nil when r sets none of them. response_format
+// json_object and json_schema ask for JSON (its schema, for json_schema).
+func geminiGenConfig(r *chat.Request) (*gemGenConfig, error) {
 	gc := gemGenConfig{
 		Temperature:      r.Temperature,
 		TopP:             r.TopP,
@@ -283,6 +325,7 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 		PresencePenalty:  r.PresencePenalty,
 		FrequencyPenalty: r.FrequencyPenalty,
 	}
+	var err error
 	if gc.StopSequences, err = chat.StopSequences(r.Stop); err != nil {
 		return nil, err
 	}
@@ -299,9 +342,9 @@ func chatToGemini(body []byte, model string) ([]byte, error) {
 	}
 	if gc.Temperature != nil || gc.TopP != nil || gc.MaxOutputTokens > 0 || len(gc.StopSequences) > 0 ||
 		gc.Seed != nil || gc.PresencePenalty != nil || gc.FrequencyPenalty != nil || gc.ResponseMimeType != "" {
-		out.GenerationConfig = &gc
+		return &gc, nil
 	}
-	return json.Marshal(out)
+	return nil, nil
 }
 
 // geminiMajor is the major version in a model name ("gemini-3-pro" is 3),

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,12 +49,17 @@ type OpenAI struct {
 	Continuation provider.Continuation
 }
 
-// Serves implements provider.Provider: every format, embeddings included.
-func (*OpenAI) Serves(provider.Format) bool { return true }
+// Serves implements provider.Provider: Chat, Embeddings, Responses and
+// Completions as they came, Messages through its Chat form (openAIFormats).
+func (*OpenAI) Serves(f provider.Format) bool { return slices.Contains(openAIFormats, f) }
+
+// openAIFormats are the formats the OpenAI format's types (openai, azure)
+// serve: a client API added later is not among them until they plan it.
+var openAIFormats = []provider.Format{provider.Chat, provider.Embeddings, provider.Messages, provider.Responses, provider.Completions}
 
 // Plan implements provider.Provider.
 func (p *OpenAI) Plan(ctx context.Context, model string, r *provider.Request) (provider.Plan, error) {
-	return planOpenAIFamily(model, r, p.Responses, p.Continuation, chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
+	return planOpenAIFamily(model, r, p.Responses, p.ContinuationFor(model), chatReader{}, func(op string, body []byte, stream bool) (*http.Request, error) {
 		return openAIPost(ctx, &p.Endpoint, p.Endpoint.BaseURL+"/"+op, model, body, stream)
 	})
 }
@@ -141,7 +147,7 @@ func openAIPost(ctx context.Context, ep *provider.Endpoint, url, model string, b
 	if err != nil {
 		return nil, err
 	}
-	return ep.NewRequest(ctx, url, out, stream, "Authorization", "Bearer ")
+	return ep.NewRequest(ctx, url, out, stream, bearerKey.name, bearerKey.prefix)
 }
 
 // chatReader reads Chat Completions answers and streams.
@@ -750,8 +756,8 @@ func rawString(raw json.RawMessage) string {
 	return ""
 }
 
-// classifyOpenAI maps a status and an error body to a class (README.md,
-// "Error classes"). insufficient_quota arrives as a 429 but is not transient.
+// classifyOpenAI maps a status and an error body to a class (docs/providers.md,
+// "How each provider response is classified"). insufficient_quota arrives as a 429 but is not transient.
 func classifyOpenAI(status int, e apiError) provider.Class {
 	code, typ, msg := strings.ToLower(e.code), strings.ToLower(e.typ), strings.ToLower(e.message)
 	switch {

@@ -34,7 +34,7 @@ func (p *OpenAI) ResponseRequest(ctx context.Context, method, path string, query
 	if !p.Responses {
 		return nil, ErrNoStoredResponses
 	}
-	return storedRequest(ctx, &p.Endpoint, method, p.Endpoint.BaseURL+"/responses/"+path, query, "Authorization", "Bearer ")
+	return storedRequest(ctx, &p.Endpoint, method, p.Endpoint.BaseURL+"/responses/"+path, query, bearerKey.name, bearerKey.prefix)
 }
 
 // ResponseRequest is OpenAI's (see OpenAI.ResponseRequest) on Azure's v1
@@ -47,7 +47,7 @@ func (p *Azure) ResponseRequest(ctx context.Context, method, path string, query 
 	if err != nil {
 		return nil, err
 	}
-	return storedRequest(ctx, &p.Endpoint, method, target, query, "Api-Key", "")
+	return storedRequest(ctx, &p.Endpoint, method, target, query, azureKey.name, azureKey.prefix)
 }
 
 // storedRequest is a bodiless request (Endpoint.NewRequest's headers and

@@ -4,10 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -47,18 +47,10 @@ type Vertex struct {
 	Project, Location string
 }
 
-// Serves implements provider.Provider: Chat, Messages and Responses (through
-// Chat); no embeddings, no legacy completions.
-func (*Vertex) Serves(f provider.Format) bool {
-	return f != provider.Embeddings && f != provider.Completions
-}
-
-// VertexPublisher names the publisher of a Vertex deployment's model
-// ("anthropic", "google", ...), whose rules bill it.
-func VertexPublisher(model string) string {
-	p, _ := vertexModel(model)
-	return p
-}
+// Serves implements provider.Provider: Chat, and Messages and Responses
+// (natively or through their Chat form: chatFormats); no embeddings, no
+// legacy completions.
+func (*Vertex) Serves(f provider.Format) bool { return slices.Contains(chatFormats, f) }
 
 // vertexModel splits a deployment's model into its publisher and name.
 func vertexModel(model string) (publisher, name string) {
@@ -86,53 +78,8 @@ func (p *Vertex) Plan(ctx context.Context, model string, r *provider.Request) (p
 	if err := checkSegment(name, true); err != nil {
 		return nil, err
 	}
-	target := p.Endpoint.BaseURL + "/projects/" + url.PathEscape(p.Project) + "/locations/" + url.PathEscape(p.Location) +
-		"/publishers/" + url.PathEscape(publisher) + "/models/" + url.PathEscape(name)
 	if publisher == "anthropic" {
-		if r.Stream {
-			target += ":streamRawPredict"
-		} else {
-			target += ":rawPredict"
-		}
-		if r.Format == provider.Messages {
-			body, err := cloudMessages(r.Body, VertexAnthropicVersion, r.Stream, nil)
-			if err != nil {
-				return nil, err
-			}
-			if err := prefill(body, r); err != nil {
-				return nil, err
-			}
-			req, err := p.post(ctx, target, body, r.Stream)
-			if err != nil {
-				return nil, err
-			}
-			if betas := r.Header.Values("Anthropic-Beta"); len(betas) > 0 {
-				req.Header["Anthropic-Beta"] = betas
-			}
-			// Vertex's errors may be Google's, not Messages errors: not
-			// native, so that they are restated.
-			return &plan{req: req, format: provider.Messages, model: name, r: anthropicReader{native: true}}, nil
-		}
-		chatBody, err := r.Chat()
-		if err != nil {
-			return nil, err
-		}
-		msg, err := messages.FromChat(chatBody, name, r.Stream)
-		if err != nil {
-			return nil, err
-		}
-		body, err := cloudMessages(msg, VertexAnthropicVersion, r.Stream, nil)
-		if err != nil {
-			return nil, err
-		}
-		if err := prefill(body, r); err != nil {
-			return nil, err
-		}
-		req, err := p.post(ctx, target, body, r.Stream)
-		if err != nil {
-			return nil, err
-		}
-		return chatPlan(req, name, r, false, anthropicReader{}), nil
+		return planClaude(ctx, p, name, r)
 	}
 	if r.Continues {
 		return nil, provider.ErrNoContinuation // Gemini answers afresh
@@ -145,6 +92,7 @@ func (p *Vertex) Plan(ctx context.Context, model string, r *provider.Request) (p
 	if err != nil {
 		return nil, err
 	}
+	target := p.modelURL(publisher, name)
 	if r.Stream {
 		target += ":streamGenerateContent?alt=sse"
 	} else {
@@ -157,8 +105,14 @@ func (p *Vertex) Plan(ctx context.Context, model string, r *provider.Request) (p
 	return chatPlan(req, name, r, false, geminiReader{}), nil
 }
 
+// modelURL is the URL of a publisher's model, without its ":method".
+func (p *Vertex) modelURL(publisher, name string) string {
+	return p.Endpoint.BaseURL + "/projects/" + url.PathEscape(p.Project) + "/locations/" + url.PathEscape(p.Location) +
+		"/publishers/" + url.PathEscape(publisher) + "/models/" + url.PathEscape(name)
+}
+
 func (p *Vertex) post(ctx context.Context, target string, body []byte, stream bool) (*http.Request, error) {
-	return p.Endpoint.NewRequest(ctx, target, body, stream, "Authorization", "Bearer ")
+	return p.Endpoint.NewRequest(ctx, target, body, stream, bearerKey.name, bearerKey.prefix)
 }
 
 // Observe implements provider.Provider.

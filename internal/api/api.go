@@ -2,13 +2,13 @@
 // router. Each API parses and validates a request body into a
 // router.Request, and writes the router's result (an answer, a stream, a
 // provider's client error passed on, or the router's own error) in its
-// format; below this package nothing speaks a client's format.
+// format; below this package nothing speaks a client's format: Chat
+// (OpenAI Chat Completions), Embeddings, Messages (Anthropic's), Responses
+// (OpenAI's) and Completions (OpenAI's legacy completions).
 //
-//	Chat        POST .../chat/completions   OpenAI Chat Completions
-//	Embeddings  POST .../embeddings         OpenAI embeddings
-//	Messages    POST .../messages           Anthropic Messages
-//	Responses   POST .../responses          OpenAI Responses
-//	Completions POST .../completions        OpenAI legacy completions
+// Endpoints (paths.go) lists every path the router serves, these APIs'
+// and the others, once: ForPath routes by it, the 404 and the docs list
+// it.
 //
 // An answer comes from the router in the attempt's format (Result.Format):
 // the client's own when the provider took the request natively, passed on
@@ -46,25 +46,6 @@ type API interface {
 	// Write answers with the router's result. It returns an error only when
 	// the client went away while a stream was relayed.
 	Write(w http.ResponseWriter, res *router.Result) error
-}
-
-// ForPath returns the API that answers POSTs to path (matched by its end,
-// so that any prefix works), or nil.
-func ForPath(path string) API {
-	path = strings.TrimSuffix(path, "/")
-	switch {
-	case strings.HasSuffix(path, "/chat/completions"):
-		return Chat{}
-	case strings.HasSuffix(path, "/embeddings"):
-		return Embeddings{}
-	case strings.HasSuffix(path, "/messages"):
-		return Messages{}
-	case strings.HasSuffix(path, "/responses"):
-		return Responses{}
-	case strings.HasSuffix(path, "/completions"):
-		return Completions{} // after chat/completions
-	}
-	return nil
 }
 
 // Code says why a request is refused, whichever API writes it; each API

@@ -20,7 +20,7 @@ import (
 )
 
 // heldProvider holds each attempt until opened and counts those that
-// reached it; each answer costs $0.005 at holdDeployment's prices.
+// reached it; each answer costs $0.005 at holdInstance's prices.
 type heldProvider struct {
 	calls atomic.Int32
 	open  chan struct{}

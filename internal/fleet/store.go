@@ -13,8 +13,10 @@
 // Local state stays the fast path. Ranking never waits on Redis: what other
 // instances learn arrives in the background, by pub/sub as it happens and
 // by polling every PollInterval to resynchronize. Only a half-open probe, a
-// deployment whose stated windows are known (its budget) and one with
-// declared rpm/tpm ask Redis on the request path, bounded by Timeout. When Redis is slow or down, the store says so once in the log,
+// deployment whose stated windows are known (its budget), one with
+// declared rpm/tpm, a spending budget's hold and settlement, a place in the
+// fleet's queue, a Responses follow-up's owner and a background response's
+// claim ask Redis on the request path, each bounded by Timeout. When Redis is slow or down, the store says so once in the log,
 // counts it (Observer), stops asking on the request path (the instance
 // routes on local state alone), and resynchronizes when Redis answers again.
 //

@@ -67,6 +67,15 @@ type outcome struct {
 	prefixes []uint64
 }
 
+// claimed records what an attempt took before it is sent: its claim on
+// the deployment, the group (and its queue) it was made for, its budget
+// holds and the request's cache prefixes (what its answer reports of the
+// prompt cache is recorded against them). Every attempt that goes out,
+// a hedge's too, is claimed through it.
+func (o *outcome) claimed(claim capacity.Attempt, g *Group, held holds, need capacity.Need) {
+	o.claim, o.queue, o.group, o.holds, o.prefixes = claim, &g.queue, g, held, need.Prefixes
+}
+
 // release ends the attempt's claim on its deployment and its holds on
 // budgets (what its answer spent was settled before), and wakes the head
 // of its group's queue: capacity may be back.

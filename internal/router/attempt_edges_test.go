@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/llmrouter/caddy-llm-router/internal/adapters"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -29,30 +30,50 @@ func serveAsyncE(r *Router, group []*Deployment, req *Request) chan *Result {
 	return done
 }
 
-// A span names the provider system by the semantic conventions' name for a
-// built-in type (azure is azure.ai.openai) and by its own name for a third
-// party's type; a failed attempt says no finish reasons.
+// thirdParty is a provider type of a third party that states no facts of
+// its own (embedding the interface hides the adapter's).
+type thirdParty struct{ provider.Provider }
+
+// namedThirdParty is a third party's type that names its system in traces.
+type namedThirdParty struct {
+	provider.Provider
+	name string
+}
+
+func (n namedThirdParty) GenAIProviderName() string { return n.name }
+
+// A span names the provider system as its type states it (the semantic
+// conventions' name: azure is azure.ai.openai; a third party's own), or by
+// the type's name when it states none; a failed attempt says no finish
+// reasons.
 func TestSpanProviderNames(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
-	failing := &script{replies: []func(*http.Request) (*http.Response, error){reply(500, `{"error":{"message":"boom","type":"server_error"}}`)}}
-	group := []*Deployment{deployment("a", failing), deployment("b", okScriptE())}
-	group[0].Quality, group[0].ProviderType, group[1].ProviderType = 1, "azure", "acme"
+	failing := func() *script {
+		return &script{replies: []func(*http.Request) (*http.Response, error){reply(500, `{"error":{"message":"boom","type":"server_error"}}`)}}
+	}
+	group := []*Deployment{deployment("a", failing()), deployment("b", failing()), deployment("c", okScriptE())}
+	group[0].Provider = &adapters.Azure{Endpoint: provider.Endpoint{BaseURL: "http://a.invalid/openai"}}
+	group[1].Provider = namedThirdParty{group[1].Provider, "acme.cloud"}
+	group[2].Provider = thirdParty{group[2].Provider}
+	group[0].Quality, group[1].Quality = 1, 0.5
+	group[0].ProviderType, group[1].ProviderType, group[2].ProviderType = "azure", "acme", "acme"
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
-	if res := newRouter(newFakeClock()).Serve(ctx, group, chatReq); res.Err != nil || res.Deployment != group[1] {
-		t.Fatalf("expected b to answer, got %+v", res)
+	if res := newRouter(newFakeClock()).Serve(ctx, group, chatReq); res.Err != nil || res.Deployment != group[2] {
+		t.Fatalf("expected c to answer, got %+v", res)
 	}
 	parent.End()
 	spans := exp.GetSpans().Snapshots()
-	if len(spans) != 3 {
+	if len(spans) != 4 {
 		t.Fatalf("%d spans", len(spans))
 	}
-	a, b := spanAttrs(spans[0]), spanAttrs(spans[1])
-	if a["gen_ai.provider.name"].AsString() != "azure.ai.openai" || b["gen_ai.provider.name"].AsString() != "acme" {
-		t.Errorf("provider names %q and %q, want azure.ai.openai and acme", a["gen_ai.provider.name"].AsString(), b["gen_ai.provider.name"].AsString())
+	for i, want := range []string{"azure.ai.openai", "acme.cloud", "acme"} {
+		if got := spanAttrs(spans[i])["gen_ai.provider.name"].AsString(); got != want {
+			t.Errorf("attempt %d: expected gen_ai.provider.name %q, got %q", i+1, want, got)
+		}
 	}
-	if v, ok := a["gen_ai.response.finish_reasons"]; ok {
+	if v, ok := spanAttrs(spans[0])["gen_ai.response.finish_reasons"]; ok {
 		t.Errorf("the failed attempt has no finish reasons, got %v", v.AsStringSlice())
 	}
 }

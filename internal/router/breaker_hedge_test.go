@@ -42,7 +42,7 @@ const overloaded503 = `{"error":{"message":"overloaded","type":"server_error"}}`
 // Defects a breaker found, each seen failing before its fix
 // ---------------------------------------------------------------------
 
-// README: "At most one hedge per request." A hedged pair that both fail
+// docs/routing.md: "At most one hedge per request." A hedged pair that both fail
 // sends the request on to its next attempt, and exchange hedges that one
 // too: here a slow a is hedged on b, both fail, the slow c is hedged on
 // d: two hedges (and a request that made 4 attempts for one answer).

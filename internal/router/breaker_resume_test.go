@@ -129,7 +129,7 @@ func inFlightZero(t *testing.T, c *fakeClock, ds ...*Deployment) {
 
 // The client asked for n=2 and the stream broke after choice 0's first
 // words, before any chunk of choice 1: the transcript has seen only index
-// 0, so it takes the stream for resumable. README: "several choices
+// 0, so it takes the stream for resumable. docs/streams.md: "several choices
 // (n > 1) ends with the in-band error". Here a continuation of the n=2
 // request is spliced in, and its choice 1 (which continues "Hello" too) is
 // relayed to the client with "Hello" cut off its start.
@@ -203,7 +203,7 @@ func TestBreakerUndecodableChunkRepeatsTextOnReplay(t *testing.T) {
 
 // Reasoning the transcript cannot decode is not seen as reasoning: a
 // Mistral reasoning model streams its thinking as content parts of type
-// "thinking". The stream relayed thinking, yet is continued (README:
+// "thinking". The stream relayed thinking, yet is continued (docs/streams.md:
 // "a stream that relayed ... reasoning or thinking ... ends with the
 // in-band error").
 func TestBreakerUndecodableReasoningIsResumed(t *testing.T) {
@@ -832,9 +832,10 @@ func TestBreakerStreamErrorRedactsTheKey(t *testing.T) {
 // that broke: it is asked to continue, fails (a 500, as an overloaded
 // Claude does right after a cut), and is then retried with backoff
 // (500 ms, 1 s, 2 s of silence mid-stream) until max_attempts is spent,
-// so that the replay README promises ("Where no deployment continues it,
-// the request is asked again from its start, of any deployment of the
-// group") is never asked of b. The broken deployment should get one
+// so that the replay docs/streams.md promises ("Where no deployment
+// continues it, the request is asked again from its start, only where its
+// answer can be the same text: of a deployment of the same model") is
+// never asked of b. The broken deployment should get one
 // continuation attempt at most, leaving the attempts for the replay.
 func TestBreakerContinuationRetriesTheBrokenDeploymentUntilAttemptsRunOut(t *testing.T) {
 	a := replies(cut(textChunk("a", "Hello, "), textChunk("a", "wo")), reply(500, `{"error":{"message":"internal","type":"server_error"}}`))
@@ -923,7 +924,7 @@ func TestBreakerResumeReleasesEachClaimOnce(t *testing.T) {
 
 // An audio answer (gpt-4o-audio: delta.audio with data and transcript,
 // no content) is not text, but the transcript does not flag the key: the
-// cut stream is taken for resumable, its text "" (README: "Only text is
+// cut stream is taken for resumable, its text "" (docs/streams.md: "Only text is
 // resumed"). The replay "begins with" that empty text, and the splice
 // then drops each of its audio chunks as empty (no content, none of the
 // members it knows): the client's audio stops where the cut left it,

@@ -242,3 +242,42 @@ func TestAStreamsCacheUsageIsRemembered(t *testing.T) {
 		t.Errorf("expected the next request of the prefix to fit the 5,000 left, it waits %v (%s)", at.Sub(clock.Now()), why)
 	}
 }
+
+// A hedge that wins teaches the prediction as any answer does: its
+// answer's cache writes are what the next request of the prefix reads at
+// its deployment (the hedge's attempt carried no prefixes, so a winning
+// hedge's prompt cache was never recorded).
+func TestAWinningHedgesCacheUsageIsRemembered(t *testing.T) {
+	answer := `{"id":"msg_1","type":"message","role":"assistant","model":"claude-up","content":[{"type":"text","text":"Noted."}],` +
+		`"stop_reason":"end_turn","usage":{"input_tokens":2113,"cache_creation_input_tokens":8000,"cache_read_input_tokens":0,"output_tokens":3}}`
+	windowed := func(req *http.Request) (*http.Response, error) {
+		resp, err := reply(200, answer)(req)
+		resp.Header.Set("anthropic-ratelimit-input-tokens-limit", "20000")
+		resp.Header.Set("anthropic-ratelimit-input-tokens-remaining", "5000")
+		resp.Header.Set("anthropic-ratelimit-input-tokens-reset", "2025-08-21T12:40:45Z")
+		return resp, err
+	}
+	c := newFakeClock()
+	slow := newGate(windowed)
+	a := &script{replies: []func(*http.Request) (*http.Response, error){slow.reply}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){windowed}}
+	da, db := deployment("a", a), deployment("b", b)
+	da.Quality = 1
+	for _, d := range []*Deployment{da, db} {
+		d.Provider = &adapters.Anthropic{Endpoint: provider.Endpoint{BaseURL: "http://" + d.Name + ".invalid/v1", APIKey: "sk-ant-" + d.Name}}
+	}
+	r, _ := hedgeRouter(c)
+	done := make(chan *Result, 1)
+	go func() { done <- r.Serve(context.Background(), []*Deployment{da, db}, cachedMessages(0)) }()
+	eventually(t, "a's attempt", func() bool { return a.calls.Load() == 1 })
+	c.Advance(2 * time.Second)
+	res := <-done
+	if res.Err != nil || res.Deployment != db || res.Hedge != HedgeWon {
+		t.Fatalf("expected the hedge on b to win, got %v %v %q", res.Err, res.Deployment, res.Hedge)
+	}
+	next := cachedMessages(1)
+	need := capacity.Need{Tokens: next.Tokens, Output: next.OutputTokens, Prefixes: next.CachePrefixes()}
+	if at, why := db.State.AvailableFor(c.Now(), need); at.After(c.Now()) {
+		t.Errorf("expected the next request of the prefix to fit b's 5,000 left, it waits %v (%s)", at.Sub(c.Now()), why)
+	}
+}

@@ -140,7 +140,7 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 		a.finish()
 		return nil, -1
 	}
-	a.out.claim, a.out.queue, a.out.group, a.out.holds = claim, &g.queue, g, held
+	a.out.claimed(claim, g, held, need)
 	a.out.span = startSpan(ctx, d, req, a.plan, res.Attempts+1, provider.OK, r.Clock.Now().Sub(res.lastEnd))
 	res.Attempts++
 	w.per[j].tried = true

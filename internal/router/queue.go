@@ -255,9 +255,7 @@ func (q *queue) fairTag(w *waiter) {
 }
 
 // served advances the virtual time to w's start (the head's when w went
-// past it): w leaves the queue to take capacity. Consumers whose last finish is behind it are forgotten
-// (they start at the virtual time anyway), so that the map holds no more
-// than the consumers served or waiting of late.
+// past it): w leaves the queue to take capacity.
 func (q *queue) served(w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -128,7 +128,7 @@ func (s *Stream) resume(se *StreamError) bool {
 	replays := s.replayMatches()
 	if next == nil && s.transcript.CanReplay() && s.attempts < r.MaxAttempts && s.parent.Err() == nil &&
 		slices.ContainsFunc(s.group.Deployments, replays) {
-		if res := s.attempt(s.req.Request, replays, deadline, 0); res.Stream != nil {
+		if res := s.serveResume(s.req.Request, replays, deadline, 0); res.Stream != nil {
 			next, splice, how = res.Stream, s.transcript.Replay(prior), "replayed"
 		}
 	}
@@ -209,11 +209,12 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 		return nil, nil, ""
 	}
 	creq := s.req.Continued(body)
-	// Which deployments can continue it is their provider type's to say:
-	// asked of each once, so that none is waited for that cannot.
+	// Which deployments can continue it is their provider type's to say
+	// (provider.Continuer, then its plan): asked of each once, so that
+	// none is waited for that cannot.
 	capable := map[*Deployment]bool{}
 	for _, d := range s.group.Deployments {
-		if !d.refusesPrefill.Load() && (r.Resume == ResumeAny || SameModel(d.Model, s.model)) {
+		if !d.refusesPrefill.Load() && (r.Resume == ResumeAny || SameModel(d.Model, s.model)) && continues(d) {
 			p, err := d.Provider.Plan(s.parent, d.Model, creq)
 			capable[d] = err == nil && p != nil && p.Format() == s.format
 		}
@@ -228,7 +229,7 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 		if !slices.ContainsFunc(s.group.Deployments, allow) {
 			return nil, nil, ""
 		}
-		res := s.attempt(creq, allow, deadline, reserve)
+		res := s.serveResume(creq, allow, deadline, reserve)
 		if res.Stream != nil {
 			return res.Stream, splice, "continued"
 		}
@@ -248,11 +249,18 @@ func (s *Stream) continuation(prior provider.Usage, deadline time.Time) (*Stream
 	return nil, nil, ""
 }
 
-// attempt serves one of a resume's requests from the stream's group, with
-// the request's attempts left: a stream in the stream's format, or why
-// none came.
-// reserve attempts are kept for what may follow.
-func (s *Stream) attempt(pr *provider.Request, allow func(*Deployment) bool, deadline time.Time, reserve int) *Result {
+// continues reports whether d's model may continue text it did not write:
+// false only when its provider type says it continues nothing
+// (provider.Continuer); a type that does not say is asked by its plan.
+func continues(d *Deployment) bool {
+	c, ok := d.Provider.(provider.Continuer)
+	return !ok || c.ContinuationFor(d.Model) != provider.NoContinuation
+}
+
+// serveResume serves one of a resume's requests from the stream's group
+// (serve: as many attempts as the request has left, less reserve, kept for
+// what may follow): a stream in the stream's format, or why none came.
+func (s *Stream) serveResume(pr *provider.Request, allow func(*Deployment) bool, deadline time.Time, reserve int) *Result {
 	r, g := s.r, s.group
 	req := &Request{Request: pr, Tokens: s.req.Tokens, PromptTokens: s.req.PromptTokens, OutputTokens: s.req.OutputTokens,
 		Priority: s.req.Priority, Consumer: s.req.Consumer, Weight: s.req.Weight, Pinned: s.req.Pinned, Bound: s.req.Bound, resume: &resumeSpec{format: s.format, allow: allow}}

@@ -385,3 +385,40 @@ func TestAMessagesStreamIsContinuedWithPrefill(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// statesNoContinuation is a provider type that says its models continue
+// nothing, whatever its Plan would make of a continuation.
+type statesNoContinuation struct{ *adapters.OpenAI }
+
+func (statesNoContinuation) ContinuationFor(string) provider.Continuation {
+	return provider.NoContinuation
+}
+
+// A deployment whose provider type states that its model continues nothing
+// (provider.Continuer) is neither planned nor tried for a continuation: the
+// next one that can continues the stream.
+func TestAStatedNoContinuationIsNotTried(t *testing.T) {
+	a := &script{replies: []func(*http.Request) (*http.Response, error){cut(textChunk("a", "Hello"))}}
+	b := &script{replies: []func(*http.Request) (*http.Response, error){sse(textChunk("b", ", there"), finalChunk("b"), "data: [DONE]")}}
+	c := &script{replies: []func(*http.Request) (*http.Response, error){sse(textChunk("c", ", world"), finalChunk("c"), "data: [DONE]")}}
+	da, db, dc := deployment("a", a), deployment("b", b), deployment("c", c)
+	da.Quality, db.Quality = 1, 0.5
+	for _, d := range []*Deployment{db, dc} {
+		d.Provider.(*adapters.OpenAI).Continuation = provider.PrefixFlag
+	}
+	db.Provider = statesNoContinuation{db.Provider.(*adapters.OpenAI)}
+	r := newRouter(newFakeClock())
+	r.Resume = ResumeAny
+	res := r.Serve(context.Background(), []*Deployment{da, db, dc}, streamReq(helloReq))
+	if res.Stream == nil || res.Deployment != da {
+		t.Fatalf("expected a's stream, got %v", res.Err)
+	}
+	got, err := relay(t, res.Stream)
+	text, _, _, dones, _ := chatText(t, got)
+	if err != nil || text != "Hello, world" || dones != 1 {
+		t.Errorf("expected c's continuation %q, got %q %v", "Hello, world", text, err)
+	}
+	if b.calls.Load() != 0 || c.calls.Load() != 1 {
+		t.Errorf("expected b never asked, c once; got b %d, c %d", b.calls.Load(), c.calls.Load())
+	}
+}

@@ -218,7 +218,7 @@ func BenchmarkRank16(b *testing.B) {
 	}
 }
 
-// The worked example of README.md, "How deployments are ranked".
+// The worked example of docs/routing.md, "How deployments are ranked".
 func TestWorkedExample(t *testing.T) {
 	clock := newFakeClock()
 	oa, groq := deployment("openai/gpt-4o-mini", &script{}), deployment("groq/llama-3.1-8b-instant", &script{})
@@ -241,7 +241,7 @@ func TestWorkedExample(t *testing.T) {
 	s := scoreOf(t, newRouter(clock), []*Deployment{oa, groq}, req, clock.Now())
 	near := func(got, want float64) bool { return got > want-0.005 && got < want+0.005 }
 	if !near(s[oa.Name], 0.667) || !near(s[groq.Name], 0.596) {
-		t.Errorf("expected openai 0.667 and groq 0.596 as in the README, got %v", s)
+		t.Errorf("expected openai 0.667 and groq 0.596 as in docs/routing.md, got %v", s)
 	}
 	withWindows(t, groq, clock.Now(), provider.Window{Limit: 30, Remaining: 25, Reset: 50 * time.Second}, provider.UnknownWindow)
 	s = scoreOf(t, newRouter(clock), []*Deployment{oa, groq}, req, clock.Now())

@@ -23,11 +23,15 @@ import (
 // tracerName is the instrumentation scope of the router's spans.
 const tracerName = "github.com/llmrouter/caddy-llm-router/router"
 
-// genAIProvider is gen_ai.provider.name for the built-in provider types
-// (a third party's type goes by its own name).
-var genAIProvider = map[string]string{
-	"openai": "openai", "azure": "azure.ai.openai", "anthropic": "anthropic", "gemini": "gcp.gemini",
-	"bedrock": "aws.bedrock", "vertex": "gcp.vertex_ai",
+// providerName is gen_ai.provider.name for d: what its provider type
+// states (provider.TraceNamer), else the type's name.
+func providerName(d *Deployment) string {
+	if n, ok := d.Provider.(provider.TraceNamer); ok {
+		if name := n.GenAIProviderName(); name != "" {
+			return name
+		}
+	}
+	return d.ProviderType
 }
 
 // operation is gen_ai.operation.name for a request format.
@@ -51,13 +55,9 @@ func startSpan(ctx context.Context, d *Deployment, req *Request, plan provider.P
 		return nil // no request span: no tracing
 	}
 	op := operation(req.Format)
-	system := genAIProvider[d.ProviderType]
-	if system == "" {
-		system = d.ProviderType
-	}
 	attrs := []attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", op),
-		attribute.String("gen_ai.provider.name", system),
+		attribute.String("gen_ai.provider.name", providerName(d)),
 		attribute.String("gen_ai.request.model", d.Model),
 		attribute.String("llm_router.deployment", d.Name),
 		attribute.Int("llm_router.attempt", number),

@@ -42,7 +42,8 @@ func TestAttemptsAreTraced(t *testing.T) {
 	limited := &script{replies: []func(*http.Request) (*http.Response, error){reply(429, rateLimited, "Retry-After", "20")}}
 	ok := &script{replies: []func(*http.Request) (*http.Response, error){reply(200, answered)}}
 	group := []*Deployment{deployment("a", limited), deployment("b", ok)}
-	group[0].Quality, group[0].ProviderType, group[1].ProviderType = 1, "openai", "anthropic"
+	group[0].Quality, group[0].ProviderType, group[1].ProviderType = 1, "openai", "acme"
+	group[1].Provider = thirdParty{group[1].Provider} // named by its type
 	r := newRouter(newFakeClock())
 
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "POST /v1/chat/completions")
@@ -70,7 +71,7 @@ func TestAttemptsAreTraced(t *testing.T) {
 	if _, ok := a["llm_router.failover_reason"]; ok {
 		t.Error("the first attempt fails over from nothing")
 	}
-	if b["gen_ai.provider.name"].AsString() != "anthropic" || b["llm_router.attempt"].AsInt64() != 2 ||
+	if b["gen_ai.provider.name"].AsString() != "acme" || b["llm_router.attempt"].AsInt64() != 2 ||
 		b["llm_router.failover_reason"].AsString() != "rate_limited" || b["gen_ai.usage.input_tokens"].AsInt64() != 12 ||
 		b["gen_ai.usage.output_tokens"].AsInt64() != 5 || b["llm_router.usage.cached_input_tokens"].AsInt64() != 8 ||
 		!slices.Equal(b["gen_ai.response.finish_reasons"].AsStringSlice(), []string{"stop"}) ||

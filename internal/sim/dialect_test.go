@@ -16,7 +16,8 @@ import (
 type dialect interface {
 	// state writes the statement of ws made at at (admission).
 	state(h http.Header, ws []*window, at time.Time)
-	// errorBody is the body of an error of kind (see errorKinds).
+	// errorBody is the body of an error of kind: "limited", "tokens",
+	// "refused" or "overload" (the keys of openAIErrors).
 	errorBody(kind, message string) string
 	answer(id, model, text string, in, out int64) string
 	// events are a stream's events: before the text, one per word, after.

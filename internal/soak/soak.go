@@ -1,9 +1,10 @@
 // Package soak drives many requests through an in-process Caddy running
 // llm_router in front of four llm_mock deployments that misbehave on a
-// schedule (429s in three dialects, 5xx, hangs, cut, stalled and malformed
-// streams, mid-stream errors), and counts what clients must never see: a 429
-// while a deployment had capacity, an answer after the deadline, a truncated
-// answer presented as complete. The router resumes broken streams (resume
+// schedule (429s in the OpenAI and Gemini dialects, Anthropic's 529, 5xx,
+// hangs, cut, stalled and malformed streams, mid-stream errors), and
+// counts what clients must never see: a 429 while a deployment had
+// capacity, an answer after the deadline, a truncated answer presented as
+// complete. The router resumes broken streams (resume
 // any): a continuation on the deployments that continue text (anthropic's
 // prefill, steady's prefix), else a replay: every deployment serves one
 // model, asked at temperature 0, and writes the same reply (a deterministic

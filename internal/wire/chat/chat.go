@@ -1,8 +1,9 @@
 // Package chat declares OpenAI's Chat Completions wire format once
 // (https://platform.openai.com/docs/api-reference/chat): the request, the
 // answer, the stream chunk, usage and the error body. The chat client API,
-// the translating provider types (anthropic, gemini) and the Messages
-// translation read and write these same types, in both directions.
+// the translating provider types (anthropic, gemini, bedrock's Converse,
+// vertex) and the Messages and Responses translations read and write these
+// same types, in both directions.
 //
 // Only the fields a translation reads or writes are declared: a body that
 // goes through untranslated (an OpenAI client to an OpenAI-compatible

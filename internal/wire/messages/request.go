@@ -52,6 +52,22 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 	}
 	out.OutputConfig = outputConfig(r.ResponseFormat)
 
+	if err := turnsFromChat(r, &out); err != nil {
+		return nil, err
+	}
+	if err := toolsFromChat(r, &out); err != nil {
+		return nil, err
+	}
+	return json.Marshal(out)
+}
+
+// turnsFromChat translates r's messages into out's system prompt (its
+// blocks when one of them sets cache_control, else its text) and turns
+// (consecutive messages of one role merged, appendTurn; an assistant
+// prefill trimmed, trimPrefill). It fails on a message the Messages API
+// cannot express, naming it by its index (messages[i]), and when no user
+// or assistant message is left.
+func turnsFromChat(r *chat.Request, out *Request) error {
 	var system []Block
 	cached := false
 	for i := range r.Messages {
@@ -70,7 +86,7 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 		case "user":
 			blocks, err := userBlocks(m)
 			if err != nil {
-				return nil, fmt.Errorf("messages[%d]: %w", i, err)
+				return fmt.Errorf("messages[%d]: %w", i, err)
 			}
 			out.Messages = appendTurn(out.Messages, "user", blocks)
 		case "assistant":
@@ -82,7 +98,7 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 			}
 			out.Messages = appendTurn(out.Messages, "user", []Block{b})
 		default:
-			return nil, fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
+			return fmt.Errorf("messages[%d]: unsupported role %q", i, m.Role)
 		}
 	}
 	switch {
@@ -97,12 +113,19 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 		out.Messages = out.Messages[:n-1]
 	}
 	if len(out.Messages) == 0 {
-		return nil, errors.New("anthropic needs at least one user or assistant message")
+		return errors.New("anthropic needs at least one user or assistant message")
 	}
+	return nil
+}
 
+// toolsFromChat translates r's tools (function tools only; a missing
+// schema sent as an empty object, input_schema being required), its
+// tool_choice and parallel_tool_calls: false (disable_parallel_tool_use)
+// into out. A tool_choice that is no valid Chat one fails, tools or not.
+func toolsFromChat(r *chat.Request, out *Request) error {
 	for _, t := range r.Tools {
 		if t.Type != "" && t.Type != "function" {
-			return nil, fmt.Errorf("tool type %q is not supported by anthropic", t.Type)
+			return fmt.Errorf("tool type %q is not supported by anthropic", t.Type)
 		}
 		schema := t.Function.Parameters
 		if s := bytes.TrimSpace(schema); len(s) == 0 || bytes.Equal(s, []byte("null")) {
@@ -112,29 +135,30 @@ func FromChat(body []byte, model string, stream bool) ([]byte, error) {
 	}
 	tc, err := chat.ParseToolChoice(r.ToolChoice)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if len(out.Tools) > 0 {
-		switch tc.Mode {
-		case "auto":
+	if len(out.Tools) == 0 {
+		return nil
+	}
+	switch tc.Mode {
+	case "auto":
+		out.ToolChoice = &ToolChoice{Type: "auto"}
+	case "none":
+		out.ToolChoice = &ToolChoice{Type: "none"}
+	case "required":
+		out.ToolChoice = &ToolChoice{Type: "any"}
+	case "function":
+		out.ToolChoice = &ToolChoice{Type: "tool", Name: tc.Name}
+	}
+	if r.ParallelToolCalls != nil && !*r.ParallelToolCalls {
+		if out.ToolChoice == nil {
 			out.ToolChoice = &ToolChoice{Type: "auto"}
-		case "none":
-			out.ToolChoice = &ToolChoice{Type: "none"}
-		case "required":
-			out.ToolChoice = &ToolChoice{Type: "any"}
-		case "function":
-			out.ToolChoice = &ToolChoice{Type: "tool", Name: tc.Name}
 		}
-		if r.ParallelToolCalls != nil && !*r.ParallelToolCalls {
-			if out.ToolChoice == nil {
-				out.ToolChoice = &ToolChoice{Type: "auto"}
-			}
-			if out.ToolChoice.Type != "none" {
-				out.ToolChoice.DisableParallelToolUse = true
-			}
+		if out.ToolChoice.Type != "none" {
+			out.ToolChoice.DisableParallelToolUse = true
 		}
 	}
-	return json.Marshal(out)
+	return nil
 }
 
 // outputConfig translates response_format to Anthropic's structured

@@ -710,99 +710,14 @@ func (s *Splice) messagesUsage(raw json.RawMessage) (json.RawMessage, bool) {
 // key it does not know).
 func (t *Transcript) fast(data []byte) bool {
 	var raw []byte // the text's JSON string
-	ok := true
+	var ok bool
 	switch t.f {
 	case provider.Chat:
-		if t.id == nil {
-			// The first chunk: its id, created and model, as the client read them.
-			id, created, model := member(data, "id"), member(data, "created"), member(data, "model")
-			if id == nil {
-				return false
-			}
-			t.id, t.created, t.model = bytes.Clone(id), bytes.Clone(created), bytes.Clone(model)
-		}
-		start, end, err := jsonbody.FindMember(data, "choices")
-		if err != nil || start < 0 {
-			return false
-		}
-		choices, n := data[start:end], 0
-		err = jsonbody.EachElement(choices, func(s, e int) bool {
-			if n++; n > 1 {
-				ok = false
-				return false
-			}
-			choice := choices[s:e]
-			return jsonbody.EachMember(choice, func(k []byte, vs, ve int) bool {
-				v := choice[vs:ve]
-				switch string(k) {
-				case "index":
-					ok = string(v) == "0"
-				case "finish_reason", "stop_reason", "native_finish_reason":
-					ok = null(v)
-				case "logprobs":
-				case "delta":
-					ok = jsonbody.EachMember(v, func(k []byte, ds, de int) bool {
-						dv := v[ds:de]
-						switch string(k) {
-						case "content":
-							if dv[0] == '"' {
-								raw = dv
-							} else {
-								ok = null(dv)
-							}
-						case "role":
-						case "tool_calls", "refusal", "reasoning", "reasoning_content", "function_call":
-							ok = null(dv) || string(dv) == "[]"
-						default:
-							ok = false
-						}
-						return ok
-					}) == nil && ok
-				default:
-					ok = false
-				}
-				return ok
-			}) == nil && ok
-		})
-		if err != nil || !ok {
-			return false
-		}
+		raw, ok = t.fastChat(data)
 	case provider.Messages:
-		if !bytes.Contains(data, textDelta) {
-			return false
-		}
-		err := jsonbody.EachMember(data, func(k []byte, vs, ve int) bool {
-			v := data[vs:ve]
-			switch string(k) {
-			case "type":
-				ok = string(v) == `"content_block_delta"`
-			case "index":
-			case "delta":
-				typed := false
-				ok = jsonbody.EachMember(v, func(k []byte, ds, de int) bool {
-					dv := v[ds:de]
-					switch string(k) {
-					case "type":
-						typed = string(dv) == `"text_delta"`
-						ok = typed
-					case "text":
-						if ok = dv[0] == '"'; ok {
-							raw = dv
-						}
-					default:
-						ok = false
-					}
-					return ok
-				}) == nil && ok && typed
-			default:
-				ok = false
-			}
-			return ok
-		})
-		if err != nil || !ok || raw == nil {
-			return false
-		}
-	default:
+		raw, ok = fastMessages(data)
+	}
+	if !ok {
 		return false
 	}
 	if raw == nil {
@@ -821,6 +736,111 @@ func (t *Transcript) fast(data []byte) bool {
 	}
 	t.text.WriteString(str)
 	return true
+}
+
+// fastChat is fast for a Chat chunk: the JSON string of its one choice's
+// delta content (nil: none), and whether the chunk carries nothing else
+// (an index 0, no finish, no tool call, refusal or reasoning). The first
+// chunk's id, created and model are kept, as the client read them.
+func (t *Transcript) fastChat(data []byte) (raw []byte, ok bool) {
+	ok = true
+	if t.id == nil {
+		// The first chunk: its id, created and model, as the client read them.
+		id, created, model := member(data, "id"), member(data, "created"), member(data, "model")
+		if id == nil {
+			return nil, false
+		}
+		t.id, t.created, t.model = bytes.Clone(id), bytes.Clone(created), bytes.Clone(model)
+	}
+	start, end, err := jsonbody.FindMember(data, "choices")
+	if err != nil || start < 0 {
+		return nil, false
+	}
+	choices, n := data[start:end], 0
+	err = jsonbody.EachElement(choices, func(s, e int) bool {
+		if n++; n > 1 {
+			ok = false
+			return false
+		}
+		choice := choices[s:e]
+		return jsonbody.EachMember(choice, func(k []byte, vs, ve int) bool {
+			v := choice[vs:ve]
+			switch string(k) {
+			case "index":
+				ok = string(v) == "0"
+			case "finish_reason", "stop_reason", "native_finish_reason":
+				ok = null(v)
+			case "logprobs":
+			case "delta":
+				ok = jsonbody.EachMember(v, func(k []byte, ds, de int) bool {
+					dv := v[ds:de]
+					switch string(k) {
+					case "content":
+						if dv[0] == '"' {
+							raw = dv
+						} else {
+							ok = null(dv)
+						}
+					case "role":
+					case "tool_calls", "refusal", "reasoning", "reasoning_content", "function_call":
+						ok = null(dv) || string(dv) == "[]"
+					default:
+						ok = false
+					}
+					return ok
+				}) == nil && ok
+			default:
+				ok = false
+			}
+			return ok
+		}) == nil && ok
+	})
+	if err != nil || !ok {
+		return nil, false
+	}
+	return raw, true
+}
+
+// fastMessages is fast for a Messages event: the JSON string of a
+// content_block_delta's text_delta, and whether the event is one with
+// nothing else.
+func fastMessages(data []byte) (raw []byte, ok bool) {
+	if !bytes.Contains(data, textDelta) {
+		return nil, false
+	}
+	ok = true
+	err := jsonbody.EachMember(data, func(k []byte, vs, ve int) bool {
+		v := data[vs:ve]
+		switch string(k) {
+		case "type":
+			ok = string(v) == `"content_block_delta"`
+		case "index":
+		case "delta":
+			typed := false
+			ok = jsonbody.EachMember(v, func(k []byte, ds, de int) bool {
+				dv := v[ds:de]
+				switch string(k) {
+				case "type":
+					typed = string(dv) == `"text_delta"`
+					ok = typed
+				case "text":
+					if ok = dv[0] == '"'; ok {
+						raw = dv
+					}
+				default:
+					ok = false
+				}
+				return ok
+			}) == nil && ok && typed
+		default:
+			ok = false
+		}
+		return ok
+	})
+	if err != nil || !ok || raw == nil {
+		return nil, false
+	}
+	return raw, true
 }
 
 // null reports whether a JSON value is null or an empty string.

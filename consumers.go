@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,15 +189,25 @@ func (h *Handler) provisionConsumers() error {
 	return nil
 }
 
-// identify names the consumer of r (Consumers): the Consumer placeholder,
-// else the key r carries when there are keys (a 401 when it carries none
-// or an unknown one), else anonymous. With keys, the client's key is
-// removed from r. The consumer is set as {http.llm_router.consumer} and
-// the access log's `consumer` field.
-func (h *Handler) identify(r *http.Request) (string, *api.Error) {
+// identified is the context key of a request's consumer once identify
+// named it: the handler's own requests made of it (the WebSocket mode's
+// turns, cloned from the upgrade, whose key was removed) are its.
+type identified struct{}
+
+// identify names the consumer of r (Consumers): the one its context
+// carries (a turn of a WebSocket), else the Consumer placeholder, else
+// the key r carries when there are keys (a 401 when it carries none or an
+// unknown one), else anonymous. With keys, the client's key is removed
+// from r. The consumer is set as {http.llm_router.consumer} and the
+// access log's `consumer` field; r (its context) carries it on.
+func (h *Handler) identify(r *http.Request) (string, *http.Request, *api.Error) {
 	c := &h.Consumers
 	if !c.active() {
-		return "", nil // every request is anonymous: nothing to resolve or set
+		return "", r, nil // every request is anonymous: nothing to resolve or set
+	}
+	if who, ok := r.Context().Value(identified{}).(string); ok {
+		consumer.StripKey(r.Header)
+		return who, r, nil
 	}
 	who := ""
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
@@ -214,7 +225,7 @@ func (h *Handler) identify(r *http.Request) (string, *api.Error) {
 					why = "the API key is not one of this router's keys"
 				}
 				h.metrics.consumerLimited(c.labels.of(""), "key")
-				return "", api.Errorf(http.StatusUnauthorized, api.Unauthorized, "", "%s", why)
+				return "", r, api.Errorf(http.StatusUnauthorized, api.Unauthorized, "", "%s", why)
 			}
 		}
 	}
@@ -224,7 +235,7 @@ func (h *Handler) identify(r *http.Request) (string, *api.Error) {
 	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
 		extra.Set(zap.String("consumer", who))
 	}
-	return who, nil
+	return who, r.WithContext(context.WithValue(r.Context(), identified{}, who)), nil
 }
 
 // active reports whether any consumer setting is made (ConsumersOf only

@@ -435,3 +435,34 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// With keys, the Responses API's WebSocket mode is identified at the
+// upgrade (whose key is then removed): each turn is its consumer's, not a
+// request without a key.
+func TestWebSocketTurnsKeepTheUpgradesConsumer(t *testing.T) {
+	a := &fakeResponses{text: "From a."}
+	ua := httptest.NewServer(a)
+	t.Cleanup(ua.Close)
+	path := filepath.Join(t.TempDir(), "llm-keys")
+	if err := os.WriteFile(path, []byte("alice "+sha("client-key")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := handlerFromJSON(t, `{"providers": {"a": {"type": "openai", "base_url": "`+ua.URL+`/v1", "api_key": "sk-a", "responses": "native"}},
+		"models": {"m": {"deployments": [{"provider": "a", "model": "ma"}]}}, "keys": "`+path+`", "plans": {"default": {"rpm": 100}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Cleanup() })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _ = h.ServeHTTP(w, r, nil) }))
+	t.Cleanup(srv.Close)
+	c := wsDial(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/responses") // Bearer client-key
+	for i := range 2 {
+		evs := wsTurn(t, c, `{"type":"response.create","model":"m","store":false,"input":"hi"}`)
+		if got := eventTypes(evs); len(got) != 3 || got[2] != "response.completed" {
+			t.Errorf("turn %d: expected a's answer, got %v", i+1, evs)
+		}
+	}
+	if u := h.Consumers.registry.Report(h.router.Clock.Now()); len(u) != 1 || u[0].Consumer != "alice" || u[0].Requests != 2 {
+		t.Errorf("expected alice's two turns counted, got %+v", u)
+	}
+}

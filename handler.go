@@ -33,7 +33,7 @@ const (
 // gets a 404 that lists them. The client API of the path parses the
 // request and writes the answer; the router finds it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	who, e := h.identify(r) // consumers.go: a 401 without a known key
+	who, r, e := h.identify(r) // consumers.go: a 401 without a known key
 	if e != nil {
 		errorAPI(r.URL.Path).WriteError(w, e)
 		return nil

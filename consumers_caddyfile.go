@@ -6,12 +6,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
-// consumerKeys are the handler's subdirectives of consumers (Consumers);
-// planKeys those of a plan block.
-var (
-	consumerKeys = []string{"consumer", "keys", "plan", "consumers"}
-	planKeys     = []string{"weight", "rpm", "tpm", "concurrent", "budget", "groups"}
-)
+// planKeys are the subdirectives of a plan block (the handler's own,
+// consumer, keys, plan and consumers, are in handlerKeys).
+var planKeys = []string{"weight", "rpm", "tpm", "concurrent", "budget", "groups"}
 
 // parseConsumers reads one of the consumers' subdirectives (key, the
 // dispenser at it) into h.Consumers:

@@ -101,6 +101,7 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
 		{Pattern: "/llm_router/deployments", Handler: caddy.AdminHandlerFunc(handleDeployments)},
 		{Pattern: "/llm_router/deployments/", Handler: caddy.AdminHandlerFunc(handleDeploymentAction)},
+		{Pattern: "/llm_router/consumers", Handler: caddy.AdminHandlerFunc(handleConsumers)}, // consumers.go
 	}
 }
 
@@ -163,12 +164,15 @@ type DeploymentStatus struct {
 type report struct {
 	Deployments []DeploymentStatus `json:"deployments"`
 	ModelGroups []GroupStatus      `json:"model_groups"`
+	// Consumers are the consumers with limits that asked of late, and
+	// their use of them (consumers.go).
+	Consumers []consumerStatus `json:"consumers"`
 }
 
 // statusReport builds the report of the live handlers as seen at now; both
 // lists are empty, never null, when no llm_router is loaded.
 func statusReport(now time.Time) report {
-	out := report{Deployments: []DeploymentStatus{}, ModelGroups: liveGroups()}
+	out := report{Deployments: []DeploymentStatus{}, ModelGroups: liveGroups(), Consumers: liveConsumers()}
 	for _, ld := range liveDeployments() {
 		out.Deployments = append(out.Deployments, DeploymentStatus{
 			Name: ld.dep.Name, Type: ld.meta.typ, BaseURL: ld.meta.baseURL,

@@ -45,6 +45,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_stream_bytes <size>
 //	    store         memory | redis <url> { key_prefix <p>; timeout <d>; poll_interval <d> }
 //	    weights       [cost <w>] [latency <w>] [reliability <w>] [quality <w>] [capacity <w>]
+//	    consumer      <placeholder>                  (consumers_caddyfile.go)
+//	    keys          <file>
+//	    plan <name> { weight <n>; rpm <n>; tpm <n>; concurrent <n>; budget <USD> per <d>; groups <group>... }
+//	    consumers     <plan> <consumer>...
 //
 //	    provider <name> {
 //	        type          openai|anthropic|gemini|azure|<a module of llm_router.providers>
@@ -90,7 +94,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	p := &handlerParser{h: h, pos: positions{}, once: once("", "provider", "model")}
+	p := &handlerParser{h: h, pos: positions{}, once: once("", "provider", "model", "plan", "consumers")}
 	p.pos.record(d)
 	for d.NextBlock(0) {
 		if err := p.subdirective(d); err != nil {
@@ -148,6 +152,8 @@ func (p *handlerParser) subdirective(d *caddyfile.Dispenser) error {
 		return p.provider(d)
 	case "model":
 		return p.model(d)
+	case "consumer", "keys", "plan", "consumers": // consumers_caddyfile.go
+		return h.parseConsumers(d, key)
 	}
 	return d.Errf("unknown subdirective %s%s", key, suggest(key, handlerKeys))
 }

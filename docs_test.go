@@ -177,6 +177,8 @@ func probe(block, name string) []string {
 		return []string{site(provider + "model m {\n deployment p x {\n " + name + "\n }\n}")}
 	case "store":
 		return []string{site("store redis redis://127.0.0.1:1 {\n " + name + "\n}\n" + provider + "model m {\n deployment p x\n}")}
+	case "plan":
+		return []string{site("plan t {\n " + name + "\n}\n" + provider + "model m {\n deployment p x\n}")}
 	}
 	panic("no block " + block)
 }
@@ -269,7 +271,7 @@ func TestReferenceHasEveryDirective(t *testing.T) {
 	section, _, _ := strings.Cut(ref, "\n## llm_router_status")
 	documented, rows := syntaxBlock(t, ref, "llm_router"), tableNames(section)
 	tables := map[string][]string{"llm_router": handlerKeys, "provider": builtInProviderKeys(), "model": modelKeys,
-		"deployment": deploymentKeys, "store": storeKeys}
+		"deployment": deploymentKeys, "store": storeKeys, "plan": planKeys}
 	for block, names := range tables {
 		if accepted(block, "zz_no_such_directive") {
 			t.Fatalf("the probe of a %s block cannot tell an unknown subdirective: %q", block, adaptError(probe(block, "zz_no_such_directive")[0]))

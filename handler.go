@@ -36,7 +36,12 @@ const (
 // of the path (forPath), which parses the body (parse); the router serves
 // it (serve); the client API writes the answer (write).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	c := &apiCall{r: r}
+	who, r, e := h.identify(r) // consumers.go: a 401 without a known key
+	if e != nil {
+		errorAPI(r.URL.Path).WriteError(w, e)
+		return nil
+	}
+	c := &apiCall{r: r, who: who}
 	if ok, err := h.forPath(w, c); !ok {
 		return err // answered: no client API's path, a WebSocket, not a POST
 	}
@@ -44,6 +49,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		c.api.WriteError(w, e)
 		return nil
 	}
+	defer func() { c.admitted.done(c.res, c.cost) }()
 	h.serve(c)
 	h.write(w, c)
 	return nil
@@ -58,6 +64,9 @@ type apiCall struct {
 	affinity affinity        // its affinity keys (affinity.go)
 	res      *router.Result  // the router's answer
 	made     string          // the Responses API's response id, once given
+	who      string          // the consumer asking ("": anonymous; consumers.go)
+	admitted *admission      // what its plan admitted it on, until it is done
+	cost     float64         // what its answer cost (USD; 0 when unknown)
 }
 
 // forPath finds the client API of the request's path (api.ForPath) and
@@ -139,6 +148,9 @@ func (h *Handler) parse(w http.ResponseWriter, c *apiCall) *api.Error {
 	if e := h.pin(req, group, model); e != nil {
 		return e
 	}
+	if c.admitted, e = h.admit(w, c.who, group.Name, req); e != nil { // consumers.go: the plan's 403 and 429s
+		return e
+	}
 	h.bindReasoning(req)
 	c.req, c.group = req, group
 	c.affinity = h.affinityKey(c.r, req, group.Name)
@@ -172,6 +184,7 @@ func (h *Handler) write(w http.ResponseWriter, c *apiCall) {
 	h.annotate(c.r, group, res) // the group's name: a pattern bounds the metrics' labels
 	if res.Err != router.ErrClientGone {
 		setRouterHeaders(w, res)
+		h.limitHeader(w, res)
 	}
 	if err := c.api.Write(w, res); err != nil {
 		name := ""
@@ -180,7 +193,7 @@ func (h *Handler) write(w http.ResponseWriter, c *apiCall) {
 		}
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", name), zap.Error(err))
 	}
-	h.account(c.r, group, res)
+	c.cost = h.account(c.r, group, res)
 	h.trackBackground(c.req, res, group, c.made)
 }
 
@@ -191,7 +204,8 @@ func (h *Handler) write(w http.ResponseWriter, c *apiCall) {
 // cache), reasoning_tokens and cost_usd, the same fields in
 // the access log (llm_input_tokens, ...), and the tokens and cost
 // metrics. Nothing is told of an answer whose provider stated no usage.
-func (h *Handler) account(r *http.Request, model string, res *router.Result) {
+// It returns the cost (0 when unknown).
+func (h *Handler) account(r *http.Request, model string, res *router.Result) float64 {
 	u, ok := res.Usage, res.UsageStated
 	legs := []router.Leg{{Deployment: res.Deployment, Usage: u}}
 	if res.Stream != nil {
@@ -213,7 +227,7 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 		}
 	}
 	if !ok || res.Deployment == nil {
-		return
+		return 0
 	}
 	cost := 0.0
 	for _, l := range legs {
@@ -247,6 +261,7 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 	for _, l := range legs {
 		h.metrics.usage(group, l.Deployment.Name, l.Usage, l.Deployment.Cost(l.Usage))
 	}
+	return cost
 }
 
 // priority resolves the request's priority (Handler.Priority): the
@@ -277,6 +292,12 @@ func checkPriority(v string) error {
 		_, err := parsePriority(v)
 		return err
 	}
+	return checkBraces("priority", v)
+}
+
+// checkBraces checks that each brace of a placeholder setting (name) is
+// closed, none nested.
+func checkBraces(name, v string) error {
 	depth := 0
 	for _, c := range v {
 		switch c {
@@ -286,11 +307,11 @@ func checkPriority(v string) error {
 			depth--
 		}
 		if depth < 0 || depth > 1 {
-			return fmt.Errorf("priority: unbalanced braces in %q", v)
+			return fmt.Errorf("%s: unbalanced braces in %q", name, v)
 		}
 	}
 	if depth != 0 {
-		return fmt.Errorf("priority: unbalanced braces in %q", v)
+		return fmt.Errorf("%s: unbalanced braces in %q", name, v)
 	}
 	return nil
 }

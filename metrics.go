@@ -50,6 +50,7 @@ type metrics struct {
 	hedges    *prometheus.CounterVec
 	hedgeWins *prometheus.CounterVec
 	states    stateCollector
+	consumers consumerMetrics // consumers_metrics.go
 }
 
 var (
@@ -109,6 +110,7 @@ func getMetrics() *metrics {
 			hedgeWins: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 				Name: "hedge_wins_total", Help: "Hedges that answered before the attempt they hedged, by model group and the hedge's deployment."},
 				[]string{"model_group", "deployment"}),
+			consumers: newConsumerMetrics(ns, sub),
 		}
 	})
 	return theMetrics
@@ -117,8 +119,9 @@ func getMetrics() *metrics {
 // register adds the collectors to a config's registry; a registry that has
 // them already (a reload) is fine.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.attempts, m.failovers, m.fallbacks, m.latency, m.ttft,
-		m.queue, m.queueWait, m.surprises, m.tokens, m.cost, m.resumes, m.hedges, m.hedgeWins, &m.states} {
+	collectors := []prometheus.Collector{m.requests, m.attempts, m.failovers, m.fallbacks, m.latency, m.ttft,
+		m.queue, m.queueWait, m.surprises, m.tokens, m.cost, m.resumes, m.hedges, m.hedgeWins, &m.states}
+	for _, c := range append(collectors, m.consumers.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

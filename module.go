@@ -75,6 +75,7 @@ const DefaultMaxBody = 8 << 20
 // `{http.llm_router.model_group}` | the model group that answered: the one asked for, or its fallback group
 // `{http.llm_router.input_tokens}`, `output_tokens`, `cached_input_tokens`, `cache_write_tokens`, `cache_write_1h_tokens`, `reasoning_tokens` | what the answer used, as its provider counted it, set once the answer was written (for the access log)
 // `{http.llm_router.cost_usd}` | what it cost, USD at the deployment's prices, a string, set once the answer was written
+// `{http.llm_router.consumer}` | the consumer who asked (Consumers), empty when anonymous
 type Handler struct {
 	// Deadline is the wall-clock budget of one request: every attempt and
 	// every wait, until the answer (or a stream's first byte) reaches the
@@ -191,6 +192,10 @@ type Handler struct {
 	// shared by a fleet of instances through Redis (see StoreConfig, store.go).
 	// Default: memory.
 	Store *StoreConfig `json:"store,omitempty"`
+
+	// Consumers say who is asking and what their plans allow them
+	// (consumers.go): consumer, keys, plans, consumers.
+	Consumers
 
 	providers map[string]ProviderModule
 	passProxy *httputil.ReverseProxy // PassThrough's
@@ -345,6 +350,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionPassThrough(); err != nil {
+		return err
+	}
+	if err := h.provisionConsumers(); err != nil {
 		return err
 	}
 	h.groups = make(map[string]*router.Group, len(h.Models))
@@ -551,6 +559,9 @@ func (l declaredLimits) tightest(rpm, tpm int64) declaredLimits {
 // cannot work.
 func (h *Handler) validate() error {
 	if err := h.validateSettings(); err != nil {
+		return err
+	}
+	if err := h.validateConsumers(); err != nil {
 		return err
 	}
 	if len(h.Models) == 0 {

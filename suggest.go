@@ -10,7 +10,7 @@ import (
 
 // Subdirective names, for "did you mean" in config errors.
 var (
-	handlerKeys    = []string{"deadline", "max_attempts", "resume", "hedge_after", "backoff_base", "backoff_max", "max_body", "max_stream_bytes", "priority", "affinity", "pass_through", "reserve", "store", "weights", "provider", "model"}
+	handlerKeys    = []string{"deadline", "max_attempts", "resume", "hedge_after", "backoff_base", "backoff_max", "max_body", "max_stream_bytes", "priority", "affinity", "pass_through", "reserve", "store", "weights", "provider", "model", "consumer", "keys", "plan", "consumers"}
 	providerKeys   = []string{"type", "base_url", "api_key", "timeout", "ttft_timeout", "idle_timeout", "header", "organization", "transport"}
 	modelKeys      = []string{"deployment", "fallback_group", "alias", "budget", "max_queued"}
 	deploymentKeys = []string{"cost_input", "cost_output", "cost_cached_input", "cost_cache_write", "cost_cache_write_1h", "quality", "context_window", "weight", "tier", "rpm", "tpm", "budget"}

@@ -69,6 +69,8 @@ const (
 	ResponseNotFound                    // a Responses API response the router cannot reach (OpenAI's 404: code null)
 	CrossOrigin                         // a pass_through request a page on another origin sent without a CORS preflight
 	WebSocketRefused                    // a WebSocket upgrade the router does not serve (426)
+	Unauthorized                        // no API key, or one the router's keys do not know (401)
+	Forbidden                           // a model group the consumer's plan does not allow (403)
 	// The router's own answers (router.Error).
 	Unsupported    // no deployment could express the request
 	ContextTooLong // the request is larger than every deployment's context window

@@ -152,6 +152,8 @@ var chatErrors = map[Code][2]string{
 	ResponseNotFound:    {"invalid_request_error", ""},
 	CrossOrigin:         {"invalid_request_error", "cross_origin_request"},
 	WebSocketRefused:    {"invalid_request_error", "websocket_not_supported"},
+	Unauthorized:        {"invalid_request_error", "invalid_api_key"}, // OpenAI's own (openai-401-invalid-key.http)
+	Forbidden:           {"invalid_request_error", "permission_denied"},
 	Unsupported:         {"invalid_request_error", "unsupported_request"},
 	ContextTooLong:      {"invalid_request_error", "context_length_exceeded"},
 	RateLimited:         {"rate_limit_error", "rate_limit_exceeded"},

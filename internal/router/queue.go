@@ -130,10 +130,11 @@ func (rs Reserve) share(p int) float64 {
 }
 
 // queue orders the requests of a group that found no capacity: by priority
-// (higher first), then by arrival. Only its head may take capacity, so that
-// no two waiting requests race for the same unit; a request that arrives
-// while others wait goes behind them unless its priority is higher. An
-// empty queue costs an atomic load.
+// (higher first), then by consumer's fair share (fairTag), then by
+// arrival. Only its head may take capacity, so that no two waiting
+// requests race for the same unit; a request that arrives while others
+// wait goes behind those of its priority whose consumers have had no more
+// than their share. An empty queue costs an atomic load.
 type queue struct {
 	mu      sync.Mutex
 	waiting []*waiter // the head first
@@ -156,16 +157,29 @@ type queue struct {
 	// so that arrival times and numbers agree, as the fleet's queue
 	// orders by the one, then the other.
 	latest time.Time
+	// vtime is the fair queueing's virtual time (the start tag of the
+	// last request served from the queue), and finish each consumer's
+	// last finish tag (fairTag).
+	vtime  float64
+	finish map[string]float64
 }
 
 // waiter is one request in a queue.
 type waiter struct {
 	priority int
-	arrival  uint64
-	tokens   int64
-	reserve  float64
-	since    time.Time
-	deadline time.Time
+	// consumer and weight are its Request's Consumer and Weight (the
+	// queue's fair share; see queue.fairTag).
+	consumer string
+	weight   float64
+	// start and end are its fair queueing tags (fairTag); served: it
+	// left the queue to take capacity (queue.served).
+	start, end float64
+	served     bool
+	arrival    uint64
+	tokens     int64
+	reserve    float64
+	since      time.Time
+	deadline   time.Time
 	// late: the head found the forecast cannot serve it in time, and woke
 	// it to see for itself.
 	late atomic.Bool
@@ -211,7 +225,64 @@ func (a *waiter) before(b *waiter) bool {
 	if a.priority != b.priority {
 		return a.priority > b.priority
 	}
+	if a.start != b.start {
+		return a.start < b.start
+	}
 	return a.arrival < b.arrival
+}
+
+// fairTag gives w its start-time fair queueing tags (Goyal et al., SFQ),
+// under q.mu: its start is the later of the virtual time and its
+// consumer's last finish, its end its start plus 1/weight (one request's
+// cost). Backlogged consumers are so served in proportion to their
+// weights, each at least its weight's share of the requests served; one
+// that had nothing waiting starts at the virtual time, with no credit for
+// its idle time, so that its share went to the others meanwhile. One
+// consumer's requests keep their order of arrival; with a single consumer
+// (all requests anonymous, or fleet mode: joinQueue) the order is
+// arrival's.
+func (q *queue) fairTag(w *waiter) {
+	if q.finish == nil {
+		q.finish = map[string]float64{}
+	}
+	weight := w.weight
+	if !(weight > 0) {
+		weight = 1
+	}
+	w.start = max(q.vtime, q.finish[w.consumer])
+	w.end = w.start + 1/weight
+	q.finish[w.consumer] = w.end
+}
+
+// served advances the virtual time to w's start (the head's when w went
+// past it): w leaves the queue to take capacity.
+func (q *queue) served(w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.served = true
+	at := w.start
+	if len(q.waiting) > 0 && q.waiting[0] != w {
+		// It went past a blocked head (bypass): the virtual time is the
+		// head's, which is still to be served.
+		at = min(at, q.waiting[0].start)
+	}
+	q.vtime = max(q.vtime, at)
+	q.forget()
+}
+
+// forget drops, under q.mu, the consumers' last finishes that are behind
+// the virtual time once they outnumber the waiting requests (their next
+// request starts at the virtual time anyway): the map holds no more than
+// the consumers waiting or served of late.
+func (q *queue) forget() {
+	if len(q.finish) <= 2*len(q.waiting)+16 {
+		return
+	}
+	for c, f := range q.finish {
+		if f <= q.vtime {
+			delete(q.finish, c)
+		}
+	}
 }
 
 // first reports whether no waiting request comes before the request: w
@@ -273,6 +344,7 @@ func (q *queue) join(w *waiter, limit int) bool {
 		w.since = q.latest
 	}
 	q.latest = w.since
+	q.fairTag(w)
 	i, _ := slices.BinarySearchFunc(q.waiting, w, func(x, t *waiter) int {
 		if x.before(t) {
 			return -1
@@ -324,14 +396,49 @@ func (q *queue) leave(w *waiter) {
 	}
 	q.waiting = slices.Delete(q.waiting, i, i+1)
 	q.n.Store(int32(len(q.waiting)))
+	head := i == 0
+	if !w.served {
+		head = q.unspend(w) || head
+		q.forget()
+	}
 	var next *waiter
-	if i == 0 && len(q.waiting) > 0 {
+	if head && len(q.waiting) > 0 {
 		next = q.waiting[0]
 	}
 	q.mu.Unlock()
 	if next != nil {
 		next.kick()
 	}
+}
+
+// unspend gives back the turn of w, which left the queue unserved (a 429,
+// its deadline, its client gone), under q.mu: its consumer's requests
+// after it move up one turn (1/weight of virtual time), and so does its
+// last finish, so that a consumer whose requests are refused keeps its
+// share. It reports whether the order changed.
+func (q *queue) unspend(w *waiter) bool {
+	d := w.end - w.start
+	if d <= 0 {
+		return false
+	}
+	if f, ok := q.finish[w.consumer]; ok && f >= w.end {
+		q.finish[w.consumer] = f - d
+	}
+	moved := false
+	for _, x := range q.waiting {
+		if x.consumer == w.consumer && x.start > w.start {
+			x.start, x.end, moved = x.start-d, x.end-d, true
+		}
+	}
+	if moved {
+		slices.SortStableFunc(q.waiting, func(a, b *waiter) int {
+			if a.before(b) {
+				return -1
+			}
+			return 1
+		})
+	}
+	return moved
 }
 
 // kickHead wakes the head: capacity may have come back (an attempt ended).

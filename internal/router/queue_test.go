@@ -145,7 +145,7 @@ func (c *manualClock) advanceTo(at time.Time) {
 // simulate runs n requests (serve(i), each in its own goroutine) to their
 // end: whenever every unfinished one sleeps, it moves the clock to the next
 // timer.
-func simulate(t *testing.T, c *manualClock, n int, serve func(i int)) {
+func simulate(t testing.TB, c *manualClock, n int, serve func(i int)) {
 	t.Helper()
 	var finished sync.WaitGroup
 	var mu sync.Mutex

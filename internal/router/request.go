@@ -19,6 +19,14 @@ type Request struct {
 	// Priority orders the request among those waiting for capacity, from
 	// MinPriority to MaxPriority (higher first); see Router.Reserve.
 	Priority int
+	// Consumer names who is asking ("" : anonymous, one consumer of its
+	// own), and Weight is its share among the consumers whose requests
+	// wait in the same queue at the same priority (0: 1). The queue
+	// serves them by weighted fair queueing (queue.go): each backlogged
+	// consumer gets at least Weight / (sum of the backlogged weights) of
+	// the requests served.
+	Consumer string
+	Weight   float64
 	// Pinned, when set, is the only deployment that may serve the request:
 	// it continues state that deployment's provider account keeps (a
 	// Responses previous_response_id). The request waits for it within the

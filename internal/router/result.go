@@ -40,6 +40,9 @@ type Result struct {
 	// attempt answered: "" none, HedgeLost (the first), HedgeWon (the
 	// hedge). Attempts counts both.
 	Hedge string
+	// Waited is how long the request waited in its groups' queues for
+	// capacity (0: it never slept there), for per-consumer queue waits.
+	Waited time.Duration
 	// Stream is a committed streaming answer: relay it with Stream.Relay
 	// (its usage is known once relayed: Stream.Usage).
 	Stream *Stream

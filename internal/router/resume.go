@@ -263,7 +263,7 @@ func continues(d *Deployment) bool {
 func (s *Stream) serveResume(pr *provider.Request, allow func(*Deployment) bool, deadline time.Time, reserve int) *Result {
 	r, g := s.r, s.group
 	req := &Request{Request: pr, Tokens: s.req.Tokens, PromptTokens: s.req.PromptTokens, OutputTokens: s.req.OutputTokens,
-		Priority: s.req.Priority, Pinned: s.req.Pinned, Bound: s.req.Bound, resume: &resumeSpec{format: s.format, allow: allow}}
+		Priority: s.req.Priority, Consumer: s.req.Consumer, Weight: s.req.Weight, Pinned: s.req.Pinned, Bound: s.req.Bound, resume: &resumeSpec{format: s.format, allow: allow}}
 	req.unbound.Store(s.req.unbound.Load())
 	res := &Result{Attempts: s.attempts + reserve, lastEnd: r.Clock.Now()}
 	w := walk{per: make([]attemptState, len(g.Deployments)), minContext: -1}

@@ -26,6 +26,9 @@ type attemptState struct {
 // walk is one request's way through its group: what it learned of each
 // deployment, and where it stands.
 type walk struct {
+	// waited is the time spent in the queue since the walk last told its
+	// Result (Result.Waited).
+	waited     time.Duration
 	per        []attemptState
 	last       *outcome       // the last failed attempt
 	unplanned  *outcome       // the last deployment that could not express the request
@@ -63,8 +66,9 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 	var me *waiter // while the request waits in g's queue
 	defer func() {
 		if me != nil {
-			r.leaveQueue(g, me)
+			w.waited += r.leaveQueue(g, me)
 		}
+		res.Waited, w.waited = res.Waited+w.waited, 0
 	}()
 	var candBuf [16]scored
 	for {
@@ -253,7 +257,8 @@ func (r *Router) take(ctx context.Context, g *Group, me **waiter, req *Request, 
 		return false, nil // a half-open circuit's probe was taken meanwhile, or the fleet's budget
 	}
 	if *me != nil {
-		r.leaveQueue(g, *me) // its turn came: the next one may look
+		g.queue.served(*me)
+		w.waited += r.leaveQueue(g, *me) // its turn came: the next one may look
 		*me = nil
 	}
 	a.out.claimed(claim, g, held, need)
@@ -297,6 +302,10 @@ func (r *Router) send(ctx context.Context, g *Group, req *Request, res *Result, 
 // and the queue's bound (max_queued) when it is full.
 func (r *Router) joinQueue(g *Group, req *Request, need capacity.Need, now, deadline time.Time) (*waiter, int) {
 	me := &waiter{priority: req.Priority, tokens: req.Tokens, reserve: need.Reserve, since: now, deadline: deadline}
+	if g.Fleet == nil {
+		// The fleet's queue orders by arrival alone: so does this one then.
+		me.consumer, me.weight = req.Consumer, req.Weight
+	}
 	if limit := g.maxQueued(r.Deadline); !g.queue.join(me, limit) {
 		r.debug("the group's queue is full", zap.String("group", g.Name), zap.Int("max_queued", limit))
 		return nil, limit
@@ -319,15 +328,16 @@ func awaitingProbe(cands []scored) int {
 }
 
 // leaveQueue takes me out of g's queue and reports its wait, if it waited
-// (a request answered 429 when it joined did not).
-func (r *Router) leaveQueue(g *Group, me *waiter) {
+// (a request answered 429 when it joined did not), and returns it (0
+// when it did not).
+func (r *Router) leaveQueue(g *Group, me *waiter) (waited time.Duration) {
 	g.queue.leave(me)
 	leaveFleet(g, me)
 	me.mu.Lock()
 	slept := me.slept
 	me.mu.Unlock()
 	if slept {
-		waited := r.Clock.Now().Sub(me.since)
+		waited = r.Clock.Now().Sub(me.since)
 		g.waits.Add(1)
 		g.waited.Add(int64(waited))
 		if r.Observer != nil {
@@ -337,6 +347,7 @@ func (r *Router) leaveQueue(g *Group, me *waiter) {
 	if r.Observer != nil {
 		r.Observer.Queue(g, g.Queued())
 	}
+	return waited
 }
 
 func (r *Router) observeQueue(g *Group) {

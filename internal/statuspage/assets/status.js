@@ -233,6 +233,25 @@
     return el("table", null, el("thead", null, head), body);
   }
 
+  // consumers is the table of the consumers with limits (consumers.go);
+  // the section stays hidden while there is none.
+  function consumers(list) {
+    var head = el("tr", null, el("th", { scope: "col" }, "Consumer"), el("th", { scope: "col" }, "Plan (weight)"),
+      el("th", { scope: "col" }, "Requests last minute"), el("th", { scope: "col" }, "Tokens last minute"),
+      el("th", { scope: "col" }, "In flight"), el("th", { scope: "col" }, "Spent"));
+    var body = el("tbody");
+    list.forEach(function (c) {
+      var of = function (v, limit) { return num(v) + (limit ? " / " + num(limit) : ""); };
+      body.appendChild(el("tr", { "data-consumer": c.consumer }, el("th", { scope: "row" }, c.consumer || "(anonymous)"),
+        el("td", null, c.plan + " (" + c.weight + ")"),
+        el("td", null, field("requests_last_minute", c.requests_last_minute, of(c.requests_last_minute, c.rpm))),
+        el("td", null, field("tokens_last_minute", c.tokens_last_minute, of(c.tokens_last_minute, c.tpm))),
+        el("td", null, field("in_flight", c.in_flight, of(c.in_flight, c.concurrent))),
+        el("td", null, c.budget_usd ? field("spent_usd", c.spent_usd, "$" + c.spent_usd.toFixed(4) + " of $" + c.budget_usd + " per " + c.budget_per) : "–")));
+    });
+    return el("table", null, el("thead", null, head), body);
+  }
+
   function render(data) {
     var now = Date.parse(data.generated_at) || Date.now();
     var deps = data.deployments || [], gs = data.model_groups || [];
@@ -241,6 +260,9 @@
     document.getElementById("summary").textContent = deps.length + (deps.length === 1 ? " deployment" : " deployments") +
       ": " + counts.closed + " serving, " + counts.half_open + " half-open, " + counts.open + " cooling.";
     document.getElementById("groups").replaceChildren(groups(gs, now));
+    var cs = data.consumers || [];
+    document.getElementById("consumers-s").hidden = !cs.length;
+    document.getElementById("consumers").replaceChildren(consumers(cs));
     var box = document.getElementById("deployments");
     if (!deps.length) box.replaceChildren(el("p", { "class": "empty" }, "No deployments: no llm_router is loaded in this Caddy."));
     else box.replaceChildren.apply(box, deps.map(function (d, i) { return deployment(d, i, now); }));

@@ -1,0 +1,290 @@
+// Package consumer knows who is asking and what they may still ask: the
+// consumers of a router (named by a placeholder, or by their API key in a
+// keys file, stored as SHA-256 hashes), the plans that give them limits
+// (requests and tokens per minute, concurrent requests, a budget in USD
+// per period, the model groups they may use) and a weight (their share of
+// scarce capacity in the router's queue), and each consumer's use of its
+// limits, on the caller's clock (every method takes its instant). It
+// imports neither Caddy nor the router: the root package resolves the
+// consumer and writes the refusals in the client's format.
+package consumer
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultPlan is the name of the plan of a consumer that no `consumers`
+// line names, when one is defined.
+const DefaultPlan = "default"
+
+// Plan is a set of limits and a weight. Each consumer on the plan has them
+// for itself: two consumers on a plan of rpm 600 may each send 600
+// requests a minute.
+type Plan struct {
+	// Name names the plan in configs, errors and the admin API.
+	Name string
+	// Weight is each of its consumers' share of the capacity of a model
+	// group's deployments when several consumers wait for it at the same
+	// priority (weighted fair queueing, router/queue.go). Default (0): 1.
+	Weight float64
+	// RPM and TPM bound a consumer's requests and tokens (the request's
+	// estimate: prompt bytes / 4 plus max_tokens, counted when it is
+	// admitted) over a sliding minute, in 1 s steps. 0: none.
+	RPM, TPM int64
+	// Concurrent bounds a consumer's requests in flight (admitted and not
+	// yet answered to their end, a stream included). 0: none.
+	Concurrent int
+	// BudgetUSD per BudgetPer bounds what a consumer's answers cost, in
+	// fixed windows of BudgetPer from the Unix epoch (per 24h renews at
+	// 00:00 UTC), at the deployments' prices: a request is admitted while
+	// the window's spend is below BudgetUSD (the answer that crosses it is
+	// served whole). 0: none.
+	BudgetUSD float64
+	BudgetPer time.Duration
+	// Groups are the model groups its consumers may use (by the group's
+	// name, after aliases and patterns); empty: all.
+	Groups []string
+}
+
+// weight returns the plan's weight, 1 by default.
+func (p *Plan) weight() float64 {
+	if p == nil || !(p.Weight > 0) {
+		return 1
+	}
+	return p.Weight
+}
+
+// Validate checks a plan's values: not negative, a budget with its period
+// (1 s at least), a finite weight.
+func (p *Plan) Validate() error {
+	switch {
+	case p.Weight < 0 || math.IsNaN(p.Weight) || math.IsInf(p.Weight, 0) || p.Weight > MaxWeight:
+		return fmt.Errorf("plan %s: weight must be from 0 to %d, got %v", p.Name, MaxWeight, p.Weight)
+	case p.RPM < 0 || p.TPM < 0 || p.Concurrent < 0:
+		return fmt.Errorf("plan %s: rpm, tpm and concurrent must not be negative", p.Name)
+	case p.BudgetUSD < 0 || math.IsNaN(p.BudgetUSD) || math.IsInf(p.BudgetUSD, 0):
+		return fmt.Errorf("plan %s: budget must be a finite amount of USD, more than 0", p.Name)
+	case p.BudgetUSD > 0 && p.BudgetPer < time.Second:
+		return fmt.Errorf("plan %s: budget period must be at least 1s, got %s", p.Name, p.BudgetPer)
+	}
+	return nil
+}
+
+// MaxWeight bounds a plan's weight: a share of 1000 to 1 is already all.
+const MaxWeight = 1000
+
+// Limit names the limit that refused a request, as the header
+// X-LLM-Router-Limit's companion and the metrics' label say it.
+type Limit string
+
+// The limits.
+const (
+	LimitRPM        Limit = "rpm"
+	LimitTPM        Limit = "tpm"
+	LimitConcurrent Limit = "concurrent"
+	LimitBudget     Limit = "budget"
+	LimitGroups     Limit = "groups"
+)
+
+// Refusal is why a consumer's request is not admitted: Status 429 (a
+// limit, with RetryAfter until it admits the request again) or 403 (a
+// model group the plan does not list; RetryAfter 0).
+type Refusal struct {
+	Status     int
+	Limit      Limit
+	RetryAfter time.Duration
+	Message    string
+}
+
+// Registry holds the plans, which consumer is on which, and each
+// consumer's use of its plan's limits. It is safe for concurrent use.
+type Registry struct {
+	plans map[string]*Plan
+	on    map[string]string // consumer -> plan name
+	mu    sync.Mutex
+	use   map[string]*usage // consumers with limits, by name
+}
+
+// New returns the registry of plans and of members (consumer -> plan's
+// name). An error names a member on an unknown plan, a consumer on two
+// plans is the caller's to refuse (members is a map), a plan twice or an
+// invalid one.
+func New(plans []Plan, members map[string]string) (*Registry, error) {
+	r := &Registry{plans: map[string]*Plan{}, on: map[string]string{}, use: map[string]*usage{}}
+	for i := range plans {
+		p := plans[i]
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := r.plans[p.Name]; dup {
+			return nil, fmt.Errorf("plan %s defined twice", p.Name)
+		}
+		p.Groups = slices.Clone(p.Groups)
+		r.plans[p.Name] = &p
+	}
+	for c, name := range members {
+		if _, ok := r.plans[name]; !ok {
+			return nil, fmt.Errorf("consumers %s: no plan %s", name, name)
+		}
+		r.on[c] = name
+	}
+	return r, nil
+}
+
+// PlanOf returns the plan of consumer: the one a `consumers` line puts it
+// on, else DefaultPlan when defined, else nil (no limits, weight 1). The
+// anonymous consumer ("") is on DefaultPlan too.
+func (r *Registry) PlanOf(consumer string) *Plan {
+	if r == nil {
+		return nil
+	}
+	if name, ok := r.on[consumer]; ok {
+		return r.plans[name]
+	}
+	return r.plans[DefaultPlan]
+}
+
+// Weight returns consumer's weight in the queue (its plan's, 1 by
+// default).
+func (r *Registry) Weight(consumer string) float64 { return r.PlanOf(consumer).weight() }
+
+// Members returns the consumers the config puts on a plan, sorted.
+func (r *Registry) Members() []string {
+	if r == nil {
+		return nil
+	}
+	out := make([]string, 0, len(r.on))
+	for c := range r.on {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Ticket is an admitted request's hold on its consumer's limits: Done
+// gives back its concurrent slot and spends what its answer cost, once.
+type Ticket struct {
+	u    *usage
+	once sync.Once
+}
+
+// Done ends the request at now: its answer cost usd (0 when unknown).
+// A nil Ticket (a consumer without limits) does nothing.
+func (t *Ticket) Done(now time.Time, usd float64) {
+	if t == nil || t.u == nil {
+		return
+	}
+	t.once.Do(func() { t.u.done(now, usd) })
+}
+
+// Admit decides a request of consumer for model group at now, of tokens
+// (its estimate): a ticket when its plan admits it (Done must follow),
+// else the refusal. Groups are checked first (403), then the budget, rpm,
+// tpm and concurrent (429). A refused request changes no count. A
+// consumer whose plan has no limits gets a nil ticket and is not tracked.
+func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*Ticket, *Refusal) {
+	p := r.PlanOf(consumer)
+	if p == nil {
+		return nil, nil
+	}
+	if len(p.Groups) > 0 && !slices.Contains(p.Groups, group) {
+		return nil, &Refusal{Status: http.StatusForbidden, Limit: LimitGroups,
+			Message: fmt.Sprintf("consumer %s may not use model %s (its plan %s allows: %s)", consumer, group, p.Name, joinGroups(p.Groups))}
+	}
+	if p.RPM == 0 && p.TPM == 0 && p.Concurrent == 0 && p.BudgetUSD == 0 {
+		return nil, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u := r.use[consumer]
+	if u == nil {
+		r.sweep(now)
+		u = &usage{plan: p, r: r}
+		r.use[consumer] = u
+	}
+	u.plan = p
+	if ref := u.admit(now, tokens); ref != nil {
+		ref.Message = fmt.Sprintf("consumer %s is over its %s (plan %s): %s", consumer, ref.Limit, p.Name, ref.Message)
+		return nil, ref
+	}
+	return &Ticket{u: u}, nil
+}
+
+func joinGroups(gs []string) string {
+	if len(gs) > 10 {
+		return fmt.Sprintf("%s and %d more", joinGroups(gs[:10]), len(gs)-10)
+	}
+	out := ""
+	for i, g := range gs {
+		if i > 0 {
+			out += ", "
+		}
+		out += g
+	}
+	return out
+}
+
+// maxTracked is how many consumers' use the registry keeps before it
+// forgets those with nothing in flight, nothing in their minute, and no
+// spend in their budget's window (their next request starts afresh, as it
+// would anyway).
+const maxTracked = 10000
+
+// sweep forgets idle consumers when the registry tracks too many, under
+// r.mu.
+func (r *Registry) sweep(now time.Time) {
+	if len(r.use) < maxTracked {
+		return
+	}
+	for c, u := range r.use {
+		if u.idle(now) {
+			delete(r.use, c)
+		}
+	}
+}
+
+// Usage is a consumer's use of its plan's limits at an instant, for the
+// admin API and the status page.
+type Usage struct {
+	Consumer string  `json:"consumer"`
+	Plan     string  `json:"plan"`
+	Weight   float64 `json:"weight"`
+	// Requests and Tokens are those of the last minute; InFlight those
+	// admitted and not done; SpentUSD the budget window's spend.
+	Requests int64   `json:"requests_last_minute"`
+	Tokens   int64   `json:"tokens_last_minute"`
+	InFlight int     `json:"in_flight"`
+	SpentUSD float64 `json:"spent_usd"`
+	// Limits are the plan's (0: none).
+	RPM        int64   `json:"rpm,omitempty"`
+	TPM        int64   `json:"tpm,omitempty"`
+	Concurrent int     `json:"concurrent,omitempty"`
+	BudgetUSD  float64 `json:"budget_usd,omitempty"`
+	BudgetPer  string  `json:"budget_per,omitempty"`
+}
+
+// Report returns the use of every tracked consumer at now, sorted by
+// name.
+func (r *Registry) Report(now time.Time) []Usage {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Usage, 0, len(r.use))
+	for c, u := range r.use {
+		out = append(out, u.report(c, now))
+	}
+	slices.SortFunc(out, func(a, b Usage) int {
+		if a.Consumer < b.Consumer {
+			return -1
+		}
+		return 1
+	})
+	return out
+}

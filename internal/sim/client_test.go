@@ -80,7 +80,7 @@ func (w *world) run(c clients) {
 	w.snapshot()
 	base := w.elapsed()
 	var wg sync.WaitGroup
-	at := time.Duration(0)
+	at, last := time.Duration(0), -arrivalStride
 	for i := range c.n {
 		if c.spread > 0 {
 			at += time.Duration(w.exp() * float64(c.spread) / float64(c.n))
@@ -92,9 +92,14 @@ func (w *world) run(c clients) {
 		if c.messages > 0 && w.float() < c.messages {
 			q.format = prov.Messages
 		}
-		arrival := base + at
+		// At least arrivalStride after the one before: a burst's clients
+		// arrive in order, and what each sets off keeps clear of the
+		// next one's (timeline).
+		at = max(at, last+arrivalStride)
+		last = at
+		wait := w.after(base + at - w.elapsed())
 		wg.Go(func() {
-			time.Sleep(arrival - w.elapsed())
+			time.Sleep(wait)
 			w.client(q, c)
 		})
 	}
@@ -113,7 +118,7 @@ func (w *world) warmUp(c clients) {
 			}
 			req := w.request(query{id: -1, format: prov.Chat}, c)
 			req.Pinned = d
-			res := w.router.ServeGroup(context.Background(), g, req)
+			res := w.router.ServeGroup(context.WithValue(context.Background(), requestKey{}, -1), g, req)
 			w.logf("warm-up on %s: %d %v", p.name, res.Status, res.Err)
 			for _, l := range p.limits {
 				longest = max(longest, l.span)
@@ -182,9 +187,11 @@ func (w *world) client(q query, c clients) {
 	for {
 		o.tries++
 		rec := &recorder{w: w, header: http.Header{}}
-		res := w.router.ServeGroup(context.Background(), w.groups[0], w.request(q, c))
+		ctx := context.WithValue(context.Background(), requestKey{}, q.id)
+		res := w.router.ServeGroup(ctx, w.groups[0], w.request(q, c))
 		_ = apis[q.format].Write(rec, res)
 		rec.read(o)
+		w.yield(ctx) // after what the answer woke in the router, in turn
 		if o.tries == 1 {
 			o.first = o.answered - o.arrival
 		}
@@ -194,7 +201,7 @@ func (w *world) client(q query, c clients) {
 		if !again {
 			break
 		}
-		time.Sleep(wait)
+		time.Sleep(w.after(wait))
 	}
 	w.mu.Lock()
 	w.outcomes = append(w.outcomes, o)

@@ -80,7 +80,7 @@ func (w *world) run(c clients) {
 	w.snapshot()
 	base := w.elapsed()
 	var wg sync.WaitGroup
-	at, last := time.Duration(0), -arrivalStride
+	at := time.Duration(0)
 	for i := range c.n {
 		if c.spread > 0 {
 			at += time.Duration(w.exp() * float64(c.spread) / float64(c.n))
@@ -92,14 +92,9 @@ func (w *world) run(c clients) {
 		if c.messages > 0 && w.float() < c.messages {
 			q.format = prov.Messages
 		}
-		// At least arrivalStride after the one before: a burst's clients
-		// arrive in order, and what each sets off keeps clear of the
-		// next one's (timeline).
-		at = max(at, last+arrivalStride)
-		last = at
-		wait := w.after(base + at - w.elapsed())
+		arrival := base + at
 		wg.Go(func() {
-			time.Sleep(wait)
+			time.Sleep(arrival - w.elapsed())
 			w.client(q, c)
 		})
 	}
@@ -183,11 +178,12 @@ func (w *world) client(q query, c clients) {
 	u, _ := parseUpstream(q.body(c))
 	o.tokens, o.maxTokens = u.tokens(), q.maxTokens(c)
 	o.words = len(answer("", q.id, o.maxTokens, 0))
+	ctx := context.WithValue(context.Background(), requestKey{}, q.id)
+	w.yield(ctx) // a burst's clients arrive at one instant, and go on in turn
 	w.logf("client r%d arrives (%v, stream %t, priority %d, %d tokens)", q.id, q.format, q.stream, q.prio, o.tokens)
 	for {
 		o.tries++
 		rec := &recorder{w: w, header: http.Header{}}
-		ctx := context.WithValue(context.Background(), requestKey{}, q.id)
 		res := w.router.ServeGroup(ctx, w.groups[0], w.request(q, c))
 		_ = apis[q.format].Write(rec, res)
 		rec.read(o)

@@ -9,15 +9,15 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
-// timeline gives every timer of a run (an arrival, a provider's delivery
-// or stream word, an SDK's retry, the router's waits and timers through
-// its Clock) an instant of its own: the first free nanosecond at or after
+// timeline gives every timer of a run (a provider's delivery or stream
+// word, an SDK's retry, the router's waits and timers through its Clock)
+// an instant of its own: the first free nanosecond at or after
 // the one asked. In a synctest bubble, timers that fire at one instant
 // wake their goroutines together, to run in any order; with no two
 // timers at one instant, each wakes alone, and a seed replays the same
 // trace (TESTING.md, "Determinism"). A few nanoseconds late is no change
-// a provider or the router could see. What one event wakes at once
-// without a timer goes on through yield.
+// a provider or the router could see. What wakes at one instant anyway
+// (a burst's arrivals, the waiters one kick wakes) goes on through yield.
 type timeline struct {
 	taken map[int64]bool // the instants (UnixNano) given, from now on
 	given int            // how many since the last pruning
@@ -68,12 +68,6 @@ func (w *world) sleep(ctx context.Context, d time.Duration) bool {
 
 // requestKey is the context key of a client request's number.
 type requestKey struct{}
-
-// arrivalStride is the least time between two clients' arrivals: the
-// instants a burst's arrivals set off (an answer's, a timer's) then lie a
-// microsecond apart, and one taken already pushes another a nanosecond on,
-// never onto the next one's.
-const arrivalStride = time.Microsecond
 
 // turnstile lets the goroutines that yield at one instant go on one at a
 // time, in the order of their requests' numbers (w.mu).

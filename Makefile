@@ -12,7 +12,7 @@
 #              run's trace file and the command that replays it; the
 #              scenarios of kinds not fixed yet (knownFailing in
 #              internal/sim/scenarios_test.go) are reported, not failed,
-#              and fail once they pass. TestSimIsReproducible too: four
+#              and fail once they pass. TestSimIsReproducible too: five
 #              runs, each three times, must give one trace byte for byte.
 #              CI runs it after make check.
 # make bench   the side-by-side benchmark (bench/README.md, a module of its

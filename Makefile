@@ -8,13 +8,15 @@
 #              (internal/sim, TESTING.md): the real router, queue, capacity,
 #              hedging and resume in virtual time (testing/synctest) against
 #              simulated providers and clients; every scenario on seeds
-#              1..SEEDS (20 by default; about 35 s with -race on 2 cores).
+#              1..SEEDS (20 by default; about 30 s with -race on 2 cores).
 #              SEED=n runs one seed (a replay, with its whole report),
 #              SCENARIO=name one scenario. A broken invariant prints the
 #              run's trace file and the command that replays it; the
 #              scenarios of kinds not fixed yet (knownFailing in
 #              internal/sim/scenarios_test.go) are reported, not failed,
-#              and fail once they pass. CI runs it after make check.
+#              and fail once they pass. TestSimIsReproducible too: five
+#              runs, each three times, must give one trace byte for byte.
+#              CI runs it after make check.
 # make bench   the side-by-side benchmark (bench/README.md, a module of its
 #              own): builds the development Caddy and the load driver,
 #              measures direct, reverse_proxy and llm_router, prints the table
@@ -75,7 +77,7 @@ check:
 	$(MAKE) test
 
 sim:
-	$(GO) test -race -count=1 -v -run '^TestSim$$' ./internal/sim/ \
+	$(GO) test -race -count=1 -v -run '^TestSim$$|^TestSimIsReproducible$$' ./internal/sim/ \
 		-args -sim.seeds=$(SEEDS) -sim.seed=$(SEED) -sim.scenario=$(SCENARIO)
 
 bench:

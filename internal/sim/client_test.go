@@ -113,7 +113,7 @@ func (w *world) warmUp(c clients) {
 			}
 			req := w.request(query{id: -1, format: prov.Chat}, c)
 			req.Pinned = d
-			res := w.router.ServeGroup(context.Background(), g, req)
+			res := w.router.ServeGroup(context.WithValue(context.Background(), requestKey{}, -1), g, req)
 			w.logf("warm-up on %s: %d %v", p.name, res.Status, res.Err)
 			for _, l := range p.limits {
 				longest = max(longest, l.span)
@@ -178,13 +178,16 @@ func (w *world) client(q query, c clients) {
 	u, _ := parseUpstream(q.body(c))
 	o.tokens, o.maxTokens = u.tokens(), q.maxTokens(c)
 	o.words = len(answer("", q.id, o.maxTokens, 0))
+	ctx := context.WithValue(context.Background(), requestKey{}, q.id)
+	w.yield(ctx) // a burst's clients arrive at one instant, and go on in turn
 	w.logf("client r%d arrives (%v, stream %t, priority %d, %d tokens)", q.id, q.format, q.stream, q.prio, o.tokens)
 	for {
 		o.tries++
 		rec := &recorder{w: w, header: http.Header{}}
-		res := w.router.ServeGroup(context.Background(), w.groups[0], w.request(q, c))
+		res := w.router.ServeGroup(ctx, w.groups[0], w.request(q, c))
 		_ = apis[q.format].Write(rec, res)
 		rec.read(o)
+		w.yield(ctx) // after what the answer woke in the router, in turn
 		if o.tries == 1 {
 			o.first = o.answered - o.arrival
 		}
@@ -194,7 +197,7 @@ func (w *world) client(q query, c clients) {
 		if !again {
 			break
 		}
-		time.Sleep(wait)
+		time.Sleep(w.after(wait))
 	}
 	w.mu.Lock()
 	w.outcomes = append(w.outcomes, o)

@@ -26,7 +26,7 @@ func (w *world) checkOutcome(o *outcome) {
 		// A millisecond on, so that what the other requests of the same
 		// instant sent has reached the providers (in virtual time every
 		// goroutine has run by then): room they took is no room.
-		time.Sleep(time.Millisecond)
+		time.Sleep(w.after(time.Millisecond))
 		w.checkUntried(o)
 	}
 	if o.status == http.StatusTooManyRequests && w.sc.limitsStated && o.first > quick429 {

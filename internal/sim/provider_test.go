@@ -129,7 +129,7 @@ func (p *provider) RoundTrip(hr *http.Request) (*http.Response, error) {
 		p.w.leave(p, u.id, nil)
 		return nil, ctx.Err()
 	}
-	if !sleep(ctx, a.delay) {
+	if !p.w.sleep(ctx, a.delay) {
 		p.w.leave(p, u.id, nil)
 		return nil, ctx.Err()
 	}
@@ -143,18 +143,6 @@ func (p *provider) RoundTrip(hr *http.Request) (*http.Response, error) {
 	resp.Body = pr
 	go p.write(ctx, pw, u, a)
 	return resp, nil
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // statement is the rate-limit headers of h, for the trace.
@@ -349,7 +337,7 @@ func (p *provider) write(ctx context.Context, pw *io.PipeWriter, u upstream, a r
 				return
 			case stall:
 				p.w.logf("provider %s r%d stream stalls %v after %d words", p.name, u.id, f.wait, word)
-				if !sleep(ctx, f.wait) {
+				if !p.w.sleep(ctx, f.wait) {
 					end("", ctx.Err())
 					return
 				}
@@ -358,7 +346,7 @@ func (p *provider) write(ctx context.Context, pw *io.PipeWriter, u upstream, a r
 		if word == 0 {
 			p.w.began(u.id)
 		}
-		if word > 0 && word <= len(a.words) && !sleep(ctx, p.perWord) {
+		if word > 0 && word <= len(a.words) && !p.w.sleep(ctx, p.perWord) {
 			end("", ctx.Err())
 			return
 		}

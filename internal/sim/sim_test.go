@@ -22,13 +22,7 @@ var (
 // invariant fails the scenario with its trace and the command that
 // replays it, unless the scenario is knownFailing.
 func TestSim(t *testing.T) {
-	seeds := []uint64{*seedFlag}
-	if *seedFlag == 0 {
-		seeds = seeds[:0]
-		for s := range *seedsFlag {
-			seeds = append(seeds, uint64(s+1))
-		}
-	}
+	seeds := seedsToRun()
 	kinds := map[string]int{}
 	var known []string
 	for _, sc := range scenarios {
@@ -50,6 +44,19 @@ func TestSim(t *testing.T) {
 			t.Errorf("knownFailing names %s of kind %d, which is no scenario of that kind", name, kind)
 		}
 	}
+}
+
+// seedsToRun are the seeds the flags ask for: sim.seed alone, or
+// 1..sim.seeds.
+func seedsToRun() []uint64 {
+	if *seedFlag != 0 {
+		return []uint64{*seedFlag}
+	}
+	var seeds []uint64
+	for s := range *seedsFlag {
+		seeds = append(seeds, uint64(s+1))
+	}
+	return seeds
 }
 
 // runScenario runs sc on each seed: it returns on how many some

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -68,25 +66,5 @@ func TestIdealServesWindowsInOrder(t *testing.T) {
 		if got := w.ideal(); got != c.want {
 			t.Errorf("deadline %v: ideal serves %d, want %d", c.deadline, got, c.want)
 		}
-	}
-}
-
-// TestSimReplays: a seed's run, twice, draws the same parameters and
-// arrivals and ends the same (baseline: no contention for the order of
-// simultaneous goroutines to change).
-func TestSimReplays(t *testing.T) {
-	sc := scenarios[0]
-	runs := [2]string{}
-	for i := range runs {
-		w := simulate(t, sc, 7)
-		runs[i] = w.summary
-		os := slices.Clone(w.outcomes)
-		slices.SortFunc(os, func(a, b *outcome) int { return a.id - b.id })
-		for _, o := range os {
-			runs[i] += fmt.Sprintf(" r%d@%v:%d", o.id, o.arrival, o.status)
-		}
-	}
-	if runs[0] != runs[1] {
-		t.Errorf("two runs of %s seed 7 differ:\n%s\n%s", sc.name, runs[0], runs[1])
 	}
 }

@@ -38,6 +38,8 @@ type world struct {
 	counted     bool
 	upstream429 int
 	summary     string                  // the run's figures (finish)
+	timeline    timeline                // every timer's instant (w.mu)
+	turns       turnstile               // the goroutines yielding now (w.mu)
 	truth       map[*provider][]*window // the sized providers' windows when counting began (ideal)
 }
 
@@ -59,6 +61,7 @@ func newWorld(seed uint64, sc *setup) *world {
 		reqs: map[int]*attempts{}, stories: map[int][]string{}}
 	r := router.New()
 	r.Rand = w.float
+	r.Clock = clock{w}
 	r.Logger = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", LevelKey: "level",
 		EncodeLevel: zapcore.LowercaseLevelEncoder}), zapcore.AddSync(traceWriter{w}), zapcore.DebugLevel))
 	if sc.router != nil {
@@ -116,7 +119,7 @@ func (w *world) elapsed() time.Duration { return time.Since(w.start) }
 
 // logf adds an event to the trace.
 func (w *world) logf(format string, args ...any) {
-	line := fmt.Sprintf("%10.3fs  ", w.elapsed().Seconds()) + fmt.Sprintf(format, args...)
+	line := fmt.Sprintf("%14.9fs  ", w.elapsed().Seconds()) + fmt.Sprintf(format, args...)
 	w.mu.Lock()
 	w.trace = append(w.trace, line)
 	w.mu.Unlock()

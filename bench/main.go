@@ -65,6 +65,7 @@ type options struct {
 	closedWorkers             int
 	rounds                    int
 	profileRate               int
+	cpuRate                   int
 	profileDur                time.Duration
 	streamN                   int
 	openStreams               int
@@ -104,7 +105,8 @@ func runBench(args []string) int {
 	fs.Float64Var(&o.noise, "noise", 25, "measure a run again when other processes used more than this % of a CPU meanwhile")
 	fs.IntVar(&o.retries, "retries", 2, "how many times a noisy run is measured again")
 	fs.DurationVar(&o.busyBudget, "busy-budget", 90*time.Second, "longest total time spent waiting for other processes to calm down or measuring noisy runs again")
-	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, memory, failover, contention, affinity, profile")
+	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, cpu, memory, failover, contention, affinity, profile")
+	fs.IntVar(&o.cpuRate, "cpu-rate", 1000, "rate of the cpu mode's non-streaming rounds, requests per second")
 	fs.IntVar(&o.profileRate, "profile-rate", 0, "rate of the profiled runs (0: the head-to-head rate, else the highest rate reverse_proxy and router-1 sustained)")
 	fs.DurationVar(&o.profileDur, "profile-duration", 5*time.Second, "length of each CPU and allocation profile")
 	latencies := fs.String("contention-latencies", "100ms", "answer latencies of the contention scenarios, comma-separated; above 100ms a scenario's windows, deadline and spread are stretched to three answers a window at least")
@@ -197,6 +199,8 @@ type results struct {
 	HeadToHead     []summary       `json:"head_to_head"`
 	HeadToHeadRate int             `json:"head_to_head_rate"`
 	Streaming      []streamRow     `json:"streaming"`
+	CPU            []cpuRow        `json:"cpu_same_process"`
+	CPUSummary     []cpuSummary    `json:"cpu_same_process_medians"`
 	Memory         []memoryRow     `json:"open_streams"`
 	Failover       []failoverRow   `json:"failover"`
 	Contention     []contentionRow `json:"contention"`
@@ -230,6 +234,7 @@ func (b *bench) run() error {
 		{"load", true, b.headToHead},
 		{"closed", true, b.closedLoop},
 		{"stream", true, b.streaming},
+		{"cpu", true, b.cpuRun},
 		{"memory", true, b.openStreamsRun},
 		{"failover", true, b.failover},
 		{"contention", true, b.contention},

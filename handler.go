@@ -140,21 +140,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 	u, ok := res.Usage, res.UsageStated
 	legs := []router.Leg{{Deployment: res.Deployment, Usage: u}}
+	s := servedOf(r) // served.go
 	if res.Stream != nil {
 		// A resumed stream: each attempt's usage on its deployment.
 		u, ok = res.Stream.Usage()
 		legs = res.Stream.Legs()
-		if extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); extra != nil {
-			if n := res.Stream.Resumes(); n > 0 {
-				extra.Set(zap.Int("llm_resumes", n))
-				extra.Set(zap.String("llm_resumed_on", res.Stream.Deployment().Name))
-			}
-			if se := res.Stream.Broke(); se != nil {
-				why := se.Class.String()
-				if se.Bounded {
-					why = "max_stream_bytes" // the router's bound, not a failure of the provider
-				}
-				extra.Set(zap.String("llm_stream_error", why))
+		if n := res.Stream.Resumes(); n > 0 && s != nil {
+			s.resumes, s.resumedOn = n, res.Stream.Deployment().Name
+		}
+		if se := res.Stream.Broke(); se != nil && s != nil {
+			s.streamError = se.Class.String()
+			if se.Bounded {
+				s.streamError = "max_stream_bytes" // the router's bound, not a failure of the provider
 			}
 		}
 	}
@@ -165,26 +162,8 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) {
 	for _, l := range legs {
 		cost += l.Deployment.Cost(l.Usage)
 	}
-	fields := []struct {
-		name string
-		n    int64
-	}{{"input_tokens", u.InputTokens}, {"output_tokens", u.OutputTokens}, {"cached_input_tokens", u.CachedInputTokens},
-		{"cache_write_tokens", u.CacheWriteTokens}, {"cache_write_1h_tokens", u.CacheWrite1hTokens}, {"reasoning_tokens", u.ReasoningTokens}}
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
-	for _, f := range fields {
-		if repl != nil {
-			repl.Set("http.llm_router."+f.name, f.n)
-		}
-		if extra != nil {
-			extra.Set(zap.Int64("llm_"+f.name, f.n))
-		}
-	}
-	if repl != nil {
-		repl.Set("http.llm_router.cost_usd", strconv.FormatFloat(cost, 'f', -1, 64))
-	}
-	if extra != nil {
-		extra.Set(zap.Float64("llm_cost_usd", cost))
+	if s != nil {
+		s.accounted, s.usage, s.costUSD = true, u, cost
 	}
 	group := model
 	if res.Group != nil {
@@ -274,17 +253,8 @@ func (h *Handler) annotate(r *http.Request, model string, res *router.Result) {
 	if res.FailoverReason != 0 {
 		reason = res.FailoverReason.String()
 	}
-	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		repl.Set("http.llm_router.deployment", name)
-		repl.Set("http.llm_router.attempts", res.Attempts)
-		repl.Set("http.llm_router.failover_reason", reason)
-		repl.Set("http.llm_router.model_group", group)
-	}
-	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
-		extra.Set(zap.String("llm_deployment", name))
-		extra.Set(zap.Int("llm_attempts", res.Attempts))
-		extra.Set(zap.String("llm_failover_reason", reason))
-		extra.Set(zap.String("llm_model_group", group))
+	if s := servedOf(r); s != nil { // served.go
+		s.annotated, s.deployment, s.attempts, s.failoverReason, s.modelGroup = true, name, res.Attempts, reason, group
 	}
 	h.metrics.request(model, name, status(res))
 	if res.Tried != nil && res.Tried.Name != model {

@@ -22,7 +22,7 @@ import (
 // benchUpstream answers every request with OpenAI's recorded 200
 // (testdata/bench/openai-200.http: its x-ratelimit-* headers and its body)
 // when limited, else with the same body alone.
-func benchUpstream(b *testing.B, limited bool) *httptest.Server {
+func benchUpstream(b testing.TB, limited bool) *httptest.Server {
 	raw, err := os.ReadFile(filepath.Join("testdata", "bench", "openai-200.http"))
 	if err != nil {
 		b.Fatal(err)
@@ -45,7 +45,7 @@ func benchUpstream(b *testing.B, limited bool) *httptest.Server {
 
 // benchHandler is a provisioned Handler of n openai deployments, each on
 // its own upstream.
-func benchHandler(b *testing.B, n int, limited bool) *Handler {
+func benchHandler(b testing.TB, n int, limited bool, options ...string) *Handler {
 	var cfg strings.Builder
 	cfg.WriteString("llm_router {\n")
 	for i := range n {
@@ -55,7 +55,7 @@ func benchHandler(b *testing.B, n int, limited bool) *Handler {
 	}
 	cfg.WriteString("model bench {\n")
 	for i := range n {
-		fmt.Fprintf(&cfg, "deployment up%d gpt-4o-mini\n", i)
+		fmt.Fprintf(&cfg, "deployment up%d gpt-4o-mini {\n%s\n}\n", i, strings.Join(options, "\n"))
 	}
 	cfg.WriteString("}\n}")
 	h := new(Handler)

@@ -66,15 +66,7 @@ type cpuSummary struct {
 // at -cpu-rate for -duration, then streaming (-streams streams of 200
 // chunks 2 ms apart, 20 per second).
 func (b *bench) cpuRun() error {
-	env := []string{
-		fmt.Sprintf("BENCH_ADMIN_PORT=%d", caddyAdmin),
-		fmt.Sprintf("BENCH_PORT_PROXY=%d", cpuPortProxy),
-		fmt.Sprintf("BENCH_PORT_ROUTER1=%d", cpuPortRouter1),
-		fmt.Sprintf("BENCH_PORT_ROUTER8=%d", cpuPortRouter8),
-	}
-	argv := []string{b.o.caddy, "run", "--config", filepath.Join(b.o.configs, "same_process.Caddyfile"), "--adapter", "caddyfile"}
-	c, err := start("same-process", argv, append(env, bare0.env()...), b.o.caddyCPUs,
-		filepath.Join(b.o.out, "logs", "cpu-same-process.log"), fmt.Sprintf("127.0.0.1:%d", cpuPortRouter8))
+	c, err := b.startSameProcess("cpu-same-process")
 	if err != nil {
 		return err
 	}
@@ -86,6 +78,20 @@ func (b *bench) cpuRun() error {
 	}
 	b.res.CPUSummary = summarizeCPU(b.res.CPU)
 	return nil
+}
+
+// startSameProcess starts the Caddy of configs/same_process.Caddyfile on
+// the Caddy CPUs, against the bare 0 ms upstream.
+func (b *bench) startSameProcess(tag string) (*child, error) {
+	env := []string{
+		fmt.Sprintf("BENCH_ADMIN_PORT=%d", caddyAdmin),
+		fmt.Sprintf("BENCH_PORT_PROXY=%d", cpuPortProxy),
+		fmt.Sprintf("BENCH_PORT_ROUTER1=%d", cpuPortRouter1),
+		fmt.Sprintf("BENCH_PORT_ROUTER8=%d", cpuPortRouter8),
+	}
+	argv := []string{b.o.caddy, "run", "--config", filepath.Join(b.o.configs, "same_process.Caddyfile"), "--adapter", "caddyfile"}
+	return start("same-process", argv, append(env, bare0.env()...), b.o.caddyCPUs,
+		filepath.Join(b.o.out, "logs", tag+".log"), fmt.Sprintf("127.0.0.1:%d", cpuPortRouter8))
 }
 
 // cpuRounds runs the rounds of one mode; a warm-up of each scenario first.

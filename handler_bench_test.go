@@ -43,6 +43,12 @@ func benchUpstream(b testing.TB, limited bool) *httptest.Server {
 	}))
 }
 
+// streamHandler is a provisioned Handler of one openai deployment on the
+// upstream at url.
+func streamHandler(b testing.TB, url string) *Handler {
+	return provisioned(b, "llm_router {\nprovider up {\n type openai\n api_key sk-test\n base_url "+url+"/v1\n}\nmodel bench {\ndeployment up gpt-4o-mini\n}\n}")
+}
+
 // benchHandler is a provisioned Handler of n openai deployments, each on
 // its own upstream.
 func benchHandler(b testing.TB, n int, limited bool, options ...string) *Handler {
@@ -58,8 +64,13 @@ func benchHandler(b testing.TB, n int, limited bool, options ...string) *Handler
 		fmt.Fprintf(&cfg, "deployment up%d gpt-4o-mini {\n%s\n}\n", i, strings.Join(options, "\n"))
 	}
 	cfg.WriteString("}\n}")
+	return provisioned(b, cfg.String())
+}
+
+// provisioned is the Handler of a Caddyfile block, provisioned.
+func provisioned(b testing.TB, cfg string) *Handler {
 	h := new(Handler)
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(cfg.String())); err != nil {
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(cfg)); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})

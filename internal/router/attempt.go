@@ -250,8 +250,9 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 func (a *attempt) firstContent(resp *http.Response, req *Request) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
+	wait := &waitFlush{r: resp.Body, cancel: a.cancel} // stream.go
 	s := &Stream{r: a.r, format: a.out.format, leg: leg{d: a.d, claim: a.out.claim, holds: a.out.holds, queue: a.out.queue, body: resp.Body,
-		in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel, group: a.out.group, prefixes: a.out.prefixes,
+		in: a.plan.Stream(wait), wait: wait, ctx: a.ctx, cancel: a.cancel, group: a.out.group, prefixes: a.out.prefixes,
 		usage:        provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage),
 		promptTokens: req.PromptTokens, maxTokens: req.OutputTokens}}
 	if s.in == nil {

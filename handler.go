@@ -276,15 +276,26 @@ func status(res *router.Result) int {
 	return res.Status
 }
 
+// The router's headers in their canonical form (X-Llm-Router-...), as
+// Header.Set would write them: set directly, a request canonicalizes
+// none of their names again.
+var (
+	canonicalDeployment = http.CanonicalHeaderKey(HeaderDeployment)
+	canonicalAttempts   = http.CanonicalHeaderKey(HeaderAttempts)
+	canonicalHedge      = http.CanonicalHeaderKey(HeaderHedge)
+	canonicalGroup      = http.CanonicalHeaderKey(HeaderGroup)
+)
+
 func setRouterHeaders(w http.ResponseWriter, res *router.Result) {
+	h := w.Header()
 	if res.Deployment != nil {
-		w.Header().Set(HeaderDeployment, res.Deployment.Name)
+		h[canonicalDeployment] = []string{res.Deployment.Name}
 	}
-	w.Header().Set(HeaderAttempts, strconv.Itoa(res.Attempts))
+	h[canonicalAttempts] = []string{strconv.Itoa(res.Attempts)}
 	if res.Hedge != "" {
-		w.Header().Set(HeaderHedge, res.Hedge)
+		h[canonicalHedge] = []string{res.Hedge}
 	}
 	if res.Group != nil {
-		w.Header().Set(HeaderGroup, res.Group.Name)
+		h[canonicalGroup] = []string{res.Group.Name}
 	}
 }

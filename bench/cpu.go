@@ -113,7 +113,7 @@ func (b *bench) cpuRounds(c *child, streaming bool) error {
 			}
 			b.res.CPU = append(b.res.CPU, row)
 			b.logf("cpu round %d %-13s %-13s ok %d/%d  cpu %6.1f us/%s  p50 %6.2f ms  p99 %6.2f ms  others %3.0f%%",
-				round, s.sc.name, map[bool]string{false: fmt.Sprintf("%d/s", rate), true: "streaming"}[streaming],
+				round, s.sc.name, map[bool]string{false: fmt.Sprintf("%d/s", rate), true: "streaming"}[streaming], // 0/s: closed loop
 				row.OK, row.Requests, row.CPUPerReqUs, map[bool]string{false: "req", true: "stream"}[streaming],
 				row.P50, row.P99, row.OtherCPUPct)
 		}
@@ -136,7 +136,11 @@ func (b *bench) cpuOnce(client *http.Client, c *child, sc scenario, port int, st
 		st := streams(client, url, streamBody(streamChunks, streamInterval, ""), n, streamRate, nil)
 		row.Requests, row.OK, row.P50, row.P99 = st.Streams, st.OK, st.TotalP50, st.TotalP99
 	} else {
-		st := attack(client, url, chatBody, b.o.cpuRate, fixedWorkers(b.o.cpuRate, 0), dur)
+		workers := fixedWorkers(b.o.cpuRate, 0)
+		if b.o.cpuRate == 0 {
+			workers = b.o.closedWorkers // closed loop: Caddy saturated
+		}
+		st := attack(client, url, chatBody, b.o.cpuRate, workers, dur)
 		row.Requests, row.OK, row.P50, row.P99 = st.Requests, st.OK, st.P50, st.P99
 	}
 	cpu1, _ := cpuTime(c.pid())
@@ -179,10 +183,13 @@ func summarizeCPU(rows []cpuRow) []cpuSummary {
 }
 
 // cpuTable is the report's table of the cpu mode.
-func cpuTable(sums []cpuSummary, rate, streams int) string {
+func cpuTable(sums []cpuSummary, rate, workers, streams int) string {
 	var rows [][]string
 	for _, s := range sums {
 		mode := fmt.Sprintf("non-streaming, %d/s", rate)
+		if rate == 0 {
+			mode = fmt.Sprintf("non-streaming, closed loop of %d", workers)
+		}
 		unit := "us/request"
 		if s.Streaming {
 			mode, unit = fmt.Sprintf("streaming, %d streams of %d chunks", streams, streamChunks), "us/stream"

@@ -108,7 +108,7 @@ func runBench(args []string) int {
 	fs.IntVar(&o.retries, "retries", 2, "how many times a noisy run is measured again")
 	fs.DurationVar(&o.busyBudget, "busy-budget", 90*time.Second, "longest total time spent waiting for other processes to calm down or measuring noisy runs again")
 	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, cpu, headline, memory, failover, contention, affinity, profile")
-	fs.IntVar(&o.cpuRate, "cpu-rate", 1000, "rate of the cpu mode's non-streaming rounds, requests per second")
+	fs.IntVar(&o.cpuRate, "cpu-rate", 1000, "rate of the cpu mode's non-streaming rounds, requests per second (0: a closed loop of -workers concurrent requests, Caddy saturated)")
 	fs.IntVar(&o.headlineStart, "headline-start", 1000, "first rate of the headline's ramp, requests per second")
 	fs.IntVar(&o.headlineStep, "headline-step", 500, "step of the headline's ramp, requests per second")
 	fs.IntVar(&o.profileRate, "profile-rate", 0, "rate of the profiled runs (0: the head-to-head rate, else the highest rate reverse_proxy and router-1 sustained)")

@@ -221,7 +221,7 @@ func (a *attempt) errorAnswer(resp *http.Response) *outcome {
 // answer reads a non-streamed success into the plan's format; a body that
 // is no answer is the deployment's failure.
 func (a *attempt) answer(resp *http.Response) *outcome {
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	body, err := readAnswer(resp)
 	resp.Body.Close()
 	if err != nil {
 		return a.fail(provider.Transport, err)
@@ -241,6 +241,32 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 	}
 	a.d.State.RecordLatency(out.took, 0)
 	return out
+}
+
+// readAnswer reads a whole answer, maxResponseBody+1 bytes at most: into
+// one buffer of the length its Content-Length states (within the bound),
+// where io.ReadAll grows one from 512 bytes, copying the answer again at
+// each step. A Content-Length that is wrong only costs a buffer that grows.
+func readAnswer(resp *http.Response) ([]byte, error) {
+	r := io.LimitReader(resp.Body, maxResponseBody+1)
+	n := resp.ContentLength
+	if n <= 0 || n > maxResponseBody {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, 0, n+1) // +1: room to see the end
+	for {
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return buf, err
+		case len(buf) == cap(buf): // longer than it said
+			rest, err := io.ReadAll(r)
+			return append(buf, rest...), err
+		}
+	}
 }
 
 // firstContent reads a stream until its first event of content. Comments

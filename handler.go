@@ -208,21 +208,18 @@ func (h *Handler) write(w http.ResponseWriter, c *apiCall) {
 func (h *Handler) account(r *http.Request, model string, res *router.Result) float64 {
 	u, ok := res.Usage, res.UsageStated
 	legs := []router.Leg{{Deployment: res.Deployment, Usage: u}}
+	s := servedOf(r) // served.go
 	if res.Stream != nil {
 		// A resumed stream: each attempt's usage on its deployment.
 		u, ok = res.Stream.Usage()
 		legs = res.Stream.Legs()
-		if extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); extra != nil {
-			if n := res.Stream.Resumes(); n > 0 {
-				extra.Set(zap.Int("llm_resumes", n))
-				extra.Set(zap.String("llm_resumed_on", res.Stream.Deployment().Name))
-			}
-			if se := res.Stream.Broke(); se != nil {
-				why := se.Class.String()
-				if se.Bounded {
-					why = "max_stream_bytes" // the router's bound, not a failure of the provider
-				}
-				extra.Set(zap.String("llm_stream_error", why))
+		if n := res.Stream.Resumes(); n > 0 && s != nil {
+			s.resumes, s.resumedOn = n, res.Stream.Deployment().Name
+		}
+		if se := res.Stream.Broke(); se != nil && s != nil {
+			s.streamError = se.Class.String()
+			if se.Bounded {
+				s.streamError = "max_stream_bytes" // the router's bound, not a failure of the provider
 			}
 		}
 	}
@@ -233,26 +230,8 @@ func (h *Handler) account(r *http.Request, model string, res *router.Result) flo
 	for _, l := range legs {
 		cost += l.Deployment.Cost(l.Usage)
 	}
-	fields := []struct {
-		name string
-		n    int64
-	}{{"input_tokens", u.InputTokens}, {"output_tokens", u.OutputTokens}, {"cached_input_tokens", u.CachedInputTokens},
-		{"cache_write_tokens", u.CacheWriteTokens}, {"cache_write_1h_tokens", u.CacheWrite1hTokens}, {"reasoning_tokens", u.ReasoningTokens}}
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
-	for _, f := range fields {
-		if repl != nil {
-			repl.Set("http.llm_router."+f.name, f.n)
-		}
-		if extra != nil {
-			extra.Set(zap.Int64("llm_"+f.name, f.n))
-		}
-	}
-	if repl != nil {
-		repl.Set("http.llm_router.cost_usd", strconv.FormatFloat(cost, 'f', -1, 64))
-	}
-	if extra != nil {
-		extra.Set(zap.Float64("llm_cost_usd", cost))
+	if s != nil {
+		s.accounted, s.usage, s.costUSD = true, u, cost
 	}
 	group := model
 	if res.Group != nil {
@@ -349,17 +328,8 @@ func (h *Handler) annotate(r *http.Request, model string, res *router.Result) {
 	if res.FailoverReason != 0 {
 		reason = res.FailoverReason.String()
 	}
-	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		repl.Set("http.llm_router.deployment", name)
-		repl.Set("http.llm_router.attempts", res.Attempts)
-		repl.Set("http.llm_router.failover_reason", reason)
-		repl.Set("http.llm_router.model_group", group)
-	}
-	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
-		extra.Set(zap.String("llm_deployment", name))
-		extra.Set(zap.Int("llm_attempts", res.Attempts))
-		extra.Set(zap.String("llm_failover_reason", reason))
-		extra.Set(zap.String("llm_model_group", group))
+	if s := servedOf(r); s != nil { // served.go
+		s.annotated, s.deployment, s.attempts, s.failoverReason, s.modelGroup = true, name, res.Attempts, reason, group
 	}
 	h.metrics.request(model, name, status(res))
 	if res.Tried != nil && res.Tried.Name != model {
@@ -381,15 +351,26 @@ func status(res *router.Result) int {
 	return res.Status
 }
 
+// The router's headers in their canonical form (X-Llm-Router-...), as
+// Header.Set would write them: set directly, a request canonicalizes
+// none of their names again.
+var (
+	canonicalDeployment = http.CanonicalHeaderKey(HeaderDeployment)
+	canonicalAttempts   = http.CanonicalHeaderKey(HeaderAttempts)
+	canonicalHedge      = http.CanonicalHeaderKey(HeaderHedge)
+	canonicalGroup      = http.CanonicalHeaderKey(HeaderGroup)
+)
+
 func setRouterHeaders(w http.ResponseWriter, res *router.Result) {
+	h := w.Header()
 	if res.Deployment != nil {
-		w.Header().Set(HeaderDeployment, res.Deployment.Name)
+		h[canonicalDeployment] = []string{res.Deployment.Name}
 	}
-	w.Header().Set(HeaderAttempts, strconv.Itoa(res.Attempts))
+	h[canonicalAttempts] = []string{strconv.Itoa(res.Attempts)}
 	if res.Hedge != "" {
-		w.Header().Set(HeaderHedge, res.Hedge)
+		h[canonicalHedge] = []string{res.Hedge}
 	}
 	if res.Group != nil {
-		w.Header().Set(HeaderGroup, res.Group.Name)
+		h[canonicalGroup] = []string{res.Group.Name}
 	}
 }

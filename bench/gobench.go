@@ -22,12 +22,14 @@ type goBench struct {
 var procSuffix = regexp.MustCompile(`-\d+$`)
 
 // goBenchmarks runs the package benchmarks of ./internal/router,
-// ./internal/adapters, ./internal/jsonbody and ./internal/api (on every CPU
+// ./internal/adapters, ./internal/jsonbody, ./internal/api, ./provider,
+// ./internal/redact and the handler's (BenchmarkHandler, .) (on every CPU
 // when pinned: they are single-threaded, but compiling is not).
 func (b *bench) goBenchmarks() error {
 	b.waitQuiet()
-	b.logf("go test -bench ./internal/router ./internal/adapters ./internal/jsonbody ./internal/api (benchtime %s)", b.o.benchtime)
-	argv := []string{"go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", b.o.benchtime, "./internal/router", "./internal/adapters", "./internal/jsonbody", "./internal/api"}
+	pkgs := []string{"./internal/router", "./internal/adapters", "./internal/jsonbody", "./internal/api", "./provider", "./internal/redact", "."}
+	b.logf("go test -bench %s (benchtime %s)", strings.Join(pkgs, " "), b.o.benchtime)
+	argv := append([]string{"go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", b.o.benchtime}, pkgs...)
 	if b.o.allCPUs != "" {
 		argv = append([]string{"taskset", "-c", b.o.allCPUs}, argv...)
 	}

@@ -65,6 +65,9 @@ type options struct {
 	closedWorkers             int
 	rounds                    int
 	profileRate               int
+	cpuRate                   int
+	headlineStart             int
+	headlineStep              int
 	profileDur                time.Duration
 	streamN                   int
 	openStreams               int
@@ -104,7 +107,10 @@ func runBench(args []string) int {
 	fs.Float64Var(&o.noise, "noise", 25, "measure a run again when other processes used more than this % of a CPU meanwhile")
 	fs.IntVar(&o.retries, "retries", 2, "how many times a noisy run is measured again")
 	fs.DurationVar(&o.busyBudget, "busy-budget", 90*time.Second, "longest total time spent waiting for other processes to calm down or measuring noisy runs again")
-	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, memory, failover, contention, affinity, profile")
+	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, cpu, headline, memory, failover, contention, affinity, profile")
+	fs.IntVar(&o.cpuRate, "cpu-rate", 1000, "rate of the cpu mode's non-streaming rounds, requests per second (0: a closed loop of -workers concurrent requests, Caddy saturated)")
+	fs.IntVar(&o.headlineStart, "headline-start", 1000, "first rate of the headline's ramp, requests per second")
+	fs.IntVar(&o.headlineStep, "headline-step", 500, "step of the headline's ramp, requests per second")
 	fs.IntVar(&o.profileRate, "profile-rate", 0, "rate of the profiled runs (0: the head-to-head rate, else the highest rate reverse_proxy and router-1 sustained)")
 	fs.DurationVar(&o.profileDur, "profile-duration", 5*time.Second, "length of each CPU and allocation profile")
 	latencies := fs.String("contention-latencies", "100ms", "answer latencies of the contention scenarios, comma-separated; above 100ms a scenario's windows, deadline and spread are stretched to three answers a window at least")
@@ -193,18 +199,22 @@ type results struct {
 	ClosedSummary []summary `json:"closed_loop_medians"`
 	// Rounds are the head-to-head runs after the matrix; HeadToHead their
 	// medians (with the matrix's run) at HeadToHeadRate.
-	Rounds         []loadRow       `json:"head_to_head_runs"`
-	HeadToHead     []summary       `json:"head_to_head"`
-	HeadToHeadRate int             `json:"head_to_head_rate"`
-	Streaming      []streamRow     `json:"streaming"`
-	Memory         []memoryRow     `json:"open_streams"`
-	Failover       []failoverRow   `json:"failover"`
-	Contention     []contentionRow `json:"contention"`
-	Affinity       []affinityRow   `json:"affinity"`
-	GoBench        []goBench       `json:"go_benchmarks"`
-	Profiles       []profileInfo   `json:"profiles"`
-	Targets        []target        `json:"targets"`
-	Elapsed        string          `json:"elapsed"`
+	Rounds         []loadRow        `json:"head_to_head_runs"`
+	HeadToHead     []summary        `json:"head_to_head"`
+	HeadToHeadRate int              `json:"head_to_head_rate"`
+	Streaming      []streamRow      `json:"streaming"`
+	CPU            []cpuRow         `json:"cpu_same_process"`
+	CPUSummary     []cpuSummary     `json:"cpu_same_process_medians"`
+	Headline       []headlineRow    `json:"headline_runs"`
+	HeadlineMax    []headlineResult `json:"headline"`
+	Memory         []memoryRow      `json:"open_streams"`
+	Failover       []failoverRow    `json:"failover"`
+	Contention     []contentionRow  `json:"contention"`
+	Affinity       []affinityRow    `json:"affinity"`
+	GoBench        []goBench        `json:"go_benchmarks"`
+	Profiles       []profileInfo    `json:"profiles"`
+	Targets        []target         `json:"targets"`
+	Elapsed        string           `json:"elapsed"`
 }
 
 func (b *bench) run() error {
@@ -230,6 +240,8 @@ func (b *bench) run() error {
 		{"load", true, b.headToHead},
 		{"closed", true, b.closedLoop},
 		{"stream", true, b.streaming},
+		{"cpu", true, b.cpuRun},
+		{"headline", true, b.headline},
 		{"memory", true, b.openStreamsRun},
 		{"failover", true, b.failover},
 		{"contention", true, b.contention},

@@ -37,6 +37,12 @@ var (
 // until addr accepts connections. cpus, when not empty, pins the process
 // with taskset (it execs the command: the pid stays the same).
 func start(name string, argv []string, env []string, cpus, logPath, addr string) (*child, error) {
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		// Another process (a benchmark still running) has the port: this
+		// one would fail to listen while the dial below succeeds.
+		conn.Close()
+		return nil, fmt.Errorf("%s: %s is in use by another process", name, addr)
+	}
 	if cpus != "" {
 		argv = append([]string{"taskset", "-c", cpus}, argv...)
 	}

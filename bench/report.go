@@ -123,6 +123,8 @@ func (b *bench) targets() []target {
 		ts = append(ts, t)
 	}
 
+	ts = append(ts, b.cpuTarget())
+
 	rank := target{Name: "ranking 16 deployments (BenchmarkRank16)", Goal: "<= 1 us and 0 allocs"}
 	if g, ok := b.goBench("BenchmarkRank16"); ok {
 		ns, allocs := g.Metrics["ns/op"], g.Metrics["allocs/op"]
@@ -462,6 +464,15 @@ func (b *bench) report() string {
 		s.WriteString(table(head, rows))
 	}
 
+	if len(b.res.CPUSummary) > 0 {
+		fmt.Fprintf(&s, "\n## CPU per request, one Caddy process (cpu mode, bare 0 ms upstream, %d alternating rounds, medians)\n\nOne Caddy serves reverse_proxy, router-1 and router-8 on ports of their own; each round's figure is the process's utime+stime over the round divided by the requests (streams) sent in it.\n\n", b.o.rounds)
+		s.WriteString(cpuTable(b.res.CPUSummary, b.o.cpuRate, b.o.closedWorkers, b.o.streamN))
+	}
+	if len(b.res.HeadlineMax) > 0 {
+		fmt.Fprintf(&s, "\n## Headline: highest rate at p99 added latency < 5 ms (bare 0 ms upstream; load generator and upstream on CPU %s, Caddy on CPU %s)\n\nOne Caddy serves both; rates from %d/s in steps of %d/s, direct, reverse_proxy and router-1 in turn at each; a rate counts when at least 99.9%% succeeded, 97%% of it was issued and p99 less direct's p99 stayed under 5 ms; each ramp ends at a scenario's first rate that does not.\n\n",
+			orNone(b.o.driverCPUs), orNone(b.o.caddyCPUs), b.o.headlineStart, b.o.headlineStep)
+		s.WriteString(b.headlineTable())
+	}
 	s.WriteString("\n## Targets (issue 6)\n\n")
 	rows = nil
 	for _, t := range b.res.Targets {

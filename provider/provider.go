@@ -380,6 +380,14 @@ type Endpoint struct {
 	Header http.Header
 }
 
+// The values NewRequest sets, shared by every request (as the account's
+// extra headers are): a header that is set again is replaced, never
+// written into.
+var (
+	jsonValue        = []string{"application/json"}
+	eventStreamValue = []string{"text/event-stream"}
+)
+
 // NewRequest builds a POST of a JSON body to url, with the account's extra
 // headers and its key in keyHeader as keyPrefix+key ("Authorization",
 // "Bearer "; nothing when there is no key), and Accept for a stream or a
@@ -393,11 +401,11 @@ func (e *Endpoint) NewRequest(ctx context.Context, url string, body []byte, stre
 	for k, v := range e.Header {
 		req.Header[k] = v
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header["Content-Type"] = jsonValue
 	if stream {
-		req.Header.Set("Accept", "text/event-stream")
+		req.Header["Accept"] = eventStreamValue
 	} else {
-		req.Header.Set("Accept", "application/json")
+		req.Header["Accept"] = jsonValue
 	}
 	if e.APIKey != "" {
 		req.Header.Set(keyHeader, keyPrefix+e.APIKey)

@@ -144,17 +144,29 @@ func (w *wireUsage) into(f Format, u *Usage) {
 }
 
 // UsageOf reads the usage of a whole answer (a non-streamed body) in
-// format f; ok is false when it states none.
+// format f; ok is false when it states none. The body's top-level "usage"
+// member is decoded as encoding/json decodes it into a struct (its key in
+// any case or escaped; a repeated one merged into the first, a later null
+// ending it) and nothing else of the body: the rest is scanned, not
+// decoded nor validated (the router passes the answer on as it is), so
+// that the usage of a long answer costs a scan of its top level.
 func UsageOf(f Format, body []byte) (u Usage, ok bool) {
-	var a struct {
-		Usage *wireUsage `json:"usage"`
-	}
-	if json.Unmarshal(body, &a) != nil || a.Usage == nil {
+	var w *wireUsage
+	bad := false
+	err := jsonbody.EachMember(body, func(key []byte, vStart, vEnd int) bool {
+		if bytes.EqualFold(key, usageName) {
+			bad = json.Unmarshal(body[vStart:vEnd], &w) != nil
+		}
+		return !bad
+	})
+	if err != nil || bad || w == nil {
 		return Usage{}, false
 	}
-	a.Usage.into(f, &u)
+	w.into(f, &u)
 	return u, true
 }
+
+var usageName = []byte("usage")
 
 // UsageCounter reads the usage of a streamed answer in its format from
 // the events relayed, one at a time: a Chat Completions chunk's "usage"

@@ -28,7 +28,23 @@ func TestUsageOf(t *testing.T) {
 			t.Errorf("%s %s: %+v %v, want %+v", c.f, c.body, got, ok, c.want)
 		}
 	}
-	for _, body := range []string{`{"choices":[]}`, `not json`, `{"usage":null}`} {
+	// Read as JSON decoding reads a member: its key in any case or
+	// escaped, a repeated one merged into the first, a later null ending it.
+	for _, c := range []struct {
+		body string
+		want Usage
+	}{
+		{`{"Usage":{"prompt_tokens":4,"completion_tokens":1}}`, Usage{InputTokens: 4, OutputTokens: 1}},
+		{`{"\u0075SAGE":{"prompt_tokens":4}}`, Usage{InputTokens: 4}},
+		{`{"usage":{"prompt_tokens":4},"id":"x","usage":{"completion_tokens":2}}`, Usage{InputTokens: 4, OutputTokens: 2}},
+		{` { "choices" : [ {"message":{"content":"\"usage\":{}"}} ] , "usage" : {"prompt_tokens" : 3} } `, Usage{InputTokens: 3}},
+	} {
+		if got, ok := UsageOf(Chat, []byte(c.body)); !ok || got != c.want {
+			t.Errorf("%s: %+v %v, want %+v", c.body, got, ok, c.want)
+		}
+	}
+	for _, body := range []string{`{"choices":[]}`, `not json`, `{"usage":null}`, `{"usage":{"prompt_tokens":4},"usage":null}`,
+		`{"usage":{"prompt_tokens":"four"}}`, `{"usage":{"prompt_tokens":4}`, `[{"usage":{"prompt_tokens":4}}]`, `null`, ``} {
 		if _, ok := UsageOf(Chat, []byte(body)); ok {
 			t.Errorf("%s: usage stated", body)
 		}
@@ -123,4 +139,19 @@ func TestUsageGarbage(t *testing.T) {
 	// Malformed JSON never panics the hiding.
 	c = NewUsageCounter(Chat, true)
 	c.Relay(Event{Data: []byte(`{"usage":{}"usage":00}`)})
+}
+
+// The usage of a whole answer is read for every non-streamed answer.
+func BenchmarkUsageOf(b *testing.B) {
+	answer := `{"id":"chatcmpl-1","object":"chat.completion","created":1755780000,"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("An answer of a few paragraphs, as a chat model writes one. ", 60) +
+		`"},"finish_reason":"stop"}],"usage":{"prompt_tokens":256,"completion_tokens":200,"total_tokens":456,"prompt_tokens_details":{"cached_tokens":0}}}`
+	body := []byte(answer)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := UsageOf(Chat, body); !ok {
+			b.Fatal("no usage")
+		}
+	}
 }

@@ -291,23 +291,22 @@ type answerer interface {
 	answered(res *router.Result, body []byte)
 }
 
-// relay writes a committed stream as server-sent events, flushing each. A
-// failure after the first byte ends the stream with an in-band error event
-// and no terminator, so that no client takes a cut answer for a complete
-// one.
+// relay writes a committed stream as server-sent events, flushed whenever
+// the router is about to wait for the provider (Stream.FlushWaits: events
+// that came together go out in one write) and at the end. A failure after
+// the first byte ends the stream with an in-band error event and no
+// terminator, so that no client takes a cut answer for a complete one.
 func relay(w http.ResponseWriter, sw streamWriter, s *router.Stream) error {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
+	s.FlushWaits(rc.Flush)
 	err := s.Relay(func(ev provider.Event, done bool) error {
-		var err error
-		if done {
-			err = sw.done(w)
-		} else {
-			err = sw.event(w, ev)
+		if !done {
+			return sw.event(w, ev)
 		}
-		if err != nil {
+		if err := sw.done(w); err != nil {
 			return err
 		}
 		return rc.Flush()

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Reader is r (an answer passed on as it flows: a download, a stream)
@@ -18,7 +21,7 @@ import (
 // content.
 func Reader(r io.Reader, secrets []string) io.Reader {
 	forms := answerForms(secrets)
-	if len(forms) == 0 {
+	if len(forms.s) == 0 {
 		return r
 	}
 	return &reader{r: r, forms: forms}
@@ -29,8 +32,8 @@ func Reader(r io.Reader, secrets []string) io.Reader {
 // shows none.
 func Answer(b []byte, secrets []string) []byte {
 	copied := false
-	for _, f := range answerForms(secrets) {
-		if !copied && bytes.Contains(b, []byte(f)) {
+	for _, f := range answerForms(secrets).b {
+		if !copied && bytes.Contains(b, f) {
 			b, copied = bytes.Clone(b), true
 		}
 		if copied {
@@ -42,9 +45,9 @@ func Answer(b []byte, secrets []string) []byte {
 
 // replaceForm replaces each f in b, in place, by a placeholder of its
 // length.
-func replaceForm(b []byte, f string) {
+func replaceForm(b, f []byte) {
 	for i := 0; ; {
-		j := bytes.Index(b[i:], []byte(f))
+		j := bytes.Index(b[i:], f)
 		if j < 0 {
 			return
 		}
@@ -55,7 +58,57 @@ func replaceForm(b []byte, f string) {
 
 // answerForms are what Reader and Answer look for: each secret of
 // AnywhereLength bytes or more, whole, URL-encoded and in base64.
-func answerForms(secrets []string) []string {
+func answerForms(secrets []string) *formList {
+	if len(secrets) == 0 {
+		return &noForms
+	}
+	key := &secrets[0] // a deployment's secrets: one slice, set once
+	if v, ok := answerFormsOf.Load(key); ok {
+		if c := v.(*cachedForms); slices.Equal(c.secrets, secrets) {
+			return &c.forms
+		}
+	}
+	forms := newAnswerForms(secrets)
+	fl := formList{s: forms, b: make([][]byte, len(forms))}
+	for i, f := range forms {
+		fl.b[i] = []byte(f)
+	}
+	if answerFormsN.Add(1) > maxCachedForms {
+		answerFormsOf.Clear() // lists of configs reloaded long ago
+		answerFormsN.Store(1)
+	}
+	c := &cachedForms{secrets: slices.Clone(secrets), forms: fl}
+	answerFormsOf.Store(key, c)
+	return &c.forms
+}
+
+// answerFormsOf keeps each list of secrets' answerForms, by the address of
+// its first element: Answer looks for a deployment's secrets in every
+// event of its streams, and computing their forms cost an event about ten
+// allocations. A list is taken for the one cached only when it holds the
+// same secrets still. At most maxCachedForms lists are kept.
+var (
+	answerFormsOf sync.Map // *string to *cachedForms
+	answerFormsN  atomic.Int64
+)
+
+const maxCachedForms = 4096
+
+type cachedForms struct {
+	secrets []string
+	forms   formList
+}
+
+// formList is a list of forms, as strings and as bytes (what Answer looks
+// for in an event without converting each form again).
+type formList struct {
+	s []string
+	b [][]byte
+}
+
+var noForms formList
+
+func newAnswerForms(secrets []string) []string {
 	var forms []string
 	for _, k := range secrets {
 		if len(k) < AnywhereLength {
@@ -69,7 +122,7 @@ func answerForms(secrets []string) []string {
 
 type reader struct {
 	r     io.Reader
-	forms []string
+	forms *formList
 	buf   []byte // read, not yet given; buf[:ready] redacted for good
 	ready int
 	err   error
@@ -96,8 +149,8 @@ func (x *reader) Read(p []byte) (int, error) {
 func (x *reader) scan() {
 	rest := x.buf[x.ready:]
 	hold := 0
-	for _, f := range x.forms {
-		replaceForm(rest, f)
+	for i, f := range x.forms.s {
+		replaceForm(rest, x.forms.b[i])
 		switch n := startsForm(rest, f); {
 		case x.err == nil:
 			hold = max(hold, n)

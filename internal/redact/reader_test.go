@@ -32,3 +32,29 @@ func TestReaderRedactsACutSecret(t *testing.T) {
 		t.Errorf("got %q", out)
 	}
 }
+
+// Answer runs on every event of a stream, with its deployment's secrets.
+func BenchmarkAnswerEvent(b *testing.B) {
+	secrets := []string{"sk-proj-" + strings.Repeat("Ab3dE6gH9jK2mN5pQ8sT", 4)}
+	ev := []byte(`{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","created":1741570283,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_eb9dce56a8","choices":[{"index":0,"delta":{"content":" word"},"logprobs":null,"finish_reason":null}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if out := Answer(ev, secrets); len(out) != len(ev) {
+			b.Fatal("changed")
+		}
+	}
+}
+
+// Answer looks for the secrets its list holds when it is called: a list
+// changed in place (its first element's address the same) is not taken
+// for the one seen before.
+func TestAnswerFollowsTheSecrets(t *testing.T) {
+	secrets := []string{"secret-one-1234"}
+	if got := string(Answer([]byte(`{"x":"secret-one-1234"}`), secrets)); strings.Contains(got, "secret-one") {
+		t.Errorf("not redacted: %s", got)
+	}
+	secrets[0] = "secret-two-5678"
+	if got := string(Answer([]byte(`{"x":"secret-two-5678 secret-one-1234"}`), secrets)); strings.Contains(got, "secret-two") || !strings.Contains(got, "secret-one") {
+		t.Errorf("after the list changed: %s", got)
+	}
+}

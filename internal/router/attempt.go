@@ -230,7 +230,7 @@ func (a *attempt) errorAnswer(resp *http.Response) *outcome {
 // answer reads a non-streamed success into the plan's format; a body that
 // is no answer is the deployment's failure.
 func (a *attempt) answer(resp *http.Response) *outcome {
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	body, err := readAnswer(resp)
 	resp.Body.Close()
 	if err != nil {
 		return a.fail(provider.Transport, err)
@@ -252,6 +252,32 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 	return out
 }
 
+// readAnswer reads a whole answer, maxResponseBody+1 bytes at most: into
+// one buffer of the length its Content-Length states (within the bound),
+// where io.ReadAll grows one from 512 bytes, copying the answer again at
+// each step. A Content-Length that is wrong only costs a buffer that grows.
+func readAnswer(resp *http.Response) ([]byte, error) {
+	r := io.LimitReader(resp.Body, maxResponseBody+1)
+	n := resp.ContentLength
+	if n <= 0 || n > maxResponseBody {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, 0, n+1) // +1: room to see the end
+	for {
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return buf, err
+		case len(buf) == cap(buf): // longer than it said
+			rest, err := io.ReadAll(r)
+			return append(buf, rest...), err
+		}
+	}
+}
+
 // firstContent reads a stream until its first event of content. Comments
 // and pings do not count; an error event before any content is a failure
 // like an error status, and the router may still fail over. What a native
@@ -259,8 +285,9 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 func (a *attempt) firstContent(resp *http.Response, req *Request) *outcome {
 	out := a.out
 	out.obs = a.d.Provider.Observe(resp.StatusCode, resp.Header, nil, a.r.Clock.Now())
+	wait := &waitFlush{r: resp.Body, cancel: a.cancel} // stream.go
 	s := &Stream{r: a.r, format: a.out.format, leg: leg{d: a.d, claim: a.out.claim, holds: a.out.holds, queue: a.out.queue, body: resp.Body,
-		in: a.plan.Stream(resp.Body), ctx: a.ctx, cancel: a.cancel, group: a.out.group, prefixes: a.out.prefixes,
+		in: a.plan.Stream(wait), wait: wait, ctx: a.ctx, cancel: a.cancel, group: a.out.group, prefixes: a.out.prefixes,
 		usage:        provider.NewUsageCounter(a.out.format, req.Format == a.out.format && !req.IncludeUsage),
 		promptTokens: req.PromptTokens, maxTokens: req.OutputTokens}}
 	if s.in == nil {

@@ -111,15 +111,26 @@ func BenchmarkServeNonStreaming(b *testing.B) {
 		"X-Ratelimit-Reset-Requests":     {"6ms"},
 		"X-Ratelimit-Reset-Tokens":       {"30ms"},
 	}
+	// A longer answer (4 KB of content), with its Content-Length as a
+	// provider states it.
+	long := bytes.Replace(body, []byte("Hello! This is a fixed answer."), bytes.Repeat([]byte("A longer answer. "), 240), 1)
 	for _, c := range []struct {
 		name string
 		n    int
 		h    http.Header
-	}{{"deployments=1", 1, plain}, {"deployments=8-ratelimit-headers", 8, limited}} {
+		body []byte
+	}{{"deployments=1", 1, plain, body}, {"deployments=8-ratelimit-headers", 8, limited, body}, {"deployments=1-answer=4KB", 1, plain, long}} {
 		b.Run(c.name, func(b *testing.B) {
 			group := make([]*Deployment, c.n)
 			for i := range group {
-				group[i] = deployment(fmt.Sprintf("d%d", i), answer(200, c.h, body))
+				s := answer(200, c.h, c.body)
+				reply := s.replies[0]
+				s.replies[0] = func(req *http.Request) (*http.Response, error) {
+					resp, err := reply(req)
+					resp.ContentLength = int64(len(c.body))
+					return resp, err
+				}
+				group[i] = deployment(fmt.Sprintf("d%d", i), s)
 			}
 			r := New()
 			g := NewGroup("bench", group) // as the handler holds it: one per config

@@ -60,6 +60,41 @@ type Stream struct {
 	// sent counts the bytes of event data relayed to the client
 	// (Router.MaxStreamBytes).
 	sent int64
+	// flush sends what was written to the client (FlushWaits); nil: the
+	// event callback flushes each event.
+	flush func() error
+}
+
+// FlushWaits has Relay call flush (which sends what the event callback
+// wrote to the client) whenever the stream is about to read from its
+// provider, which may wait, and before it takes up a broken stream on
+// another attempt: what was written reaches the client before any wait,
+// and the events that came in one read of the provider's stream go out in
+// one write, as a proxy copies them. The event callback then need not
+// flush each event (the end of the stream is still for it to flush). A
+// flush that fails ends the stream as a client gone away. Call it before
+// Relay.
+func (s *Stream) FlushWaits(flush func() error) { s.flush = flush }
+
+// waitFlush is a streamed answer's body as its reader reads it: each read,
+// which may wait for the provider, sends what the client was written
+// first (Stream.FlushWaits). A read that finds what it needs buffered
+// already (an event that came with the one before) is no read of the body.
+type waitFlush struct {
+	r      io.Reader
+	cancel context.CancelCauseFunc // the attempt's: a failed flush ends it
+	flush  func() error            // the stream's, set by Stream.next
+}
+
+// Read implements io.Reader.
+func (w *waitFlush) Read(p []byte) (int, error) {
+	if w.flush != nil {
+		if err := w.flush(); err != nil {
+			w.cancel(context.Canceled) // the client went away, not the provider
+			return 0, context.Canceled
+		}
+	}
+	return w.r.Read(p)
 }
 
 // Broke returns how the stream ended when its provider failed and it was
@@ -80,6 +115,7 @@ type leg struct {
 	queue  *queue
 	body   io.ReadCloser
 	in     provider.Stream
+	wait   *waitFlush // the body as in reads it
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	idle   Timer // idle_timeout between content events, made by the first Relay wait
@@ -275,6 +311,9 @@ func (s *Stream) Relay(event func(ev provider.Event, done bool) error) error {
 		if !errors.As(err, &se) {
 			return err
 		}
+		if s.flush != nil && s.flush() != nil {
+			return context.Canceled // the client went away
+		}
 		if se.final || !s.resume(se) {
 			s.broke = se
 			return err
@@ -442,6 +481,9 @@ func (s *Stream) end(event func(provider.Event, bool) error) error {
 // replay's repeat of the client's text, a continuation held until it is
 // checked): the client's silence is bounded as the provider's.
 func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observation, error) {
+	if s.wait != nil {
+		s.wait.flush = s.flush // this leg's body: a resume put it in place
+	}
 	idle := s.d.IdleTimeout
 	if idle <= 0 {
 		return s.in.Next()

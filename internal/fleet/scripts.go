@@ -188,31 +188,38 @@ end
 return 0
 `)
 
-// spendScript takes one attempt's share from a deployment's budget: its
-// stated windows (requests r, tokens t), one for the whole fleet. A window
-// the hash does not hold yet starts as the calling instance knows it; a
-// window whose reset passed (by Redis' clock) is full again, its next reset
-// a span (and a margin) later. When a window holds less than the share (a share larger
-// than the whole window goes on a full one), nothing is taken. Within the
-// same window, what the instance knows corrects the budget (a later reset
-// an answer stated, and less left), and so does the latest reset any
-// instance learned. The hash
-// expires a span after its last reset.
+// leaseScript grants (and takes back) slices of a deployment's budget: its
+// stated windows (requests r, tokens t), one for the whole fleet (see
+// lease.go). A window the hash does not hold yet starts as the calling
+// instance knows it; a window whose reset passed (by Redis' clock) is full
+// again, its next reset a span (and a margin) later. Within the same
+// window, what the instance knows corrects the budget (a later reset an
+// answer stated, and less left), and so does the latest reset any
+// instance learned. A slice given back is added to the window it was
+// granted in (none other: a slice never outlives its window). Then, when
+// a window the attempt needs holds less than it lacks (a need larger than
+// the whole window goes on a full one), nothing is granted; else each
+// window grants what was asked, no more than it holds, nor more than an
+// equal share of it among the active instances (what is needed always).
+// What is granted leaves the window's remainder at once: the slices out
+// never add up to more than the window held. The hash expires a span
+// after its last reset.
 //
 //	KEYS[1]  the budget hash, KEYS[2] the deployment's state hash (the
 //	         windows as the fleet last learned them; see publishScript)
 //	ARGV     per window (r, then t): limit (-1: not asked), remaining,
-//	         reset (Unix ms), span (ms), share; then the margin added to
-//	         each reset (ms; a provider's window may start a little later),
-//	         and the instance's id
+//	         reset (Unix ms), span (ms), need (what the attempt lacks; 0:
+//	         none), ask, give back, the reset its slice was granted in;
+//	         then the margin added to each reset (ms; a provider's window
+//	         may start a little later), and the instance's id
 //
-// Each call marks the instance as active; the reply's last element counts
-// the instances active within the last span.
+// Each call marks the instance as active; the reply counts the instances
+// active within the last span.
 //
-// It returns {1, 0, r left, r reset, t left, t reset, instances} when the
-// share was taken, {0, wait in ms, ...} when a window is spent for that
-// long.
-var spendScript = redis.NewScript(`
+// It returns {1, 0, r left, r reset, t left, t reset, instances, r granted,
+// t granted, now} when granted (now: Redis' clock, ms), {0, wait in ms,
+// ...} when a window is spent for that long (nothing granted).
+var leaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A key of another type than the router writes is replaced.
@@ -223,16 +230,18 @@ for k = 1, 2 do
   end
 end
 local names = {'r', 't'}
-local left, reset, wait = {-1, -1}, {0, 0}, 0
+local margin = tonumber(ARGV[17])
+local left, reset, wait, longest = {-1, -1}, {0, 0}, 0, 0
 for i = 1, 2 do
-  local b = (i - 1) * 5
-  local lim, lrem, lreset, span, n = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local b = (i - 1) * 8
+  local lim, lrem, lreset, span, need = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
   if lim >= 0 then
+    longest = math.max(longest, span)
     -- What is no number, or a reset past any window from now, is not the
     -- fleet's count: the instance's own stands in.
     local r = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_left') or '-1') or -1
     local rs = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_reset') or '0') or 0
-    if r < 0 or rs > now + 2 * span + tonumber(ARGV[11]) then
+    if r < 0 or rs > now + 2 * span + margin then
       r, rs = lrem, lreset
     end
     -- The same window as the instance knows it: an answer may have told
@@ -251,21 +260,21 @@ for i = 1, 2 do
       end
     end
     if rs <= now then
-      rs = rs + span * (math.floor((now - rs) / span) + 1) + tonumber(ARGV[11])
+      rs = rs + span * (math.floor((now - rs) / span) + 1) + margin
       r = lim
     end
-    if r < math.max(math.min(n, lim), 1) then
+    if tonumber(ARGV[b + 7]) > 0 and tonumber(ARGV[b + 8]) == rs then
+      r = math.min(r + tonumber(ARGV[b + 7]), lim)
+    end
+    if need > 0 and r < math.max(math.min(need, lim), 1) then
       wait = math.max(wait, rs - now)
     end
     left[i], reset[i] = r, rs
   end
 end
 -- The instances that asked within the last span (each marks itself).
-local active, longest = 0, 0
-for i = 1, 2 do
-  longest = math.max(longest, tonumber(ARGV[(i - 1) * 5 + 4]))
-end
-redis.call('HSET', KEYS[1], 'o:' .. ARGV[12], now)
+local active = 0
+redis.call('HSET', KEYS[1], 'o:' .. ARGV[18], now)
 local fields = redis.call('HGETALL', KEYS[1])
 for j = 1, #fields, 2 do
   if string.sub(fields[j], 1, 2) == 'o:' then
@@ -277,14 +286,16 @@ for j = 1, #fields, 2 do
     end
   end
 end
-if wait > 0 then
-  return {0, wait, left[1], reset[1], left[2], reset[2], active}
-end
-local exp = 0
+local granted, exp = {0, 0}, 0
 for i = 1, 2 do
   if left[i] >= 0 then
-    local b = (i - 1) * 5
-    left[i] = math.max(left[i] - tonumber(ARGV[b + 5]), 0)
+    local b = (i - 1) * 8
+    if wait == 0 then
+      local need, ask = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+      local share = math.ceil(left[i] / math.max(active, 1))
+      granted[i] = math.min(left[i], math.max(need, math.min(ask, share)))
+      left[i] = left[i] - granted[i]
+    end
     redis.call('HSET', KEYS[1], names[i] .. '_left', left[i], names[i] .. '_reset', reset[i])
     exp = math.max(exp, reset[i] + tonumber(ARGV[b + 4]))
   end
@@ -292,5 +303,8 @@ end
 if exp > 0 then
   redis.call('PEXPIREAT', KEYS[1], exp)
 end
-return {1, 0, left[1], reset[1], left[2], reset[2], active}
+if wait > 0 then
+  return {0, wait, left[1], reset[1], left[2], reset[2], active, 0, 0, now}
+end
+return {1, 0, left[1], reset[1], left[2], reset[2], active, granted[1], granted[2], now}
 `)

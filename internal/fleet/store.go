@@ -132,6 +132,7 @@ type Store struct {
 	cancel             context.CancelFunc
 	wg                 sync.WaitGroup
 	wake, pollNow      chan struct{}
+	leaseNow           chan struct{} // a slice ran low (lease.go)
 	mu                 sync.Mutex
 	bindings           map[string]*binding // by deployment id
 	queues             map[string]*Queue   // by key
@@ -210,12 +211,14 @@ func New(o Options) (*Store, error) {
 		obs:       o.Observer,
 		wake:      make(chan struct{}, 1),
 		pollNow:   make(chan struct{}, 1),
+		leaseNow:  make(chan struct{}, 1),
 		bindings:  map[string]*binding{},
 		queues:    map[string]*Queue{},
 		pending:   map[*binding]*pending{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(4)
+	s.wg.Add(5)
+	go s.leaseLoop()
 	go s.subscribeLoop()
 	go s.writeLoop()
 	go s.pollLoop()
@@ -319,6 +322,9 @@ func (s *Store) close() error {
 		b.ReleaseProbe()
 	}
 	if s.health.Load() != healthDown {
+		for _, b := range bindings {
+			b.upkeep(time.Now(), true) // what the slices hold goes back to the fleet
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.bgTimeout)
 		s.writeReleases(ctx, s.takeReleases())
 		s.closeQueues(ctx)

@@ -32,8 +32,8 @@ import (
 
 // Lease sizing, see above.
 const (
-	leaseHorizon  = 2 * time.Second
-	leaseLowWater = 500 * time.Millisecond
+	leaseHorizon  = 3 * time.Second
+	leaseLowWater = 750 * time.Millisecond
 	demandTau     = time.Second
 	// leaseTick is how often the store looks at the slices (in memory)
 	// for one to renew or give back.
@@ -86,12 +86,19 @@ func (s *slice) left(now time.Time) int64 {
 	return max(s.granted-s.spent, 0)
 }
 
+// same reports whether reset names the slice's window: within half a span
+// of its reset (an answer may state a later reset of the same window).
+func (s *slice) same(reset int64, span time.Duration) bool {
+	return s.reset != 0 && 2*time.Duration(max(reset-s.reset, s.reset-reset))*time.Millisecond <= span
+}
+
 // grant folds a grant of window reset into the slice: the same window adds
 // to it, another replaces it.
-func (s *slice) grant(reset int64, expires time.Time, n, fleetLeft int64) {
-	if reset != s.reset {
-		s.granted, s.spent, s.reset = 0, 0, reset
+func (s *slice) grant(reset int64, span time.Duration, expires time.Time, n, fleetLeft int64) {
+	if !s.same(reset, span) {
+		s.granted, s.spent = 0, 0
 	}
+	s.reset = reset
 	s.granted += n
 	s.expires, s.fleetLeft = expires, fleetLeft
 }
@@ -156,10 +163,11 @@ func (l *leaser) apply(called time.Time, rep grantReply) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.instances = rep.instances
+	spans := [2]time.Duration{l.last.Requests.Span, l.last.Tokens.Span}
 	for i := range l.w {
 		if rep.asked[i] {
 			expires := called.Add(time.Duration(rep.reset[i]-rep.now) * time.Millisecond)
-			l.w[i].grant(rep.reset[i], expires, rep.granted[i], rep.left[i])
+			l.w[i].grant(rep.reset[i], spans[i], expires, rep.granted[i], rep.left[i])
 		}
 	}
 }
@@ -243,25 +251,47 @@ func (l *leaser) upkeep(now time.Time) (ask, give [2]int64, reset [2]int64) {
 		if w.expires.IsZero() || !now.Before(w.expires) {
 			continue
 		}
-		rate := w.demand.decayed(now)
 		until := w.expires.Sub(now)
 		switch keep := w.demand.over(now, min(until, 2*leaseHorizon)); {
-		case rate*demandTau.Seconds() >= 0.5 && left < w.demand.over(now, min(leaseLowWater, until)) && w.fleetLeft > 0:
+		case l.renews(now, i, leaseLowWater):
 			ask[i] = w.demand.over(now, leaseHorizon)
 		case left > 2*keep, until < leaseHorizon && left-keep > max(keep/4, 0):
 			give[i] = left - keep
 		}
 	}
+	// One call renews both: the other window is topped up too when it
+	// holds less than half a slice.
+	for i := range l.w {
+		if ask[i] == 0 && ask[1-i] > 0 && l.renews(now, i, leaseHorizon/2) {
+			ask[i] = l.w[i].demand.over(now, leaseHorizon)
+		}
+	}
 	return ask, give, reset
 }
 
-// gave takes a slice given back out of the lease.
-func (l *leaser) gave(i int, reset, n int64) {
+// renews reports whether window i's slice, in use, holds less than its
+// demand over d (and the window has more to lease).
+func (l *leaser) renews(now time.Time, i int, d time.Duration) bool {
+	w := &l.w[i]
+	if w.expires.IsZero() || !now.Before(w.expires) || w.fleetLeft <= 0 {
+		return false
+	}
+	return w.demand.decayed(now)*demandTau.Seconds() >= 0.5 && w.left(now) < w.demand.over(now, min(d, w.expires.Sub(now)))
+}
+
+// gave takes what is given back of window i's slice out of it, if the
+// slice is still of window reset, and returns how much it took (never more
+// than the slice holds).
+func (l *leaser) gave(now time.Time, i int, reset, n int64) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if w := &l.w[i]; w.reset == reset {
-		w.granted = max(w.granted-n, w.spent)
+	w := &l.w[i]
+	if w.reset != reset {
+		return 0
 	}
+	n = min(n, w.left(now))
+	w.granted -= n
+	return n
 }
 
 // held returns, when a slice that the attempt needs is spent, how long
@@ -351,7 +381,7 @@ func (b *binding) upkeep(now time.Time, closing bool) {
 	defer l.land()
 	for i, n := range give {
 		if n > 0 {
-			l.gave(i, reset[i], n) // out of the slice first: a lost reply loses it, never spends it twice
+			give[i] = l.gave(now, i, reset[i], n) // out of the slice first: a lost reply loses it, never spends it twice
 		}
 	}
 	l.mu.Lock()

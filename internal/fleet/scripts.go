@@ -196,7 +196,8 @@ return 0
 // window, what the instance knows corrects the budget (a later reset an
 // answer stated, and less left), and so does the latest reset any
 // instance learned. A slice given back is added to the window it was
-// granted in (none other: a slice never outlives its window). Then, when
+// granted in (a reset within half a span of it; none other: a slice never
+// outlives its window). Then, when
 // a window the attempt needs holds less than it lacks (a need larger than
 // the whole window goes on a full one), nothing is granted; else each
 // window grants what was asked, no more than it holds, nor more than an
@@ -263,7 +264,7 @@ for i = 1, 2 do
       rs = rs + span * (math.floor((now - rs) / span) + 1) + margin
       r = lim
     end
-    if tonumber(ARGV[b + 7]) > 0 and tonumber(ARGV[b + 8]) == rs then
+    if tonumber(ARGV[b + 7]) > 0 and math.abs(tonumber(ARGV[b + 8]) - rs) * 2 <= span then
       r = math.min(r + tonumber(ARGV[b + 7]), lim)
     end
     if need > 0 and r < math.max(math.min(need, lim), 1) then

@@ -549,16 +549,25 @@ func (s *Store) handle(payload string) {
 	}
 }
 
-// writeLoop writes what the states published, coalesced: under load, many
-// observations of a deployment become one write.
+// writeLoop writes what the states published, coalesced: what changes
+// routing (a circuit, a drain, a window running out or coming back, a
+// probe claim freed, a response's owner) at once, the rest (a remaining
+// count going down) at most once per PollInterval, as the others poll it:
+// at 2,000 answers a second, each answer's write made the state hash
+// 99.7% of Redis' key accesses.
 func (s *Store) writeLoop() {
 	defer s.wg.Done()
+	var last time.Time
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-s.wake:
 		}
+		if !s.paceWrites(last) {
+			return
+		}
+		last = time.Now()
 		s.mu.Lock()
 		batch := s.pending
 		s.pending = map[*binding]*pending{}
@@ -581,6 +590,43 @@ func (s *Store) writeLoop() {
 		}
 		cancel()
 	}
+}
+
+// paceWrites waits, when nothing pending changes routing, until a poll
+// interval has passed since the last write (or something urgent comes);
+// false when the store closes.
+func (s *Store) paceWrites(last time.Time) bool {
+	for !s.urgent() {
+		d := time.Until(last.Add(s.poll))
+		if d <= 0 {
+			return true
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return false
+		case <-s.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return true
+}
+
+// urgent reports whether something pending for the writer changes routing.
+func (s *Store) urgent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.releases) > 0 || len(s.owners) > 0 {
+		return true
+	}
+	for _, p := range s.pending {
+		if p.notify {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) takeReleases() []release {

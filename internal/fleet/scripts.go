@@ -16,7 +16,7 @@ var skewMS = strconv.FormatInt(clockSkew.Milliseconds(), 10)
 // part stamped more than clockSkew after Redis' own clock (TIME), or whose
 // stamp is not a number, is not trusted: any write replaces it (else an
 // instance whose clock runs ahead would hold the part for good); an expiry
-// that is not a number is ignored.
+// that is not a number is ignored; a key of another type is replaced.
 //
 //	KEYS[1]  the deployment's state hash
 //	ARGV[1]  channel to notify ('' = no notification)
@@ -25,6 +25,10 @@ var skewMS = strconv.FormatInt(clockSkew.Milliseconds(), 10)
 //
 // It returns 1 when a part was written, else 0.
 var publishScript = redis.NewScript(`
+local ty = redis.call('TYPE', KEYS[1]).ok
+if ty ~= 'hash' and ty ~= 'none' then
+  redis.call('DEL', KEYS[1])
+end
 local t = redis.call('TIME')
 local latest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ` + skewMS + `
 local applied = ''
@@ -199,7 +203,8 @@ return 0
 // granted in (a reset within half a span of it; none other: a slice never
 // outlives its window). Then, when
 // a window the attempt needs holds less than it lacks (a need larger than
-// the whole window goes on a full one), nothing is granted; else each
+// the whole window goes on a full one), nothing is granted (a remainder
+// above the limit is the limit); else each
 // window grants what was asked, no more than it holds, nor more than an
 // equal share of it among the active instances (what is needed always).
 // What is granted leaves the window's remainder at once: the slices out
@@ -245,6 +250,7 @@ for i = 1, 2 do
     if r < 0 or rs > now + 2 * span + margin then
       r, rs = lrem, lreset
     end
+    r = math.min(r, lim)
     -- The same window as the instance knows it: an answer may have told
     -- it a later reset, or less left (the provider's count is the truth).
     if math.abs(lreset - rs) * 2 <= span then

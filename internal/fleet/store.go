@@ -138,7 +138,8 @@ type Store struct {
 	queues             map[string]*Queue   // by key
 	pending            map[*binding]*pending
 	releases           []release
-	owners             []ownerWrite // Responses API owners for the writer (owners.go)
+	owners             []ownerWrite    // Responses API owners for the writer (owners.go)
+	logged             map[string]bool // keys logged as malformed (malformed)
 	ps                 *redis.PubSub
 	closed             bool
 }
@@ -466,10 +467,20 @@ func (s *Store) pollOnce() error {
 	for i, b := range bindings {
 		cmds[i] = pipe.HMGet(ctx, b.stateKey, partCircuit, partRequests, partTokens, partDrain)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "WRONGTYPE") {
 		return err
 	}
 	for i, b := range bindings {
+		if err := cmds[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
+			if !redis.HasErrorPrefix(err, "WRONGTYPE") {
+				return err
+			}
+			// Not a hash the router wrote: dropped (the next write makes
+			// it again), not taken for an outage.
+			s.malformed(b.stateKey, "a key of the wrong type")
+			_ = s.client.Del(ctx, b.stateKey).Err()
+			continue
+		}
 		var sh capacity.Shared
 		for k, v := range cmds[i].Val() {
 			if str, ok := v.(string); ok {
@@ -479,6 +490,21 @@ func (s *Store) pollOnce() error {
 		b.st.Merge(trusted(sh, time.Now()))
 	}
 	return nil
+}
+
+// malformed logs, once per key, that key held what the router cannot have
+// written (what), and that it was replaced.
+func (s *Store) malformed(key, what string) {
+	s.mu.Lock()
+	seen := s.logged[key]
+	if s.logged == nil {
+		s.logged = map[string]bool{}
+	}
+	s.logged[key] = true
+	s.mu.Unlock()
+	if !seen {
+		s.log.Warn("fleet store: malformed key replaced (not written by this router)", zap.String("key", key), zap.String("held", what))
+	}
 }
 
 // subscribeLoop receives the fleet's notifications and merges them. A

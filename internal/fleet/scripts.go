@@ -25,35 +25,35 @@ var skewMS = strconv.FormatInt(clockSkew.Milliseconds(), 10)
 //
 // It returns 1 when a part was written, else 0.
 var publishScript = redis.NewScript(`
-local ty = redis.call('TYPE', KEYS[1]).ok
-if ty ~= 'hash' and ty ~= 'none' then
+-- One read of every stamp and expiry; a key of another type is replaced.
+local ok, cur = pcall(redis.call, 'HMGET', KEYS[1], 'c_at', 'r_at', 't_at', 'd_at', 'c_exp', 'r_exp', 't_exp', 'd_exp')
+if not ok then
   redis.call('DEL', KEYS[1])
+  cur = {}
 end
+local index = {c = 1, r = 2, t = 3, d = 4}
 local t = redis.call('TIME')
 local latest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ` + skewMS + `
-local applied = ''
+local applied, exps = '', {}
+for k = 1, 4 do
+  exps[k] = tonumber(cur[k + 4] or '0') or 0
+end
 for i = 3, #ARGV, 4 do
-  local name, at = ARGV[i], tonumber(ARGV[i + 1])
-  local cur = tonumber(redis.call('HGET', KEYS[1], name .. '_at') or '0') or 0
-  if cur > latest then
-    cur = 0
+  local name, at, k = ARGV[i], tonumber(ARGV[i + 1]), index[ARGV[i]]
+  local was = k and (tonumber(cur[k] or '0') or 0) or 0
+  if was > latest then
+    was = 0
   end
-  if at > cur then
+  if k and at > was then
     redis.call('HSET', KEYS[1], name, ARGV[i + 3], name .. '_at', ARGV[i + 1], name .. '_exp', ARGV[i + 2])
     applied = applied .. '\n' .. name .. '\t' .. ARGV[i + 3]
+    exps[k] = tonumber(ARGV[i + 2]) or 0
   end
 end
 if applied == '' then
   return 0
 end
-local exp = 0
-for _, name in ipairs({'c', 'r', 't', 'd'}) do
-  local e = tonumber(redis.call('HGET', KEYS[1], name .. '_exp') or '0') or 0
-  if e > exp then
-    exp = e
-  end
-end
-redis.call('PEXPIREAT', KEYS[1], exp)
+redis.call('PEXPIREAT', KEYS[1], math.max(exps[1], exps[2], exps[3], exps[4]))
 if ARGV[1] ~= '' then
   redis.call('PUBLISH', ARGV[1], ARGV[2] .. applied)
 end
@@ -228,13 +228,21 @@ return 0
 var leaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- A key of another type than the router writes is replaced.
-for k = 1, 2 do
-  local ty = redis.call('TYPE', KEYS[k]).ok
-  if ty ~= 'hash' and ty ~= 'none' then
-    redis.call('DEL', KEYS[k])
+-- One read of each hash; a key of another type than the router writes is
+-- replaced.
+local function read(cmd, key, ...)
+  local ok, v = pcall(redis.call, cmd, key, ...)
+  if ok then
+    return v
   end
+  redis.call('DEL', key)
+  return {}
 end
+local all, budget = read('HGETALL', KEYS[1]), {}
+for j = 1, #all, 2 do
+  budget[all[j]] = all[j + 1]
+end
+local state = read('HMGET', KEYS[2], 'r', 't')
 local names = {'r', 't'}
 local margin = tonumber(ARGV[17])
 local left, reset, wait, longest = {-1, -1}, {0, 0}, 0, 0
@@ -245,8 +253,8 @@ for i = 1, 2 do
     longest = math.max(longest, span)
     -- What is no number, or a reset past any window from now, is not the
     -- fleet's count: the instance's own stands in.
-    local r = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_left') or '-1') or -1
-    local rs = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_reset') or '0') or 0
+    local r = tonumber(budget[names[i] .. '_left'] or '-1') or -1
+    local rs = tonumber(budget[names[i] .. '_reset'] or '0') or 0
     if r < 0 or rs > now + 2 * span + margin then
       r, rs = lrem, lreset
     end
@@ -259,7 +267,7 @@ for i = 1, 2 do
     end
     -- The same window as the fleet last learned it (the state hash, which
     -- any instance's answers update): a later reset.
-    local sv = redis.call('HGET', KEYS[2], names[i])
+    local sv = state[i]
     if sv then
       local ok, w = pcall(cjson.decode, sv)
       if ok and type(w) == 'table' and type(w.reset) == 'number' and w.reset > 0 and math.abs(w.reset - rs) * 2 <= span then
@@ -280,18 +288,19 @@ for i = 1, 2 do
   end
 end
 -- The instances that asked within the last span (each marks itself).
-local active = 0
-redis.call('HSET', KEYS[1], 'o:' .. ARGV[18], now)
-local fields = redis.call('HGETALL', KEYS[1])
-for j = 1, #fields, 2 do
-  if string.sub(fields[j], 1, 2) == 'o:' then
-    local seen = tonumber(fields[j + 1])
+local me, active, stale = 'o:' .. ARGV[18], 1, {}
+for j = 1, #all, 2 do
+  if string.sub(all[j], 1, 2) == 'o:' and all[j] ~= me then
+    local seen = tonumber(all[j + 1])
     if seen and now - seen <= longest then
       active = active + 1
     else
-      redis.call('HDEL', KEYS[1], fields[j])
+      table.insert(stale, all[j])
     end
   end
+end
+if #stale > 0 then
+  redis.call('HDEL', KEYS[1], unpack(stale))
 end
 local granted, exp = {0, 0}, 0
 for i = 1, 2 do
@@ -303,10 +312,19 @@ for i = 1, 2 do
       granted[i] = math.min(left[i], math.max(need, math.min(ask, share)))
       left[i] = left[i] - granted[i]
     end
-    redis.call('HSET', KEYS[1], names[i] .. '_left', left[i], names[i] .. '_reset', reset[i])
     exp = math.max(exp, reset[i] + tonumber(ARGV[b + 4]))
   end
 end
+local writes = {me, now}
+for i = 1, 2 do
+  if left[i] >= 0 then
+    table.insert(writes, names[i] .. '_left')
+    table.insert(writes, left[i])
+    table.insert(writes, names[i] .. '_reset')
+    table.insert(writes, reset[i])
+  end
+end
+redis.call('HSET', KEYS[1], unpack(writes))
 if exp > 0 then
   redis.call('PEXPIREAT', KEYS[1], exp)
 end

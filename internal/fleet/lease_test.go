@@ -25,7 +25,7 @@ func (f *fakeWindow) grant(l *leaser, called time.Time, need, ask, give [2]int64
 		rep.wait, rep.left = time.Until(time.UnixMilli(f.reset)), [2]int64{f.left, 0}
 		return rep
 	}
-	g := min(f.left, max(need[0], min(ask[0], (f.left+int64(active)-1)/int64(active))))
+	g := min(f.left, max(need[0], min(ask[0], f.left/(4*int64(active)))))
 	f.left -= g
 	rep.ok, rep.granted, rep.left = true, [2]int64{g, 0}, [2]int64{f.left, 0}
 	l.apply(called, rep)

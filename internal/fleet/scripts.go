@@ -205,8 +205,11 @@ return 0
 // a window the attempt needs holds less than it lacks (a need larger than
 // the whole window goes on a full one), nothing is granted (a remainder
 // above the limit is the limit); else each
-// window grants what was asked, no more than it holds, nor more than an
-// equal share of it among the active instances (what is needed always).
+// window grants what was asked, no more than it holds, nor more than a
+// quarter of an equal share of it among the active instances (what is
+// needed always): slices shrink as the window runs low, so that when the
+// fleet asks for more than the window holds, each instance takes what its
+// requests need, and none holds a slice while another's requests wait.
 // What is granted leaves the window's remainder at once: the slices out
 // never add up to more than the window held. The hash expires a span
 // after its last reset.
@@ -308,7 +311,7 @@ for i = 1, 2 do
     local b = (i - 1) * 8
     if wait == 0 then
       local need, ask = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-      local share = math.ceil(left[i] / math.max(active, 1))
+      local share = math.floor(left[i] / (4 * math.max(active, 1)))
       granted[i] = math.min(left[i], math.max(need, math.min(ask, share)))
       left[i] = left[i] - granted[i]
     end

@@ -19,11 +19,13 @@ type binding struct {
 	stateKey, logKey, tokensKey, probeKey string
 	budgetKey                             string
 
-	lease leaser // its slices of the fleet's budget (lease.go)
+	lease  leaser // its slices of the fleet's budget (lease.go)
+	places places // its grants in the declared window (declared.go)
 
 	mu         sync.Mutex
 	probeToken string  // the probe claim this instance holds ("" = none)
 	exhausted  [2]bool // requests, tokens: as last published
+	rpm, tpm   int64   // declared, as the last attempt asked
 }
 
 // Publish implements capacity.Fleet: it queues the parts for the writer,
@@ -72,42 +74,6 @@ func (b *binding) Publish(sh capacity.Shared) {
 	case s.wake <- struct{}{}:
 	default:
 	}
-}
-
-// Reserve implements capacity.Fleet with reserveScript, bounded by the
-// store's timeout.
-func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
-	s := b.s
-	if !s.available() {
-		s.obs.Fallback("reserve")
-		return 0, ErrUnavailable
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-	defer cancel()
-	res, err := reserveScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
-		capacity.DeclaredWindow.Milliseconds(), rpm, tpm, max(tokens, 0), s.nextToken()).Int64Slice()
-	if err == nil && len(res) != 3 {
-		err = errBadReply
-	}
-	if err != nil {
-		if s.busy(err, start) {
-			s.obs.Error("reserve")
-			return s.timeout, nil // Redis is loaded, not down: try again shortly
-		}
-		s.fail("reserve", err)
-		s.obs.Fallback("reserve")
-		return 0, err
-	}
-	s.answered()
-	if res[2] > 0 {
-		s.log.Warn("fleet store: malformed declared-limits entries replaced (not written by this router, or by a clock that runs ahead)",
-			zap.String("key", b.logKey), zap.Int64("entries", res[2]))
-	}
-	if res[0] == 1 {
-		return 0, nil
-	}
-	return max(time.Duration(res[1])*time.Millisecond, time.Millisecond), nil
 }
 
 // Spend implements capacity.Fleet from this instance's slices of the

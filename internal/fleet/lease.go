@@ -360,6 +360,7 @@ func (s *Store) leaseLoop() {
 		}
 		for _, b := range s.snapshotBindings() {
 			b.upkeep(time.Now(), false)
+			b.upkeepPlaces(time.Now(), false)
 		}
 	}
 }
@@ -388,11 +389,7 @@ func (b *binding) upkeep(now time.Time, closing bool) {
 	bu := l.last
 	l.mu.Unlock()
 	s := b.s
-	parent := s.ctx
-	if closing {
-		parent = context.Background() // the store's own context has ended
-	}
-	ctx, cancel := context.WithTimeout(parent, s.bgTimeout)
+	ctx, cancel := b.bgContext(closing)
 	defer cancel()
 	called := time.Now()
 	rep, err := b.grant(ctx, bu, [2]int64{0, 0}, ask, give, reset)
@@ -401,6 +398,15 @@ func (b *binding) upkeep(now time.Time, closing bool) {
 		return
 	}
 	l.apply(called, rep)
+}
+
+// bgContext bounds a background call by the store's background timeout.
+func (b *binding) bgContext(closing bool) (context.Context, context.CancelFunc) {
+	parent := b.s.ctx
+	if closing {
+		parent = context.Background() // the store's own context has ended
+	}
+	return context.WithTimeout(parent, b.s.bgTimeout)
 }
 
 // all returns what the slices hold.

@@ -60,105 +60,124 @@ end
 return 1
 `)
 
-// reserveScript counts one attempt against a deployment's declared rpm/tpm
-// over the fleet-wide sliding window, atomically: a log of the attempts
-// started in the window (a sorted set scored by Redis' own clock, so that
-// the instances' clocks do not matter; each member ends in ":<tokens>") and
-// the sum of their tokens. Like the local window, a limit of 60 rpm never
-// lets 61 attempts start within any 60 s, and an attempt larger than the
-// whole tpm goes alone once the window is empty. Both keys expire with the
-// window: nothing outlives it.
+// declaredScript leases places in a deployment's declared rpm/tpm over the
+// fleet-wide sliding window, atomically (see declared.go): a log of the
+// grants (a sorted set; each member "<grant id>:<requests>:<tokens>",
+// scored by Redis' own clock at the end of the grant's use, so that the
+// instances' clocks do not matter, and a grant counts in the window from
+// when it is made until a window after its last possible use) and the sum
+// of their tokens. So, like the local window, a limit of 60 rpm never lets
+// 61 attempts start within any 60 s, and an attempt larger than the whole
+// tpm goes alone once the window is empty. What a grant did not use is
+// given back (its member rewritten with what it used) by the next call.
+// Both keys expire with the window.
 //
 //	KEYS[1]  the log, KEYS[2] the token sum
-//	ARGV[1]  window (ms), ARGV[2] rpm, ARGV[3] tpm (0 = none), ARGV[4] tokens, ARGV[5] unique member id
+//	ARGV[1]  window (ms), ARGV[2] rpm, ARGV[3] tpm (0 = none), ARGV[4]
+//	         requests and ARGV[5] tokens needed (0, 0: a renewal), ARGV[6]
+//	         requests and ARGV[7] tokens asked, ARGV[8] how long the
+//	         grant is used (ms), ARGV[9] its id, ARGV[10] the member of a
+//	         grant given back ('' = none), ARGV[11], ARGV[12] the requests
+//	         and tokens it used
 //
 // What cannot be a log the script wrote is replaced, and counted in the
-// reply's last element: a key of the wrong type (both are deleted), an entry
-// scored more than clockSkew after Redis' clock, an entry without its
-// tokens, a token sum that is not a number (the window is counted again).
+// reply's last element: a key of the wrong type (both are deleted), an
+// entry scored later than a grant can end (clockSkew after Redis' clock
+// and a grant's use), one in the window that is no grant, a token sum that
+// is no number (it is counted again).
 //
-// It returns {1, 0, replaced} when the attempt was counted, or {0, wait in
-// ms, replaced} when the window is spent for that long (nothing counted).
-var reserveScript = redis.NewScript(`
+// It returns {1, 0, requests granted, tokens granted, replaced} ({1, wait
+// in ms, 0, 0, replaced}: a renewal found the window spent for that long),
+// or {0, wait in ms, 0, 0, replaced} when the window is spent for that
+// long for the attempt.
+var declaredScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local window, rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local cutoff = now - window
+local window, rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local needR, needT, askR, askT, use = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local replaced = 0
-local function kind(key)
-  local v = redis.call('TYPE', key)
-  if type(v) == 'table' then
-    return v.ok
-  end
-  return v
-end
 for i, want in ipairs({'zset', 'string'}) do
-  local k = kind(KEYS[i])
-  if k ~= want and k ~= 'none' then
+  local ok, ty = pcall(redis.call, 'TYPE', KEYS[i])
+  ty = ok and (type(ty) == 'table' and ty.ok or ty) or 'none'
+  if ty ~= want and ty ~= 'none' then
     redis.call('DEL', KEYS[1], KEYS[2])
     replaced = replaced + 1
   end
 end
-replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + ` + skewMS + `), '+inf')
-local function tokensOf(m)
-  local d = string.match(m, ':(%d+)$')
-  local n = d and tonumber(d)
-  if not n then
-    redis.call('ZREM', KEYS[1], m)
-    replaced = replaced + 1
-    return 0
-  end
-  return n
-end
-local used = tonumber(redis.call('GET', KEYS[2]) or '0')
-if used == nil then
-  used = -1
+local sum = redis.call('GET', KEYS[2])
+if sum and not tonumber(sum) then
   replaced = replaced + 1
 end
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)
-for _, m in ipairs(old) do
-  used = used - tokensOf(m)
-end
-if #old > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
-end
-local n = redis.call('ZCARD', KEYS[1])
-if n == 0 then
-  used = 0
-elseif used < 0 then
-  used = 0
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    used = used + tokensOf(m)
-  end
-  n = redis.call('ZCARD', KEYS[1])
-end
-local at = now
-if rpm > 0 and n >= rpm then
-  local e = redis.call('ZRANGE', KEYS[1], n - rpm, n - rpm, 'WITHSCORES')
-  at = math.max(at, tonumber(e[2]) + window)
-end
-if tpm > 0 and n > 0 and used + tokens > tpm then
-  local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-  local freed = 0
-  for i = 1, #all, 2 do
-    freed = freed + tokensOf(all[i])
-    if used - freed + tokens <= tpm or i == #all - 1 then
-      at = math.max(at, tonumber(all[i + 1]) + window)
-      break
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + use + ` + skewMS + `), '+inf')
+if ARGV[10] ~= '' then
+  local sc = redis.call('ZSCORE', KEYS[1], ARGV[10])
+  local id = string.match(ARGV[10], '^(.*):%d+:%d+$')
+  if sc and id then
+    redis.call('ZREM', KEYS[1], ARGV[10])
+    if tonumber(ARGV[11]) > 0 or tonumber(ARGV[12]) > 0 then
+      redis.call('ZADD', KEYS[1], sc, id .. ':' .. ARGV[11] .. ':' .. ARGV[12])
     end
   end
 end
-if at > now then
-  if #old > 0 or replaced > 0 then
-    redis.call('SET', KEYS[2], used, 'PX', window)
-    redis.call('PEXPIRE', KEYS[1], window)
+local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local n, used, origins, active = 0, 0, {}, 0
+local counts = {}
+for i = 1, #all, 2 do
+  local id, r, k = string.match(all[i], '^(.*):(%d+):(%d+)$')
+  if not id then
+    id, k = string.match(all[i], '^(.*):(%d+)$')
+    r = 1
   end
-  return {0, at - now, replaced}
+  if not id then
+    redis.call('ZREM', KEYS[1], all[i])
+    replaced = replaced + 1
+    table.insert(counts, {0, 0, 0})
+  else
+    n, used = n + tonumber(r), used + tonumber(k)
+    table.insert(counts, {tonumber(r), tonumber(k), tonumber(all[i + 1])})
+    local o = string.match(id, '^[^-]*')
+    if not origins[o] then
+      origins[o], active = true, active + 1
+    end
+  end
 end
-redis.call('ZADD', KEYS[1], now, ARGV[5] .. ':' .. tokens)
-redis.call('PEXPIRE', KEYS[1], window)
-redis.call('SET', KEYS[2], used + tokens, 'PX', window)
-return {1, 0, replaced}
+-- When enough of the window frees: the oldest grants leave it a window
+-- after their score.
+local function freed(fits)
+  local r, k = n, used
+  for _, c in ipairs(counts) do
+    r, k = r - c[1], k - c[2]
+    if fits(r, k) then
+      return c[3] + window - now
+    end
+  end
+  return window
+end
+local share = 4 * math.max(active, 1)
+local gotR, gotT = math.max(needR, askR), math.max(needT, askT)
+if rpm > 0 then
+  if needR > 0 and n + needR > rpm then
+    return {0, math.max(freed(function(r, k) return r + needR <= rpm end), 1), 0, 0, replaced}
+  end
+  gotR = math.max(0, math.min(rpm - n, math.max(needR, math.min(askR, math.floor((rpm - n) / share)))))
+end
+if tpm > 0 then
+  if (needR > 0 or needT > 0) and n > 0 and used + needT > tpm then
+    return {0, math.max(freed(function(r, k) return r == 0 or k + needT <= tpm end), 1), 0, 0, replaced}
+  end
+  gotT = math.max(needT, math.min(tpm - used, math.min(askT, math.floor((tpm - used) / share))))
+end
+local full = 0
+if gotR > 0 or gotT > 0 then
+  redis.call('ZADD', KEYS[1], now + use, ARGV[9] .. ':' .. gotR .. ':' .. gotT)
+  used = used + gotT
+else
+  full = freed(function(r, k) return (rpm == 0 or r < rpm) and (tpm == 0 or k < tpm) end)
+end
+redis.call('PEXPIRE', KEYS[1], window + use)
+redis.call('SET', KEYS[2], used, 'PX', window + use)
+return {1, full, gotR, gotT, replaced}
 `)
 
 // claimScript takes a half-open probe's claim if no instance holds it (SET

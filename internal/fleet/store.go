@@ -324,7 +324,8 @@ func (s *Store) close() error {
 	}
 	if s.health.Load() != healthDown {
 		for _, b := range bindings {
-			b.upkeep(time.Now(), true) // what the slices hold goes back to the fleet
+			b.upkeep(time.Now(), true) // what the slices and grants hold goes back to the fleet
+			b.upkeepPlaces(time.Now(), true)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.bgTimeout)
 		s.writeReleases(ctx, s.takeReleases())

@@ -12,9 +12,12 @@
 //
 // Local state stays the fast path. Ranking never waits on Redis: what other
 // instances learn arrives in the background, by pub/sub as it happens and
-// by polling every PollInterval to resynchronize. Only a half-open probe, a
-// deployment whose stated windows are known (its budget) and one with
-// declared rpm/tpm ask Redis on the request path, bounded by Timeout. When Redis is slow or down, the store says so once in the log,
+// by polling every PollInterval to resynchronize. A deployment's stated
+// windows (its budget) and declared rpm/tpm are leased: each instance
+// spends slices of them in memory and renews them in the background
+// (lease.go, declared.go); only a half-open probe, a spent slice, the
+// fleet's queue and budgets in USD ask Redis on the request path, bounded
+// by Timeout. When Redis is slow or down, the store says so once in the log,
 // counts it (Observer), stops asking on the request path (the instance
 // routes on local state alone), and resynchronizes when Redis answers again.
 //

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,4 +274,58 @@ func TestRemainingCountsWrittenOncePerPoll(t *testing.T) {
 		a.state.Observe(time.Now(), ok, capacity.DefaultPolicy)
 		eventually(t, 100*time.Millisecond, "a spent window written at once", func() bool { return h.evals.Load() > before })
 	})
+}
+
+// What an instance spends from its slice while Redis is cut off is counted
+// in the fleet's window already (a slice leaves the window's remainder when
+// it is granted): another instance spending meanwhile gets no more than
+// the rest, and when Redis answers again the window, the slices and the
+// attempts served agree (the fleet spent exactly the window, no attempt
+// lost from the count, none counted twice).
+func TestSliceSpentDuringOutageIsCounted(t *testing.T) {
+	url := realRedisURL(t)
+	opt, _ := redis.ParseURL(url)
+	p := newCutProxy(t, opt.Addr)
+	mk := func(u string) (*instance, *binding) {
+		in := newInstance(t, u, 50*time.Millisecond, 0, 0)
+		eventually(t, 5*time.Second, "the store up", in.store.Up)
+		return in, in.store.bindings[DeploymentID(testIdentity)]
+	}
+	a, ba := mk(fmt.Sprintf("redis://%s/%d", p.l.Addr(), opt.DB))
+	_, bb := mk(url)
+	bu := capacity.Budget{Requests: statedWindow(200, time.Minute), Tokens: capacity.BudgetWindow{Limit: -1}}
+	served := 0
+	spend := func(b *binding, n int) {
+		for range n {
+			// An error is a decision left to local state: the State
+			// starts the attempt on what it knows (capacity.acquireFleet).
+			if wait, _, err := b.Spend(bu); err != nil || wait == 0 {
+				served++
+			}
+		}
+	}
+	spend(ba, 30)
+	ba.lease.mu.Lock()
+	held := ba.lease.w[0].granted - ba.lease.w[0].spent
+	ba.lease.mu.Unlock()
+	p.setCut(true)
+	spend(ba, 100) // its slice, and no more
+	spend(bb, 300) // the rest of the window
+	p.setCut(false)
+	eventually(t, 5*time.Second, "a's store up again", a.store.Up)
+	if served != 200 {
+		t.Errorf("expected the fleet to spend exactly the window's 200 (a held %d when cut off), served %d", held, served)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	left, _ := c.HGet(context.Background(), ba.budgetKey, "r_left").Int64()
+	var out int64
+	for _, b := range []*binding{ba, bb} {
+		b.lease.mu.Lock()
+		out += b.lease.w[0].granted - b.lease.w[0].spent
+		b.lease.mu.Unlock()
+	}
+	if left+out+int64(served) != 200 {
+		t.Errorf("expected Redis' remainder (%d), the slices held (%d) and the attempts served (%d) to add up to the window's 200", left, out, served)
+	}
 }

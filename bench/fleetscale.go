@@ -22,7 +22,8 @@ import (
 // processes, -fleet-instances, default 8) share one redis-server on
 // loopback and one llm_mock upstream whose answers state rate-limit
 // windows (x-ratelimit-* on every answer, a window never reached), so that
-// every attempt spends the fleet's budget. A vegeta load of a total rate
+// every attempt spends the fleet's budget; the deployment also declares an
+// rpm and a tpm it never reaches (the fleet's declared minute). A vegeta load of a total rate
 // (-fleet-rate, default 2,000 req/s) is spread evenly over the instances.
 // It prints Redis commands per request, from INFO commandstats before and
 // after the measured part (every command Redis ran, those inside scripts
@@ -163,7 +164,7 @@ func (b *bench) fleetProcesses(dir string, n int) (stop func(), err error) {
 	}
 	started = append(started, m)
 	for i := range n {
-		router := fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n\tpersist_config off\n\tgrace_period 1ns\n}\n\nhttp://127.0.0.1:%d {\n\tllm_router /v1/* {\n\t\tstore redis redis://127.0.0.1:%d/0\n\t\tprovider p {\n\t\t\ttype openai\n\t\t\tbase_url http://127.0.0.1:%d/v1\n\t\t\tapi_key sk-bench\n\t\t}\n\t\tmodel limited {\n\t\t\tdeployment p gpt-4o-mini\n\t\t}\n\t}\n}\n",
+		router := fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n\tpersist_config off\n\tgrace_period 1ns\n}\n\nhttp://127.0.0.1:%d {\n\tllm_router /v1/* {\n\t\tstore redis redis://127.0.0.1:%d/0\n\t\tprovider p {\n\t\t\ttype openai\n\t\t\tbase_url http://127.0.0.1:%d/v1\n\t\t\tapi_key sk-bench\n\t\t}\n\t\tmodel limited {\n\t\t\tdeployment p gpt-4o-mini {\n\t\t\t\trpm 6000000\n\t\t\t\ttpm 6000000000\n\t\t\t}\n\t\t}\n\t}\n}\n",
 			fleetAdminBase+i, fleetRouterBase+i, fleetRedisPort, fleetMockPort)
 		cfg := filepath.Join(dir, fmt.Sprintf("router%d.Caddyfile", i))
 		if err := os.WriteFile(cfg, []byte(router), 0o644); err != nil {

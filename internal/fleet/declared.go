@@ -263,11 +263,16 @@ func (b *binding) upkeepPlaces(now time.Time, closing bool) {
 		return
 	}
 	p.mu.Lock()
-	renew := !closing && !now.Before(p.full) && p.lowLocked(now, rpm, tpm)
+	full := now.Before(p.full)
+	renew := !closing && !full && p.lowLocked(now, rpm, tpm)
 	ended := len(p.grants) > 0 && (closing || !now.Before(p.grants[0].until))
 	p.mu.Unlock()
-	renew = renew && p.demanded(now)
-	if !renew && !ended {
+	demanded := p.demanded(now)
+	renew = renew && demanded
+	// While attempts ask (and the window has room), a grant that ended
+	// goes back with the next renewal (each call gives one back): no call
+	// of its own.
+	if !renew && (!ended || demanded && !closing && !full) {
 		return
 	}
 	if _, lead := p.join(); !lead {

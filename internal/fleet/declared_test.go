@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
 // Two instances under a declared rpm of 100,000 and tpm of 10,000,000, at
@@ -52,12 +54,7 @@ func TestDeclaredLeasesKeepRedisOffTheRequestPath(t *testing.T) {
 func TestDeclaredLeasesNeverExceedTheMinute(t *testing.T) {
 	url := realRedisURL(t)
 	{
-		var bs []*binding
-		for range 8 {
-			in := newInstance(t, url, time.Second, 0, 0)
-			bs = append(bs, in.store.bindings[DeploymentID(testIdentity)])
-			eventually(t, 5*time.Second, "the store up", in.store.Up)
-		}
+		bs := patientBindings(t, url, 8)
 		var started atomic.Int64
 		var wg sync.WaitGroup
 		stop := time.Now().Add(declaredUse + time.Second)
@@ -85,4 +82,23 @@ func TestDeclaredLeasesNeverExceedTheMinute(t *testing.T) {
 			t.Errorf("expected exactly the minute's 300 started by the fleet, got %d", got)
 		}
 	}
+}
+
+// patientBindings binds testIdentity on n stores whose timeout a loaded
+// machine does not reach (2 s): for tests of what the fleet grants, not of
+// a slow Redis.
+func patientBindings(t *testing.T, url string, n int) []*binding {
+	t.Helper()
+	var bs []*binding
+	for range n {
+		s, err := New(Options{URL: url, KeyPrefix: keyPrefix(t), PollInterval: time.Second, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		s.Bind(testIdentity, capacity.NewState())
+		bs = append(bs, s.bindings[DeploymentID(testIdentity)])
+		eventually(t, 5*time.Second, "the store up", s.Up)
+	}
+	return bs
 }

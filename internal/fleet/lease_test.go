@@ -155,24 +155,12 @@ func TestLeasedBudgetKeepsRedisOffTheRequestPath(t *testing.T) {
 // spend goes back, so that the fleet spends the whole window.
 func TestLeasesNeverOverspendTheWindow(t *testing.T) {
 	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
-		var ins []*instance
-		for range 8 {
-			ins = append(ins, newInstance(t, url, time.Second, 0, 0))
-		}
-		eventually(t, 5*time.Second, "the stores up", func() bool {
-			for _, in := range ins {
-				if !in.store.Up() {
-					return false
-				}
-			}
-			return true
-		})
+		bs := patientBindings(t, url, 8)
 		bu := capacity.Budget{Requests: statedWindow(300, 30*time.Second), Tokens: capacity.BudgetWindow{Limit: -1}}
 		var served atomic.Int64
 		var wg sync.WaitGroup
 		stop := time.Now().Add(1500 * time.Millisecond)
-		for k, in := range ins {
-			b := in.store.bindings[DeploymentID(testIdentity)]
+		for k, b := range bs {
 			for range 4 {
 				wg.Go(func() {
 					for time.Now().Before(stop) {

@@ -96,19 +96,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local needR, needT, askR, askT, use = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local replaced = 0
-for i, want in ipairs({'zset', 'string'}) do
-  local ok, ty = pcall(redis.call, 'TYPE', KEYS[i])
-  ty = ok and (type(ty) == 'table' and ty.ok or ty) or 'none'
-  if ty ~= want and ty ~= 'none' then
-    redis.call('DEL', KEYS[1], KEYS[2])
-    replaced = replaced + 1
-  end
+-- A key of another type fails its first command: both are replaced.
+local okSum, sum = pcall(redis.call, 'GET', KEYS[2])
+local okLog = pcall(redis.call, 'ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if not okSum or not okLog then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  replaced, sum = replaced + 1, false
 end
-local sum = redis.call('GET', KEYS[2])
 if sum and not tonumber(sum) then
   replaced = replaced + 1
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + use + ` + skewMS + `), '+inf')
 if ARGV[10] ~= '' then
   local sc = redis.call('ZSCORE', KEYS[1], ARGV[10])

@@ -23,16 +23,23 @@ type binding struct {
 	places places // its grants in the declared window (declared.go)
 
 	mu         sync.Mutex
-	probeToken string  // the probe claim this instance holds ("" = none)
-	exhausted  [2]bool // requests, tokens: as last published
-	rpm, tpm   int64   // declared, as the last attempt asked
+	probeToken string       // the probe claim this instance holds ("" = none)
+	exhausted  [2]bool      // requests, tokens: as last published
+	resetAt    [2]time.Time // their resets, as last published at once
+	rpm, tpm   int64        // declared, as the last attempt asked
 }
+
+// resetMoved is how much later than the last one published at once a
+// window's reset must be to go out at once again, at least (and a quarter
+// of the time to it): less is a provider's rounding, or a reset stated as
+// the time a bucket takes to fill, which moves with every answer.
+const resetMoved = 50 * time.Millisecond
 
 // Publish implements capacity.Fleet: it queues the parts for the writer,
 // newer parts replacing older ones, and never blocks. Other instances are
 // notified at once of what changes routing (a circuit, a window running out
-// or coming back); the rest (a remaining count going down) reaches them by
-// polling.
+// or coming back, a later reset); the rest (a remaining count going down)
+// reaches them by polling, and is written once per PollInterval.
 func (b *binding) Publish(sh capacity.Shared) {
 	s := b.s
 	now := time.Now()
@@ -66,6 +73,14 @@ func (b *binding) Publish(sh capacity.Shared) {
 		}
 		if ex := w.src.Exhausted(now); ex != b.exhausted[k] {
 			b.exhausted[k] = ex
+			p.notify = true
+		}
+		// A later reset (a window that started later than the fleet
+		// counts it, or the next one) goes out at once too: the budget's
+		// script takes the latest reset any instance learned, and a
+		// window it refilled early would be spent twice at the provider.
+		if moved := max(resetMoved, w.src.Reset.Sub(w.src.At)/4); w.src.Reset.After(b.resetAt[k].Add(moved)) {
+			b.resetAt[k] = w.src.Reset
 			p.notify = true
 		}
 	}

@@ -317,3 +317,28 @@ func TestSliceSpentDuringOutageIsCounted(t *testing.T) {
 		t.Errorf("expected Redis' remainder (%d), the slices held (%d) and the attempts served (%d) to add up to the window's 200", left, out, served)
 	}
 }
+
+// A window whose reset moves later than the fleet counts it (the next
+// window, or one that started later) is written at once, not at the next
+// paced write: the budget's script takes the latest reset any instance
+// learned, and one it refilled early is spent twice at the provider (the
+// two-instance burst drew 1 and 8 upstream 429s in 2 of 7 runs without it).
+func TestLaterResetWrittenAtOnce(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a := newInstance(t, url, 2*time.Second, 0, 0)
+		h := &evalHook{}
+		a.store.client.AddHook(h)
+		eventually(t, 5*time.Second, "the store up", a.store.Up)
+		ok := provider.NewObservation(provider.OK)
+		ok.Requests = provider.Window{Limit: 10, Remaining: 9, Reset: 2 * time.Second}
+		a.state.Observe(time.Now(), ok, capacity.DefaultPolicy)
+		eventually(t, time.Second, "the first window written", func() bool { return h.evals.Load() >= 1 })
+		ok.Requests = provider.Window{Limit: 10, Remaining: 8, Reset: 2 * time.Second}
+		a.state.Observe(time.Now(), ok, capacity.DefaultPolicy) // a count going down: paced
+		before := h.evals.Load()
+		time.Sleep(50 * time.Millisecond)
+		ok.Requests = provider.Window{Limit: 10, Remaining: 9, Reset: 4 * time.Second} // the reset 2 s later
+		a.state.Observe(time.Now(), ok, capacity.DefaultPolicy)
+		eventually(t, 300*time.Millisecond, "a later reset written at once", func() bool { return h.evals.Load() > before })
+	})
+}

@@ -85,6 +85,9 @@ type options struct {
 	contentionLatencies []time.Duration
 	contentionRuns      int
 	contentionOnly      map[string]bool
+	// fleetInstances, fleetRate, fleetDur: the fleet-scale run (fleetscale.go).
+	fleetInstances, fleetRate int
+	fleetDur                  time.Duration
 }
 
 func runBench(args []string) int {
@@ -107,7 +110,7 @@ func runBench(args []string) int {
 	fs.Float64Var(&o.noise, "noise", 25, "measure a run again when other processes used more than this % of a CPU meanwhile")
 	fs.IntVar(&o.retries, "retries", 2, "how many times a noisy run is measured again")
 	fs.DurationVar(&o.busyBudget, "busy-budget", 90*time.Second, "longest total time spent waiting for other processes to calm down or measuring noisy runs again")
-	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, cpu, headline, memory, failover, contention, affinity, profile")
+	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, cpu, headline, memory, failover, contention, affinity, fleet, profile")
 	fs.IntVar(&o.cpuRate, "cpu-rate", 1000, "rate of the cpu mode's non-streaming rounds, requests per second (0: a closed loop of -workers concurrent requests, Caddy saturated)")
 	fs.IntVar(&o.headlineStart, "headline-start", 1000, "first rate of the headline's ramp, requests per second")
 	fs.IntVar(&o.headlineStep, "headline-step", 500, "step of the headline's ramp, requests per second")
@@ -116,6 +119,9 @@ func runBench(args []string) int {
 	latencies := fs.String("contention-latencies", "100ms", "answer latencies of the contention scenarios, comma-separated; above 100ms a scenario's windows, deadline and spread are stretched to three answers a window at least")
 	fs.IntVar(&o.contentionRuns, "contention-runs", 1, "how many times the contention scenarios run")
 	scenarios := fs.String("contention-scenarios", "", "only these contention scenarios, comma-separated (burst, unequal, open-loop, tpm, fleet)")
+	fs.IntVar(&o.fleetInstances, "fleet-instances", 8, "router instances of the fleet-scale run, sharing one Redis")
+	fs.IntVar(&o.fleetRate, "fleet-rate", 2000, "total rate of the fleet-scale run, requests per second over all instances")
+	fs.DurationVar(&o.fleetDur, "fleet-duration", 5*time.Second, "measured part of the fleet-scale run")
 	pin := fs.Bool("pin", true, "pin the Caddy under test to its own CPUs, apart from the load generator and upstreams (taskset)")
 	_ = fs.Parse(args)
 	if o.caddy == "" {
@@ -211,6 +217,7 @@ type results struct {
 	Failover       []failoverRow    `json:"failover"`
 	Contention     []contentionRow  `json:"contention"`
 	Affinity       []affinityRow    `json:"affinity"`
+	Fleet          []fleetRow       `json:"fleet"`
 	GoBench        []goBench        `json:"go_benchmarks"`
 	Profiles       []profileInfo    `json:"profiles"`
 	Targets        []target         `json:"targets"`
@@ -246,6 +253,7 @@ func (b *bench) run() error {
 		{"failover", true, b.failover},
 		{"contention", true, b.contention},
 		{"affinity", true, b.affinity},
+		{"fleet", true, b.fleetScale},
 		{"profile", o.profile, b.profiles},
 	}
 	for _, s := range steps {

@@ -169,6 +169,7 @@ func (b *bench) targets() []target {
 	}
 
 	ts = append(ts, b.contentionTargets()...)
+	ts = append(ts, b.fleetTargets()...)
 
 	for _, sc := range []string{router1.name, router8.name} {
 		t := target{Name: "streaming: no per-event delay (" + sc + ", bare upstream, 200 chunks 2 ms apart)",
@@ -426,6 +427,11 @@ func (b *bench) report() string {
 			s.WriteString("- **" + r.Scenario + "**: " + r.Description + "\n")
 		}
 		s.WriteString("\n" + contentionTable(b.res.Contention))
+	}
+
+	if len(b.res.Fleet) > 0 {
+		s.WriteString("\n## Fleet at scale\n\nRouter instances sharing one redis-server on loopback, one llm_mock upstream stating windows it never reaches (every attempt spends the fleet's budget), the total rate spread evenly over the instances. Redis commands: INFO commandstats' delta over the measured part, the commands scripts run included. Hottest key: its share of key accesses in a one-second MONITOR sample.\n\n")
+		s.WriteString(fleetTable(b.res.Fleet))
 	}
 
 	if len(b.res.Affinity) > 0 {

@@ -19,16 +19,27 @@ type binding struct {
 	stateKey, logKey, tokensKey, probeKey string
 	budgetKey                             string
 
+	lease  leaser // its slices of the fleet's budget (lease.go)
+	places places // its grants in the declared window (declared.go)
+
 	mu         sync.Mutex
-	probeToken string  // the probe claim this instance holds ("" = none)
-	exhausted  [2]bool // requests, tokens: as last published
+	probeToken string       // the probe claim this instance holds ("" = none)
+	exhausted  [2]bool      // requests, tokens: as last published
+	resetAt    [2]time.Time // their resets, as last published at once
+	rpm, tpm   int64        // declared, as the last attempt asked
 }
+
+// resetMoved is how much later than the last one published at once a
+// window's reset must be to go out at once again, at least (and a quarter
+// of the time to it): less is a provider's rounding, or a reset stated as
+// the time a bucket takes to fill, which moves with every answer.
+const resetMoved = 50 * time.Millisecond
 
 // Publish implements capacity.Fleet: it queues the parts for the writer,
 // newer parts replacing older ones, and never blocks. Other instances are
 // notified at once of what changes routing (a circuit, a window running out
-// or coming back); the rest (a remaining count going down) reaches them by
-// polling.
+// or coming back, a later reset); the rest (a remaining count going down)
+// reaches them by polling, and is written once per PollInterval.
 func (b *binding) Publish(sh capacity.Shared) {
 	s := b.s
 	now := time.Now()
@@ -64,6 +75,14 @@ func (b *binding) Publish(sh capacity.Shared) {
 			b.exhausted[k] = ex
 			p.notify = true
 		}
+		// A later reset (a window that started later than the fleet
+		// counts it, or the next one) goes out at once too: the budget's
+		// script takes the latest reset any instance learned, and a
+		// window it refilled early would be spent twice at the provider.
+		if moved := max(resetMoved, w.src.Reset.Sub(w.src.At)/4); w.src.Reset.After(b.resetAt[k].Add(moved)) {
+			b.resetAt[k] = w.src.Reset
+			p.notify = true
+		}
 	}
 	s.mu.Unlock()
 	select {
@@ -72,89 +91,104 @@ func (b *binding) Publish(sh capacity.Shared) {
 	}
 }
 
-// Reserve implements capacity.Fleet with reserveScript, bounded by the
-// store's timeout.
-func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
-	s := b.s
-	if !s.available() {
-		s.obs.Fallback("reserve")
-		return 0, ErrUnavailable
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-	defer cancel()
-	res, err := reserveScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
-		capacity.DeclaredWindow.Milliseconds(), rpm, tpm, max(tokens, 0), s.nextToken()).Int64Slice()
-	if err == nil && len(res) != 3 {
-		err = errBadReply
-	}
-	if err != nil {
-		if s.busy(err, start) {
-			s.obs.Error("reserve")
-			return s.timeout, nil // Redis is loaded, not down: try again shortly
-		}
-		s.fail("reserve", err)
-		s.obs.Fallback("reserve")
-		return 0, err
-	}
-	s.answered()
-	if res[2] > 0 {
-		s.log.Warn("fleet store: malformed declared-limits entries replaced (not written by this router, or by a clock that runs ahead)",
-			zap.String("key", b.logKey), zap.Int64("entries", res[2]))
-	}
-	if res[0] == 1 {
-		return 0, nil
-	}
-	return max(time.Duration(res[1])*time.Millisecond, time.Millisecond), nil
-}
-
-// Spend implements capacity.Fleet with spendScript, bounded by the store's
-// timeout.
+// Spend implements capacity.Fleet from this instance's slices of the
+// fleet's budget (lease.go): in memory while they hold the attempt's
+// share; else it asks leaseScript for more, one call at a time per
+// deployment (others wait for it), all within the store's timeout. While
+// Redis cannot answer, it spends the slices it holds and no more; only
+// when it holds none of a window does the instance decide on local state.
 func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, error) {
 	s := b.s
 	none := capacity.Budget{Requests: capacity.BudgetWindow{Limit: -1}, Tokens: capacity.BudgetWindow{Limit: -1}}
-	if !s.available() {
-		s.obs.Fallback("spend")
-		return 0, none, ErrUnavailable
-	}
-	args := make([]any, 0, 11)
-	for _, w := range []capacity.BudgetWindow{bu.Requests, bu.Tokens} {
-		if w.Limit < 0 {
-			args = append(args, -1, 0, 0, 0, 0)
-			continue
-		}
-		args = append(args, w.Limit, max(w.Remaining, 0), w.Reset.UnixMilli(), max(w.Span.Milliseconds(), 1), max(w.N, 0))
-	}
-	args = append(args, capacity.ResetMargin.Milliseconds(), s.origin)
 	start := time.Now()
+	need := needs(bu)
+	b.lease.want(start, need, bu)
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
-	res, err := spendScript.Run(ctx, s.client, []string{b.budgetKey, b.stateKey}, args...).Int64Slice()
-	if err == nil && len(res) != 7 {
-		err = errBadReply
+	for {
+		now := time.Now()
+		if ok, low := b.lease.take(now, need); ok {
+			if low {
+				s.kickLeases()
+			}
+			return 0, b.lease.budget(now, bu), nil
+		}
+		if !s.available() {
+			if wait, held := b.lease.held(now, need); held {
+				return max(wait, time.Millisecond), b.lease.budget(now, bu), nil // its slice only
+			}
+			s.obs.Fallback("spend")
+			return 0, none, ErrUnavailable
+		}
+		flight, lead := b.lease.join()
+		if lead {
+			return b.spendGranted(ctx, start, bu, need)
+		}
+		select {
+		case <-flight: // the slice was renewed (or not): look again
+		case <-ctx.Done():
+			s.obs.Error("spend")
+			return s.timeout, none, nil // another call waits on Redis: try again shortly
+		}
 	}
+}
+
+// spendGranted asks leaseScript for what the slices lack of need, and
+// spends need from what it grants.
+func (b *binding) spendGranted(ctx context.Context, start time.Time, bu capacity.Budget, need [2]int64) (time.Duration, capacity.Budget, error) {
+	s := b.s
+	defer b.lease.land()
+	none := capacity.Budget{Requests: capacity.BudgetWindow{Limit: -1}, Tokens: capacity.BudgetWindow{Limit: -1}}
+	miss, ask := b.lease.asks(time.Now(), need)
+	called := time.Now()
+	rep, err := b.grant(ctx, bu, miss, ask, [2]int64{}, [2]int64{})
 	if err != nil {
 		if s.busy(err, start) {
 			s.obs.Error("spend")
 			return s.timeout, none, nil // Redis is loaded, not down: try again shortly
 		}
 		s.fail("spend", err)
+		if wait, held := b.lease.held(time.Now(), need); held {
+			return max(wait, time.Millisecond), b.lease.budget(time.Now(), bu), nil // its slice only
+		}
 		s.obs.Fallback("spend")
 		return 0, none, err
 	}
 	s.answered()
-	left := none
-	left.Instances = int(res[6])
-	if bu.Requests.Limit >= 0 {
-		left.Requests = capacity.BudgetWindow{Limit: bu.Requests.Limit, Remaining: res[2], Reset: time.UnixMilli(res[3]), Span: bu.Requests.Span}
+	b.lease.apply(called, rep)
+	now := time.Now()
+	if !rep.ok {
+		return max(rep.wait, time.Millisecond), b.lease.budget(now, bu), nil
 	}
-	if bu.Tokens.Limit >= 0 {
-		left.Tokens = capacity.BudgetWindow{Limit: bu.Tokens.Limit, Remaining: res[4], Reset: time.UnixMilli(res[5]), Span: bu.Tokens.Span}
+	b.lease.spend(now, need)
+	return 0, b.lease.budget(now, bu), nil
+}
+
+// grant runs leaseScript: need and ask per window (-1 need: not asked),
+// give back what is given of the slice granted in giveReset.
+func (b *binding) grant(ctx context.Context, bu capacity.Budget, need, ask, give, giveReset [2]int64) (grantReply, error) {
+	s := b.s
+	args := make([]any, 0, 18)
+	for i, w := range []capacity.BudgetWindow{bu.Requests, bu.Tokens} {
+		if w.Limit < 0 || need[i] < 0 {
+			args = append(args, -1, 0, 0, 0, 0, 0, 0, 0)
+			continue
+		}
+		args = append(args, w.Limit, max(w.Remaining, 0), w.Reset.UnixMilli(), max(w.Span.Milliseconds(), 1),
+			need[i], max(ask[i], 0), max(give[i], 0), giveReset[i])
 	}
-	if res[0] == 0 {
-		return max(time.Duration(res[1])*time.Millisecond, time.Millisecond), left, nil
+	args = append(args, capacity.ResetMargin.Milliseconds(), s.origin)
+	res, err := leaseScript.Run(ctx, s.client, []string{b.budgetKey, b.stateKey}, args...).Int64Slice()
+	if err == nil && len(res) != 10 {
+		err = errBadReply
 	}
-	return 0, left, nil
+	if err != nil {
+		return grantReply{}, err
+	}
+	return grantReply{ok: res[0] == 1, wait: time.Duration(res[1]) * time.Millisecond,
+		asked: [2]bool{need[0] >= 0 && bu.Requests.Limit >= 0, need[1] >= 0 && bu.Tokens.Limit >= 0},
+		left:  [2]int64{res[2], res[4]}, reset: [2]int64{res[3], res[5]}, instances: int(res[6]),
+		granted: [2]int64{res[7], res[8]}, now: res[9]}, nil
 }
 
 // ClaimProbe implements capacity.Fleet with claimScript, bounded by the

@@ -124,10 +124,9 @@ func TestFleetOfTwoCaddies(t *testing.T) {
 		if sent.Load() < 100 {
 			t.Errorf("expected requests all along the outage, only %d", sent.Load())
 		}
+		// (A local fallback is counted only once an instance's grants of
+		// declared places are used up: a short outage may need none.)
 		for _, in := range []*caddyProc{a, b} {
-			if n := in.metric(t, `llm_router_store_fallbacks_total{op="reserve"}`); n < 1 {
-				t.Errorf("%s: expected local fallbacks counted, got %v", in.name, n)
-			}
 			if n := in.metric(t, `llm_router_store_errors_total`); n < 1 {
 				t.Errorf("%s: expected store errors counted, got %v", in.name, n)
 			}

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // An instance's lease on a queue where it has requests waiting: renewed
@@ -26,6 +29,14 @@ const (
 // ErrNotQueued is returned by Queue.Ahead for a member the fleet's queue no
 // longer holds: its instance was taken for dead (it missed its heartbeats
 // while Redis was unreachable) or its time passed. The caller joins again.
+// queueHorizon bounds how far ahead a queue's expiry or lease may be: the
+// longest wait any provider states (no request waits longer); one beyond
+// it was not written by the router and is dropped, so that the queue's
+// keys expire.
+const queueHorizon = provider.MaxCooldown
+
+var queueHorizonMS = strconv.FormatInt(queueHorizon.Milliseconds(), 10)
+
 var ErrNotQueued = errors.New("not in the fleet's queue")
 
 // Queue is a model group's queue as the whole fleet sees it: the requests
@@ -97,9 +108,24 @@ func (s *Store) Queue(name string, identities []string) *Queue {
 //
 //	KEYS[1] waiting, KEYS[2] expires, KEYS[3] alive, KEYS[4] tokens (a
 //	hash: each member's token estimate)
-const queueLib = `
+var queueLib = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- What the router cannot have written is replaced: a key of another type,
+-- an expiry or a lease beyond queueHorizon.
+for i, want in ipairs({'zset', 'zset', 'zset', 'hash'}) do
+  local ty = redis.call('TYPE', KEYS[i]).ok
+  if ty ~= want and ty ~= 'none' then
+    redis.call('DEL', KEYS[i])
+  end
+end
+local horizon = '(' .. (now + ` + queueHorizonMS + `)
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], horizon, '+inf')) do
+  redis.call('ZREM', KEYS[1], m)
+  redis.call('HDEL', KEYS[4], m)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], horizon, '+inf')
+redis.call('ZREMRANGEBYSCORE', KEYS[3], horizon, '+inf')
 local function drop(m)
   redis.call('ZREM', KEYS[1], m)
   redis.call('ZREM', KEYS[2], m)

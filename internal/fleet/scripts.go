@@ -16,7 +16,7 @@ var skewMS = strconv.FormatInt(clockSkew.Milliseconds(), 10)
 // part stamped more than clockSkew after Redis' own clock (TIME), or whose
 // stamp is not a number, is not trusted: any write replaces it (else an
 // instance whose clock runs ahead would hold the part for good); an expiry
-// that is not a number is ignored.
+// that is not a number is ignored; a key of another type is replaced.
 //
 //	KEYS[1]  the deployment's state hash
 //	ARGV[1]  channel to notify ('' = no notification)
@@ -25,136 +25,156 @@ var skewMS = strconv.FormatInt(clockSkew.Milliseconds(), 10)
 //
 // It returns 1 when a part was written, else 0.
 var publishScript = redis.NewScript(`
+-- One read of every stamp and expiry; a key of another type is replaced.
+local ok, cur = pcall(redis.call, 'HMGET', KEYS[1], 'c_at', 'r_at', 't_at', 'd_at', 'c_exp', 'r_exp', 't_exp', 'd_exp')
+if not ok then
+  redis.call('DEL', KEYS[1])
+  cur = {}
+end
+local index = {c = 1, r = 2, t = 3, d = 4}
 local t = redis.call('TIME')
 local latest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ` + skewMS + `
-local applied = ''
+local applied, exps = '', {}
+for k = 1, 4 do
+  exps[k] = tonumber(cur[k + 4] or '0') or 0
+end
 for i = 3, #ARGV, 4 do
-  local name, at = ARGV[i], tonumber(ARGV[i + 1])
-  local cur = tonumber(redis.call('HGET', KEYS[1], name .. '_at') or '0') or 0
-  if cur > latest then
-    cur = 0
+  local name, at, k = ARGV[i], tonumber(ARGV[i + 1]), index[ARGV[i]]
+  local was = k and (tonumber(cur[k] or '0') or 0) or 0
+  if was > latest then
+    was = 0
   end
-  if at > cur then
+  if k and at > was then
     redis.call('HSET', KEYS[1], name, ARGV[i + 3], name .. '_at', ARGV[i + 1], name .. '_exp', ARGV[i + 2])
     applied = applied .. '\n' .. name .. '\t' .. ARGV[i + 3]
+    exps[k] = tonumber(ARGV[i + 2]) or 0
   end
 end
 if applied == '' then
   return 0
 end
-local exp = 0
-for _, name in ipairs({'c', 'r', 't', 'd'}) do
-  local e = tonumber(redis.call('HGET', KEYS[1], name .. '_exp') or '0') or 0
-  if e > exp then
-    exp = e
-  end
-end
-redis.call('PEXPIREAT', KEYS[1], exp)
+redis.call('PEXPIREAT', KEYS[1], math.max(exps[1], exps[2], exps[3], exps[4]))
 if ARGV[1] ~= '' then
   redis.call('PUBLISH', ARGV[1], ARGV[2] .. applied)
 end
 return 1
 `)
 
-// reserveScript counts one attempt against a deployment's declared rpm/tpm
-// over the fleet-wide sliding window, atomically: a log of the attempts
-// started in the window (a sorted set scored by Redis' own clock, so that
-// the instances' clocks do not matter; each member ends in ":<tokens>") and
-// the sum of their tokens. Like the local window, a limit of 60 rpm never
-// lets 61 attempts start within any 60 s, and an attempt larger than the
-// whole tpm goes alone once the window is empty. Both keys expire with the
-// window: nothing outlives it.
+// declaredScript leases places in a deployment's declared rpm/tpm over the
+// fleet-wide sliding window, atomically (see declared.go): a log of the
+// grants (a sorted set; each member "<grant id>:<requests>:<tokens>",
+// scored by Redis' own clock at the end of the grant's use, so that the
+// instances' clocks do not matter, and a grant counts in the window from
+// when it is made until a window after its last possible use) and the sum
+// of their tokens. So, like the local window, a limit of 60 rpm never lets
+// 61 attempts start within any 60 s, and an attempt larger than the whole
+// tpm goes alone once the window is empty. What a grant did not use is
+// given back (its member rewritten with what it used) by the next call.
+// Both keys expire with the window.
 //
 //	KEYS[1]  the log, KEYS[2] the token sum
-//	ARGV[1]  window (ms), ARGV[2] rpm, ARGV[3] tpm (0 = none), ARGV[4] tokens, ARGV[5] unique member id
+//	ARGV[1]  window (ms), ARGV[2] rpm, ARGV[3] tpm (0 = none), ARGV[4]
+//	         requests and ARGV[5] tokens needed (0, 0: a renewal), ARGV[6]
+//	         requests and ARGV[7] tokens asked, ARGV[8] how long the
+//	         grant is used (ms), ARGV[9] its id, ARGV[10] the member of a
+//	         grant given back ('' = none), ARGV[11], ARGV[12] the requests
+//	         and tokens it used
 //
 // What cannot be a log the script wrote is replaced, and counted in the
-// reply's last element: a key of the wrong type (both are deleted), an entry
-// scored more than clockSkew after Redis' clock, an entry without its
-// tokens, a token sum that is not a number (the window is counted again).
+// reply's last element: a key of the wrong type (both are deleted), an
+// entry scored later than a grant can end (clockSkew after Redis' clock
+// and a grant's use), one in the window that is no grant, a token sum that
+// is no number (it is counted again).
 //
-// It returns {1, 0, replaced} when the attempt was counted, or {0, wait in
-// ms, replaced} when the window is spent for that long (nothing counted).
-var reserveScript = redis.NewScript(`
+// It returns {1, 0, requests granted, tokens granted, replaced} ({1, wait
+// in ms, 0, 0, replaced}: a renewal found the window spent for that long),
+// or {0, wait in ms, 0, 0, replaced} when the window is spent for that
+// long for the attempt.
+var declaredScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local window, rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local cutoff = now - window
+local window, rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local needR, needT, askR, askT, use = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local replaced = 0
-local function kind(key)
-  local v = redis.call('TYPE', key)
-  if type(v) == 'table' then
-    return v.ok
-  end
-  return v
+-- A key of another type fails its first command: both are replaced.
+local okSum, sum = pcall(redis.call, 'GET', KEYS[2])
+local okLog = pcall(redis.call, 'ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if not okSum or not okLog then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  replaced, sum = replaced + 1, false
 end
-for i, want in ipairs({'zset', 'string'}) do
-  local k = kind(KEYS[i])
-  if k ~= want and k ~= 'none' then
-    redis.call('DEL', KEYS[1], KEYS[2])
-    replaced = replaced + 1
-  end
-end
-replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + ` + skewMS + `), '+inf')
-local function tokensOf(m)
-  local d = string.match(m, ':(%d+)$')
-  local n = d and tonumber(d)
-  if not n then
-    redis.call('ZREM', KEYS[1], m)
-    replaced = replaced + 1
-    return 0
-  end
-  return n
-end
-local used = tonumber(redis.call('GET', KEYS[2]) or '0')
-if used == nil then
-  used = -1
+if sum and not tonumber(sum) then
   replaced = replaced + 1
 end
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)
-for _, m in ipairs(old) do
-  used = used - tokensOf(m)
-end
-if #old > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
-end
-local n = redis.call('ZCARD', KEYS[1])
-if n == 0 then
-  used = 0
-elseif used < 0 then
-  used = 0
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    used = used + tokensOf(m)
-  end
-  n = redis.call('ZCARD', KEYS[1])
-end
-local at = now
-if rpm > 0 and n >= rpm then
-  local e = redis.call('ZRANGE', KEYS[1], n - rpm, n - rpm, 'WITHSCORES')
-  at = math.max(at, tonumber(e[2]) + window)
-end
-if tpm > 0 and n > 0 and used + tokens > tpm then
-  local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-  local freed = 0
-  for i = 1, #all, 2 do
-    freed = freed + tokensOf(all[i])
-    if used - freed + tokens <= tpm or i == #all - 1 then
-      at = math.max(at, tonumber(all[i + 1]) + window)
-      break
+replaced = replaced + redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + use + ` + skewMS + `), '+inf')
+if ARGV[10] ~= '' then
+  local sc = redis.call('ZSCORE', KEYS[1], ARGV[10])
+  local id = string.match(ARGV[10], '^(.*):%d+:%d+$')
+  if sc and id then
+    redis.call('ZREM', KEYS[1], ARGV[10])
+    if tonumber(ARGV[11]) > 0 or tonumber(ARGV[12]) > 0 then
+      redis.call('ZADD', KEYS[1], sc, id .. ':' .. ARGV[11] .. ':' .. ARGV[12])
     end
   end
 end
-if at > now then
-  if #old > 0 or replaced > 0 then
-    redis.call('SET', KEYS[2], used, 'PX', window)
-    redis.call('PEXPIRE', KEYS[1], window)
+local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local n, used, origins, active = 0, 0, {}, 0
+local counts = {}
+for i = 1, #all, 2 do
+  local id, r, k = string.match(all[i], '^(.*):(%d+):(%d+)$')
+  if not id then
+    id, k = string.match(all[i], '^(.*):(%d+)$')
+    r = 1
   end
-  return {0, at - now, replaced}
+  if not id then
+    redis.call('ZREM', KEYS[1], all[i])
+    replaced = replaced + 1
+    table.insert(counts, {0, 0, 0})
+  else
+    n, used = n + tonumber(r), used + tonumber(k)
+    table.insert(counts, {tonumber(r), tonumber(k), tonumber(all[i + 1])})
+    local o = string.match(id, '^[^-]*')
+    if not origins[o] then
+      origins[o], active = true, active + 1
+    end
+  end
 end
-redis.call('ZADD', KEYS[1], now, ARGV[5] .. ':' .. tokens)
-redis.call('PEXPIRE', KEYS[1], window)
-redis.call('SET', KEYS[2], used + tokens, 'PX', window)
-return {1, 0, replaced}
+-- When enough of the window frees: the oldest grants leave it a window
+-- after their score.
+local function freed(fits)
+  local r, k = n, used
+  for _, c in ipairs(counts) do
+    r, k = r - c[1], k - c[2]
+    if fits(r, k) then
+      return c[3] + window - now
+    end
+  end
+  return window
+end
+local share = 4 * math.max(active, 1)
+local gotR, gotT = math.max(needR, askR), math.max(needT, askT)
+if rpm > 0 then
+  if needR > 0 and n + needR > rpm then
+    return {0, math.max(freed(function(r, k) return r + needR <= rpm end), 1), 0, 0, replaced}
+  end
+  gotR = math.max(0, math.min(rpm - n, math.max(needR, math.min(askR, math.floor((rpm - n) / share)))))
+end
+if tpm > 0 then
+  if (needR > 0 or needT > 0) and n > 0 and used + needT > tpm then
+    return {0, math.max(freed(function(r, k) return r == 0 or k + needT <= tpm end), 1), 0, 0, replaced}
+  end
+  gotT = math.max(needT, math.min(tpm - used, math.min(askT, math.floor((tpm - used) / share))))
+end
+local full = 0
+if gotR > 0 or gotT > 0 then
+  redis.call('ZADD', KEYS[1], now + use, ARGV[9] .. ':' .. gotR .. ':' .. gotT)
+  used = used + gotT
+else
+  full = freed(function(r, k) return (rpm == 0 or r < rpm) and (tpm == 0 or k < tpm) end)
+end
+redis.call('PEXPIRE', KEYS[1], window + use)
+redis.call('SET', KEYS[2], used, 'PX', window + use)
+return {1, full, gotR, gotT, replaced}
 `)
 
 // claimScript takes a half-open probe's claim if no instance holds it (SET
@@ -188,53 +208,76 @@ end
 return 0
 `)
 
-// spendScript takes one attempt's share from a deployment's budget: its
-// stated windows (requests r, tokens t), one for the whole fleet. A window
-// the hash does not hold yet starts as the calling instance knows it; a
-// window whose reset passed (by Redis' clock) is full again, its next reset
-// a span (and a margin) later. When a window holds less than the share (a share larger
-// than the whole window goes on a full one), nothing is taken. Within the
-// same window, what the instance knows corrects the budget (a later reset
-// an answer stated, and less left), and so does the latest reset any
-// instance learned. The hash
-// expires a span after its last reset.
+// leaseScript grants (and takes back) slices of a deployment's budget: its
+// stated windows (requests r, tokens t), one for the whole fleet (see
+// lease.go). A window the hash does not hold yet starts as the calling
+// instance knows it; a window whose reset passed (by Redis' clock) is full
+// again, its next reset a span (and a margin) later. Within the same
+// window, what the instance knows corrects the budget (a later reset an
+// answer stated, and less left), and so does the latest reset any
+// instance learned. A slice given back is added to the window it was
+// granted in (a reset within half a span of it; none other: a slice never
+// outlives its window). Then, when
+// a window the attempt needs holds less than it lacks (a need larger than
+// the whole window goes on a full one), nothing is granted (a remainder
+// above the limit is the limit); else each
+// window grants what was asked, no more than it holds, nor more than a
+// quarter of an equal share of it among the active instances (what is
+// needed always): slices shrink as the window runs low, so that when the
+// fleet asks for more than the window holds, each instance takes what its
+// requests need, and none holds a slice while another's requests wait.
+// What is granted leaves the window's remainder at once: the slices out
+// never add up to more than the window held. The hash expires a span
+// after its last reset.
 //
 //	KEYS[1]  the budget hash, KEYS[2] the deployment's state hash (the
 //	         windows as the fleet last learned them; see publishScript)
 //	ARGV     per window (r, then t): limit (-1: not asked), remaining,
-//	         reset (Unix ms), span (ms), share; then the margin added to
-//	         each reset (ms; a provider's window may start a little later),
-//	         and the instance's id
+//	         reset (Unix ms), span (ms), need (what the attempt lacks; 0:
+//	         none), ask, give back, the reset its slice was granted in;
+//	         then the margin added to each reset (ms; a provider's window
+//	         may start a little later), and the instance's id
 //
-// Each call marks the instance as active; the reply's last element counts
-// the instances active within the last span.
+// Each call marks the instance as active; the reply counts the instances
+// active within the last span.
 //
-// It returns {1, 0, r left, r reset, t left, t reset, instances} when the
-// share was taken, {0, wait in ms, ...} when a window is spent for that
-// long.
-var spendScript = redis.NewScript(`
+// It returns {1, 0, r left, r reset, t left, t reset, instances, r granted,
+// t granted, now} when granted (now: Redis' clock, ms), {0, wait in ms,
+// ...} when a window is spent for that long (nothing granted).
+var leaseScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- A key of another type than the router writes is replaced.
-for k = 1, 2 do
-  local ty = redis.call('TYPE', KEYS[k]).ok
-  if ty ~= 'hash' and ty ~= 'none' then
-    redis.call('DEL', KEYS[k])
+-- One read of each hash; a key of another type than the router writes is
+-- replaced.
+local function read(cmd, key, ...)
+  local ok, v = pcall(redis.call, cmd, key, ...)
+  if ok then
+    return v
   end
+  redis.call('DEL', key)
+  return {}
 end
+local all, budget = read('HGETALL', KEYS[1]), {}
+for j = 1, #all, 2 do
+  budget[all[j]] = all[j + 1]
+end
+local state = read('HMGET', KEYS[2], 'r', 't')
 local names = {'r', 't'}
-local left, reset, wait = {-1, -1}, {0, 0}, 0
+local margin = tonumber(ARGV[17])
+local left, reset, wait, longest = {-1, -1}, {0, 0}, 0, 0
 for i = 1, 2 do
-  local b = (i - 1) * 5
-  local lim, lrem, lreset, span, n = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local b = (i - 1) * 8
+  local lim, lrem, lreset, span, need = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
   if lim >= 0 then
+    longest = math.max(longest, span)
     -- What is no number, or a reset past any window from now, is not the
     -- fleet's count: the instance's own stands in.
-    local r = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_left') or '-1') or -1
-    local rs = tonumber(redis.call('HGET', KEYS[1], names[i] .. '_reset') or '0') or 0
-    if r < 0 or rs > now + 2 * span + tonumber(ARGV[11]) then
+    local r = tonumber(budget[names[i] .. '_left'] or '-1') or -1
+    local rs = tonumber(budget[names[i] .. '_reset'] or '0') or 0
+    if r < 0 or rs > now + 2 * span + margin then
       r, rs = lrem, lreset
     end
+    r = math.min(r, lim)
     -- The same window as the instance knows it: an answer may have told
     -- it a later reset, or less left (the provider's count is the truth).
     if math.abs(lreset - rs) * 2 <= span then
@@ -243,7 +286,7 @@ for i = 1, 2 do
     end
     -- The same window as the fleet last learned it (the state hash, which
     -- any instance's answers update): a later reset.
-    local sv = redis.call('HGET', KEYS[2], names[i])
+    local sv = state[i]
     if sv then
       local ok, w = pcall(cjson.decode, sv)
       if ok and type(w) == 'table' and type(w.reset) == 'number' and w.reset > 0 and math.abs(w.reset - rs) * 2 <= span then
@@ -251,46 +294,61 @@ for i = 1, 2 do
       end
     end
     if rs <= now then
-      rs = rs + span * (math.floor((now - rs) / span) + 1) + tonumber(ARGV[11])
+      rs = rs + span * (math.floor((now - rs) / span) + 1) + margin
       r = lim
     end
-    if r < math.max(math.min(n, lim), 1) then
+    if tonumber(ARGV[b + 7]) > 0 and math.abs(tonumber(ARGV[b + 8]) - rs) * 2 <= span then
+      r = math.min(r + tonumber(ARGV[b + 7]), lim)
+    end
+    if need > 0 and r < math.max(math.min(need, lim), 1) then
       wait = math.max(wait, rs - now)
     end
     left[i], reset[i] = r, rs
   end
 end
 -- The instances that asked within the last span (each marks itself).
-local active, longest = 0, 0
-for i = 1, 2 do
-  longest = math.max(longest, tonumber(ARGV[(i - 1) * 5 + 4]))
-end
-redis.call('HSET', KEYS[1], 'o:' .. ARGV[12], now)
-local fields = redis.call('HGETALL', KEYS[1])
-for j = 1, #fields, 2 do
-  if string.sub(fields[j], 1, 2) == 'o:' then
-    local seen = tonumber(fields[j + 1])
+local me, active, stale = 'o:' .. ARGV[18], 1, {}
+for j = 1, #all, 2 do
+  if string.sub(all[j], 1, 2) == 'o:' and all[j] ~= me then
+    local seen = tonumber(all[j + 1])
     if seen and now - seen <= longest then
       active = active + 1
     else
-      redis.call('HDEL', KEYS[1], fields[j])
+      table.insert(stale, all[j])
     end
   end
 end
-if wait > 0 then
-  return {0, wait, left[1], reset[1], left[2], reset[2], active}
+if #stale > 0 then
+  redis.call('HDEL', KEYS[1], unpack(stale))
 end
-local exp = 0
+local granted, exp = {0, 0}, 0
 for i = 1, 2 do
   if left[i] >= 0 then
-    local b = (i - 1) * 5
-    left[i] = math.max(left[i] - tonumber(ARGV[b + 5]), 0)
-    redis.call('HSET', KEYS[1], names[i] .. '_left', left[i], names[i] .. '_reset', reset[i])
+    local b = (i - 1) * 8
+    if wait == 0 then
+      local need, ask = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+      local share = math.floor(left[i] / (4 * math.max(active, 1)))
+      granted[i] = math.min(left[i], math.max(need, math.min(ask, share)))
+      left[i] = left[i] - granted[i]
+    end
     exp = math.max(exp, reset[i] + tonumber(ARGV[b + 4]))
   end
 end
+local writes = {me, now}
+for i = 1, 2 do
+  if left[i] >= 0 then
+    table.insert(writes, names[i] .. '_left')
+    table.insert(writes, left[i])
+    table.insert(writes, names[i] .. '_reset')
+    table.insert(writes, reset[i])
+  end
+end
+redis.call('HSET', KEYS[1], unpack(writes))
 if exp > 0 then
   redis.call('PEXPIREAT', KEYS[1], exp)
 end
-return {1, 0, left[1], reset[1], left[2], reset[2], active}
+if wait > 0 then
+  return {0, wait, left[1], reset[1], left[2], reset[2], active, 0, 0, now}
+end
+return {1, 0, left[1], reset[1], left[2], reset[2], active, granted[1], granted[2], now}
 `)

@@ -124,7 +124,8 @@ func rateLimited(retry time.Duration) provider.Observation {
 }
 
 // Two instances with a declared rpm of 3 start 3 attempts between them,
-// not 3 each; the fleet's window frees a place a minute after it was taken.
+// not 3 each; the fleet's window frees a place a minute after its grant's
+// use ended.
 func TestReserveCountsTheFleet(t *testing.T) {
 	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
 		a, b := newInstance(t, url, time.Minute, 3, 0), newInstance(t, url, time.Minute, 3, 0)
@@ -145,8 +146,10 @@ func TestReserveCountsTheFleet(t *testing.T) {
 			}
 		}
 		if m != nil {
-			m.SetTime(time.Now().Add(61 * time.Second))
-			if !b.state.Acquire(now.Add(61*time.Second), 10) {
+			// A grant counts until a minute after its use can end.
+			later := 61*time.Second + declaredUse
+			m.SetTime(time.Now().Add(later))
+			if !b.state.Acquire(now.Add(later), 10) {
 				t.Error("expected a place again once the window moved on")
 			}
 		}

@@ -1,0 +1,303 @@
+package fleet
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+)
+
+// Leased places in the declared rpm/tpm. The fleet counts a deployment's
+// declared limits over one sliding minute (declaredScript's log); an
+// instance does not ask for each attempt, it is granted places (requests
+// and tokens) that it uses within declaredUse. A grant counts in the
+// fleet's window from when it is made until a minute after its use ends,
+// so that any minute holds at most the limit, whichever instance used its
+// places when; what a grant did not use is given back by the next call.
+// Each grant is sized from the instance's demand over declaredUse, and no
+// larger than a quarter of an equal share of what the window has left
+// among the instances holding grants in it; the next one is asked for in
+// the background before the current one runs out or ends.
+//
+// While Redis cannot answer, an instance uses the places it holds, then
+// decides on local state (its own declared window), as without leases: a
+// declared limit is the operator's, no provider's 429 stands behind it.
+
+// declaredUse is how long a grant of declared places may be used.
+const declaredUse = 3 * time.Second
+
+// grant is places in the declared window granted to this instance.
+type grant struct {
+	member                      string // in the fleet's log: "<id>:<requests>:<tokens>"
+	n, used, tokens, tokensUsed int64
+	until                       time.Time // local clock: the grant is used before it
+}
+
+// places holds a deployment's grants on one instance.
+type places struct {
+	mu               sync.Mutex
+	grants           []grant // oldest first
+	requests, tokens demand
+	flight           chan struct{}
+	full             time.Time // a renewal found the window spent until then
+}
+
+func (p *places) want(now time.Time, tokens int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.requests.add(now, 1)
+	p.tokens.add(now, tokens)
+}
+
+// take uses a place of a live grant for an attempt of tokens (a limit of 0
+// is not declared, and not counted), and reports whether it did and
+// whether the grants run low (renew them).
+func (p *places) take(now time.Time, rpm, tpm, tokens int64) (ok, low bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.grants {
+		g := &p.grants[i]
+		if !now.Before(g.until) || rpm > 0 && g.n-g.used < 1 || tpm > 0 && g.tokens-g.tokensUsed < tokens {
+			continue
+		}
+		g.used++
+		g.tokensUsed += tokens
+		return true, p.lowLocked(now, rpm, tpm)
+	}
+	return false, false
+}
+
+// lowLocked reports whether the live grants hold less than leaseLowWater of
+// demand, or end within it.
+func (p *places) lowLocked(now time.Time, rpm, tpm int64) bool {
+	var r, k int64
+	end := now
+	for _, g := range p.grants {
+		if now.Before(g.until) {
+			r, k = r+g.n-g.used, k+g.tokens-g.tokensUsed
+			end = g.until
+		}
+	}
+	return end.Sub(now) < leaseLowWater || rpm > 0 && r < p.requests.over(now, leaseLowWater) ||
+		tpm > 0 && k < p.tokens.over(now, leaseLowWater)
+}
+
+// asks returns what to ask: the demand over declaredUse.
+func (p *places) asks(now time.Time) (requests, tokens int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.requests.over(now, declaredUse), p.tokens.over(now, declaredUse)
+}
+
+// ended takes out the oldest grant whose use ended (all grants, closing),
+// to give back what it did not use.
+func (p *places) ended(now time.Time, closing bool) (grant, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.grants) == 0 || !closing && now.Before(p.grants[0].until) {
+		return grant{}, false
+	}
+	g := p.grants[0]
+	p.grants = p.grants[1:]
+	return g, true
+}
+
+// add keeps a grant, and uses a place of it when spend.
+func (p *places) add(g grant, spend bool, tokens int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if spend {
+		g.used, g.tokensUsed = 1, tokens
+	}
+	if g.n > 0 || g.tokens > 0 {
+		p.grants = append(p.grants, g)
+	}
+}
+
+// demanded reports whether attempts asked lately.
+func (p *places) demanded(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.requests.decayed(now)*demandTau.Seconds() >= 0.5
+}
+
+func (p *places) join() (<-chan struct{}, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.flight != nil {
+		return p.flight, false
+	}
+	p.flight = make(chan struct{})
+	return nil, true
+}
+
+func (p *places) land() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.flight)
+	p.flight = nil
+}
+
+// Reserve implements capacity.Fleet from this instance's grants of places
+// in the declared window: in memory while a grant holds the attempt's
+// place; else it asks declaredScript for a grant, one call at a time per
+// deployment (others wait for it), all within the store's timeout.
+func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
+	s := b.s
+	tokens = max(tokens, 0)
+	p := &b.places
+	p.want(time.Now(), tokens)
+	b.declaredLimits(rpm, tpm)
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	for {
+		now := time.Now()
+		if ok, low := p.take(now, rpm, tpm, tokens); ok {
+			if low {
+				s.kickLeases()
+			}
+			return 0, nil
+		}
+		if !s.available() {
+			s.obs.Fallback("reserve")
+			return 0, ErrUnavailable
+		}
+		flight, lead := p.join()
+		if lead {
+			return b.reserveGranted(ctx, rpm, tpm, tokens)
+		}
+		select {
+		case <-flight:
+		case <-ctx.Done():
+			s.obs.Error("reserve")
+			return s.timeout, nil // another call waits on Redis: try again shortly
+		}
+	}
+}
+
+// declaredLimits keeps the limits the last attempt declared, for the
+// background's calls.
+func (b *binding) declaredLimits(rpm, tpm int64) {
+	b.mu.Lock()
+	b.rpm, b.tpm = rpm, tpm
+	b.mu.Unlock()
+}
+
+// reserveGranted asks for a grant that holds the attempt's place, and uses
+// the place.
+func (b *binding) reserveGranted(ctx context.Context, rpm, tpm, tokens int64) (time.Duration, error) {
+	s := b.s
+	p := &b.places
+	defer p.land()
+	start := time.Now()
+	askR, askT := p.asks(start)
+	ok, wait, err := b.declare(ctx, rpm, tpm, 1, tokens, askR, askT+tokens, start, false)
+	if err != nil {
+		if s.busy(err, start) {
+			s.obs.Error("reserve")
+			return s.timeout, nil // Redis is loaded, not down: try again shortly
+		}
+		s.fail("reserve", err)
+		s.obs.Fallback("reserve")
+		return 0, err
+	}
+	if !ok {
+		return wait, nil
+	}
+	return 0, nil
+}
+
+// declare runs declaredScript: it gives back the oldest grant that ended
+// (all, closing), and asks for a grant (need: the attempt's place, or 0, 0
+// for a renewal); the grant is kept, its place used when needed.
+func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, askT int64, called time.Time, closing bool) (bool, time.Duration, error) {
+	s := b.s
+	p := &b.places
+	back, give := p.ended(called, closing)
+	member := ""
+	if give {
+		member = back.member
+	}
+	id := s.nextToken()
+	res, err := declaredScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
+		capacity.DeclaredWindow.Milliseconds(), rpm, tpm, needR, needT, askR, askT, declaredUse.Milliseconds(),
+		id, member, back.used, back.tokensUsed).Int64Slice()
+	if err == nil && len(res) != 5 {
+		err = errBadReply
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	s.answered()
+	if res[4] > 0 {
+		s.log.Warn("fleet store: malformed declared-limits entries replaced (not written by this router, or by a clock that runs ahead)",
+			zap.String("key", b.logKey), zap.Int64("entries", res[4]))
+	}
+	if res[0] != 1 {
+		return false, max(time.Duration(res[1])*time.Millisecond, time.Millisecond), nil
+	}
+	g := grant{member: id + ":" + strconv.FormatInt(res[2], 10) + ":" + strconv.FormatInt(res[3], 10),
+		n: res[2], tokens: res[3], until: called.Add(declaredUse)}
+	p.add(g, needR > 0, needT)
+	if res[1] > 0 {
+		p.mu.Lock()
+		p.full = called.Add(time.Duration(res[1]) * time.Millisecond)
+		p.mu.Unlock()
+	}
+	return true, 0, nil
+}
+
+// upkeepPlaces renews b's grants while attempts ask (or gives back one that
+// ended), in one call, unless a request's call is in flight; closing, it
+// gives back every grant.
+func (b *binding) upkeepPlaces(now time.Time, closing bool) {
+	p := &b.places
+	b.mu.Lock()
+	rpm, tpm := b.rpm, b.tpm
+	b.mu.Unlock()
+	if rpm <= 0 && tpm <= 0 {
+		return
+	}
+	p.mu.Lock()
+	full := now.Before(p.full)
+	renew := !closing && !full && p.lowLocked(now, rpm, tpm)
+	ended := len(p.grants) > 0 && (closing || !now.Before(p.grants[0].until))
+	p.mu.Unlock()
+	demanded := p.demanded(now)
+	renew = renew && demanded
+	// While attempts ask (and the window has room), a grant that ended
+	// goes back with the next renewal (each call gives one back): no call
+	// of its own.
+	if !renew && (!ended || demanded && !closing && !full) {
+		return
+	}
+	if _, lead := p.join(); !lead {
+		return
+	}
+	defer p.land()
+	var askR, askT int64
+	if renew {
+		askR, askT = p.asks(now)
+	}
+	ctx, cancel := b.bgContext(closing)
+	defer cancel()
+	for {
+		if _, _, err := b.declare(ctx, rpm, tpm, 0, 0, askR, askT, time.Now(), closing); err != nil {
+			b.s.callFailed("reserve", err, now)
+			return
+		}
+		if !closing || p.count() == 0 {
+			return
+		}
+	}
+}
+
+func (p *places) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.grants)
+}

@@ -1,0 +1,420 @@
+package fleet
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+)
+
+// Leased budgets. A deployment's stated windows (requests r, tokens t) are
+// one budget for the fleet (the budget hash, see leaseScript), but an
+// instance does not ask Redis for each attempt: it leases a slice of each
+// window and spends it locally (Spend answers from memory). The script
+// takes a slice from the window's remainder when it grants it, so that
+// the slices the instances hold never add up to more than the window holds:
+// the fleet never overspends a window, whichever instance spends. Each
+// slice is sized from the instance's recent demand (an exponentially
+// weighted rate, demandTau) for leaseHorizon, and no larger than an equal
+// share of the remainder among the instances active in it; the instance
+// asks for the next one in the background once its slice holds less than
+// leaseLowWater of its demand, and gives back what it will not spend before
+// the window ends (its demand until then), so that the rest of the fleet
+// can spend the whole window. A request waits on Redis (within Timeout)
+// only when the slice it needs is spent: at the first attempt of a window,
+// or when demand rose faster than the slice.
+//
+// While Redis cannot answer, an instance spends the slice it holds and no
+// more (Spend refuses until the slice's window ends); only an instance that
+// holds none falls back to local state.
+
+// Lease sizing, see above.
+const (
+	leaseHorizon  = 3 * time.Second
+	leaseLowWater = 750 * time.Millisecond
+	demandTau     = time.Second
+	// leaseTick is how often the store looks at the slices (in memory)
+	// for one to renew or give back.
+	leaseTick = 50 * time.Millisecond
+)
+
+// demand is an exponentially weighted rate: units per second, over about
+// demandTau.
+type demand struct {
+	rate float64
+	at   time.Time
+}
+
+func (d *demand) decayed(now time.Time) float64 {
+	if d.at.IsZero() || !now.After(d.at) {
+		return d.rate
+	}
+	return d.rate * math.Exp(-now.Sub(d.at).Seconds()/demandTau.Seconds())
+}
+
+func (d *demand) add(now time.Time, n int64) {
+	d.rate = d.decayed(now) + float64(n)/demandTau.Seconds()
+	if now.After(d.at) {
+		d.at = now
+	}
+}
+
+// over returns the demand expected over d (at least 1 unit).
+func (d *demand) over(now time.Time, span time.Duration) int64 {
+	return max(int64(math.Ceil(d.decayed(now)*span.Seconds())), 1)
+}
+
+// slice is one instance's lease of one window.
+type slice struct {
+	granted, spent int64
+	// expires is when the window ends, by the local clock (a lease
+	// never outlives it: the next window is leased anew); reset names
+	// the window in the script's replies (Unix ms, Redis' clock).
+	expires time.Time
+	reset   int64
+	// fleetLeft is what the window held unleased at the last grant.
+	fleetLeft int64
+	demand    demand
+}
+
+func (s *slice) left(now time.Time) int64 {
+	if !now.Before(s.expires) {
+		return 0
+	}
+	return max(s.granted-s.spent, 0)
+}
+
+// same reports whether reset names the slice's window: within half a span
+// of its reset (an answer may state a later reset of the same window).
+func (s *slice) same(reset int64, span time.Duration) bool {
+	return s.reset != 0 && 2*time.Duration(max(reset-s.reset, s.reset-reset))*time.Millisecond <= span
+}
+
+// grant folds a grant of window reset into the slice: the same window adds
+// to it, another replaces it.
+func (s *slice) grant(reset int64, span time.Duration, expires time.Time, n, fleetLeft int64) {
+	if !s.same(reset, span) {
+		s.granted, s.spent = 0, 0
+	}
+	s.reset = reset
+	s.granted += n
+	s.expires, s.fleetLeft = expires, fleetLeft
+}
+
+// leaser holds a deployment's slices (requests, tokens) on one instance.
+type leaser struct {
+	mu        sync.Mutex
+	w         [2]slice
+	instances int
+	last      capacity.Budget // the windows as the last attempt knew them (for the background's calls)
+	flight    chan struct{}   // closed when the grant in flight lands (nil: none)
+}
+
+// grantReply is leaseScript's reply.
+type grantReply struct {
+	ok          bool
+	wait        time.Duration
+	asked       [2]bool
+	left, reset [2]int64 // each window's remainder unleased, and its reset (Redis' Unix ms)
+	granted     [2]int64
+	instances   int
+	now         int64 // Redis' clock (Unix ms)
+}
+
+// want counts an attempt's need in the demand of each window, whether the
+// slices hold it or not, and keeps the windows as it knows them.
+func (l *leaser) want(now time.Time, need [2]int64, bu capacity.Budget) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, n := range need {
+		if n >= 0 {
+			l.w[i].demand.add(now, max(n, 1))
+		}
+	}
+	l.last = bu
+}
+
+// join makes the caller the one call in flight (lead), or returns the
+// channel closed when that call lands.
+func (l *leaser) join() (flight <-chan struct{}, lead bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.flight != nil {
+		return l.flight, false
+	}
+	l.flight = make(chan struct{})
+	return nil, true
+}
+
+// land ends the call in flight.
+func (l *leaser) land() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(l.flight)
+	l.flight = nil
+}
+
+// apply folds a reply to a call made at called into the slices: each
+// window's end by the local clock is called plus what Redis' clock had
+// left of it (the instances' clocks do not matter).
+func (l *leaser) apply(called time.Time, rep grantReply) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.instances = rep.instances
+	spans := [2]time.Duration{l.last.Requests.Span, l.last.Tokens.Span}
+	for i := range l.w {
+		if rep.asked[i] {
+			expires := called.Add(time.Duration(rep.reset[i]-rep.now) * time.Millisecond)
+			l.w[i].grant(rep.reset[i], spans[i], expires, rep.granted[i], rep.left[i])
+		}
+	}
+}
+
+// spend spends need from what was just granted for it.
+func (l *leaser) spend(now time.Time, need [2]int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, n := range need {
+		if n > 0 {
+			l.w[i].spent += n
+		}
+	}
+}
+
+// need is what an attempt needs of each window: -1 when it is not asked
+// (no stated window the fleet can hold), else its share (at least 1 of a
+// window is needed to start).
+func needs(bu capacity.Budget) [2]int64 {
+	n := [2]int64{-1, -1}
+	for i, w := range []capacity.BudgetWindow{bu.Requests, bu.Tokens} {
+		if w.Limit >= 0 {
+			n[i] = max(w.N, 0)
+		}
+	}
+	return n
+}
+
+// take spends need from the slices when each holds it (at least 1), and
+// reports whether it did and whether a slice ran low (renew it).
+func (l *leaser) take(now time.Time, need [2]int64) (ok, low bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, n := range need {
+		if n >= 0 && l.w[i].left(now) < max(n, 1) {
+			return false, false
+		}
+	}
+	for i, n := range need {
+		if n < 0 {
+			continue
+		}
+		w := &l.w[i]
+		w.spent += n
+		low = low || w.left(now) < w.demand.over(now, leaseLowWater)
+	}
+	return true, low
+}
+
+// asks returns what a request-path grant must get of each window (what the
+// slice lacks of need; 0: the slice holds it, -1: not asked) and what to
+// ask (a slice sized for leaseHorizon of demand, the need included).
+func (l *leaser) asks(now time.Time, need [2]int64) (miss, ask [2]int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, n := range need {
+		miss[i], ask[i] = -1, 0
+		if n < 0 {
+			continue
+		}
+		w := &l.w[i]
+		miss[i] = max(max(n, 1)-w.left(now), 0)
+		if miss[i] > 0 {
+			ask[i] = miss[i] + w.demand.over(now, leaseHorizon)
+		}
+	}
+	return miss, ask
+}
+
+// upkeep returns, for the background, what to ask of each window (a slice
+// that runs low while demand goes on) and what to give back: what exceeds
+// the demand until the window ends (or over two slices' time) by more than
+// as much again, or, within leaseHorizon of the end, by a quarter.
+func (l *leaser) upkeep(now time.Time) (ask, give [2]int64, reset [2]int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.w {
+		w := &l.w[i]
+		left := w.left(now)
+		reset[i] = w.reset
+		if w.expires.IsZero() || !now.Before(w.expires) {
+			continue
+		}
+		until := w.expires.Sub(now)
+		switch keep := w.demand.over(now, min(until, 2*leaseHorizon)); {
+		case l.renews(now, i, leaseLowWater):
+			ask[i] = w.demand.over(now, leaseHorizon)
+		case left > 2*keep, until < leaseHorizon && left-keep > max(keep/4, 0):
+			give[i] = left - keep
+		}
+	}
+	// One call renews both: the other window is topped up too when it
+	// holds less than half a slice.
+	for i := range l.w {
+		if ask[i] == 0 && ask[1-i] > 0 && l.renews(now, i, leaseHorizon/2) {
+			ask[i] = l.w[i].demand.over(now, leaseHorizon)
+		}
+	}
+	return ask, give, reset
+}
+
+// renews reports whether window i's slice, in use, holds less than its
+// demand over d (and the window has more to lease).
+func (l *leaser) renews(now time.Time, i int, d time.Duration) bool {
+	w := &l.w[i]
+	if w.expires.IsZero() || !now.Before(w.expires) || w.fleetLeft <= 0 {
+		return false
+	}
+	return w.demand.decayed(now)*demandTau.Seconds() >= 0.5 && w.left(now) < w.demand.over(now, min(d, w.expires.Sub(now)))
+}
+
+// gave takes what is given back of window i's slice out of it, if the
+// slice is still of window reset, and returns how much it took (never more
+// than the slice holds).
+func (l *leaser) gave(now time.Time, i int, reset, n int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := &l.w[i]
+	if w.reset != reset {
+		return 0
+	}
+	n = min(n, w.left(now))
+	w.granted -= n
+	return n
+}
+
+// held returns, when a slice that the attempt needs is spent, how long
+// until its window ends, if a slice was held in it; false when the
+// instance holds no slice of a window the attempt needs.
+func (l *leaser) held(now time.Time, need [2]int64) (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wait := time.Duration(0)
+	for i, n := range need {
+		if n < 0 || l.w[i].left(now) >= max(n, 1) {
+			continue
+		}
+		if !now.Before(l.w[i].expires) {
+			return 0, false
+		}
+		wait = max(wait, l.w[i].expires.Sub(now))
+	}
+	return wait, true
+}
+
+// budget is what the fleet's windows hold as this instance knows them: the
+// remainder unleased at the last grant and its own slice.
+func (l *leaser) budget(now time.Time, bu capacity.Budget) capacity.Budget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := capacity.Budget{Instances: l.instances}
+	for i, w := range []capacity.BudgetWindow{bu.Requests, bu.Tokens} {
+		bw := capacity.BudgetWindow{Limit: -1}
+		if w.Limit >= 0 && !l.w[i].expires.IsZero() {
+			sl := &l.w[i]
+			bw = capacity.BudgetWindow{Limit: w.Limit, Remaining: sl.fleetLeft + sl.left(now), Reset: sl.expires, Span: w.Span}
+		}
+		if i == 0 {
+			out.Requests = bw
+		} else {
+			out.Tokens = bw
+		}
+	}
+	return out
+}
+
+// kickLeases wakes the lease loop (a slice ran low).
+func (s *Store) kickLeases() {
+	select {
+	case s.leaseNow <- struct{}{}:
+	default:
+	}
+}
+
+// leaseLoop renews the slices that run low and gives back what will not be
+// spent, every leaseTick or when a request finds its slice low.
+func (s *Store) leaseLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(leaseTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.leaseNow:
+		}
+		if s.health.Load() != healthUp {
+			continue // the slices held are spent, and no more
+		}
+		for _, b := range s.snapshotBindings() {
+			b.upkeep(time.Now(), false)
+			b.upkeepPlaces(time.Now(), false)
+		}
+	}
+}
+
+// upkeep renews b's slices or gives back what they hold beyond demand
+// (all when closing), in one call, unless a request's call is in flight.
+func (b *binding) upkeep(now time.Time, closing bool) {
+	l := &b.lease
+	ask, give, reset := l.upkeep(now)
+	if closing {
+		ask, give = [2]int64{}, l.all(now)
+	}
+	if ask == [2]int64{} && give == [2]int64{} {
+		return
+	}
+	if _, lead := l.join(); !lead {
+		return
+	}
+	defer l.land()
+	for i, n := range give {
+		if n > 0 {
+			give[i] = l.gave(now, i, reset[i], n) // out of the slice first: a lost reply loses it, never spends it twice
+		}
+	}
+	l.mu.Lock()
+	bu := l.last
+	l.mu.Unlock()
+	s := b.s
+	ctx, cancel := b.bgContext(closing)
+	defer cancel()
+	called := time.Now()
+	rep, err := b.grant(ctx, bu, [2]int64{0, 0}, ask, give, reset)
+	if err != nil {
+		s.callFailed("spend", err, called)
+		return
+	}
+	l.apply(called, rep)
+}
+
+// bgContext bounds a background call by the store's background timeout.
+func (b *binding) bgContext(closing bool) (context.Context, context.CancelFunc) {
+	parent := b.s.ctx
+	if closing {
+		parent = context.Background() // the store's own context has ended
+	}
+	return context.WithTimeout(parent, b.s.bgTimeout)
+}
+
+// all returns what the slices hold.
+func (l *leaser) all(now time.Time) (give [2]int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.w {
+		give[i] = l.w[i].left(now)
+	}
+	return give
+}

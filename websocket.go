@@ -11,7 +11,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
-	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // The Responses API's WebSocket mode
@@ -142,7 +141,7 @@ func (h *Handler) serveTurn(ctx context.Context, c *websocket.Conn, up *http.Req
 		s.Remember(body, completed)
 		return err
 	default:
-		body, _ = jsonbody.Without(body, "generate") // the socket's own field
+		body = api.WSPostBody(body)
 		if err := h.ServeHTTP(ww, turnRequest(ctx, up, body), nil); err != nil {
 			return err
 		}

@@ -134,6 +134,13 @@ func (s *WSSession) Remember(body, completed []byte) {
 	s.id, s.items = ev.Response.ID, append(items, ev.Response.Output...)
 }
 
+// WSPostBody is a turn's body as the POST .../responses that serves it:
+// without generate, the socket's own field.
+func WSPostBody(body []byte) []byte {
+	body, _ = jsonbody.Without(body, "generate")
+	return body
+}
+
 // IsWarmup reports a turn with generate false: the socket is prepared
 // (its input kept), and nothing is generated.
 func IsWarmup(body []byte) bool {

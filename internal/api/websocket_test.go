@@ -99,3 +99,13 @@ func TestTerminalResponse(t *testing.T) {
 		}
 	}
 }
+
+// A turn's POST has no generate (the socket's own field); a warm-up is a
+// generate false turn.
+func TestWSPostBody(t *testing.T) {
+	body := []byte(`{"model":"m","generate":false,"input":"hi"}`)
+	if !IsWarmup(body) || IsWarmup([]byte(`{"generate":true}`)) || IsWarmup([]byte(`{}`)) {
+		t.Error("warm-up misread")
+	}
+	jsontest.Same(t, WSPostBody(body), `{"model":"m","input":"hi"}`)
+}

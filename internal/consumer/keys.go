@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -35,20 +36,27 @@ func LoadKeys(path string) (*Keys, error) {
 
 // ParseKeys reads a keys file from r: one key a line, "<consumer>
 // <sha256 hex of the key>" (64 hex digits, either case), as
-// `printf %s "$KEY" | sha256sum` prints the hash; blank lines and lines
-// starting with # are skipped. A line of another shape, a hash that is not
-// 64 hex digits, or one hash given twice is an error naming source and the
-// line (never its hash). One consumer may have several keys.
+// `printf %s "$KEY" | sha256sum` prints the hash; blank lines, lines
+// starting with #, a # comment after the hash and a UTF-8 byte-order mark
+// at the file's start are skipped. A line of another shape, a hash that
+// is not 64 hex digits, or one hash given twice is an error naming source
+// and the line (never its hash). One consumer may have several keys.
 func ParseKeys(r io.Reader, source string) (*Keys, error) {
 	k := &Keys{}
 	seen := map[[sha256.Size]byte]int{}
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
+		text := sc.Text()
+		if line == 1 {
+			text = strings.TrimPrefix(text, "\ufeff") // a byte-order mark (Windows editors)
 		}
 		fields := strings.Fields(text)
+		if i := slices.IndexFunc(fields, func(f string) bool { return strings.HasPrefix(f, "#") }); i >= 0 {
+			fields = fields[:i] // a comment, of the line or after its hash
+		}
+		if len(fields) == 0 {
+			continue
+		}
 		if len(fields) != 2 {
 			return nil, fmt.Errorf("keys %s:%d: expected \"<consumer> <sha256 hex of the key>\", got %d fields", source, line, len(fields))
 		}

@@ -254,10 +254,14 @@ type admission struct {
 
 // admit decides req of consumer who for group (Consumers' plans): its
 // admission, or the 403 or 429 to answer (with HeaderLimit set on w). It
-// sets the request's consumer and weight for the queue's fair share.
+// sets the request's consumer and weight for the queue's fair share, and
+// the groups its plan allows (its fallback groups stop at the others).
 func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Request) (*admission, *api.Error) {
 	c := &h.Consumers
 	req.Consumer, req.Weight = who, c.registry.Weight(who)
+	if p := c.registry.PlanOf(who); p != nil {
+		req.Groups = p.Groups
+	}
 	a := &admission{h: h}
 	if c.active() {
 		a.label = c.labels.of(who)

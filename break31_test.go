@@ -1,0 +1,86 @@
+package llmrouter
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// modelUpstream is an OpenAI provider whose model "m1" is rate-limited
+// for an hour (a 429 with Retry-After, as OpenAI sends it) and whose other
+// models answer 200; it counts the requests of each model.
+type modelUpstream struct {
+	*httptest.Server
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newModelUpstream(t *testing.T) *modelUpstream {
+	u := &modelUpstream{n: map[string]int{}}
+	ok, err := os.ReadFile("testdata/openai-200.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Model string `json:"model"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &body)
+		u.mu.Lock()
+		u.n[body.Model]++
+		u.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if body.Model == "m1" {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)
+			return
+		}
+		_, _ = w.Write(ok)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *modelUpstream) count(model string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.n[model]
+}
+
+// A plan's groups bound the fallback groups too: a consumer that may use
+// "fast" alone does not reach "smart" through fast's fallback_group; one
+// whose plan allows both does.
+func TestPlanGroupsBoundTheFallbackGroups(t *testing.T) {
+	u := newModelUpstream(t)
+	h := handlerFromJSON(t, `{
+		"providers": {"oa": {"type": "openai", "base_url": "`+u.URL+`/v1", "api_key": "sk-provider-key"}},
+		"models": {"fast": {"deployments": [{"provider": "oa", "model": "m1"}], "fallback_group": "smart"},
+		           "smart": {"deployments": [{"provider": "oa", "model": "m2"}]}},
+		"consumer": "{http.request.header.X-Team}",
+		"plans": {"cheap": {"groups": ["fast"]}, "all": {"groups": ["fast", "smart"]}},
+		"consumers": {"cheap": ["intern"], "all": ["lead"]}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Cleanup() })
+	h.router.Clock = newBGClock()
+
+	w, _, _ := askAs(h, "/v1/chat/completions", fastChat, http.Header{"X-Team": {"intern"}})
+	if w.Code == http.StatusOK || u.count("m2") != 0 {
+		t.Fatalf("intern (groups fast) was served by smart through fast's fallback_group: %d %s, m2 asked %d times", w.Code, w.Body, u.count("m2"))
+	}
+	if g := w.Header().Get(HeaderGroup); g == "smart" {
+		t.Errorf("answer names group %s", g)
+	}
+	w, _, _ = askAs(h, "/v1/chat/completions", fastChat, http.Header{"X-Team": {"lead"}})
+	if w.Code != http.StatusOK || u.count("m2") != 1 || w.Header().Get(HeaderGroup) != "smart" {
+		t.Fatalf("lead (groups fast smart): expected smart's 200, got %d %s (group %q)", w.Code, strings.TrimSpace(w.Body.String()), w.Header().Get(HeaderGroup))
+	}
+}

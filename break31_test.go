@@ -84,3 +84,33 @@ func TestPlanGroupsBoundTheFallbackGroups(t *testing.T) {
 		t.Fatalf("lead (groups fast smart): expected smart's 200, got %d %s (group %q)", w.Code, strings.TrimSpace(w.Body.String()), w.Header().Get(HeaderGroup))
 	}
 }
+
+// A config reload (Caddy provisions the new handler, then cleans up the
+// old) keeps each consumer's use of its plan: the minute's requests and
+// the budget window's spend, as it keeps the deployments' windows and the
+// groups' budgets.
+func TestReloadKeepsConsumersUse(t *testing.T) {
+	u := newSeenUpstream(t)
+	cfg := `"consumer": "{http.request.header.X-Team}",
+		"plans": {"default": {"rpm": 1}, "rich": {"budget": {"usd": 0.001, "per": 3600000000000}}},
+		"consumers": {"rich": ["bob"]}`
+	old, _ := consumersHandler(t, u, cfg)
+	for _, who := range []string{"alice", "bob"} {
+		if w, _, _ := askAs(old, "/v1/chat/completions", fastChat, http.Header{"X-Team": {who}}); w.Code != 200 {
+			t.Fatalf("%s: %d %s", who, w.Code, w.Body)
+		}
+	}
+	reloaded, _ := consumersHandler(t, u, cfg)
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	for who, limit := range map[string]string{"alice": "rpm", "bob": "budget"} {
+		w, _, _ := askAs(reloaded, "/v1/chat/completions", fastChat, http.Header{"X-Team": {who}})
+		if w.Code != 429 || w.Header().Get(HeaderConsumerLimit) != limit {
+			t.Errorf("%s after a reload: expected its %s's 429 still, got %d %s", who, limit, w.Code, w.Body)
+		}
+	}
+	if u.count() != 2 {
+		t.Errorf("expected 2 requests at the provider, got %d", u.count())
+	}
+}

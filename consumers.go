@@ -67,6 +67,7 @@ type Consumers struct {
 	registry *consumer.Registry
 	keys     *consumer.Keys
 	labels   *consumerLabels
+	pooled   bool // registry counts in consumerCounts' entry
 }
 
 // ConsumerPlan is a plan's limits and weight, for each of its consumers.
@@ -174,6 +175,16 @@ func (h *Handler) provisionConsumers() error {
 		return err
 	}
 	c.registry = reg
+	if c.active() {
+		v, _, err := consumerCounts.LoadOrNew(consumerCountsKey, func() (caddy.Destructor, error) {
+			return pooledCounts{consumer.NewCounts()}, nil
+		})
+		if err != nil {
+			return err
+		}
+		reg.ShareCounts(v.(pooledCounts).Counts)
+		c.pooled = true
+	}
 	named := reg.Members()
 	if c.Keys != "" {
 		if c.keys, err = consumer.LoadKeys(c.Keys); err != nil {
@@ -187,6 +198,27 @@ func (h *Handler) provisionConsumers() error {
 	}
 	c.labels = newConsumerLabels(named)
 	return nil
+}
+
+// consumerCounts keeps the consumers' use of their plans across config
+// reloads, as states and spendings keep the deployments' windows and the
+// budgets': one consumer.Counts a process, under consumerCountsKey, so
+// that a consumer is counted as one whichever llm_router handler it
+// asks.
+var consumerCounts = caddy.NewUsagePool()
+
+const consumerCountsKey = "consumers"
+
+type pooledCounts struct{ *consumer.Counts }
+
+func (pooledCounts) Destruct() error { return nil }
+
+// cleanupConsumers gives back the pooled counts (once).
+func (h *Handler) cleanupConsumers() {
+	if h.Consumers.pooled {
+		_, _ = consumerCounts.Delete(consumerCountsKey)
+		h.Consumers.pooled = false
+	}
 }
 
 // identified is the context key of a request's consumer once identify
@@ -378,8 +410,13 @@ func liveConsumers() []consumerStatus {
 	live.Lock()
 	defer live.Unlock()
 	out := []consumerStatus{}
+	seen := map[*consumer.Counts]bool{}
 	for h := range live.handlers {
-		out = append(out, h.Consumers.registry.Report(h.router.Clock.Now())...)
+		reg := h.Consumers.registry
+		if counts := reg.Counts(); counts != nil && !seen[counts] { // handlers share them (consumerCounts)
+			seen[counts] = true
+			out = append(out, reg.Report(h.router.Clock.Now())...)
+		}
 	}
 	slices.SortStableFunc(out, func(a, b consumerStatus) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return out

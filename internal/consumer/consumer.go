@@ -104,10 +104,35 @@ type Refusal struct {
 // Registry holds the plans, which consumer is on which, and each
 // consumer's use of its plan's limits. It is safe for concurrent use.
 type Registry struct {
-	plans map[string]*Plan
-	on    map[string]string // consumer -> plan name
-	mu    sync.Mutex
-	use   map[string]*usage // consumers with limits, by name
+	plans  map[string]*Plan
+	on     map[string]string // consumer -> plan name
+	counts *Counts
+}
+
+// Counts are consumers' use of their plans' limits (the minute's requests
+// and tokens, those in flight, the budget window's spend), by consumer
+// name: a Registry's own, or shared by the registries of successive
+// configs (ShareCounts), so that a config reload keeps them. A consumer's
+// next request is counted against the plan of the registry that admits
+// it. Safe for concurrent use.
+type Counts struct {
+	mu  sync.Mutex
+	use map[string]*usage // consumers with limits, by name
+}
+
+// NewCounts returns empty counts.
+func NewCounts() *Counts { return &Counts{use: map[string]*usage{}} }
+
+// ShareCounts makes r count its consumers' use in c (replacing its own),
+// before r admits any request.
+func (r *Registry) ShareCounts(c *Counts) { r.counts = c }
+
+// Counts returns the counts r keeps its consumers' use in.
+func (r *Registry) Counts() *Counts {
+	if r == nil {
+		return nil
+	}
+	return r.counts
 }
 
 // New returns the registry of plans and of members (consumer -> plan's
@@ -115,7 +140,7 @@ type Registry struct {
 // plans is the caller's to refuse (members is a map), a plan twice or an
 // invalid one.
 func New(plans []Plan, members map[string]string) (*Registry, error) {
-	r := &Registry{plans: map[string]*Plan{}, on: map[string]string{}, use: map[string]*usage{}}
+	r := &Registry{plans: map[string]*Plan{}, on: map[string]string{}, counts: NewCounts()}
 	for i := range plans {
 		p := plans[i]
 		if err := p.Validate(); err != nil {
@@ -199,13 +224,14 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 	if p.RPM == 0 && p.TPM == 0 && p.Concurrent == 0 && p.BudgetUSD == 0 {
 		return nil, nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	u := r.use[consumer]
+	c := r.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := c.use[consumer]
 	if u == nil {
-		r.sweep(now)
-		u = &usage{plan: p, r: r}
-		r.use[consumer] = u
+		c.sweep(now)
+		u = &usage{plan: p, c: c}
+		c.use[consumer] = u
 	}
 	u.plan = p
 	if ref := u.admit(now, tokens); ref != nil {
@@ -235,15 +261,14 @@ func joinGroups(gs []string) string {
 // would anyway).
 const maxTracked = 10000
 
-// sweep forgets idle consumers when the registry tracks too many, under
-// r.mu.
-func (r *Registry) sweep(now time.Time) {
-	if len(r.use) < maxTracked {
+// sweep forgets idle consumers when c tracks too many, under c.mu.
+func (c *Counts) sweep(now time.Time) {
+	if len(c.use) < maxTracked {
 		return
 	}
-	for c, u := range r.use {
+	for who, u := range c.use {
 		if u.idle(now) {
-			delete(r.use, c)
+			delete(c.use, who)
 		}
 	}
 }
@@ -274,11 +299,12 @@ func (r *Registry) Report(now time.Time) []Usage {
 	if r == nil {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]Usage, 0, len(r.use))
-	for c, u := range r.use {
-		out = append(out, u.report(c, now))
+	c := r.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Usage, 0, len(c.use))
+	for who, u := range c.use {
+		out = append(out, u.report(who, now))
 	}
 	slices.SortFunc(out, func(a, b Usage) int {
 		if a.Consumer < b.Consumer {

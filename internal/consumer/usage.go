@@ -53,10 +53,10 @@ func (m *minute) freeAt(now time.Time, limit, v int64) time.Time {
 	return time.Unix(s+60, 0)
 }
 
-// usage is one consumer's use of its plan's limits, under the registry's
+// usage is one consumer's use of its plan's limits, under its counts'
 // mutex.
 type usage struct {
-	r        *Registry
+	c        *Counts
 	plan     *Plan
 	requests minute
 	tokens   minute
@@ -116,8 +116,8 @@ func (u *usage) roll(now time.Time) {
 
 // done ends a request at now that cost usd.
 func (u *usage) done(now time.Time, usd float64) {
-	u.r.mu.Lock()
-	defer u.r.mu.Unlock()
+	u.c.mu.Lock()
+	defer u.c.mu.Unlock()
 	u.inFlight--
 	if usd > 0 && u.plan.BudgetUSD > 0 {
 		u.roll(now)

@@ -114,3 +114,23 @@ func TestReloadKeepsConsumersUse(t *testing.T) {
 		t.Errorf("expected 2 requests at the provider, got %d", u.count())
 	}
 }
+
+// A consumer name that is no metrics label (invalid UTF-8, control
+// characters, kilobytes long: what a header may carry) is answered as any
+// and counted under "other": it neither panics the metrics nor grows
+// their labels.
+func TestConsumerNamesThatAreNoLabels(t *testing.T) {
+	u := newSeenUpstream(t)
+	h, _ := consumersHandler(t, u, `"consumer": "{http.request.header.X-Team}", "plans": {"default": {"rpm": 100}}`)
+	m := getMetrics().consumers
+	for _, name := range []string{"\xff\xfeteam", "team\x01\x7f", strings.Repeat("t", 4096)} {
+		other0 := counterValue(m.requests.WithLabelValues(consumerOther, "200"))
+		w, _, _ := askAs(h, "/v1/chat/completions", fastChat, http.Header{"X-Team": {name}})
+		if w.Code != http.StatusOK {
+			t.Errorf("%.20q: expected 200, got %d %s", name, w.Code, w.Body)
+		}
+		if d := counterValue(m.requests.WithLabelValues(consumerOther, "200")) - other0; d != 1 {
+			t.Errorf("%.20q: expected llm_router_consumer_requests_total{other, 200} +1, got %+v", name, d)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -353,7 +355,8 @@ func (h *Handler) limitHeader(w http.ResponseWriter, res *router.Result) {
 
 // DefaultMaxConsumerLabels bounds the consumer label of the metrics: the
 // consumers the config names (consumers lines, the keys file) first, then
-// those seen first, up to this many; the others are counted as "other".
+// those seen first, up to this many; the others are counted as "other",
+// and so are names that are no label (labelable).
 const DefaultMaxConsumerLabels = 100
 
 // consumerOther is the label of the consumers beyond the bound, and
@@ -370,10 +373,20 @@ type consumerLabels struct {
 	seen map[string]bool
 }
 
+// maxConsumerLabel bounds a consumer label's length, in bytes.
+const maxConsumerLabel = 128
+
+// labelable reports whether who may be a label of its own: valid UTF-8
+// (a label must be, or the metrics panic), without control characters,
+// maxConsumerLabel bytes at most (a header's value may be any of these).
+func labelable(who string) bool {
+	return len(who) <= maxConsumerLabel && utf8.ValidString(who) && !strings.ContainsFunc(who, unicode.IsControl)
+}
+
 func newConsumerLabels(named []string) *consumerLabels {
 	l := &consumerLabels{max: DefaultMaxConsumerLabels, seen: map[string]bool{}}
 	for _, n := range slices.Compact(slices.Sorted(slices.Values(named))) {
-		if len(l.seen) < l.max {
+		if len(l.seen) < l.max && labelable(n) {
 			l.seen[n] = true
 		}
 	}
@@ -385,7 +398,7 @@ func (l *consumerLabels) of(who string) string {
 	if who == "" {
 		return consumerAnonymous
 	}
-	if l == nil {
+	if l == nil || !labelable(who) {
 		return consumerOther
 	}
 	l.mu.Lock()

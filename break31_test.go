@@ -2,6 +2,7 @@ package llmrouter
 
 import (
 	"encoding/json"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -132,5 +133,49 @@ func TestConsumerNamesThatAreNoLabels(t *testing.T) {
 		if d := counterValue(m.requests.WithLabelValues(consumerOther, "200")) - other0; d != 1 {
 			t.Errorf("%.20q: expected llm_router_consumer_requests_total{other, 200} +1, got %+v", name, d)
 		}
+	}
+}
+
+// A background response's cost is spent on its consumer's budget when
+// the router finds it done (its poll, or a client's), as it is on the
+// deployment's: past the budget, the consumer's next request is a 429.
+func TestBackgroundCostSpendsTheConsumersBudget(t *testing.T) {
+	a := newBGAccount(t, "sk-bg-a", "ca")
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+		consumer {http.request.header.X-Team}
+		plan default {
+			budget 0.01 per 24h
+		}
+		provider a {
+			type openai
+			base_url ` + a.srv.URL + `/v1
+			api_key ` + a.key + `
+			responses native
+		}
+		model ga {
+			deployment a gpt-x {
+				cost_input 1000
+				cost_output 1000
+			}
+		}
+	}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Cleanup() })
+	clock := newBGClock()
+	h.router.Clock = clock
+	id := createBG(t, &h, "ga")
+	a.finish(id)
+	clock.Advance(BackgroundPollFirst) // the router's poll finds it done: 36 input tokens at 1000 USD per 1M
+	if n, _ := answers(&h, "ga"); n != 1 {
+		t.Fatalf("expected the router's poll to count the answer, got %d answers", n)
+	}
+	code, body, hdr := call(t, &h, http.MethodPost, "/v1/responses", `{"model":"ga","input":"hi","background":true}`)
+	if code != http.StatusTooManyRequests || hdr.Get(HeaderConsumerLimit) != "budget" {
+		t.Errorf("a background response spent 0.036 USD of a 0.01 budget: expected the next request's 429 budget, got %d %s", code, body)
 	}
 }

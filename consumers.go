@@ -20,6 +20,7 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // HeaderLimit says which limit a 429 of the router met: "consumer" (the
@@ -333,6 +334,24 @@ func (a *admission) done(res *router.Result, cost float64) {
 	}
 	if ok {
 		m.consumerTokens(a.label, u.InputTokens, u.OutputTokens)
+	}
+}
+
+// spendConsumer charges what an answer found done after its request
+// ended cost (a background response's usage u, usd) to consumer who's
+// budget and counts it in the consumer metrics.
+func (h *Handler) spendConsumer(who string, u provider.Usage, usd float64) {
+	c := &h.Consumers
+	if !c.active() {
+		return
+	}
+	c.registry.Spend(h.router.Clock.Now(), who, usd)
+	if h.metrics != nil {
+		label := c.labels.of(who)
+		h.metrics.consumerTokens(label, u.InputTokens, u.OutputTokens)
+		if usd > 0 {
+			h.metrics.consumers.cost.WithLabelValues(label).Add(usd)
+		}
 	}
 }
 

@@ -227,6 +227,32 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 	c := r.counts
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	u := c.of(consumer, p, now)
+	if ref := u.admit(now, tokens); ref != nil {
+		ref.Message = fmt.Sprintf("consumer %s is over its %s (plan %s): %s", consumer, ref.Limit, p.Name, ref.Message)
+		return nil, ref
+	}
+	return &Ticket{u: u}, nil
+}
+
+// Spend charges usd (the cost of an answer found done after its request
+// ended: a background response's) to consumer's budget window at now, as
+// a Ticket's Done does. A consumer whose plan has no budget is not
+// charged.
+func (r *Registry) Spend(now time.Time, consumer string, usd float64) {
+	p := r.PlanOf(consumer)
+	if p == nil || p.BudgetUSD == 0 || !(usd > 0) {
+		return
+	}
+	c := r.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.of(consumer, p, now).spend(now, usd)
+}
+
+// of returns consumer's usage, on plan p, under c.mu: tracked from now on
+// when it was not.
+func (c *Counts) of(consumer string, p *Plan, now time.Time) *usage {
 	u := c.use[consumer]
 	if u == nil {
 		c.sweep(now)
@@ -234,11 +260,7 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 		c.use[consumer] = u
 	}
 	u.plan = p
-	if ref := u.admit(now, tokens); ref != nil {
-		ref.Message = fmt.Sprintf("consumer %s is over its %s (plan %s): %s", consumer, ref.Limit, p.Name, ref.Message)
-		return nil, ref
-	}
-	return &Ticket{u: u}, nil
+	return u
 }
 
 func joinGroups(gs []string) string {

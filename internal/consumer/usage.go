@@ -119,6 +119,11 @@ func (u *usage) done(now time.Time, usd float64) {
 	u.c.mu.Lock()
 	defer u.c.mu.Unlock()
 	u.inFlight--
+	u.spend(now, usd)
+}
+
+// spend adds usd to the budget window of now, under c.mu.
+func (u *usage) spend(now time.Time, usd float64) {
 	if usd > 0 && u.plan.BudgetUSD > 0 {
 		u.roll(now)
 		u.spent += usd

@@ -54,3 +54,21 @@ func TestKeysFileBOMAndTrailingComments(t *testing.T) {
 		t.Error("a third field that is no comment: expected an error")
 	}
 }
+
+// A weight so small that a request's turn (1/weight of virtual time) is
+// infinite would stall the queue's virtual time for every consumer: a
+// weight is 0 (the default) or from 1/MaxWeight to MaxWeight.
+func TestWeightBelowItsBoundIsRefused(t *testing.T) {
+	for _, w := range []float64{5e-324, 1e-9, 0.0009} {
+		p := Plan{Name: "tiny", Weight: w}
+		if err := p.Validate(); err == nil {
+			t.Errorf("weight %v: expected an error", w)
+		}
+	}
+	for _, w := range []float64{0, 0.001, 0.5, 1000} {
+		p := Plan{Name: "ok", Weight: w}
+		if err := p.Validate(); err != nil {
+			t.Errorf("weight %v: %v", w, err)
+		}
+	}
+}

@@ -60,11 +60,12 @@ func (p *Plan) weight() float64 {
 }
 
 // Validate checks a plan's values: not negative, a budget with its period
-// (1 s at least), a finite weight.
+// (1 s at least), a weight of 0 or from 1/MaxWeight to MaxWeight (a
+// smaller one's turns would overflow the queue's virtual time).
 func (p *Plan) Validate() error {
 	switch {
-	case p.Weight < 0 || math.IsNaN(p.Weight) || math.IsInf(p.Weight, 0) || p.Weight > MaxWeight:
-		return fmt.Errorf("plan %s: weight must be from 0 to %d, got %v", p.Name, MaxWeight, p.Weight)
+	case p.Weight != 0 && !(p.Weight >= 1.0/MaxWeight && p.Weight <= MaxWeight):
+		return fmt.Errorf("plan %s: weight must be 0 (the default, 1) or from %v to %d, got %v", p.Name, 1.0/MaxWeight, MaxWeight, p.Weight)
 	case p.RPM < 0 || p.TPM < 0 || p.Concurrent < 0:
 		return fmt.Errorf("plan %s: rpm, tpm and concurrent must not be negative", p.Name)
 	case p.BudgetUSD < 0 || math.IsNaN(p.BudgetUSD) || math.IsInf(p.BudgetUSD, 0):
@@ -75,7 +76,8 @@ func (p *Plan) Validate() error {
 	return nil
 }
 
-// MaxWeight bounds a plan's weight: a share of 1000 to 1 is already all.
+// MaxWeight bounds a plan's weight, and 1/MaxWeight from below: a share
+// of 1000 to 1 is already all.
 const MaxWeight = 1000
 
 // Limit names the limit that refused a request, as the header

@@ -80,7 +80,7 @@ type ConsumerPlan struct {
 	// priority, each gets at least weight / (the waiting consumers'
 	// weights) of the requests served (weighted fair queueing); one that
 	// asks for less leaves the rest to the others. Fleet mode orders its
-	// queue by arrival alone. Default: 1; at most 1000.
+	// queue by arrival alone. Default: 1; 0 or from 0.001 to 1000.
 	Weight float64 `json:"weight,omitempty"`
 	// RPM and TPM bound each consumer's requests and estimated tokens
 	// (prompt bytes / 4 plus max_tokens) over a sliding minute. Default:

@@ -3,7 +3,6 @@ package consumer
 import (
 	"bufio"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 // themselves are never held. The zero Keys knows no key.
 type Keys struct {
 	entries []keyEntry
+	byHash  map[[sha256.Size]byte]int // entries' index by hash
 }
 
 type keyEntry struct {
@@ -42,8 +42,8 @@ func LoadKeys(path string) (*Keys, error) {
 // is not 64 hex digits, or one hash given twice is an error naming source
 // and the line (never its hash). One consumer may have several keys.
 func ParseKeys(r io.Reader, source string) (*Keys, error) {
-	k := &Keys{}
-	seen := map[[sha256.Size]byte]int{}
+	k := &Keys{byHash: map[[sha256.Size]byte]int{}}
+	seen := map[[sha256.Size]byte]int{} // hash -> line
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
 		text := sc.Text()
@@ -71,6 +71,7 @@ func ParseKeys(r io.Reader, source string) (*Keys, error) {
 			return nil, fmt.Errorf("keys %s:%d: the same key's hash as line %d", source, line, prev)
 		}
 		seen[e.hash] = line
+		k.byHash[e.hash] = len(k.entries)
 		k.entries = append(k.entries, e)
 	}
 	if err := sc.Err(); err != nil {
@@ -96,25 +97,21 @@ func (k *Keys) Consumers() []string {
 	return out
 }
 
-// Lookup returns the consumer of key: its SHA-256 is compared with every
-// entry's in constant time (all entries, whichever matches), so that the
-// time taken tells nothing of the hashes. ok false for an empty or
-// unknown key.
+// Lookup returns the consumer of key, found by its SHA-256 in a map, so
+// that a file of 100,000 keys takes no longer than one of 10
+// (BenchmarkKeysLookup). The lookup's time may tell of the hashes (how
+// far a client's key's hash matches a stored one), which give no key: a
+// key cannot be found from its SHA-256. ok false for an empty or unknown
+// key.
 func (k *Keys) Lookup(key string) (consumer string, ok bool) {
 	if k == nil || key == "" {
 		return "", false
 	}
-	h := sha256.Sum256([]byte(key))
-	found := -1
-	for i := range k.entries {
-		if subtle.ConstantTimeCompare(h[:], k.entries[i].hash[:]) == 1 {
-			found = i
-		}
-	}
-	if found < 0 {
+	i, ok := k.byHash[sha256.Sum256([]byte(key))]
+	if !ok {
 		return "", false
 	}
-	return k.entries[found].consumer, true
+	return k.entries[i].consumer, true
 }
 
 // KeyOf returns the API key a client sent: Authorization: Bearer <key>

@@ -179,3 +179,27 @@ func TestBackgroundCostSpendsTheConsumersBudget(t *testing.T) {
 		t.Errorf("a background response spent 0.036 USD of a 0.01 budget: expected the next request's 429 budget, got %d %s", code, body)
 	}
 }
+
+// count_tokens is not counted against a plan (docs/consumers.md): a
+// consumer at its rpm may still count its prompt's tokens, and counting
+// does not spend its rpm; a group outside its plan is still a 403.
+func TestCountTokensIsNotCountedAgainstThePlan(t *testing.T) {
+	u := newSeenUpstream(t)
+	h, _ := consumersHandler(t, u, `"consumer": "{http.request.header.X-Team}", "plans": {"default": {"rpm": 1, "groups": ["fast"]}}`)
+	team := http.Header{"X-Team": {"a"}, "Anthropic-Version": {"2023-06-01"}}
+	count := `{"model":"fast","messages":[{"role":"user","content":"hi"}]}`
+	for i := range 3 {
+		if w, _, _ := askAs(h, "/v1/messages/count_tokens", count, team); w.Code != http.StatusOK {
+			t.Fatalf("count %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	if w, _, _ := askAs(h, "/v1/chat/completions", fastChat, team); w.Code != http.StatusOK {
+		t.Errorf("after 3 counts, the consumer's one request a minute: expected 200, got %d %s", w.Code, w.Body)
+	}
+	if w, _, _ := askAs(h, "/v1/messages/count_tokens", count, team); w.Code != http.StatusOK {
+		t.Errorf("a count at its rpm: expected 200, got %d %s", w.Code, w.Body)
+	}
+	if w, _, _ := askAs(h, "/v1/messages/count_tokens", strings.Replace(count, "fast", "smart", 1), team); w.Code != http.StatusForbidden {
+		t.Errorf("a count for a group outside the plan: expected 403, got %d %s", w.Code, w.Body)
+	}
+}

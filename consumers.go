@@ -288,7 +288,8 @@ type admission struct {
 }
 
 // admit decides req of consumer who for group (Consumers' plans): its
-// admission, or the 403 or 429 to answer (with HeaderLimit set on w). It
+// admission, or the 403 or 429 to answer (with HeaderLimit set on w); a
+// count of tokens is checked against the plan's groups alone. It
 // sets the request's consumer and weight for the queue's fair share, and
 // the groups its plan allows (its fallback groups stop at the others).
 func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Request) (*admission, *api.Error) {
@@ -301,7 +302,11 @@ func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Re
 	if c.active() {
 		a.label = c.labels.of(who)
 	}
-	t, ref := c.registry.Admit(h.router.Clock.Now(), who, group, req.Tokens)
+	var t *consumer.Ticket
+	ref := c.registry.Allows(who, group)
+	if !req.CountTokens && ref == nil { // a count of tokens spends no limit (docs/consumers.md)
+		t, ref = c.registry.Admit(h.router.Clock.Now(), who, group, req.Tokens)
+	}
 	if ref == nil {
 		a.ticket = t
 		return a, nil

@@ -215,13 +215,12 @@ func (t *Ticket) Done(now time.Time, usd float64) {
 // tpm and concurrent (429). A refused request changes no count. A
 // consumer whose plan has no limits gets a nil ticket and is not tracked.
 func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*Ticket, *Refusal) {
+	if ref := r.Allows(consumer, group); ref != nil {
+		return nil, ref
+	}
 	p := r.PlanOf(consumer)
 	if p == nil {
 		return nil, nil
-	}
-	if len(p.Groups) > 0 && !slices.Contains(p.Groups, group) {
-		return nil, &Refusal{Status: http.StatusForbidden, Limit: LimitGroups,
-			Message: fmt.Sprintf("consumer %s may not use model %s (its plan %s allows: %s)", consumer, group, p.Name, joinGroups(p.Groups))}
 	}
 	if p.RPM == 0 && p.TPM == 0 && p.Concurrent == 0 && p.BudgetUSD == 0 {
 		return nil, nil
@@ -235,6 +234,19 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 		return nil, ref
 	}
 	return &Ticket{u: u}, nil
+}
+
+// Allows checks that consumer's plan lets it use model group (its
+// groups), counting nothing: nil, or the 403's refusal. Admit checks it
+// first; a request that spends no limit (a count of tokens) is checked
+// by it alone.
+func (r *Registry) Allows(consumer, group string) *Refusal {
+	p := r.PlanOf(consumer)
+	if p == nil || len(p.Groups) == 0 || slices.Contains(p.Groups, group) {
+		return nil
+	}
+	return &Refusal{Status: http.StatusForbidden, Limit: LimitGroups,
+		Message: fmt.Sprintf("consumer %s may not use model %s (its plan %s allows: %s)", consumer, group, p.Name, joinGroups(p.Groups))}
 }
 
 // Spend charges usd (the cost of an answer found done after its request

@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"context"
 	"encoding/json"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // modelUpstream is an OpenAI provider whose model "m1" is rate-limited
@@ -202,4 +204,60 @@ func TestCountTokensIsNotCountedAgainstThePlan(t *testing.T) {
 	if w, _, _ := askAs(h, "/v1/messages/count_tokens", strings.Replace(count, "fast", "smart", 1), team); w.Code != http.StatusForbidden {
 		t.Errorf("a count for a group outside the plan: expected 403, got %d %s", w.Code, w.Body)
 	}
+}
+
+// A stream the client abandons mid-way gives back its consumer's
+// concurrent slot: the consumer's next request is admitted.
+func TestAbandonedStreamFreesItsConcurrentSlot(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "text/event-stream")
+		_, _ = rw.Write([]byte(chunk("Alpha", "")))
+		rw.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer up.Close()
+	defer close(release)
+	h := handlerFromJSON(t, `{
+		"providers": {"oa": {"type": "openai", "base_url": "`+up.URL+`/v1", "api_key": "sk-provider-key"}},
+		"models": {"fast": {"deployments": [{"provider": "oa", "model": "m1"}]}},
+		"plans": {"default": {"concurrent": 1}}}`)
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Cleanup() })
+	w := &flushRecorder{header: http.Header{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r := postJSON("/v1/chat/completions", `{"model":"fast","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+		_ = h.ServeHTTP(w, r.WithContext(ctx), nil)
+	}()
+	for deadline := time.Now().Add(5 * time.Second); !w.sent("Alpha"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's first event never reached the client")
+		}
+	}
+	r := httptest.NewRecorder()
+	_ = h.ServeHTTP(r, postJSON("/v1/chat/completions", fastChat), nil)
+	if r.Code != http.StatusTooManyRequests || r.Header().Get(HeaderConsumerLimit) != "concurrent" {
+		t.Fatalf("a second request while the stream is open: expected 429 concurrent, got %d %s", r.Code, r.Body)
+	}
+	cancel() // the client goes away mid-stream
+	<-done
+	r = httptest.NewRecorder()
+	_ = h.ServeHTTP(r, postJSON("/v1/chat/completions", `{"model":"fast","stream":true,"messages":[{"role":"user","content":"hi"}]}`).WithContext(ctxTimeout(t)), nil)
+	if r.Code == http.StatusTooManyRequests {
+		t.Errorf("after the client abandoned its stream: expected its slot back, got %d %s", r.Code, r.Body)
+	}
+}
+
+func ctxTimeout(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	t.Cleanup(cancel)
+	return ctx
 }

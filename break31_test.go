@@ -261,3 +261,40 @@ func ctxTimeout(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// A 401 of a path no client API takes (GET /v1/models, a pass_through
+// path) is in the format of the client that asks: Anthropic's for one
+// that sends anthropic-version (its SDKs' models.list), else OpenAI's.
+func TestKeys401OfOtherPathsIsInTheClientsFormat(t *testing.T) {
+	u := newSeenUpstream(t)
+	path := t.TempDir() + "/llm-keys"
+	if err := os.WriteFile(path, []byte("alice "+sha("sk-client-alice")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := consumersHandler(t, u, `"keys": "`+path+`"`)
+	for _, c := range []struct {
+		header  http.Header
+		typ     string
+		outside bool // the error's type is at the top level's error object
+	}{
+		{http.Header{"Anthropic-Version": {"2023-06-01"}, "X-Api-Key": {"sk-wrong"}}, "authentication_error", true},
+		{http.Header{"Authorization": {"Bearer sk-wrong"}}, "invalid_request_error", false},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+		for k, v := range c.header {
+			r.Header[k] = v
+		}
+		w := httptest.NewRecorder()
+		_ = h.ServeHTTP(w, r, nil)
+		var m struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type string `json:"type"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(w.Body.Bytes(), &m)
+		if w.Code != http.StatusUnauthorized || m.Error.Type != c.typ || (m.Type == "error") != c.outside {
+			t.Errorf("GET /v1/models with %v: expected 401 %s, got %d %s", c.header, c.typ, w.Code, w.Body)
+		}
+	}
+}

@@ -360,13 +360,14 @@ func (h *Handler) spendConsumer(who string, u provider.Usage, usd float64) {
 	}
 }
 
-// errorAPI is the client API that writes an error of path: its own, else
-// Chat's (GET .../models, a path the router does not serve).
-func errorAPI(path string) api.API {
-	if a := api.ForPath(path); a != nil {
+// errorAPI is the client API that writes an error of r: its path's own,
+// else unknownAPI's (GET .../models, a pass_through path: Messages for a
+// client that speaks it, else Chat).
+func errorAPI(r *http.Request) api.API {
+	if a := api.ForPath(r.URL.Path); a != nil {
 		return a
 	}
-	return api.Chat{}
+	return unknownAPI(r)
 }
 
 // limitHeader marks a 429 of the router's own (the deployments'

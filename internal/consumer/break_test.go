@@ -72,3 +72,13 @@ func TestWeightBelowItsBoundIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A line too long to be a key's (a file of another kind, a hash pasted
+// without its newlines) is an error naming its line.
+func TestKeysFileLongLineNamesItsLine(t *testing.T) {
+	file := "alice " + hashOf("sk-alice") + "\n" + strings.Repeat("x", 100<<10) + "\n"
+	_, err := ParseKeys(strings.NewReader(file), "llm-keys")
+	if err == nil || !strings.Contains(err.Error(), "llm-keys:2") {
+		t.Errorf("expected an error at llm-keys:2, got %v", err)
+	}
+}

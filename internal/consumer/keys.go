@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,14 +39,17 @@ func LoadKeys(path string) (*Keys, error) {
 // <sha256 hex of the key>" (64 hex digits, either case), as
 // `printf %s "$KEY" | sha256sum` prints the hash; blank lines, lines
 // starting with #, a # comment after the hash and a UTF-8 byte-order mark
-// at the file's start are skipped. A line of another shape, a hash that
-// is not 64 hex digits, or one hash given twice is an error naming source
-// and the line (never its hash). One consumer may have several keys.
+// at the file's start are skipped. A line of another shape or over 64
+// KiB, a hash that is not 64 hex digits, or one hash given twice is an
+// error naming source and the line (never its hash). One consumer may
+// have several keys.
 func ParseKeys(r io.Reader, source string) (*Keys, error) {
 	k := &Keys{byHash: map[[sha256.Size]byte]int{}}
 	seen := map[[sha256.Size]byte]int{} // hash -> line
 	sc := bufio.NewScanner(r)
-	for line := 1; sc.Scan(); line++ {
+	line := 0
+	for sc.Scan() {
+		line++
 		text := sc.Text()
 		if line == 1 {
 			text = strings.TrimPrefix(text, "\ufeff") // a byte-order mark (Windows editors)
@@ -74,7 +78,9 @@ func ParseKeys(r io.Reader, source string) (*Keys, error) {
 		k.byHash[e.hash] = len(k.entries)
 		k.entries = append(k.entries, e)
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return nil, fmt.Errorf("keys %s:%d: a line longer than %d KiB: not a keys file's", source, line+1, bufio.MaxScanTokenSize>>10)
+	} else if err != nil {
 		return nil, fmt.Errorf("keys %s: %v", source, err)
 	}
 	return k, nil

@@ -298,3 +298,35 @@ func TestKeys401OfOtherPathsIsInTheClientsFormat(t *testing.T) {
 		}
 	}
 }
+
+// A client that sends a key both ways (the Anthropic SDKs send
+// Authorization: Bearer for an auth token and x-api-key for an API key
+// when both are set) is the consumer of the one the keys file knows, the
+// Bearer's when both are known; neither reaches the provider.
+func TestKeysInBothHeadersDisagreeing(t *testing.T) {
+	u := newSeenUpstream(t)
+	path := t.TempDir() + "/llm-keys"
+	if err := os.WriteFile(path, []byte("alice "+sha("sk-client-alice")+"\nbob "+sha("sk-client-bob")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := consumersHandler(t, u, `"keys": "`+path+`"`)
+	for _, c := range []struct {
+		bearer, xAPIKey, want string
+	}{
+		{"sk-stale", "sk-client-alice", "alice"},
+		{"sk-client-alice", "sk-stale", "alice"},
+		{"sk-client-bob", "sk-client-alice", "bob"},
+		{"sk-stale", "sk-other", ""},
+	} {
+		w, repl, _ := askAs(h, "/v1/messages", fastMessages, http.Header{"Authorization": {"Bearer " + c.bearer}, "X-Api-Key": {c.xAPIKey}, "Anthropic-Version": {"2023-06-01"}})
+		got, _ := repl.GetString("http.llm_router.consumer")
+		if c.want == "" && w.Code != http.StatusUnauthorized || c.want != "" && (w.Code != http.StatusOK || got != c.want) {
+			t.Errorf("Bearer %s, x-api-key %s: expected consumer %q, got %d %q %s", c.bearer, c.xAPIKey, c.want, w.Code, got, w.Body)
+		}
+	}
+	for _, a := range u.auths {
+		if strings.Contains(a, "sk-client") || strings.Contains(a, "sk-stale") {
+			t.Errorf("the client's key reached the provider: %q", a)
+		}
+	}
+}

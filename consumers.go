@@ -250,11 +250,10 @@ func (h *Handler) identify(r *http.Request) (string, *http.Request, *api.Error) 
 		who = strings.TrimSpace(repl.ReplaceAll(c.Consumer, ""))
 	}
 	if c.keys != nil {
-		key := consumer.KeyOf(r.Header)
+		known, key, ok := c.keys.LookupHeader(r.Header)
 		consumer.StripKey(r.Header)
 		if who == "" {
-			var ok bool
-			if who, ok = c.keys.Lookup(key); !ok {
+			if who = known; !ok {
 				why := "no API key: send one as Authorization: Bearer <key> or x-api-key: <key>"
 				if key != "" {
 					why = "the API key is not one of this router's keys"

@@ -124,10 +124,33 @@ func (k *Keys) Lookup(key string) (consumer string, ok bool) {
 // (the OpenAI SDKs') or x-api-key (the Anthropic SDKs'), the first when
 // both are set; "" when neither is.
 func KeyOf(h http.Header) string {
+	if key := bearerOf(h); key != "" {
+		return key
+	}
+	return strings.TrimSpace(h.Get("X-Api-Key"))
+}
+
+// bearerOf returns the key of Authorization: Bearer <key> ("" for none
+// or another scheme).
+func bearerOf(h http.Header) string {
 	if auth := h.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "Bearer ") {
 		return strings.TrimSpace(auth[7:])
 	}
-	return strings.TrimSpace(h.Get("X-Api-Key"))
+	return ""
+}
+
+// LookupHeader returns the consumer of the key a client sent (KeyOf),
+// trying the Bearer's, then x-api-key's when k does not know the first
+// (the Anthropic SDKs send both when given both an auth token and an API
+// key). key is what the client sent ("" for nothing), for the 401's
+// message.
+func (k *Keys) LookupHeader(h http.Header) (consumer, key string, ok bool) {
+	key = KeyOf(h)
+	if consumer, ok = k.Lookup(bearerOf(h)); ok {
+		return consumer, key, true
+	}
+	consumer, ok = k.Lookup(strings.TrimSpace(h.Get("X-Api-Key")))
+	return consumer, key, ok
 }
 
 // StripKey removes the client's credentials from h (Authorization,

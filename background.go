@@ -239,6 +239,7 @@ func (h *Handler) settle(id string, d *router.Deployment, answer []byte) bool {
 		h.jobs.deferPoll(id)
 		return false
 	}
+	j := h.jobs.get(id) // its consumer, when this config made it
 	group, ok := h.claim(id)
 	if !ok {
 		return true
@@ -247,6 +248,9 @@ func (h *Handler) settle(id string, d *router.Deployment, answer []byte) bool {
 		h.router.Spend(d, h.groups[group], u)
 		if h.metrics != nil {
 			h.metrics.usage(group, d.Name, u, d.Cost(u))
+		}
+		if j != nil {
+			h.spendConsumer(j.who, u, d.Cost(u)) // consumers.go
 		}
 	}
 	return true
@@ -289,7 +293,7 @@ func (h *Handler) trackBackground(req *router.Request, res *router.Result, group
 	if h.store != nil {
 		h.store.MarkPending(id, group, ResponseOwnersTTL)
 	}
-	if !h.jobs.add(id, res.Deployment, group, h.router.Clock, h.pollBackground) {
+	if !h.jobs.add(id, res.Deployment, group, req.Consumer, h.router.Clock, h.pollBackground) {
 		h.logger.Warn("background responses: too many to poll; this one's usage is counted when a client's poll finds it done",
 			zap.String("deployment", res.Deployment.Name), zap.Int("max", BackgroundJobsMax))
 	}
@@ -326,6 +330,7 @@ func (h *Handler) pollBackground(id string) {
 type backgroundJob struct {
 	d       *router.Deployment
 	group   string
+	who     string // the consumer that created it (consumers.go)
 	started time.Time
 	every   time.Duration
 	timer   router.Timer
@@ -341,7 +346,7 @@ type backgroundJobs struct {
 
 // add polls id with poll from BackgroundPollFirst on clock; false when
 // there are BackgroundJobsMax already (or the config is gone).
-func (b *backgroundJobs) add(id string, d *router.Deployment, group string, clock router.Clock, poll func(string)) bool {
+func (b *backgroundJobs) add(id string, d *router.Deployment, group, who string, clock router.Clock, poll func(string)) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed || len(b.m) >= BackgroundJobsMax {
@@ -350,7 +355,7 @@ func (b *backgroundJobs) add(id string, d *router.Deployment, group string, cloc
 	if b.m == nil {
 		b.m = map[string]*backgroundJob{}
 	}
-	j := &backgroundJob{d: d, group: group, started: clock.Now(), every: BackgroundPollFirst}
+	j := &backgroundJob{d: d, group: group, who: who, started: clock.Now(), every: BackgroundPollFirst}
 	j.timer = clock.AfterFunc(j.every, func() { poll(id) })
 	b.m[id] = j
 	return true

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -17,6 +19,7 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/api"
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // HeaderLimit says which limit a 429 of the router met: "consumer" (the
@@ -66,6 +69,7 @@ type Consumers struct {
 	registry *consumer.Registry
 	keys     *consumer.Keys
 	labels   *consumerLabels
+	pooled   bool // registry counts in consumerCounts' entry
 }
 
 // ConsumerPlan is a plan's limits and weight, for each of its consumers.
@@ -75,7 +79,7 @@ type ConsumerPlan struct {
 	// priority, each gets at least weight / (the waiting consumers'
 	// weights) of the requests served (weighted fair queueing); one that
 	// asks for less leaves the rest to the others. Fleet mode orders its
-	// queue by arrival alone. Default: 1; at most 1000.
+	// queue by arrival alone. Default: 1; 0 or from 0.001 to 1000.
 	Weight float64 `json:"weight,omitempty"`
 	// RPM and TPM bound each consumer's requests and estimated tokens
 	// (prompt bytes / 4 plus max_tokens) over a sliding minute. Default:
@@ -173,6 +177,16 @@ func (h *Handler) provisionConsumers() error {
 		return err
 	}
 	c.registry = reg
+	if c.active() {
+		v, _, err := consumerCounts.LoadOrNew(consumerCountsKey, func() (caddy.Destructor, error) {
+			return pooledCounts{consumer.NewCounts()}, nil
+		})
+		if err != nil {
+			return err
+		}
+		reg.ShareCounts(v.(pooledCounts).Counts)
+		c.pooled = true
+	}
 	named := reg.Members()
 	if c.Keys != "" {
 		if c.keys, err = consumer.LoadKeys(c.Keys); err != nil {
@@ -186,6 +200,27 @@ func (h *Handler) provisionConsumers() error {
 	}
 	c.labels = newConsumerLabels(named)
 	return nil
+}
+
+// consumerCounts keeps the consumers' use of their plans across config
+// reloads, as states and spendings keep the deployments' windows and the
+// budgets': one consumer.Counts a process, under consumerCountsKey, so
+// that a consumer is counted as one whichever llm_router handler it
+// asks.
+var consumerCounts = caddy.NewUsagePool()
+
+const consumerCountsKey = "consumers"
+
+type pooledCounts struct{ *consumer.Counts }
+
+func (pooledCounts) Destruct() error { return nil }
+
+// cleanupConsumers gives back the pooled counts (once).
+func (h *Handler) cleanupConsumers() {
+	if h.Consumers.pooled {
+		_, _ = consumerCounts.Delete(consumerCountsKey)
+		h.Consumers.pooled = false
+	}
 }
 
 // identified is the context key of a request's consumer once identify
@@ -214,11 +249,10 @@ func (h *Handler) identify(r *http.Request) (string, *http.Request, *api.Error) 
 		who = strings.TrimSpace(repl.ReplaceAll(c.Consumer, ""))
 	}
 	if c.keys != nil {
-		key := consumer.KeyOf(r.Header)
+		known, key, ok := c.keys.LookupHeader(r.Header)
 		consumer.StripKey(r.Header)
 		if who == "" {
-			var ok bool
-			if who, ok = c.keys.Lookup(key); !ok {
+			if who = known; !ok {
 				why := "no API key: send one as Authorization: Bearer <key> or x-api-key: <key>"
 				if key != "" {
 					why = "the API key is not one of this router's keys"
@@ -252,16 +286,25 @@ type admission struct {
 }
 
 // admit decides req of consumer who for group (Consumers' plans): its
-// admission, or the 403 or 429 to answer (with HeaderLimit set on w). It
-// sets the request's consumer and weight for the queue's fair share.
+// admission, or the 403 or 429 to answer (with HeaderLimit set on w); a
+// count of tokens is checked against the plan's groups alone. It
+// sets the request's consumer and weight for the queue's fair share, and
+// the groups its plan allows (its fallback groups stop at the others).
 func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Request) (*admission, *api.Error) {
 	c := &h.Consumers
 	req.Consumer, req.Weight = who, c.registry.Weight(who)
+	if p := c.registry.PlanOf(who); p != nil {
+		req.Groups = p.Groups
+	}
 	a := &admission{h: h}
 	if c.active() {
 		a.label = c.labels.of(who)
 	}
-	t, ref := c.registry.Admit(h.router.Clock.Now(), who, group, req.Tokens)
+	var t *consumer.Ticket
+	ref := c.registry.Allows(who, group)
+	if !req.CountTokens && ref == nil { // a count of tokens spends no limit (docs/consumers.md)
+		t, ref = c.registry.Admit(h.router.Clock.Now(), who, group, req.Tokens)
+	}
 	if ref == nil {
 		a.ticket = t
 		return a, nil
@@ -297,13 +340,32 @@ func (a *admission) done(res *router.Result, cost float64) {
 	}
 }
 
-// errorAPI is the client API that writes an error of path: its own, else
-// Chat's (GET .../models, a path the router does not serve).
-func errorAPI(path string) api.API {
-	if a := api.ForPath(path); a != nil {
+// spendConsumer charges what an answer found done after its request
+// ended cost (a background response's usage u, usd) to consumer who's
+// budget and counts it in the consumer metrics.
+func (h *Handler) spendConsumer(who string, u provider.Usage, usd float64) {
+	c := &h.Consumers
+	if !c.active() {
+		return
+	}
+	c.registry.Spend(h.router.Clock.Now(), who, usd)
+	if h.metrics != nil {
+		label := c.labels.of(who)
+		h.metrics.consumerTokens(label, u.InputTokens, u.OutputTokens)
+		if usd > 0 {
+			h.metrics.consumers.cost.WithLabelValues(label).Add(usd)
+		}
+	}
+}
+
+// errorAPI is the client API that writes an error of r: its path's own,
+// else unknownAPI's (GET .../models, a pass_through path: Messages for a
+// client that speaks it, else Chat).
+func errorAPI(r *http.Request) api.API {
+	if a := api.ForPath(r.URL.Path); a != nil {
 		return a
 	}
-	return api.Chat{}
+	return unknownAPI(r)
 }
 
 // limitHeader marks a 429 of the router's own (the deployments'
@@ -316,7 +378,8 @@ func (h *Handler) limitHeader(w http.ResponseWriter, res *router.Result) {
 
 // DefaultMaxConsumerLabels bounds the consumer label of the metrics: the
 // consumers the config names (consumers lines, the keys file) first, then
-// those seen first, up to this many; the others are counted as "other".
+// those seen first, up to this many; the others are counted as "other",
+// and so are names that are no label (labelable).
 const DefaultMaxConsumerLabels = 100
 
 // consumerOther is the label of the consumers beyond the bound, and
@@ -333,10 +396,20 @@ type consumerLabels struct {
 	seen map[string]bool
 }
 
+// maxConsumerLabel bounds a consumer label's length, in bytes.
+const maxConsumerLabel = 128
+
+// labelable reports whether who may be a label of its own: valid UTF-8
+// (a label must be, or the metrics panic), without control characters,
+// maxConsumerLabel bytes at most (a header's value may be any of these).
+func labelable(who string) bool {
+	return len(who) <= maxConsumerLabel && utf8.ValidString(who) && !strings.ContainsFunc(who, unicode.IsControl)
+}
+
 func newConsumerLabels(named []string) *consumerLabels {
 	l := &consumerLabels{max: DefaultMaxConsumerLabels, seen: map[string]bool{}}
 	for _, n := range slices.Compact(slices.Sorted(slices.Values(named))) {
-		if len(l.seen) < l.max {
+		if len(l.seen) < l.max && labelable(n) {
 			l.seen[n] = true
 		}
 	}
@@ -348,7 +421,7 @@ func (l *consumerLabels) of(who string) string {
 	if who == "" {
 		return consumerAnonymous
 	}
-	if l == nil {
+	if l == nil || !labelable(who) {
 		return consumerOther
 	}
 	l.mu.Lock()
@@ -373,8 +446,13 @@ func liveConsumers() []consumerStatus {
 	live.Lock()
 	defer live.Unlock()
 	out := []consumerStatus{}
+	seen := map[*consumer.Counts]bool{}
 	for h := range live.handlers {
-		out = append(out, h.Consumers.registry.Report(h.router.Clock.Now())...)
+		reg := h.Consumers.registry
+		if counts := reg.Counts(); counts != nil && !seen[counts] { // handlers share them (consumerCounts)
+			seen[counts] = true
+			out = append(out, reg.Report(h.router.Clock.Now())...)
+		}
 	}
 	slices.SortStableFunc(out, func(a, b consumerStatus) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return out

@@ -38,7 +38,7 @@ const (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	who, r, e := h.identify(r) // consumers.go: a 401 without a known key
 	if e != nil {
-		errorAPI(r.URL.Path).WriteError(w, e)
+		errorAPI(r).WriteError(w, e)
 		return nil
 	}
 	c := &apiCall{r: r, who: who}

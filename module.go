@@ -793,6 +793,7 @@ func (h *Handler) Cleanup() error {
 	}
 	h.states = nil
 	h.cleanupBudgets()
+	h.cleanupConsumers() // consumers.go
 	if h.jobs != nil {
 		h.jobs.stop()
 	}

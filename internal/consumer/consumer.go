@@ -60,11 +60,12 @@ func (p *Plan) weight() float64 {
 }
 
 // Validate checks a plan's values: not negative, a budget with its period
-// (1 s at least), a finite weight.
+// (1 s at least), a weight of 0 or from 1/MaxWeight to MaxWeight (a
+// smaller one's turns would overflow the queue's virtual time).
 func (p *Plan) Validate() error {
 	switch {
-	case p.Weight < 0 || math.IsNaN(p.Weight) || math.IsInf(p.Weight, 0) || p.Weight > MaxWeight:
-		return fmt.Errorf("plan %s: weight must be from 0 to %d, got %v", p.Name, MaxWeight, p.Weight)
+	case p.Weight != 0 && !(p.Weight >= 1.0/MaxWeight && p.Weight <= MaxWeight):
+		return fmt.Errorf("plan %s: weight must be 0 (the default, 1) or from %v to %d, got %v", p.Name, 1.0/MaxWeight, MaxWeight, p.Weight)
 	case p.RPM < 0 || p.TPM < 0 || p.Concurrent < 0:
 		return fmt.Errorf("plan %s: rpm, tpm and concurrent must not be negative", p.Name)
 	case p.BudgetUSD < 0 || math.IsNaN(p.BudgetUSD) || math.IsInf(p.BudgetUSD, 0):
@@ -75,7 +76,8 @@ func (p *Plan) Validate() error {
 	return nil
 }
 
-// MaxWeight bounds a plan's weight: a share of 1000 to 1 is already all.
+// MaxWeight bounds a plan's weight, and 1/MaxWeight from below: a share
+// of 1000 to 1 is already all.
 const MaxWeight = 1000
 
 // Limit names the limit that refused a request, as the header
@@ -104,10 +106,35 @@ type Refusal struct {
 // Registry holds the plans, which consumer is on which, and each
 // consumer's use of its plan's limits. It is safe for concurrent use.
 type Registry struct {
-	plans map[string]*Plan
-	on    map[string]string // consumer -> plan name
-	mu    sync.Mutex
-	use   map[string]*usage // consumers with limits, by name
+	plans  map[string]*Plan
+	on     map[string]string // consumer -> plan name
+	counts *Counts
+}
+
+// Counts are consumers' use of their plans' limits (the minute's requests
+// and tokens, those in flight, the budget window's spend), by consumer
+// name: a Registry's own, or shared by the registries of successive
+// configs (ShareCounts), so that a config reload keeps them. A consumer's
+// next request is counted against the plan of the registry that admits
+// it. Safe for concurrent use.
+type Counts struct {
+	mu  sync.Mutex
+	use map[string]*usage // consumers with limits, by name
+}
+
+// NewCounts returns empty counts.
+func NewCounts() *Counts { return &Counts{use: map[string]*usage{}} }
+
+// ShareCounts makes r count its consumers' use in c (replacing its own),
+// before r admits any request.
+func (r *Registry) ShareCounts(c *Counts) { r.counts = c }
+
+// Counts returns the counts r keeps its consumers' use in.
+func (r *Registry) Counts() *Counts {
+	if r == nil {
+		return nil
+	}
+	return r.counts
 }
 
 // New returns the registry of plans and of members (consumer -> plan's
@@ -115,7 +142,7 @@ type Registry struct {
 // plans is the caller's to refuse (members is a map), a plan twice or an
 // invalid one.
 func New(plans []Plan, members map[string]string) (*Registry, error) {
-	r := &Registry{plans: map[string]*Plan{}, on: map[string]string{}, use: map[string]*usage{}}
+	r := &Registry{plans: map[string]*Plan{}, on: map[string]string{}, counts: NewCounts()}
 	for i := range plans {
 		p := plans[i]
 		if err := p.Validate(); err != nil {
@@ -188,31 +215,66 @@ func (t *Ticket) Done(now time.Time, usd float64) {
 // tpm and concurrent (429). A refused request changes no count. A
 // consumer whose plan has no limits gets a nil ticket and is not tracked.
 func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*Ticket, *Refusal) {
+	if ref := r.Allows(consumer, group); ref != nil {
+		return nil, ref
+	}
 	p := r.PlanOf(consumer)
 	if p == nil {
 		return nil, nil
 	}
-	if len(p.Groups) > 0 && !slices.Contains(p.Groups, group) {
-		return nil, &Refusal{Status: http.StatusForbidden, Limit: LimitGroups,
-			Message: fmt.Sprintf("consumer %s may not use model %s (its plan %s allows: %s)", consumer, group, p.Name, joinGroups(p.Groups))}
-	}
 	if p.RPM == 0 && p.TPM == 0 && p.Concurrent == 0 && p.BudgetUSD == 0 {
 		return nil, nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	u := r.use[consumer]
-	if u == nil {
-		r.sweep(now)
-		u = &usage{plan: p, r: r}
-		r.use[consumer] = u
-	}
-	u.plan = p
+	c := r.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := c.of(consumer, p, now)
 	if ref := u.admit(now, tokens); ref != nil {
 		ref.Message = fmt.Sprintf("consumer %s is over its %s (plan %s): %s", consumer, ref.Limit, p.Name, ref.Message)
 		return nil, ref
 	}
 	return &Ticket{u: u}, nil
+}
+
+// Allows checks that consumer's plan lets it use model group (its
+// groups), counting nothing: nil, or the 403's refusal. Admit checks it
+// first; a request that spends no limit (a count of tokens) is checked
+// by it alone.
+func (r *Registry) Allows(consumer, group string) *Refusal {
+	p := r.PlanOf(consumer)
+	if p == nil || len(p.Groups) == 0 || slices.Contains(p.Groups, group) {
+		return nil
+	}
+	return &Refusal{Status: http.StatusForbidden, Limit: LimitGroups,
+		Message: fmt.Sprintf("consumer %s may not use model %s (its plan %s allows: %s)", consumer, group, p.Name, joinGroups(p.Groups))}
+}
+
+// Spend charges usd (the cost of an answer found done after its request
+// ended: a background response's) to consumer's budget window at now, as
+// a Ticket's Done does. A consumer whose plan has no budget is not
+// charged.
+func (r *Registry) Spend(now time.Time, consumer string, usd float64) {
+	p := r.PlanOf(consumer)
+	if p == nil || p.BudgetUSD == 0 || !(usd > 0) {
+		return
+	}
+	c := r.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.of(consumer, p, now).spend(now, usd)
+}
+
+// of returns consumer's usage, on plan p, under c.mu: tracked from now on
+// when it was not.
+func (c *Counts) of(consumer string, p *Plan, now time.Time) *usage {
+	u := c.use[consumer]
+	if u == nil {
+		c.sweep(now)
+		u = &usage{plan: p, c: c}
+		c.use[consumer] = u
+	}
+	u.plan = p
+	return u
 }
 
 func joinGroups(gs []string) string {
@@ -235,15 +297,14 @@ func joinGroups(gs []string) string {
 // would anyway).
 const maxTracked = 10000
 
-// sweep forgets idle consumers when the registry tracks too many, under
-// r.mu.
-func (r *Registry) sweep(now time.Time) {
-	if len(r.use) < maxTracked {
+// sweep forgets idle consumers when c tracks too many, under c.mu.
+func (c *Counts) sweep(now time.Time) {
+	if len(c.use) < maxTracked {
 		return
 	}
-	for c, u := range r.use {
+	for who, u := range c.use {
 		if u.idle(now) {
-			delete(r.use, c)
+			delete(c.use, who)
 		}
 	}
 }
@@ -274,11 +335,12 @@ func (r *Registry) Report(now time.Time) []Usage {
 	if r == nil {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]Usage, 0, len(r.use))
-	for c, u := range r.use {
-		out = append(out, u.report(c, now))
+	c := r.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Usage, 0, len(c.use))
+	for who, u := range c.use {
+		out = append(out, u.report(who, now))
 	}
 	slices.SortFunc(out, func(a, b Usage) int {
 		if a.Consumer < b.Consumer {

@@ -53,10 +53,10 @@ func (m *minute) freeAt(now time.Time, limit, v int64) time.Time {
 	return time.Unix(s+60, 0)
 }
 
-// usage is one consumer's use of its plan's limits, under the registry's
+// usage is one consumer's use of its plan's limits, under its counts'
 // mutex.
 type usage struct {
-	r        *Registry
+	c        *Counts
 	plan     *Plan
 	requests minute
 	tokens   minute
@@ -66,30 +66,37 @@ type usage struct {
 }
 
 // admit counts a request of tokens at now, or returns the refusal (and
-// counts nothing).
+// counts nothing). Of several limits over, the refusal is the one that
+// admits the request last, so that its RetryAfter is the whole wait.
 func (u *usage) admit(now time.Time, tokens int64) *Refusal {
-	p := u.plan
-	refuse := func(l Limit, until time.Time, msg string) *Refusal {
-		return &Refusal{Status: http.StatusTooManyRequests, Limit: l, RetryAfter: max(until.Sub(now), time.Second), Message: msg}
+	var ref *Refusal
+	refuse := func(l Limit, until time.Time, msg string) {
+		if wait := max(until.Sub(now), time.Second); ref == nil || wait > ref.RetryAfter {
+			ref = &Refusal{Status: http.StatusTooManyRequests, Limit: l, RetryAfter: wait, Message: msg}
+		}
 	}
+	p := u.plan
 	if p.BudgetUSD > 0 {
 		u.roll(now)
 		if u.spent >= p.BudgetUSD {
 			end := time.Unix(0, (u.window+1)*int64(p.BudgetPer))
-			return refuse(LimitBudget, end, fmt.Sprintf("%.4g of %.4g USD per %s spent; it renews at %s", u.spent, p.BudgetUSD, p.BudgetPer, end.UTC().Format(time.RFC3339)))
+			refuse(LimitBudget, end, fmt.Sprintf("%.4g of %.4g USD per %s spent; it renews at %s", u.spent, p.BudgetUSD, p.BudgetPer, end.UTC().Format(time.RFC3339)))
 		}
 	}
 	if p.RPM > 0 && u.requests.sum(now)+1 > p.RPM {
-		return refuse(LimitRPM, u.requests.freeAt(now, p.RPM, 1), fmt.Sprintf("%d requests in the last minute, rpm %d", u.requests.sum(now), p.RPM))
+		refuse(LimitRPM, u.requests.freeAt(now, p.RPM, 1), fmt.Sprintf("%d requests in the last minute, rpm %d", u.requests.sum(now), p.RPM))
 	}
 	// A request larger than the whole tpm is admitted into an empty
 	// minute: it could never fit otherwise.
 	if used := u.tokens.sum(now); p.TPM > 0 && used > 0 && used+tokens > p.TPM {
-		return refuse(LimitTPM, u.tokens.freeAt(now, p.TPM, min(tokens, p.TPM)), fmt.Sprintf("%d tokens estimated in the last minute, this request %d, tpm %d", used, tokens, p.TPM))
+		refuse(LimitTPM, u.tokens.freeAt(now, p.TPM, min(tokens, p.TPM)), fmt.Sprintf("%d tokens estimated in the last minute, this request %d, tpm %d", used, tokens, p.TPM))
 	}
 	if p.Concurrent > 0 && u.inFlight >= p.Concurrent {
 		// No instant is known: a slot frees when one of its requests ends.
-		return refuse(LimitConcurrent, now, fmt.Sprintf("%d requests in flight, concurrent %d", u.inFlight, p.Concurrent))
+		refuse(LimitConcurrent, now, fmt.Sprintf("%d requests in flight, concurrent %d", u.inFlight, p.Concurrent))
+	}
+	if ref != nil {
+		return ref
 	}
 	u.requests.add(now, 1)
 	u.tokens.add(now, tokens)
@@ -109,9 +116,14 @@ func (u *usage) roll(now time.Time) {
 
 // done ends a request at now that cost usd.
 func (u *usage) done(now time.Time, usd float64) {
-	u.r.mu.Lock()
-	defer u.r.mu.Unlock()
+	u.c.mu.Lock()
+	defer u.c.mu.Unlock()
 	u.inFlight--
+	u.spend(now, usd)
+}
+
+// spend adds usd to the budget window of now, under c.mu.
+func (u *usage) spend(now time.Time, usd float64) {
 	if usd > 0 && u.plan.BudgetUSD > 0 {
 		u.roll(now)
 		u.spent += usd

@@ -33,9 +33,9 @@ func (req *Request) servedByAny(group []*Deployment) bool {
 }
 
 // servedByChain reports whether some deployment of g or of its fallback
-// groups may take req (servedBy).
+// groups (those it may use) may take req (servedBy).
 func (req *Request) servedByChain(g *Group) bool {
-	for hop := range g.Chain() {
+	for hop := range req.chain(g) {
 		if req.servedByAny(hop.Deployments) {
 			return true
 		}

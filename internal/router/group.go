@@ -5,6 +5,7 @@ import (
 	"context"
 	"iter"
 	"net/http"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,7 +37,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	var best Result             // the failure to answer with if no group serves (betterFailure)
 	tooLarge := true            // every group failed for the prompt's size
 	var perBuf [16]attemptState // what the request learned of each deployment of the group it is at
-	for hop := range g.Chain() {
+	for hop := range req.chain(g) {
 		if !req.servedByAny(hop.Deployments) && (hop != g || req.servedByChain(g)) {
 			continue // a group that cannot take the request's API at all (embeddings to Anthropic)
 		}
@@ -79,7 +80,7 @@ func (r *Router) ServeGroup(ctx context.Context, g *Group, req *Request) *Result
 	if e, ok := res.Err.(*Error); ok && tooLarge && e.Class == provider.ContextLength && g.Fallback != nil {
 		// Too large for every group of the chain: say so of them all.
 		largest := int64(0)
-		for hop := range g.Chain() {
+		for hop := range req.chain(g) {
 			for _, d := range hop.Deployments {
 				if req.servedBy(d) {
 					largest = max(largest, d.ContextWindow)
@@ -157,7 +158,10 @@ func fallbackLeft(g *Group, req *Request, need capacity.Need, now, deadline time
 		return false
 	}
 	var f capacity.Features
-	for hop := range g.Fallback.Chain() {
+	for hop := range req.chain(g) {
+		if hop == g {
+			continue
+		}
 		if over, _ := hop.Spending.Over(now); over {
 			continue
 		}
@@ -190,6 +194,21 @@ func (g *Group) Serves(f provider.Format) bool {
 func (g *Group) Chain() iter.Seq[*Group] {
 	return func(yield func(*Group) bool) {
 		for hop, hops := g, 0; hop != nil && hops <= MaxFallbacks; hop, hops = hop.Fallback, hops+1 {
+			if !yield(hop) {
+				return
+			}
+		}
+	}
+}
+
+// chain yields g, then those of its fallback groups (Chain) that req may
+// be served by (Request.Groups): up to the first it may not.
+func (req *Request) chain(g *Group) iter.Seq[*Group] {
+	return func(yield func(*Group) bool) {
+		for hop := range g.Chain() {
+			if hop != g && len(req.Groups) > 0 && !slices.Contains(req.Groups, hop.Name) {
+				return
+			}
 			if !yield(hop) {
 				return
 			}

@@ -27,6 +27,11 @@ type Request struct {
 	// the requests served.
 	Consumer string
 	Weight   float64
+	// Groups, when set, are the model groups the request may be served
+	// by, by name: the group it asks for, and those of its fallback
+	// groups the consumer's plan lists (its `groups`); the walk of the
+	// fallback groups stops at the first it does not list. Empty: any.
+	Groups []string
 	// Pinned, when set, is the only deployment that may serve the request:
 	// it continues state that deployment's provider account keeps (a
 	// Responses previous_response_id). The request waits for it within the

@@ -498,7 +498,7 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 	hasErr := bytes.Contains(data, []byte(`"error"`))
 	if !hasErr && valueStart(data, `"finish_reason"`) < 0 &&
 		(!s.includeUsage || s.usage || valueStart(data, `"usage"`) != '{') {
-		if !json.Valid(data) {
+		if !validJSON(data) {
 			return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
 		}
 		return provider.Event{Data: data}, s.contentKind(data), provider.Observation{}

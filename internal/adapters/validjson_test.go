@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -96,4 +97,31 @@ func BenchmarkValidJSON(b *testing.B) {
 			validJSON(ev)
 		}
 	})
+}
+
+// indexKey finds a quoted key where bytes.Index does: first, last and
+// overlapping places, the key's tail without its quote, and random bytes
+// of the keys' own letters.
+func TestIndexKeyIsBytesIndex(t *testing.T) {
+	keys := []string{`"error"`, `"finish_reason"`, `"usage"`}
+	cases := []string{``, `"`, `error"`, `"error"`, `x"error"`, `error""error"`, `"usage"`, `usage"usage"`, `{"a":"usage","usage":{}}`, `""usage"`, `"us"usage"`}
+	for _, c := range cases {
+		for _, k := range keys {
+			if got, want := indexKey([]byte(c), k), bytes.Index([]byte(c), []byte(k)); got != want {
+				t.Errorf("indexKey(%q, %s) = %d, bytes.Index says %d", c, k, got, want)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(32, 3))
+	alphabet := []byte(`"usagerorfinsh_:{`)
+	for range 100000 {
+		in := make([]byte, rng.IntN(40))
+		for i := range in {
+			in[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		k := keys[rng.IntN(len(keys))]
+		if got, want := indexKey(in, k), bytes.Index(in, []byte(k)); got != want {
+			t.Fatalf("indexKey(%q, %s) = %d, bytes.Index says %d", in, k, got, want)
+		}
+	}
 }

@@ -57,6 +57,10 @@ type State struct {
 	// lock (ReadFeaturesFor); nil too while the core cannot be read from
 	// a copy (viewable).
 	view atomic.Pointer[core]
+	// readAgain: the core was read since its last change, without a view
+	// published (the first read takes the lock: a deployment changed by
+	// every request, the only one of its group, costs no copy per request).
+	readAgain bool
 	// ledger: what its answers used and cost, its failovers (kept out of
 	// the core: the ranking does not read it, and it is large to copy).
 	ledger ledger
@@ -601,7 +605,7 @@ func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bo
 }
 
 // ReadFeaturesFor is ReadFeatures for an attempt that must leave a reserve.
-// It takes no lock while the state is unchanged since it was last read
+// It takes no lock while the state is unchanged since it was read twice
 // (State.view): the ranking reads each deployment of a group per attempt.
 func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool) {
 	if v := s.view.Load(); v != nil {
@@ -609,11 +613,12 @@ func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool)
 		return
 	}
 	s.mu.Lock()
-	if s.viewable() {
+	if s.readAgain && s.viewable() {
 		v := new(core)
 		*v = s.core
 		s.view.Store(v)
 	}
+	s.readAgain = true
 	s.readFeatures(f, now, n, stream)
 	s.mu.Unlock()
 }
@@ -623,6 +628,7 @@ func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool)
 // view of before it.
 func (s *State) lock() {
 	s.mu.Lock()
+	s.readAgain = false
 	if s.view.Load() != nil {
 		s.view.Store(nil)
 	}

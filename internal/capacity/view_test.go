@@ -18,7 +18,8 @@ func TestReadFeaturesTakesNoLock(t *testing.T) {
 	o.Requests = provider.Window{Limit: 100, Remaining: 50, Reset: time.Minute}
 	s.Observe(now, o, DefaultPolicy)
 	var f Features
-	s.ReadFeatures(&f, now, 100, false) // publishes the state's view
+	s.ReadFeatures(&f, now, 100, false)
+	s.ReadFeatures(&f, now, 100, false) // read again unchanged: publishes the state's view
 	s.mu.Lock()
 	done := make(chan Features, 1)
 	go func() {
@@ -77,13 +78,14 @@ func TestFeaturesViewMatchesLockedRead(t *testing.T) {
 		}
 		n := Need{Tokens: int64(rng.IntN(3000)), Reserve: float64(rng.IntN(3)) / 10}
 		stream := rng.IntN(2) == 0
-		var got, want Features
+		var got, again, want Features
 		s.ReadFeaturesFor(&got, now, n, stream)
+		s.ReadFeaturesFor(&again, now, n, stream) // read again: from the view
 		s.mu.Lock()
 		s.readFeatures(&want, now, n, stream)
 		s.mu.Unlock()
-		if got != want {
-			t.Fatalf("step %d: the lock-free read gave %+v, the locked read %+v", step, got, want)
+		if got != want || again != want {
+			t.Fatalf("step %d: the reads gave %+v and %+v, the locked read %+v", step, got, again, want)
 		}
 	}
 }

@@ -447,7 +447,7 @@ func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, provider.Cl
 // limit not known to bound a request refuses nothing (a window may count
 // less than prompt plus max_tokens: Anthropic's output tokens).
 func (s *State) FitsTokens(tokens int64) (bool, int64) {
-	s.lock()
+	s.mu.Lock() // a read: the view stays
 	defer s.mu.Unlock()
 	return s.fitsTokens(tokens), s.tokens.limit
 }
@@ -625,7 +625,8 @@ func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool)
 
 // lock takes the state's lock for a change (or a read that may change
 // it, such as the declared window's pruning), so that no reader reads the
-// view of before it.
+// view of before it. A read that changes nothing (Disabled, FitsTokens)
+// takes s.mu itself and keeps the view.
 func (s *State) lock() {
 	s.mu.Lock()
 	s.readAgain = false
@@ -829,7 +830,7 @@ func (s *State) Disable(now time.Time, disabled bool) {
 
 // Disabled reports whether an operator took the deployment out (Disable).
 func (s *State) Disabled() bool {
-	s.lock()
+	s.mu.Lock() // a read: the view stays
 	defer s.mu.Unlock()
 	return s.disabled
 }

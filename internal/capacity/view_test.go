@@ -71,6 +71,8 @@ func TestFeaturesViewMatchesLockedRead(t *testing.T) {
 			s.Disable(now, rng.IntN(4) == 0)
 		case 7:
 			now = now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
+			s.Disabled() // reads that keep the view
+			s.FitsTokens(int64(rng.IntN(20000)))
 		case 8:
 			if rng.IntN(50) == 0 {
 				s.Reset(now)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -51,8 +53,14 @@ func streamHandler(b testing.TB, url string) *Handler {
 // benchHandler is a provisioned Handler of n openai deployments, each on
 // its own upstream.
 func benchHandler(b testing.TB, n int, limited bool, options ...string) *Handler {
+	return benchHandlerWith(b, n, limited, "", options...)
+}
+
+// benchHandlerWith is benchHandler with the handler-level directives top
+// (a consumers block).
+func benchHandlerWith(b testing.TB, n int, limited bool, top string, options ...string) *Handler {
 	var cfg strings.Builder
-	cfg.WriteString("llm_router {\n")
+	cfg.WriteString("llm_router {\n" + top + "\n")
 	for i := range n {
 		up := benchUpstream(b, limited)
 		b.Cleanup(up.Close)
@@ -82,29 +90,68 @@ var benchBody = `{"max_tokens":128,"messages":[{"content":"` +
 	strings.Repeat("You are a helpful assistant for the support team. Answer in the customer's language, in at most three sentences. ", 7) +
 	`","role":"system"},{"content":"My order 4711 has not arrived yet, it was due on Monday. Can you tell me where it is and when it will be delivered?","role":"user"}],"model":"bench","temperature":0.2}`
 
+// benchConsumers is BenchmarkHandler's consumers block: the router's own
+// API keys (a keys file of alice's, the request's Bearer key), alice on a
+// plan of rpm, tpm, concurrent and weight, far from its limits.
+func benchConsumers(b testing.TB) string {
+	keys := filepath.Join(b.TempDir(), "llm-keys")
+	sum := sha256.Sum256([]byte(benchKey))
+	if err := os.WriteFile(keys, []byte("alice "+hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return "keys " + keys + `
+plan team-a {
+ weight 3
+ rpm 100000000
+ tpm 1000000000000
+ concurrent 1000
+}
+consumers team-a alice`
+}
+
+// benchKey is alice's key in benchConsumers.
+const benchKey = "sk-router-alice-0123456789abcdef"
+
 // BenchmarkHandler is one non-streaming chat request through
 // Handler.ServeHTTP as Caddy's server calls it (a replacer and the access
 // log's extra fields in the request's context), on upstreams in the same
 // process (loopback HTTP): 1 deployment, and 8 whose answers carry
-// x-ratelimit-* headers. Its allocations are the handler's and the
+// x-ratelimit-* headers; and 1 with a consumers block (docs/consumers.md:
+// the consumer named by a header, on a plan with every limit a consumer
+// may have, none reached), whose difference to deployments=1 is what
+// consumers cost a request. Its allocations are the handler's and the
 // upstream server's together.
 func BenchmarkHandler(b *testing.B) {
 	for _, c := range []struct {
-		name    string
-		n       int
-		limited bool
-	}{{"deployments=1", 1, false}, {"deployments=8-ratelimit-headers", 8, true}} {
+		name      string
+		n         int
+		limited   bool
+		consumers bool
+	}{
+		{"deployments=1", 1, false, false},
+		{"deployments=8-ratelimit-headers", 8, true, false},
+		{"deployments=1-consumers", 1, false, true},
+	} {
 		b.Run(c.name, func(b *testing.B) {
-			h := benchHandler(b, c.n, c.limited)
+			top := ""
+			if c.consumers {
+				top = benchConsumers(b)
+			}
+			h := benchHandlerWith(b, c.n, c.limited, top)
 			b.ReportAllocs()
 			for b.Loop() {
 				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(benchBody))
 				r.Header.Set("Content-Type", "application/json")
-				ctx := context.WithValue(r.Context(), caddy.ReplacerCtxKey, caddy.NewReplacer())
+				r.Header.Set("Authorization", "Bearer "+benchKey) // an SDK's key: checked with consumers, else not read
+				repl := caddy.NewReplacer()
+				ctx := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
 				ctx = context.WithValue(ctx, caddyhttp.ExtraLogFieldsCtxKey, new(caddyhttp.ExtraLogFields))
 				w := httptest.NewRecorder()
 				if err := h.ServeHTTP(w, r.WithContext(ctx), nil); err != nil || w.Code != http.StatusOK {
 					b.Fatalf("%d %s %v", w.Code, w.Body, err)
+				}
+				if who, _ := repl.GetString("http.llm_router.consumer"); c.consumers && who != "alice" {
+					b.Fatalf("expected the request counted as alice's, got consumer %q", who)
 				}
 			}
 		})

@@ -226,7 +226,8 @@ func (c *UsageCounter) Add(ev Event) {
 	if c == nil {
 		return
 	}
-	if bytes.Contains(ev.Data, finishKey) || bytes.Contains(ev.Data, stopKey) || c.f == Responses && bytes.Contains(ev.Data, usageKey) {
+	reason := bytes.Contains(ev.Data, reasonKey) && (bytes.Contains(ev.Data, finishKey) || bytes.Contains(ev.Data, stopKey))
+	if reason || c.f == Responses && bytes.Contains(ev.Data, usageKey) {
 		c.finish = appendFinish(c.finish, c.f, ev.Data, true)
 	}
 	if !bytes.Contains(ev.Data, usageKey) {
@@ -287,6 +288,10 @@ func (c *UsageCounter) FinishReasons() []string {
 var (
 	finishKey = []byte(`"finish_reason":"`)
 	stopKey   = []byte(`"stop_reason":"`)
+	// reasonKey is what finishKey and stopKey share, from a byte that is
+	// rare in JSON: the look for it skips the many quotes of an event,
+	// where theirs would stop at each (a third of a stream's relay).
+	reasonKey = []byte(`_reason":"`)
 )
 
 // FinishReasons reads why a whole answer (a non-streamed body) in format

@@ -495,10 +495,10 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 	// (some servers send "usage":null in every chunk): check cheaply before
 	// decoding, and look for usage only while it is awaited. An escaped
 	// quote inside content never reads as a key.
-	hasErr := bytes.Contains(data, []byte(`"error"`))
+	hasErr := indexKey(data, `"error"`) >= 0
 	if !hasErr && valueStart(data, `"finish_reason"`) < 0 &&
 		(!s.includeUsage || s.usage || valueStart(data, `"usage"`) != '{') {
-		if !json.Valid(data) {
+		if !validJSON(data) {
 			return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
 		}
 		return provider.Event{Data: data}, s.contentKind(data), provider.Observation{}
@@ -621,7 +621,7 @@ func emptyValue(v []byte, depth int) bool {
 // anywhere in data, -1 when key has none. A cheap test before decoding.
 func valueStart(data []byte, key string) int {
 	for {
-		i := bytes.Index(data, []byte(key))
+		i := indexKey(data, key)
 		if i < 0 {
 			return -1
 		}
@@ -633,6 +633,22 @@ func valueStart(data []byte, key string) int {
 				return int(data[j])
 			}
 		}
+	}
+}
+
+// indexKey is bytes.Index of key (quoted) in data, looking for what
+// follows its opening quote: a stream's events are full of quotes, each of
+// which would stop a look for the quote.
+func indexKey(data []byte, key string) int {
+	for off := 0; ; {
+		i := bytes.Index(data[off:], []byte(key[1:]))
+		if i < 0 {
+			return -1
+		}
+		if i += off; i > 0 && data[i-1] == key[0] {
+			return i - 1
+		}
+		off = i + 1
 	}
 }
 

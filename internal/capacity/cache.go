@@ -47,7 +47,7 @@ func (s *State) RecordCache(now time.Time, prefixes []uint64, u provider.Usage) 
 	}
 	key := prefixes[len(prefixes)-1]
 	held := u.CachedInputTokens + u.CacheWriteTokens
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if held <= 0 {
 		delete(s.cache, key)
@@ -81,7 +81,7 @@ func forgetExpired(m map[uint64]cachedPrefix, now time.Time) map[uint64]cachedPr
 // from its cache at now: what the deployment last reported for the longest
 // of n's prefixes it remembers within its TTL, at most the prompt
 // (n.Tokens less n.Output).
-func (s *State) cachedLocked(now time.Time, n Need) int64 {
+func (s *core) cachedLocked(now time.Time, n Need) int64 {
 	for i := len(n.Prefixes) - 1; i >= 0; i-- {
 		if c, ok := s.cache[n.Prefixes[i]]; ok && now.Sub(c.at) < c.ttl {
 			return min(c.tokens, max(n.Tokens-n.Output, 0))
@@ -96,7 +96,7 @@ func (s *State) cachedLocked(now time.Time, n Need) int64 {
 // window that does not count them, the prompt alone or max_tokens alone
 // for an input or output window. A count the estimate cannot give (an
 // output window, no max_tokens) is the whole estimate.
-func (s *State) windowTokens(now time.Time, n Need) int64 {
+func (s *core) windowTokens(now time.Time, n Need) int64 {
 	switch s.counts {
 	case provider.CountsUncached:
 		return n.Tokens - s.cachedLocked(now, n)

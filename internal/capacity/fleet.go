@@ -257,7 +257,7 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 	if probe {
 		ok, err := f.ClaimProbe()
 		if err == nil && !ok {
-			s.mu.Lock()
+			s.lock()
 			s.probing = false
 			s.fleet.probeElsewhereUntil = now.Add(probeWait)
 			s.mu.Unlock()
@@ -266,7 +266,7 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 		owned = err == nil
 	}
 	refuse := func(wait time.Duration, left Budget) (Budget, bool) {
-		s.mu.Lock()
+		s.lock()
 		if probe {
 			s.probing = false
 		}
@@ -295,7 +295,7 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 		}
 	}
 	if owned {
-		s.mu.Lock()
+		s.lock()
 		s.fleet.probeOwned = true
 		s.releaseFleetProbeLocked() // the probe may have ended meanwhile
 		s.mu.Unlock()
@@ -308,7 +308,7 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 // with the instant it was learned, so that newer knowledge elsewhere is not
 // overwritten.
 func (s *State) SetFleet(f Fleet) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	s.bindLocked(f)
 }
@@ -316,7 +316,7 @@ func (s *State) SetFleet(f Fleet) {
 // AdoptFleet is SetFleet for a state that no fleet holds; it reports
 // whether it bound the state.
 func (s *State) AdoptFleet(f Fleet) bool {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if s.fleet.f != nil {
 		return false
@@ -336,7 +336,7 @@ func (s *State) bindLocked(f Fleet) {
 // ClearFleet unbinds the state from f, if f holds it; the state goes on
 // with its own knowledge.
 func (s *State) ClearFleet(f Fleet) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if s.fleet.f == f {
 		s.fleet.f = nil
@@ -347,7 +347,7 @@ func (s *State) ClearFleet(f Fleet) {
 // Shared returns the shared parts as known here, each with the instant it
 // was learned (zero At: never learned).
 func (s *State) Shared() Shared {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	return s.sharedLocked()
 }
@@ -373,7 +373,7 @@ func (s *State) sharedLocked() Shared {
 // learned later than what is known here replaces it. It reports whether
 // anything changed.
 func (s *State) Merge(sh Shared) bool {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	changed := false
 	if c := sh.Circuit; c.At.After(s.fleet.circuitAt) {

@@ -5,6 +5,7 @@ import (
 
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -50,7 +51,26 @@ const probeWait = time.Second
 // A State outlives a config reload when kept in a caddy.UsagePool (it
 // implements caddy.Destructor).
 type State struct {
-	mu               sync.Mutex
+	mu sync.Mutex
+	// view is a copy of the core as it stood when last read (nil after
+	// any change: lock clears it), so that ranking reads it without the
+	// lock (ReadFeaturesFor); nil too while the core cannot be read from
+	// a copy (viewable).
+	view atomic.Pointer[core]
+	// readAgain: the core was read since its last change, without a view
+	// published (the first read takes the lock: a deployment changed by
+	// every request, the only one of its group, costs no copy per request).
+	readAgain bool
+	// ledger: what its answers used and cost, its failovers (kept out of
+	// the core: the ranking does not read it, and it is large to copy).
+	ledger ledger
+	core
+}
+
+// core is the part of a State that the ranking reads (readFeatures and what
+// it calls), with what changes along with it. Its methods read it without
+// changing it, so that a copy answers them as the State would.
+type core struct {
 	requests, tokens window
 	// counts is what the token window counts of an attempt, as its last
 	// statement said (windowTokens); cache is the provider's prompt cache
@@ -117,8 +137,6 @@ type State struct {
 
 	declared declared
 
-	// ledger: what its answers used and cost, its failovers.
-	ledger ledger
 	// budgetUntil: its budget is spent until then (BudgetSpent).
 	budgetUntil time.Time
 
@@ -128,10 +146,10 @@ type State struct {
 
 // NewState returns a State with nothing known.
 func NewState() *State {
-	return &State{
+	return &State{core: core{
 		requests: window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown},
 		tokens:   window{limit: provider.Unknown, remaining: provider.Unknown, stated: provider.Unknown},
-	}
+	}}
 }
 
 // Destruct implements caddy.Destructor; a State holds no resources.
@@ -141,7 +159,7 @@ func (s *State) Destruct() error { return nil }
 // minute; 0 = none), enforced locally over a sliding minute whatever the
 // provider says: the only protection for providers that send no headers.
 func (s *State) Declare(rpm, tpm int64) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	s.declared.rpm, s.declared.tpm = rpm, tpm
 }
@@ -162,7 +180,7 @@ type Observed struct {
 
 // Observe folds one attempt's outcome, seen at now, into the state.
 func (s *State) Observe(now time.Time, o provider.Observation, p Policy) Observed {
-	s.mu.Lock()
+	s.lock()
 	a := Attempt{Sent: now, seq: s.seq} // after every attempt sent so far
 	s.mu.Unlock()
 	return s.observe(a, true, now, o, p)
@@ -182,7 +200,7 @@ func (s *State) ObserveAttempt(a Attempt, now time.Time, o provider.Observation,
 // observe is Observe (anyAttempt: the answer's attempt is not known, so it
 // ends any probe) and ObserveAttempt.
 func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Observation, p Policy) (out Observed) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	learned := now
 	if o.Class == provider.OK && a.Sent.Before(now) {
@@ -314,7 +332,7 @@ func (s *State) countedSince(a Attempt) (requests, tokens int64) {
 // total until the answer was complete (non-streaming) and ttft until the
 // first content event (streaming); a zero duration is no sample.
 func (s *State) RecordLatency(total, ttft time.Duration) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if total > 0 {
 		s.latency = ewma(s.latency, total.Seconds())
@@ -331,7 +349,7 @@ func (s *State) RecordLatency(total, ttft time.Duration) {
 // above it alone (the deployment is known to be at least that slow, not
 // faster than believed); a zero duration is no sample.
 func (s *State) RecordAtLeast(total, ttft time.Duration) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if sec := total.Seconds(); total > 0 && sec > s.latency {
 		s.latency = ewma(s.latency, sec)
@@ -348,7 +366,7 @@ func ewma(old, sample float64) float64 {
 	return old + ewmaWeight*(sample-old)
 }
 
-func (s *State) recentPicks(now time.Time) float64 {
+func (s *core) recentPicks(now time.Time) float64 {
 	if s.picksAt.IsZero() || !now.After(s.picksAt) {
 		return s.picks
 	}
@@ -368,7 +386,7 @@ func (s *State) decayHealth(now time.Time) {
 // circuit reads the breaker at now. A rate-limit circuit closes at its
 // reset; any other failure's circuit turns half-open when its cooldown ends
 // and closes on the next success.
-func (s *State) circuit(now time.Time) Circuit {
+func (s *core) circuit(now time.Time) Circuit {
 	switch {
 	case s.openUntil.After(now):
 		return Open
@@ -429,7 +447,7 @@ func (s *State) AvailableAt(now time.Time, tokens int64) (time.Time, provider.Cl
 // limit not known to bound a request refuses nothing (a window may count
 // less than prompt plus max_tokens: Anthropic's output tokens).
 func (s *State) FitsTokens(tokens int64) (bool, int64) {
-	s.mu.Lock()
+	s.mu.Lock() // a read: the view stays
 	defer s.mu.Unlock()
 	return s.fitsTokens(tokens), s.tokens.limit
 }
@@ -437,13 +455,13 @@ func (s *State) FitsTokens(tokens int64) (bool, int64) {
 // fitsTokens compares the estimate itself, not what a learned ratio
 // expects the window to count: a ratio learned from small answers of a
 // refilling window says nothing of admission.
-func (s *State) fitsTokens(tokens int64) bool {
+func (s *core) fitsTokens(tokens int64) bool {
 	return !s.capped || s.uncapped || s.tokens.limit <= 0 || tokens <= s.tokens.limit
 }
 
 // AvailableFor is AvailableAt for an attempt that must leave a reserve.
 func (s *State) AvailableFor(now time.Time, n Need) (time.Time, provider.Class) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	return s.availableAt(now, n)
 }
@@ -453,13 +471,20 @@ func (s *State) availableAt(now time.Time, n Need) (time.Time, provider.Class) {
 }
 
 // availableAtCur is availableAt with the windows' current counts at now.
-func (s *State) availableAtCur(now time.Time, n Need, requests, tokens int64) (time.Time, provider.Class) {
+func (s *core) availableAtCur(now time.Time, n Need, requests, tokens int64) (time.Time, provider.Class) {
+	return s.availableAtWith(now, n, requests, tokens, s.circuit(now), s.windowTokens(now, n))
+}
+
+// availableAtWith is availableAtCur with the circuit at now and what the
+// token window counts of the attempt (windowTokens), for a caller that
+// reads them too.
+func (s *core) availableAtWith(now time.Time, n Need, requests, tokens int64, c Circuit, counted int64) (time.Time, provider.Class) {
 	at, why := now, provider.OK
 	if s.budgetUntil.After(now) {
 		// Its budget is spent (Spent): out as a spent quota until it renews.
 		at, why = s.budgetUntil, provider.QuotaExhausted
 	}
-	switch s.circuit(now) {
+	switch c {
 	case Open:
 		at, why = s.openUntil, s.openReason
 	case HalfOpen:
@@ -471,7 +496,7 @@ func (s *State) availableAtCur(now time.Time, n Need, requests, tokens int64) (t
 	if t := s.requests.availableAtCur(now, requests, 1, n.Reserve); t.After(at) {
 		at, why = t, provider.RateLimited
 	}
-	if t := s.tokens.availableAtCur(now, tokens, s.windowTokens(now, n), n.Reserve); t.After(at) {
+	if t := s.tokens.availableAtCur(now, tokens, counted, n.Reserve); t.After(at) {
 		at, why = t, provider.RateLimited
 	}
 	if t := s.declared.availableAt(now, n.Tokens, n.Reserve); t.After(at) {
@@ -493,7 +518,7 @@ func (s *State) availableAtCur(now time.Time, n Need, requests, tokens int64) (t
 
 // slowStarting reports whether the deployment never answered and nothing
 // bounds it yet.
-func (s *State) slowStarting() bool {
+func (s *core) slowStarting() bool {
 	return !s.answered && s.requests.limit < 0 && s.tokens.limit < 0 && !s.declared.active()
 }
 
@@ -513,7 +538,7 @@ func (s *State) ForecastFleet(now, until time.Time, reserve float64) (requests, 
 }
 
 func (s *State) forecast(now, until time.Time, reserve float64, whole bool) (requests, tokens int64) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if s.circuit(now) == Open && !s.openUntil.Before(until) {
 		return 0, 0
@@ -576,24 +601,56 @@ func (s *State) Features(now time.Time, tokens int64, stream bool) Features {
 
 // ReadFeatures is Features into f, for callers that rank in place.
 func (s *State) ReadFeatures(f *Features, now time.Time, tokens int64, stream bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.readFeatures(f, now, Need{Tokens: tokens}, stream)
+	s.ReadFeaturesFor(f, now, Need{Tokens: tokens}, stream)
 }
 
 // ReadFeaturesFor is ReadFeatures for an attempt that must leave a reserve.
+// It takes no lock while the state is unchanged since it was read twice
+// (State.view): the ranking reads each deployment of a group per attempt.
 func (s *State) ReadFeaturesFor(f *Features, now time.Time, n Need, stream bool) {
+	if v := s.view.Load(); v != nil {
+		v.readFeatures(f, now, n, stream)
+		return
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if s.readAgain && s.viewable() {
+		v := new(core)
+		*v = s.core
+		s.view.Store(v)
+	}
+	s.readAgain = true
 	s.readFeatures(f, now, n, stream)
+	s.mu.Unlock()
 }
 
-func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
+// lock takes the state's lock for a change (or a read that may change
+// it, such as the declared window's pruning), so that no reader reads the
+// view of before it. A read that changes nothing (Disabled, FitsTokens)
+// takes s.mu itself and keeps the view.
+func (s *State) lock() {
+	s.mu.Lock()
+	s.readAgain = false
+	if s.view.Load() != nil {
+		s.view.Store(nil)
+	}
+}
+
+// viewable reports whether a copy of the core reads as the core would
+// (State.view): not while the declared windows are kept (their reads
+// prune the log, shared with the copy) or the token window counts what the
+// prompt cache holds (a map, shared with the copy too).
+func (s *State) viewable() bool {
+	cached := s.counts == provider.CountsUncached || s.counts == provider.CountsUncachedInput
+	return !s.declared.active() && !(cached && s.cache != nil)
+}
+
+func (s *core) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 	tokens := n.Tokens
 	rq, tk := s.requests.current(now), s.tokens.current(now)
+	c, counted := s.circuit(now), s.windowTokens(now, n)
 	*f = Features{Headroom: provider.Unknown, InFlight: s.inFlight, Disabled: s.disabled, TooLarge: !s.fitsTokens(tokens)}
-	f.At, f.Why = s.availableAtCur(now, n, rq, tk)
-	f.Probe = !f.At.After(now) && s.circuit(now) == HalfOpen // half-open: after failures
+	f.At, f.Why = s.availableAtWith(now, n, rq, tk, c, counted)
+	f.Probe = !f.At.After(now) && c == HalfOpen // half-open: after failures
 	if stream && s.ttft > 0 {
 		f.Latency = s.ttft
 	} else {
@@ -620,7 +677,7 @@ func (s *State) readFeatures(f *Features, now time.Time, n Need, stream bool) {
 		headroom(rq-1, s.requests.limit)
 	}
 	if tk >= 0 {
-		headroom(tk-s.windowTokens(now, n), s.tokens.limit)
+		headroom(tk-counted, s.tokens.limit)
 	}
 	if s.declared.rpm > 0 {
 		headroom(s.declared.rpm-s.declared.requestsIn(now)-1, s.declared.rpm)
@@ -653,7 +710,7 @@ func (s *State) AcquireAttempt(now time.Time, tokens int64) (Attempt, bool) {
 // AcquireFor is AcquireAttempt for an attempt that must leave a reserve.
 func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	tokens := n.Tokens
-	s.mu.Lock()
+	s.lock()
 	// Check again under the lock: requests that saw the deployment free at
 	// the same instant must not all take the last slot of a window.
 	if at, _ := s.availableAt(now, n); at.After(now) {
@@ -683,7 +740,7 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 			if spent, ok = s.acquireFleet(f, now, tokens, probe, rpm, tpm, b); !ok {
 				return Attempt{}, false // it freed the probe and noted when to ask again
 			}
-			s.mu.Lock()
+			s.lock()
 		}
 	}
 	defer s.mu.Unlock()
@@ -729,7 +786,7 @@ func (s *State) Release() { s.release(Attempt{Probe: true}) }
 func (s *State) ReleaseAttempt(a Attempt) { s.release(a) }
 
 func (s *State) release(a Attempt) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if s.inFlight > 0 {
 		s.inFlight--
@@ -755,7 +812,7 @@ func (s *State) release(a Attempt) {
 // now: an operator's drain. Attempts under way finish. In fleet mode the
 // fleet drains it too, until one instance enables it.
 func (s *State) Disable(now time.Time, disabled bool) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	// Each action is later than the one before, by a millisecond at least
 	// (the store's resolution): a disable and an enable sent in the same
@@ -773,7 +830,7 @@ func (s *State) Disable(now time.Time, disabled bool) {
 
 // Disabled reports whether an operator took the deployment out (Disable).
 func (s *State) Disabled() bool {
-	s.mu.Lock()
+	s.mu.Lock() // a read: the view stays
 	defer s.mu.Unlock()
 	return s.disabled
 }
@@ -784,7 +841,7 @@ func (s *State) Disabled() bool {
 // whole fleet forgets it too: every part is published dated now, changed
 // here or not (an instance may reset what only the fleet had learned).
 func (s *State) Reset(now time.Time) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	defer s.shareObserved(now, unshared)
 	s.openUntil, s.openReason, s.consecutiveFailures, s.probing = time.Time{}, provider.OK, 0, false
@@ -830,7 +887,7 @@ type Snapshot struct {
 func (s *State) Snapshot(now time.Time) Snapshot {
 	f := s.Features(now, 0, false)
 	usage := s.Usage(now)
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	snap := Snapshot{
 		Circuit:             s.circuit(now),

@@ -86,7 +86,7 @@ type UsageReport struct {
 
 // RecordUsage adds one answer's usage u, which cost cost USD, at now.
 func (s *State) RecordUsage(now time.Time, u provider.Usage, cost float64) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	l := &s.ledger
 	l.total.add(u, cost)
@@ -101,7 +101,7 @@ func (s *State) RecordUsage(now time.Time, u provider.Usage, cost float64) {
 // RecordFailover counts an attempt on the deployment that failed with
 // class and was failed over from.
 func (s *State) RecordFailover(class provider.Class) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if int(class) < len(s.ledger.failovers) {
 		s.ledger.failovers[class]++
@@ -110,7 +110,7 @@ func (s *State) RecordFailover(class provider.Class) {
 
 // Usage reports the spend as of now.
 func (s *State) Usage(now time.Time) UsageReport {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	l := &s.ledger
 	r := UsageReport{Total: l.total, Failovers: map[string]int64{}}

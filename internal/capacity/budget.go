@@ -59,14 +59,23 @@ type window struct {
 	// statedHi bound the last stated reset (projections aside).
 	gap                time.Duration
 	statedLo, statedHi time.Time
+	// readLo and readHi are statedLo and statedHi with each countdown
+	// read to its last digit, as if not rounded: what the shape is told
+	// from (a bucket's resets, the gap between windows), so that a
+	// rounding unit, which only delays the router's own refill, does not
+	// hide a bucket or stretch a window.
+	readLo, readHi time.Time
+	// countdown is the last countdown as stated (provider.Unknown for an
+	// instant): with a fixed window's, a later admission (less left)
+	// never states a larger one, however the provider rounds.
+	countdown time.Duration
 	// statedIn bounds the last stated countdown as the provider counted
 	// it, from its admission of the attempt ([0] > 0; zero after a roll):
 	// with stated, the rate a bucket's statement implies (bucketLike).
 	statedIn [2]time.Duration
 	// precise: a countdown finer than a millisecond was stated, so a
-	// whole one ("10s") is exact, not rounded; rounded: a 429 stated the
-	// window in whole units, so they may be rounded (see anchor).
-	precise, rounded bool
+	// whole one ("10s") is exact, not rounded (see anchor).
+	precise bool
 	// longest is the longest countdown stated since the limits last
 	// changed (gap dropped): no window is shorter.
 	longest time.Duration
@@ -232,23 +241,35 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 	if !o.Instant && o.Resolution == 0 && o.Reset > 0 {
 		w.precise = true
 	}
-	switch r := o.Resolution; {
-	case r <= 0:
-	case o.Instant:
+	if o.Instant {
 		// An instant in whole units (an RFC 3339 time in whole seconds)
 		// read against a Date of the same resolution: up to a unit
 		// early for each; late no more than the Date's truncation makes
 		// up for.
-		uncertain += 2 * r
-	case w.rounded && !w.precise:
-		// A countdown in whole units ("8s", "8") from a provider that
-		// never stated a finer one and answered 429 once the router took
-		// its window to be full again: it rounds, down (the reset is up
-		// to a unit later) or up (up to a unit earlier). Until such a
-		// 429, a whole countdown is taken as exact (one that states
-		// "9.994987887s" as well states "10s" exactly).
-		reset = reset.Add(r)
-		uncertain += 2 * r
+		uncertain += 2 * o.Resolution
+	}
+	readLo, readHi := reset.Add(-uncertain), reset
+	switch r := o.Resolution; {
+	case r <= 0 || o.Instant:
+	case !w.precise:
+		// A countdown in units of r ("8s", "8": a second; "9.5s": 100
+		// ms) from a provider that never stated one finer than a
+		// millisecond may be rounded, from its first statement on:
+		// down (the true countdown is in [n, n+r), a compatible server
+		// that floors "8" for 8.87 s) or up ((n-r, n]). PROVIDERS.md
+		// and the providers' docs do not say which way OpenAI's Go
+		// durations ("6m0s", "1s") or Anthropic's whole-second RFC 3339
+		// instants round, so either: the window is full again a unit
+		// after the stated reset at the latest, and may have rolled a
+		// unit before it, and what is sent in between counts against
+		// both windows (carry). A provider that states "9.994987887s"
+		// states "10s" exactly (precise). Answers of one window narrow
+		// the interval (below): a burst's "10" and "9" a microsecond
+		// apart put the reset within a second. The unit is the margin
+		// for rounding then, when it is the larger.
+		up := max(r, ResetMargin)
+		reset = reset.Add(up - ResetMargin)
+		uncertain += up - ResetMargin + r
 	}
 	lo := reset.Add(-uncertain)
 	// The countdown from the provider's admission: a countdown is stated
@@ -261,47 +282,50 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 	}
 	defer func() {
 		w.statedLo, w.statedHi = reset.Add(-uncertain), reset
+		w.readLo, w.readHi = narrow(now, readLo, readHi, w.readLo, w.readHi)
 		w.statedIn = in
+		w.countdown = provider.Unknown
+		if !o.Instant {
+			w.countdown = d
+		}
 	}()
 	if w.refilling() {
 		return reset, uncertain
 	}
-	if o.Reset > 0 && w.bucketLike(lo, reset, in, o.Remaining) {
+	if o.Reset > 0 && w.bucketLike(readLo, readHi, in, o.Remaining, o.Instant) {
 		w.refills = true
 		return reset, uncertain
 	}
-	if r := o.Resolution; r > 0 && !o.Instant && !w.rounded && !w.precise && w.tooClose(lo, reset) != 0 {
-		// Two resets of a fixed window too close to be exact countdowns
-		// (a statement at 1.3 s of a window ending at 10 s says "8", one
-		// at 11.1 s of the next "8" again): its whole countdowns are
-		// rounded, learned before its first 429 would teach it.
-		w.learnRounded(r)
-		reset, uncertain = reset.Add(r), uncertain+2*r
-		lo = reset.Add(-uncertain)
-	}
-	if !w.statedLo.IsZero() && lo.After(w.statedHi) {
+	if !w.readLo.IsZero() && readLo.After(w.readHi) {
 		// A later window: the time from the last stated reset bounds the
 		// span from above (a window of unknown span is projected with it).
 		// One that is surely longer than the bound proves it stale.
-		if g := reset.Sub(w.statedLo); g > 0 && (w.gap == 0 || g < w.gap || lo.Sub(w.statedHi) > w.gap) {
+		if g := readHi.Sub(w.readLo); g > 0 && (w.gap == 0 || g < w.gap || readLo.Sub(w.readHi) > w.gap) {
 			w.gap = g
 		}
 	}
 	// Narrowed only by what was stated: a reset the router projected
 	// (nextReset, at a roll) is its guess, not the provider's word, and
 	// may be early for a provider that rounds.
-	oldLo, oldHi := w.statedLo, w.statedHi
-	if oldHi.IsZero() || !oldHi.After(now) || lo.After(oldHi) || reset.Before(oldLo) {
-		return reset, uncertain
+	lo, hi := narrow(now, lo, reset, w.statedLo, w.statedHi)
+	return hi, max(hi.Sub(lo), ResetMargin)
+}
+
+// narrow returns a stated reset's bounds [lo, hi] narrowed by the last
+// statement's [oldLo, oldHi] when the two overlap (a fixed window's
+// answers state one instant) and the last one is still ahead at now;
+// [lo, hi] alone otherwise (a new window, or none stated before).
+func narrow(now, lo, hi, oldLo, oldHi time.Time) (time.Time, time.Time) {
+	if oldHi.IsZero() || !oldHi.After(now) || lo.After(oldHi) || hi.Before(oldLo) {
+		return lo, hi
 	}
-	hi := reset
 	if oldHi.Before(hi) {
 		hi = oldHi
 	}
 	if oldLo.After(lo) {
 		lo = oldLo
 	}
-	return hi, max(hi.Sub(lo), ResetMargin)
+	return lo, hi
 }
 
 // bucketLike reports whether a stated reset in [lo, hi], a countdown
@@ -320,7 +344,7 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 // countdown, stated with less left, at the same rate, is a bucket's.
 // Anchors are widened by a rounding provider's unit (anchor); a reset of
 // 0 (a window just over, or a bucket full) proves nothing.
-func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int64) bool {
+func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int64, instant bool) bool {
 	if w.statedIn[1] <= 0 || in[1] <= 0 || w.stated < 0 || remaining < 0 || w.limit <= 0 || w.longest <= 0 {
 		return false
 	}
@@ -336,11 +360,16 @@ func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int
 	if max(aLo, bLo) >= min(aHi, bHi) {
 		return false // not one rate
 	}
+	// Countdowns as stated: the one with less left (admitted later)
+	// states more, which no fixed window does, however it rounds (a
+	// rounding server's "10" then "9" a microsecond later is its).
+	d := (in[0] + in[1]) / 2
+	grew := func(older, newer time.Duration) bool { return instant || w.countdown < 0 || newer > older }
 	switch w.tooClose(lo, hi) {
 	case 1:
-		return remaining < w.stated
+		return remaining < w.stated && grew(w.countdown, d)
 	case -1:
-		return w.stated < remaining
+		return w.stated < remaining && grew(d, w.countdown)
 	}
 	return false
 }
@@ -353,28 +382,13 @@ func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int
 // (bucketLike) or a rounded countdown's.
 func (w *window) tooClose(lo, hi time.Time) int {
 	switch {
-	case w.statedLo.IsZero() || w.longest <= 0:
-	case lo.After(w.statedHi) && hi.Sub(w.statedLo)+ResetMargin < w.longest:
+	case w.readLo.IsZero() || w.longest <= 0:
+	case lo.After(w.readHi) && hi.Sub(w.readLo)+ResetMargin < w.longest:
 		return 1
-	case w.statedLo.After(hi) && w.statedHi.Sub(lo)+ResetMargin < w.longest:
+	case w.readLo.After(hi) && w.readHi.Sub(lo)+ResetMargin < w.longest:
 		return -1
 	}
 	return 0
-}
-
-// learnRounded notes a 429 that stated the window in whole units of r:
-// unless the provider stated finer countdowns, its whole ones may be
-// rounded (see anchor), and the reset held, taken as exact, is widened
-// as anchor would have.
-func (w *window) learnRounded(r time.Duration) {
-	if r <= 0 || w.rounded || w.precise {
-		return
-	}
-	w.rounded = true
-	if !w.reset.IsZero() {
-		w.reset = w.reset.Add(r)
-		w.uncertain += 2 * r
-	}
 }
 
 // period is what a fixed window's resets are projected with once the

@@ -196,16 +196,6 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 			out.Learned = true
 		}
 	}()
-	if o.Class == provider.RateLimited {
-		// Refused where the router believed the window had room (it took
-		// the stated window to be full again): it may round its resets.
-		if a.Requests > 0 {
-			s.requests.learnRounded(o.Requests.Resolution)
-		}
-		if a.Tokens > 0 {
-			s.tokens.learnRounded(o.Tokens.Resolution)
-		}
-	}
 	sinceRequests, sinceTokens := s.countedSince(a)
 	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
 		s.requests.update(now, a.Sent, o.Requests, sinceRequests, 1)

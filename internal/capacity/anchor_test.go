@@ -92,11 +92,13 @@ func (p *fixedWindowProvider) counts() (int, int) { return p.admitted, p.denied 
 // continuously over span (OpenAI's and Anthropic's, PROVIDERS.md): the
 // reset it states is when the bucket is full again, as a countdown, or
 // (instant) as an RFC 3339 time in whole seconds, rounded up, that the
-// router reads against the answer's Date.
+// router reads against the answer's Date; or (whole) as a countdown in
+// whole seconds, rounded up ("1s", "2s": the simulation's OpenAI dialect
+// at one request a second).
 type bucketProvider struct {
 	limit            int64
 	span             time.Duration
-	instant          bool
+	instant, whole   bool
 	level            float64
 	at               time.Time
 	admitted, denied int
@@ -122,6 +124,9 @@ func (p *bucketProvider) admit(t time.Time) provider.Observation {
 	}
 	full := time.Duration((float64(p.limit) - p.level) / rate * float64(time.Second))
 	o.Requests = provider.Window{Limit: p.limit, Remaining: int64(p.level), Reset: full}
+	if p.whole {
+		o.Requests.Reset, o.Requests.Resolution = (full + time.Second - 1).Truncate(time.Second), time.Second
+	}
 	if p.instant {
 		o.Requests.Instant, o.Requests.Resolution = true, time.Second
 		o.Requests.Reset = time.Duration(t.Add(full + time.Second - 1).Truncate(time.Second).UnixNano()) // the instant, read at delivery
@@ -486,18 +491,20 @@ func TestTheLongestCountdownIsKept(t *testing.T) {
 // once.
 func TestABucketUnderABurstDrawsNoRateLimit(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		latency time.Duration
-		instant bool
+		name           string
+		latency        time.Duration
+		instant, whole bool
 	}{
-		{"100ms countdown", 100 * time.Millisecond, false},
-		{"2s countdown", 2 * time.Second, false},
-		{"100ms instant", 100 * time.Millisecond, true},
-		{"2s instant", 2 * time.Second, true},
+		{"100ms countdown", 100 * time.Millisecond, false, false},
+		{"2s countdown", 2 * time.Second, false, false},
+		{"100ms whole-second countdown", 100 * time.Millisecond, false, true},
+		{"2s whole-second countdown", 2 * time.Second, false, true},
+		{"100ms instant", 100 * time.Millisecond, true, false},
+		{"2s instant", 2 * time.Second, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := range uint64(5) {
-				p := &bucketProvider{limit: 10, span: 10 * time.Second, instant: tc.instant}
+				p := &bucketProvider{limit: 10, span: 10 * time.Second, instant: tc.instant, whole: tc.whole}
 				run := 5 * time.Minute
 				admitted, denied := rollRun(t, p, 60, tc.latency, 5*time.Millisecond, run, seed)
 				if perServed := float64(denied) / float64(max(admitted, 1)); perServed > 0.01 {
@@ -595,5 +602,32 @@ func TestAFlooredCountdownIsRoundedFromTheFirstStatement(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The gap between two windows' resets bounds the span with the countdowns
+// read to their digits: the unit each may be rounded by delays the
+// router's own refill, not the windows it forecasts. "10s" stated at +0 s
+// (read at +2 s) and "10s" at +13 s (read at +15 s) bound a window at 15
+// s, not 17 (a unit at each end): a forecast from the roll at +26 s to
+// +42 s counts the next window, as the simulation's ideal does (with the
+// units counted, window-roll seed 17 served 20 of 30, and seed 19, a
+// bucket stating "1s", "2s", ..., 20 of 39).
+func TestAGapIsNotStretchedByRounding(t *testing.T) {
+	whole := func(remaining int64) provider.Window {
+		o := winA(10, remaining, 10*time.Second)
+		o.Resolution = time.Second
+		return o
+	}
+	w := newWindowA()
+	w.update(atA(2*time.Second), t0, whole(9), 0, 1)
+	send := atA(13 * time.Second)
+	for range 10 {
+		w.spend(send, 1)
+	}
+	w.update(atA(15*time.Second), send, whole(0), 9, 1)
+	roll := atA(26 * time.Second)
+	if got := w.forecast(roll, atA(42*time.Second), 0, false); got < 19 {
+		t.Errorf("forecast %d from +26 s to +42 s (gap %v, next reset +%v), want >= 19: the window left and the next one", got, w.gap, w.nextReset(roll).Sub(t0))
 	}
 }

@@ -54,21 +54,23 @@ type window struct {
 	span      time.Duration
 	// gap is the shortest time seen between two stated resets of a fixed
 	// window (from the earliest the first may have been to the latest the
-	// next may be; 0 until seen): no window is longer, since a window that
-	// starts with its first request may be idle in between. statedLo and
+	// next may be, each countdown read to its digits: readLo; 0 until
+	// seen): no window is longer (but for a rounding unit at each end),
+	// since a window that starts with its first request may be idle in
+	// between. statedLo and
 	// statedHi bound the last stated reset (projections aside).
 	gap                time.Duration
 	statedLo, statedHi time.Time
 	// readLo and readHi are statedLo and statedHi with each countdown
-	// read to its last digit, as if not rounded: what the shape is told
-	// from (a bucket's resets, the gap between windows), so that a
-	// rounding unit, which only delays the router's own refill, does not
-	// hide a bucket or stretch a window.
+	// read to its last digit, as if not rounded: what gap is measured
+	// with, so that the units a countdown may be rounded by (two, one at
+	// each end) do not stretch the bound past the next window (a 10 s
+	// window of "10s" countdowns read 2 s after their send bounded at
+	// 17 s, a window of the forecast lost). A rounding provider's gap
+	// may then be up to two units short of its span; no projection is
+	// early for it, since nextReset takes the later of the gap after the
+	// last reset and a span after the next attempt.
 	readLo, readHi time.Time
-	// countdown is the last countdown as stated (provider.Unknown for an
-	// instant): with a fixed window's, a later admission (less left)
-	// never states a larger one, however the provider rounds.
-	countdown time.Duration
 	// statedIn bounds the last stated countdown as the provider counted
 	// it, from its admission of the attempt ([0] > 0; zero after a roll):
 	// with stated, the rate a bucket's statement implies (bucketLike).
@@ -284,15 +286,11 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 		w.statedLo, w.statedHi = reset.Add(-uncertain), reset
 		w.readLo, w.readHi = narrow(now, readLo, readHi, w.readLo, w.readHi)
 		w.statedIn = in
-		w.countdown = provider.Unknown
-		if !o.Instant {
-			w.countdown = d
-		}
 	}()
 	if w.refilling() {
 		return reset, uncertain
 	}
-	if o.Reset > 0 && w.bucketLike(readLo, readHi, in, o.Remaining, o.Instant) {
+	if o.Reset > 0 && w.bucketLike(lo, reset, in, o.Remaining) {
 		w.refills = true
 		return reset, uncertain
 	}
@@ -344,7 +342,7 @@ func narrow(now, lo, hi, oldLo, oldHi time.Time) (time.Time, time.Time) {
 // countdown, stated with less left, at the same rate, is a bucket's.
 // Anchors are widened by a rounding provider's unit (anchor); a reset of
 // 0 (a window just over, or a bucket full) proves nothing.
-func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int64, instant bool) bool {
+func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int64) bool {
 	if w.statedIn[1] <= 0 || in[1] <= 0 || w.stated < 0 || remaining < 0 || w.limit <= 0 || w.longest <= 0 {
 		return false
 	}
@@ -360,16 +358,11 @@ func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int
 	if max(aLo, bLo) >= min(aHi, bHi) {
 		return false // not one rate
 	}
-	// Countdowns as stated: the one with less left (admitted later)
-	// states more, which no fixed window does, however it rounds (a
-	// rounding server's "10" then "9" a microsecond later is its).
-	d := (in[0] + in[1]) / 2
-	grew := func(older, newer time.Duration) bool { return instant || w.countdown < 0 || newer > older }
 	switch w.tooClose(lo, hi) {
 	case 1:
-		return remaining < w.stated && grew(w.countdown, d)
+		return remaining < w.stated
 	case -1:
-		return w.stated < remaining && grew(d, w.countdown)
+		return w.stated < remaining
 	}
 	return false
 }
@@ -379,13 +372,13 @@ func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int
 // countdown stated, -1 when surely earlier and as close, 0 otherwise. Two
 // resets of a fixed window whose countdowns are exact are the same
 // instant or a whole window apart, so that one too close is a bucket's
-// (bucketLike) or a rounded countdown's.
+// (bucketLike).
 func (w *window) tooClose(lo, hi time.Time) int {
 	switch {
-	case w.readLo.IsZero() || w.longest <= 0:
-	case lo.After(w.readHi) && hi.Sub(w.readLo)+ResetMargin < w.longest:
+	case w.statedLo.IsZero() || w.longest <= 0:
+	case lo.After(w.statedHi) && hi.Sub(w.statedLo)+ResetMargin < w.longest:
 		return 1
-	case w.readLo.After(hi) && w.readHi.Sub(lo)+ResetMargin < w.longest:
+	case w.statedLo.After(hi) && w.statedHi.Sub(lo)+ResetMargin < w.longest:
 		return -1
 	}
 	return 0

@@ -29,7 +29,9 @@ import (
 //
 // ResetMargin is added to every stated reset: a reset stated to the
 // millisecond (rounded), or as an instant by a clock a little ahead of
-// ours, must not let the router refill a window the provider has not.
+// ours, must not let the router refill a window the provider has not. A
+// countdown that may be rounded to a larger unit (a whole second) gets
+// that unit instead (see anchor).
 //
 // A reset stated as a countdown is anchored to when the provider made the
 // statement: when it admitted the request, some time between the

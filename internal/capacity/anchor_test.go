@@ -396,19 +396,22 @@ func TestAWindowFromItsFirstRequestRollsASpanAfterIt(t *testing.T) {
 	}
 }
 
-// A countdown in whole seconds ("8", "8s") may be rounded either way, which
-// puts the true reset up to a second later or earlier than stated: the
-// window is not taken to be full again before the latest (a provider
-// stating "8" for 8.87 s drew a 429 for every attempt the router sent in
-// the gap, each window), and what is sent from the earliest counts
-// against the next window too, from the first statement on.
+// A countdown in whole seconds ("8", "8s") that a provider rounds down
+// puts the true reset up to a second later than stated: once a 429 showed
+// that the provider rounds, the window is not taken to be full again
+// before that (a provider stating "8" for 8.87 s drew a 429 for every
+// attempt the router sent in the gap, each window).
 func TestAWholeSecondCountdownIsFullAgainASecondLater(t *testing.T) {
 	w := newWindowA()
 	o := winA(10, 0, 8*time.Second)
 	o.Resolution = time.Second
 	read := atA(100 * msA)
 	w.update(read, t0, o, 0, 1)
-	if want := read.Add(9 * time.Second); w.reset.Before(want) {
+	if want := read.Add(8*time.Second + ResetMargin); !w.reset.Equal(want) {
+		t.Fatalf("before any 429, \"8s\" is exact: full again at +%v, want +%v", w.reset.Sub(t0), want.Sub(t0))
+	}
+	w.learnRounded(time.Second) // a 429 stated the window in whole seconds (State.observe)
+	if want := read.Add(9*time.Second + ResetMargin); w.reset.Before(want) {
 		t.Errorf("full again at +%v, before the latest a floored countdown allows (+%v)", w.reset.Sub(t0), want.Sub(t0))
 	}
 	if lo := w.reset.Add(-w.uncertain); lo.After(t0.Add(7 * time.Second)) {
@@ -417,9 +420,35 @@ func TestAWholeSecondCountdownIsFullAgainASecondLater(t *testing.T) {
 	// A provider that states finer countdowns states a whole one exactly.
 	w = newWindowA()
 	w.update(atA(50*msA), t0, winA(10, 5, 9950*msA), 0, 1)
+	w.learnRounded(time.Second)
 	w.update(read, t0, o, 0, 1)
 	if want := read.Add(8*time.Second + ResetMargin); !w.reset.Equal(want) {
 		t.Errorf("after a countdown to the nanosecond, \"8s\" is full again at +%v, want +%v", w.reset.Sub(t0), want.Sub(t0))
+	}
+}
+
+// Only a 429 where the router believed the window had room teaches that
+// the provider rounds its whole countdowns; a first 429 (nothing known)
+// teaches nothing.
+func TestAnUnpredicted429TeachesRounding(t *testing.T) {
+	whole := func(c provider.Class, remaining int64) provider.Observation {
+		o := provider.NewObservation(c)
+		o.Requests = provider.Window{Limit: 10, Remaining: remaining, Reset: 8 * time.Second, Resolution: time.Second}
+		return o
+	}
+	s := NewState()
+	a, _ := s.AcquireAttempt(t0, 1)
+	s.ObserveAttempt(a, t0, whole(provider.RateLimited, 0), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	if s.requests.rounded {
+		t.Error("a first 429, with nothing known of the window, taught rounding")
+	}
+	s = NewState()
+	s.Observe(t0, whole(provider.OK, 5), DefaultPolicy)
+	a, _ = s.AcquireAttempt(t0, 1)
+	s.ObserveAttempt(a, t0, whole(provider.RateLimited, 0), DefaultPolicy)
+	if !s.requests.rounded {
+		t.Error("a 429 where 5 were believed left taught no rounding")
 	}
 }
 
@@ -519,11 +548,13 @@ func TestABucketUnderABurstDrawsNoRateLimit(t *testing.T) {
 }
 
 // A provider that floors its countdowns to whole seconds (8.87 s stated
-// "8") states "10" at a window's start and "8" at 1.3 s of the next window
-// ending at 20 s: taken as exact, a reset at 19.4 s, before the provider's.
-// Its whole countdowns are taken as rounded, so the window is taken to be
-// full again no earlier than it is.
-func TestAFlooredResetOfTheNextWindowIsNotEarly(t *testing.T) {
+// "8") states resets of one fixed window too close together to be exact:
+// "10" at its start, "8" at 1.3 s of the next window ending at 20 s
+// (taken as exact: a reset at 9.3 s past the first, closer than the
+// 10 s countdown, which no window is shorter than). The router learns
+// the rounding then, before a 429 would teach it, and takes the window to
+// be full again no earlier than it is.
+func TestResetsTooCloseTeachRounding(t *testing.T) {
 	floored := func(remaining int64, c time.Duration) provider.Observation {
 		o := provider.NewObservation(provider.OK)
 		o.Requests = provider.Window{Limit: 10, Remaining: remaining, Reset: c.Truncate(time.Second), Resolution: time.Second}
@@ -539,6 +570,9 @@ func TestAFlooredResetOfTheNextWindowIsNotEarly(t *testing.T) {
 	read := at.Add(100 * time.Millisecond)
 	s.ObserveAttempt(a, read, floored(8, t0.Add(20*time.Second).Sub(at)), DefaultPolicy)
 	s.ReleaseAttempt(a)
+	if !s.requests.rounded {
+		t.Fatal("two floored countdowns closer than a window taught no rounding")
+	}
 	for range 8 {
 		s.AcquireAttempt(read, 1)
 	}
@@ -562,15 +596,16 @@ func (p *flooringProvider) admit(t time.Time) provider.Observation {
 	return o
 }
 
-// A burst whose arrivals are a microsecond apart, on a provider that
-// floors its countdowns to whole seconds: the first request of a window
-// states "10" (10 s exactly), the next, a microsecond later, "9" (9.999999
-// s). A whole countdown is anchored from its first statement as what it
-// may be, anything within a unit of it either way, so the window is full
-// again only at the latest and what is sent in that uncertainty counts
-// against both windows; taken as exact until two statements taught the
-// rounding, the first roll drew a 429 for each attempt sent in the
-// second the countdown hid (the simulation found 10).
+// A burst whose arrivals are a microsecond apart, at the start of a
+// window, on a provider that floors its countdowns to whole seconds: the
+// first request states "10" (10 s exactly), the next, a microsecond
+// later, "9" (9.999999 s). The two are too close to be exact, whatever
+// order their answers come in: the router takes the countdowns as rounded
+// from then on, and the window as full again no earlier than it is. The
+// "10", answered after a "9", was skipped as stale with its evidence, and
+// the rounding learned from another statement was undone by narrowing it
+// with the statement read as exact: the roll at the "9" drew a 429 for
+// each attempt sent in the second it hid.
 func TestAFlooredCountdownIsRoundedFromTheFirstStatement(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -586,9 +621,8 @@ func TestAFlooredCountdownIsRoundedFromTheFirstStatement(t *testing.T) {
 			for seed := range uint64(5) {
 				p := &flooringProvider{fixedWindowProvider{limit: 10, span: 10 * time.Second, aligned: tc.aligned}}
 				arrivals := make([]time.Time, 60)
-				start := t0.Add(time.Duration(seed) * 1300 * time.Millisecond) // where in an aligned window the burst comes
-				for c := range arrivals {
-					arrivals[c] = start.Add(time.Duration(c) * time.Microsecond)
+				for c := range arrivals { // at a window's start, aligned or not; the seed draws the latencies
+					arrivals[c] = t0.Add(time.Duration(c) * time.Microsecond)
 				}
 				run := 2 * time.Minute
 				admitted, denied := rollRunFrom(t, p, arrivals, tc.latency, 0, run, rand.New(rand.NewPCG(seed, 1)))
@@ -605,14 +639,14 @@ func TestAFlooredCountdownIsRoundedFromTheFirstStatement(t *testing.T) {
 	}
 }
 
-// The gap between two windows' resets bounds the span with the countdowns
-// read to their digits: the unit each may be rounded by delays the
-// router's own refill, not the windows it forecasts. "10s" stated at +0 s
+// The gap between two windows' resets bounds the span with whole
+// countdowns read as stated while no rounding was seen: a unit at each end
+// would stretch the bound past the next window. "10s" stated at +0 s
 // (read at +2 s) and "10s" at +13 s (read at +15 s) bound a window at 15
 // s, not 17 (a unit at each end): a forecast from the roll at +26 s to
 // +42 s counts the next window, as the simulation's ideal does (with the
-// units counted, window-roll seed 17 served 20 of 30, and seed 19, a
-// bucket stating "1s", "2s", ..., 20 of 39).
+// units counted from the first statement, window-roll seed 17 served 20
+// of 30, and seed 19, a bucket stating "1s", "2s", ..., 20 of 39).
 func TestAGapIsNotStretchedByRounding(t *testing.T) {
 	whole := func(remaining int64) provider.Window {
 		o := winA(10, remaining, 10*time.Second)

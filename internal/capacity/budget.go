@@ -29,9 +29,7 @@ import (
 //
 // ResetMargin is added to every stated reset: a reset stated to the
 // millisecond (rounded), or as an instant by a clock a little ahead of
-// ours, must not let the router refill a window the provider has not. A
-// countdown that may be rounded to a larger unit (a whole second) gets
-// that unit instead (see anchor).
+// ours, must not let the router refill a window the provider has not.
 //
 // A reset stated as a countdown is anchored to when the provider made the
 // statement: when it admitted the request, some time between the
@@ -56,30 +54,19 @@ type window struct {
 	span      time.Duration
 	// gap is the shortest time seen between two stated resets of a fixed
 	// window (from the earliest the first may have been to the latest the
-	// next may be, each countdown read to its digits: readLo; 0 until
-	// seen): no window is longer (but for a rounding unit at each end),
-	// since a window that starts with its first request may be idle in
-	// between. statedLo and
+	// next may be; 0 until seen): no window is longer, since a window that
+	// starts with its first request may be idle in between. statedLo and
 	// statedHi bound the last stated reset (projections aside).
 	gap                time.Duration
 	statedLo, statedHi time.Time
-	// readLo and readHi are statedLo and statedHi with each countdown
-	// read to its last digit, as if not rounded: what gap is measured
-	// with, so that the units a countdown may be rounded by (two, one at
-	// each end) do not stretch the bound past the next window (a 10 s
-	// window of "10s" countdowns read 2 s after their send bounded at
-	// 17 s, a window of the forecast lost). A rounding provider's gap
-	// may then be up to two units short of its span; no projection is
-	// early for it, since nextReset takes the later of the gap after the
-	// last reset and a span after the next attempt.
-	readLo, readHi time.Time
 	// statedIn bounds the last stated countdown as the provider counted
 	// it, from its admission of the attempt ([0] > 0; zero after a roll):
 	// with stated, the rate a bucket's statement implies (bucketLike).
 	statedIn [2]time.Duration
 	// precise: a countdown finer than a millisecond was stated, so a
-	// whole one ("10s") is exact, not rounded (see anchor).
-	precise bool
+	// whole one ("10s") is exact, not rounded; rounded: a 429 stated the
+	// window in whole units, so they may be rounded (see anchor).
+	precise, rounded bool
 	// longest is the longest countdown stated since the limits last
 	// changed (gap dropped): no window is shorter.
 	longest time.Duration
@@ -245,35 +232,23 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 	if !o.Instant && o.Resolution == 0 && o.Reset > 0 {
 		w.precise = true
 	}
-	if o.Instant {
+	switch r := o.Resolution; {
+	case r <= 0:
+	case o.Instant:
 		// An instant in whole units (an RFC 3339 time in whole seconds)
 		// read against a Date of the same resolution: up to a unit
 		// early for each; late no more than the Date's truncation makes
 		// up for.
-		uncertain += 2 * o.Resolution
-	}
-	readLo, readHi := reset.Add(-uncertain), reset
-	switch r := o.Resolution; {
-	case r <= 0 || o.Instant:
-	case !w.precise:
-		// A countdown in units of r ("8s", "8": a second; "9.5s": 100
-		// ms) from a provider that never stated one finer than a
-		// millisecond may be rounded, from its first statement on:
-		// down (the true countdown is in [n, n+r), a compatible server
-		// that floors "8" for 8.87 s) or up ((n-r, n]). PROVIDERS.md
-		// and the providers' docs do not say which way OpenAI's Go
-		// durations ("6m0s", "1s") or Anthropic's whole-second RFC 3339
-		// instants round, so either: the window is full again a unit
-		// after the stated reset at the latest, and may have rolled a
-		// unit before it, and what is sent in between counts against
-		// both windows (carry). A provider that states "9.994987887s"
-		// states "10s" exactly (precise). Answers of one window narrow
-		// the interval (below): a burst's "10" and "9" a microsecond
-		// apart put the reset within a second. The unit is the margin
-		// for rounding then, when it is the larger.
-		up := max(r, ResetMargin)
-		reset = reset.Add(up - ResetMargin)
-		uncertain += up - ResetMargin + r
+		uncertain += 2 * r
+	case w.rounded && !w.precise:
+		// A countdown in whole units ("8s", "8") from a provider that
+		// never stated a finer one and answered 429 once the router took
+		// its window to be full again: it rounds, down (the reset is up
+		// to a unit later) or up (up to a unit earlier). Until such a
+		// 429, a whole countdown is taken as exact (one that states
+		// "9.994987887s" as well states "10s" exactly).
+		reset = reset.Add(r)
+		uncertain += 2 * r
 	}
 	lo := reset.Add(-uncertain)
 	// The countdown from the provider's admission: a countdown is stated
@@ -286,7 +261,6 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 	}
 	defer func() {
 		w.statedLo, w.statedHi = reset.Add(-uncertain), reset
-		w.readLo, w.readHi = narrow(now, readLo, readHi, w.readLo, w.readHi)
 		w.statedIn = in
 	}()
 	if w.refilling() {
@@ -296,36 +270,38 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 		w.refills = true
 		return reset, uncertain
 	}
-	if !w.readLo.IsZero() && readLo.After(w.readHi) {
+	if r := o.Resolution; r > 0 && !o.Instant && !w.rounded && !w.precise && w.tooClose(lo, reset) != 0 {
+		// Two resets of a fixed window too close to be exact countdowns
+		// (a statement at 1.3 s of a window ending at 10 s says "8", one
+		// at 11.1 s of the next "8" again): its whole countdowns are
+		// rounded, learned before its first 429 would teach it.
+		w.learnRounded(r)
+		reset, uncertain = reset.Add(r), uncertain+2*r
+		lo = reset.Add(-uncertain)
+	}
+	if !w.statedLo.IsZero() && lo.After(w.statedHi) {
 		// A later window: the time from the last stated reset bounds the
 		// span from above (a window of unknown span is projected with it).
 		// One that is surely longer than the bound proves it stale.
-		if g := readHi.Sub(w.readLo); g > 0 && (w.gap == 0 || g < w.gap || readLo.Sub(w.readHi) > w.gap) {
+		if g := reset.Sub(w.statedLo); g > 0 && (w.gap == 0 || g < w.gap || lo.Sub(w.statedHi) > w.gap) {
 			w.gap = g
 		}
 	}
 	// Narrowed only by what was stated: a reset the router projected
 	// (nextReset, at a roll) is its guess, not the provider's word, and
 	// may be early for a provider that rounds.
-	lo, hi := narrow(now, lo, reset, w.statedLo, w.statedHi)
-	return hi, max(hi.Sub(lo), ResetMargin)
-}
-
-// narrow returns a stated reset's bounds [lo, hi] narrowed by the last
-// statement's [oldLo, oldHi] when the two overlap (a fixed window's
-// answers state one instant) and the last one is still ahead at now;
-// [lo, hi] alone otherwise (a new window, or none stated before).
-func narrow(now, lo, hi, oldLo, oldHi time.Time) (time.Time, time.Time) {
-	if oldHi.IsZero() || !oldHi.After(now) || lo.After(oldHi) || hi.Before(oldLo) {
-		return lo, hi
+	oldLo, oldHi := w.statedLo, w.statedHi
+	if oldHi.IsZero() || !oldHi.After(now) || lo.After(oldHi) || reset.Before(oldLo) {
+		return reset, uncertain
 	}
+	hi := reset
 	if oldHi.Before(hi) {
 		hi = oldHi
 	}
 	if oldLo.After(lo) {
 		lo = oldLo
 	}
-	return lo, hi
+	return hi, max(hi.Sub(lo), ResetMargin)
 }
 
 // bucketLike reports whether a stated reset in [lo, hi], a countdown
@@ -374,7 +350,7 @@ func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int
 // countdown stated, -1 when surely earlier and as close, 0 otherwise. Two
 // resets of a fixed window whose countdowns are exact are the same
 // instant or a whole window apart, so that one too close is a bucket's
-// (bucketLike).
+// (bucketLike) or a rounded countdown's.
 func (w *window) tooClose(lo, hi time.Time) int {
 	switch {
 	case w.statedLo.IsZero() || w.longest <= 0:
@@ -384,6 +360,50 @@ func (w *window) tooClose(lo, hi time.Time) int {
 		return -1
 	}
 	return 0
+}
+
+// noteRounding reads what a stale answer (one that came after a later
+// attempt's, so that its count is older than the window's: State.observe
+// skips it) says of the provider's rounding, and nothing else: a
+// countdown in whole units whose reset is too close to the last stated
+// one to be exact (tooClose), and not a bucket's, teaches that they are
+// rounded, as in anchor. A burst a microsecond apart on a server that
+// floors reads "9" (9.999999 s) for its second request and "10" for its
+// first; answered in the other order, the "10" was skipped, its evidence
+// with it, and the roll at the "9" drew a 429 for each attempt sent in
+// the second it hid.
+func (w *window) noteRounding(now, sent time.Time, o provider.Window) {
+	r := o.Resolution
+	if r <= 0 || o.Instant || o.Reset <= 0 || w.rounded || w.precise || w.refilling() {
+		return
+	}
+	d := min(o.Reset, provider.MaxCooldown)
+	hi := now.Add(d + ResetMargin)
+	lo := hi.Add(-ResetMargin - max(now.Sub(sent), 0))
+	if w.bucketLike(lo, hi, [2]time.Duration{d - r, d + r}, o.Remaining) || w.tooClose(lo, hi) == 0 {
+		return
+	}
+	w.learnRounded(r)
+}
+
+// learnRounded notes a 429 that stated the window in whole units of r:
+// unless the provider stated finer countdowns, its whole ones may be
+// rounded (see anchor), and the reset held, taken as exact, is widened
+// as anchor would have.
+func (w *window) learnRounded(r time.Duration) {
+	if r <= 0 || w.rounded || w.precise {
+		return
+	}
+	w.rounded = true
+	if !w.reset.IsZero() {
+		w.reset = w.reset.Add(r)
+		w.uncertain += 2 * r
+	}
+	if !w.statedHi.IsZero() {
+		// The statements read as exact are widened too: narrowed by them,
+		// the next statement's reset fell back to the exact reading.
+		w.statedLo, w.statedHi = w.statedLo.Add(-r), w.statedHi.Add(r)
+	}
 }
 
 // period is what a fixed window's resets are projected with once the

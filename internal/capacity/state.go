@@ -196,10 +196,22 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 			out.Learned = true
 		}
 	}()
+	if o.Class == provider.RateLimited {
+		// Refused where the router believed the window had room (it took
+		// the stated window to be full again): it may round its resets.
+		if a.Requests > 0 {
+			s.requests.learnRounded(o.Requests.Resolution)
+		}
+		if a.Tokens > 0 {
+			s.tokens.learnRounded(o.Tokens.Resolution)
+		}
+	}
 	sinceRequests, sinceTokens := s.countedSince(a)
 	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
 		s.requests.update(now, a.Sent, o.Requests, sinceRequests, 1)
 		s.requests.seq = max(s.requests.seq, a.seq)
+	} else {
+		s.requests.noteRounding(now, a.Sent, o.Requests)
 	}
 	if o.Tokens != provider.UnknownWindow {
 		s.counts = o.Tokens.Counts
@@ -207,6 +219,8 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, a.seq, learned, now) {
 		s.tokens.update(now, a.Sent, o.Tokens, sinceTokens, a.tokens)
 		s.tokens.seq = max(s.tokens.seq, a.seq)
+	} else {
+		s.tokens.noteRounding(now, a.Sent, o.Tokens)
 	}
 	if o.Class == provider.OK || o.Requests.Limit >= 0 || o.Tokens.Limit >= 0 {
 		s.answered = true

@@ -92,11 +92,13 @@ func (p *fixedWindowProvider) counts() (int, int) { return p.admitted, p.denied 
 // continuously over span (OpenAI's and Anthropic's, PROVIDERS.md): the
 // reset it states is when the bucket is full again, as a countdown, or
 // (instant) as an RFC 3339 time in whole seconds, rounded up, that the
-// router reads against the answer's Date.
+// router reads against the answer's Date; or (whole) as a countdown in
+// whole seconds, rounded up ("1s", "2s": the simulation's OpenAI dialect
+// at one request a second).
 type bucketProvider struct {
 	limit            int64
 	span             time.Duration
-	instant          bool
+	instant, whole   bool
 	level            float64
 	at               time.Time
 	admitted, denied int
@@ -122,6 +124,9 @@ func (p *bucketProvider) admit(t time.Time) provider.Observation {
 	}
 	full := time.Duration((float64(p.limit) - p.level) / rate * float64(time.Second))
 	o.Requests = provider.Window{Limit: p.limit, Remaining: int64(p.level), Reset: full}
+	if p.whole {
+		o.Requests.Reset, o.Requests.Resolution = (full + time.Second - 1).Truncate(time.Second), time.Second
+	}
 	if p.instant {
 		o.Requests.Instant, o.Requests.Resolution = true, time.Second
 		o.Requests.Reset = time.Duration(t.Add(full + time.Second - 1).Truncate(time.Second).UnixNano()) // the instant, read at delivery
@@ -134,11 +139,21 @@ func (p *bucketProvider) admit(t time.Time) provider.Observation {
 
 func rollRun(t *testing.T, p admitter, clients int, latency, travel, run time.Duration, seed uint64) (admitted, denied int) {
 	t.Helper()
-	s := NewState()
 	rng := rand.New(rand.NewPCG(seed, 1))
+	arrivals := make([]time.Time, clients)
+	for c := range arrivals {
+		arrivals[c] = t0.Add(time.Duration(rng.Int64N(int64(time.Millisecond))))
+	}
+	return rollRunFrom(t, p, arrivals, latency, travel, run, rng)
+}
+
+// rollRunFrom is rollRun with each client's first arrival given.
+func rollRunFrom(t *testing.T, p admitter, arrivals []time.Time, latency, travel, run time.Duration, rng *rand.Rand) (admitted, denied int) {
+	t.Helper()
+	s := NewState()
 	q := &events{}
-	for c := range clients {
-		heap.Push(q, event{at: t0.Add(time.Duration(rng.Int64N(int64(time.Millisecond)))), client: c})
+	for c, at := range arrivals {
+		heap.Push(q, event{at: at, client: c})
 	}
 	end := t0.Add(run)
 	for q.Len() > 0 {
@@ -505,18 +520,20 @@ func TestTheLongestCountdownIsKept(t *testing.T) {
 // once.
 func TestABucketUnderABurstDrawsNoRateLimit(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		latency time.Duration
-		instant bool
+		name           string
+		latency        time.Duration
+		instant, whole bool
 	}{
-		{"100ms countdown", 100 * time.Millisecond, false},
-		{"2s countdown", 2 * time.Second, false},
-		{"100ms instant", 100 * time.Millisecond, true},
-		{"2s instant", 2 * time.Second, true},
+		{"100ms countdown", 100 * time.Millisecond, false, false},
+		{"2s countdown", 2 * time.Second, false, false},
+		{"100ms whole-second countdown", 100 * time.Millisecond, false, true},
+		{"2s whole-second countdown", 2 * time.Second, false, true},
+		{"100ms instant", 100 * time.Millisecond, true, false},
+		{"2s instant", 2 * time.Second, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := range uint64(5) {
-				p := &bucketProvider{limit: 10, span: 10 * time.Second, instant: tc.instant}
+				p := &bucketProvider{limit: 10, span: 10 * time.Second, instant: tc.instant, whole: tc.whole}
 				run := 5 * time.Minute
 				admitted, denied := rollRun(t, p, 60, tc.latency, 5*time.Millisecond, run, seed)
 				if perServed := float64(denied) / float64(max(admitted, 1)); perServed > 0.01 {
@@ -561,5 +578,90 @@ func TestResetsTooCloseTeachRounding(t *testing.T) {
 	}
 	if at, _ := s.AvailableAt(read, 1); at.Before(t0.Add(20 * time.Second)) {
 		t.Errorf("the window is full again at +20 s, the router takes it at %v", at.Sub(t0))
+	}
+}
+
+// flooringProvider is a fixed window that states its countdowns in whole
+// seconds rounded down, plain ("8" for 8.87 s), as some OpenAI-compatible
+// servers do (PROVIDERS.md; the simulation's rounded-resets): the true
+// reset is up to a second later than stated.
+type flooringProvider struct{ fixedWindowProvider }
+
+func (p *flooringProvider) admit(t time.Time) provider.Observation {
+	o := p.fixedWindowProvider.admit(t)
+	o.Requests.Reset, o.Requests.Resolution = o.Requests.Reset.Truncate(time.Second), time.Second
+	if o.Class == provider.RateLimited {
+		o.RetryAfter = o.Requests.Reset
+	}
+	return o
+}
+
+// A burst whose arrivals are a microsecond apart, at the start of a
+// window, on a provider that floors its countdowns to whole seconds: the
+// first request states "10" (10 s exactly), the next, a microsecond
+// later, "9" (9.999999 s). The two are too close to be exact, whatever
+// order their answers come in: the router takes the countdowns as rounded
+// from then on, and the window as full again no earlier than it is. The
+// "10", answered after a "9", was skipped as stale with its evidence, and
+// the rounding learned from another statement was undone by narrowing it
+// with the statement read as exact: the roll at the "9" drew a 429 for
+// each attempt sent in the second it hid.
+func TestAFlooredCountdownIsRoundedFromTheFirstStatement(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		aligned bool
+		latency time.Duration
+	}{
+		{"aligned, 100ms", true, 100 * time.Millisecond},
+		{"from the first request, 100ms", false, 100 * time.Millisecond},
+		{"aligned, 2s", true, 2 * time.Second},
+		{"from the first request, 2s", false, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(5) {
+				p := &flooringProvider{fixedWindowProvider{limit: 10, span: 10 * time.Second, aligned: tc.aligned}}
+				arrivals := make([]time.Time, 60)
+				for c := range arrivals { // at a window's start, aligned or not; the seed draws the latencies
+					arrivals[c] = t0.Add(time.Duration(c) * time.Microsecond)
+				}
+				run := 2 * time.Minute
+				admitted, denied := rollRunFrom(t, p, arrivals, tc.latency, 0, run, rand.New(rand.NewPCG(seed, 1)))
+				if perServed := float64(denied) / float64(max(admitted, 1)); perServed > 0.01 {
+					t.Errorf("seed %d: %d provider 429s for %d served (%.3f per served, want <= 0.01)", seed, denied, admitted, perServed)
+				}
+				// A roll may cost the countdown's unit and the latency, not a window.
+				windows := int(run / (p.span + time.Second + tc.latency))
+				if want := windows * 10 * 9 / 10; admitted < want {
+					t.Errorf("seed %d: served %d, want >= %d (%d windows of 10)", seed, admitted, want, windows)
+				}
+			}
+		})
+	}
+}
+
+// The gap between two windows' resets bounds the span with whole
+// countdowns read as stated while no rounding was seen: a unit at each end
+// would stretch the bound past the next window. "10s" stated at +0 s
+// (read at +2 s) and "10s" at +13 s (read at +15 s) bound a window at 15
+// s, not 17 (a unit at each end): a forecast from the roll at +26 s to
+// +42 s counts the next window, as the simulation's ideal does (with the
+// units counted from the first statement, window-roll seed 17 served 20
+// of 30, and seed 19, a bucket stating "1s", "2s", ..., 20 of 39).
+func TestAGapIsNotStretchedByRounding(t *testing.T) {
+	whole := func(remaining int64) provider.Window {
+		o := winA(10, remaining, 10*time.Second)
+		o.Resolution = time.Second
+		return o
+	}
+	w := newWindowA()
+	w.update(atA(2*time.Second), t0, whole(9), 0, 1)
+	send := atA(13 * time.Second)
+	for range 10 {
+		w.spend(send, 1)
+	}
+	w.update(atA(15*time.Second), send, whole(0), 9, 1)
+	roll := atA(26 * time.Second)
+	if got := w.forecast(roll, atA(42*time.Second), 0, false); got < 19 {
+		t.Errorf("forecast %d from +26 s to +42 s (gap %v, next reset +%v), want >= 19: the window left and the next one", got, w.gap, w.nextReset(roll).Sub(t0))
 	}
 }

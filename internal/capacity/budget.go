@@ -362,6 +362,30 @@ func (w *window) tooClose(lo, hi time.Time) int {
 	return 0
 }
 
+// noteRounding reads what a stale answer (one that came after a later
+// attempt's, so that its count is older than the window's: State.observe
+// skips it) says of the provider's rounding, and nothing else: a
+// countdown in whole units whose reset is too close to the last stated
+// one to be exact (tooClose), and not a bucket's, teaches that they are
+// rounded, as in anchor. A burst a microsecond apart on a server that
+// floors reads "9" (9.999999 s) for its second request and "10" for its
+// first; answered in the other order, the "10" was skipped, its evidence
+// with it, and the roll at the "9" drew a 429 for each attempt sent in
+// the second it hid.
+func (w *window) noteRounding(now, sent time.Time, o provider.Window) {
+	r := o.Resolution
+	if r <= 0 || o.Instant || o.Reset <= 0 || w.rounded || w.precise || w.refilling() {
+		return
+	}
+	d := min(o.Reset, provider.MaxCooldown)
+	hi := now.Add(d + ResetMargin)
+	lo := hi.Add(-ResetMargin - max(now.Sub(sent), 0))
+	if w.bucketLike(lo, hi, [2]time.Duration{d - r, d + r}, o.Remaining) || w.tooClose(lo, hi) == 0 {
+		return
+	}
+	w.learnRounded(r)
+}
+
 // learnRounded notes a 429 that stated the window in whole units of r:
 // unless the provider stated finer countdowns, its whole ones may be
 // rounded (see anchor), and the reset held, taken as exact, is widened
@@ -374,6 +398,11 @@ func (w *window) learnRounded(r time.Duration) {
 	if !w.reset.IsZero() {
 		w.reset = w.reset.Add(r)
 		w.uncertain += 2 * r
+	}
+	if !w.statedHi.IsZero() {
+		// The statements read as exact are widened too: narrowed by them,
+		// the next statement's reset fell back to the exact reading.
+		w.statedLo, w.statedHi = w.statedLo.Add(-r), w.statedHi.Add(r)
 	}
 }
 

@@ -225,17 +225,11 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 		}
 	}
 	sinceRequests, sinceTokens := s.countedSince(a)
-	if o.Class != provider.OK || !s.staleForWindow(&s.requests, s.fleet.requestsAt, a.seq, learned, now) {
-		s.requests.update(now, a.Sent, o.Requests, sinceRequests, 1)
-		s.requests.seq = max(s.requests.seq, a.seq)
-	}
+	s.observeWindow(&s.requests, s.fleet.requestsAt, a, o.Class, o.Requests, sinceRequests, 1, learned, now)
 	if o.Tokens != provider.UnknownWindow {
 		s.counts = o.Tokens.Counts
 	}
-	if o.Class != provider.OK || !s.staleForWindow(&s.tokens, s.fleet.tokensAt, a.seq, learned, now) {
-		s.tokens.update(now, a.Sent, o.Tokens, sinceTokens, a.tokens)
-		s.tokens.seq = max(s.tokens.seq, a.seq)
-	}
+	s.observeWindow(&s.tokens, s.fleet.tokensAt, a, o.Class, o.Tokens, sinceTokens, a.tokens, learned, now)
 	if o.Class == provider.OK || o.Requests.Limit >= 0 || o.Tokens.Limit >= 0 {
 		s.answered = true
 	}
@@ -298,6 +292,18 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 		s.openUntil, s.openReason = until, o.Class
 	}
 	return res
+}
+
+// observeWindow folds what an answer of class c stated of window w (ow)
+// into it, unless the answer is stale for it (staleForWindow): then only
+// what it says of the provider's rounding (noteRounding).
+func (s *State) observeWindow(w *window, learnedAt time.Time, a Attempt, c provider.Class, ow provider.Window, since, estimate int64, learned, now time.Time) {
+	if c == provider.OK && s.staleForWindow(w, learnedAt, a.seq, learned, now) {
+		w.noteRounding(now, a.Sent, ow)
+		return
+	}
+	w.update(now, a.Sent, ow, since, estimate)
+	w.seq = max(w.seq, a.seq)
 }
 
 // staleForWindow reports whether a success to attempt seq, learned at

@@ -108,6 +108,28 @@ type Registry struct {
 	on    map[string]string // consumer -> plan name
 	mu    sync.Mutex
 	use   map[string]*usage // consumers with limits, by name
+	fleet Fleet             // nil: this instance's counts alone
+}
+
+// Fleet counts consumers' rpm and tpm across a fleet of instances (fleet
+// mode: internal/fleet's Store, on the shared state of the deployments'
+// declared limits). It must be safe for concurrent use.
+type Fleet interface {
+	// ReserveConsumer takes a place for one request of tokens in
+	// consumer's fleet-wide sliding minute of rpm requests and tpm tokens
+	// (0: not limited): a zero wait when it holds one, else how long
+	// until the fleet's minute has room and which limit is full. An error
+	// is a fleet that cannot answer: the registry decides on this
+	// instance's counts alone.
+	ReserveConsumer(consumer string, rpm, tpm, tokens int64) (wait time.Duration, full Limit, err error)
+}
+
+// SetFleet makes the registry count rpm and tpm across the fleet f (nil:
+// this instance alone). Call it before the registry admits requests.
+func (r *Registry) SetFleet(f Fleet) {
+	if r != nil {
+		r.fleet = f
+	}
 }
 
 // New returns the registry of plans and of members (consumer -> plan's
@@ -185,8 +207,9 @@ func (t *Ticket) Done(now time.Time, usd float64) {
 // Admit decides a request of consumer for model group at now, of tokens
 // (its estimate): a ticket when its plan admits it (Done must follow),
 // else the refusal. Groups are checked first (403), then the budget, rpm,
-// tpm and concurrent (429). A refused request changes no count. A
-// consumer whose plan has no limits gets a nil ticket and is not tracked.
+// tpm and concurrent (429), then, in fleet mode (SetFleet), rpm and tpm
+// across the fleet. A refused request changes no count. A consumer whose
+// plan has no limits gets a nil ticket and is not tracked.
 func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*Ticket, *Refusal) {
 	p := r.PlanOf(consumer)
 	if p == nil {
@@ -200,7 +223,6 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 		return nil, nil
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	u := r.use[consumer]
 	if u == nil {
 		r.sweep(now)
@@ -208,11 +230,38 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 		r.use[consumer] = u
 	}
 	u.plan = p
-	if ref := u.admit(now, tokens); ref != nil {
+	ref := u.admit(now, tokens)
+	r.mu.Unlock()
+	if ref == nil {
+		ref = r.admitFleet(now, u, consumer, tokens)
+	}
+	if ref != nil {
 		ref.Message = fmt.Sprintf("consumer %s is over its %s (plan %s): %s", consumer, ref.Limit, p.Name, ref.Message)
 		return nil, ref
 	}
 	return &Ticket{u: u}, nil
+}
+
+// admitFleet takes the fleet's place of a request u admitted locally at
+// now (SetFleet), or undoes u's counts and returns the refusal. A fleet
+// that cannot answer admits it (this instance's counts decided).
+func (r *Registry) admitFleet(now time.Time, u *usage, consumer string, tokens int64) *Refusal {
+	p := u.plan
+	if r.fleet == nil || p.RPM == 0 && p.TPM == 0 {
+		return nil
+	}
+	wait, full, err := r.fleet.ReserveConsumer(consumer, p.RPM, p.TPM, tokens)
+	if err != nil || wait <= 0 {
+		return nil
+	}
+	r.mu.Lock()
+	u.undo(now, tokens)
+	r.mu.Unlock()
+	msg := fmt.Sprintf("the fleet's instances admitted its rpm %d in the last minute", p.RPM)
+	if full == LimitTPM {
+		msg = fmt.Sprintf("the fleet's instances admitted its tpm %d in the last minute (this request %d)", p.TPM, tokens)
+	}
+	return &Refusal{Status: http.StatusTooManyRequests, Limit: full, RetryAfter: max(wait, time.Second), Message: msg}
 }
 
 func joinGroups(gs []string) string {

@@ -139,6 +139,7 @@ type Store struct {
 	leaseNow           chan struct{} // a slice ran low (lease.go)
 	mu                 sync.Mutex
 	bindings           map[string]*binding // by deployment id
+	consumers          map[string]*binding // consumers' fleet-wide minutes, by ConsumerID (consumers.go)
 	queues             map[string]*Queue   // by key
 	pending            map[*binding]*pending
 	releases           []release
@@ -329,6 +330,9 @@ func (s *Store) close() error {
 	if s.health.Load() != healthDown {
 		for _, b := range bindings {
 			b.upkeep(time.Now(), true) // what the slices and grants hold goes back to the fleet
+			b.upkeepPlaces(time.Now(), true)
+		}
+		for _, b := range s.snapshotConsumers() {
 			b.upkeepPlaces(time.Now(), true)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.bgTimeout)

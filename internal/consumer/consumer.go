@@ -233,7 +233,7 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 	ref := u.admit(now, tokens)
 	r.mu.Unlock()
 	if ref == nil {
-		ref = r.admitFleet(now, u, consumer, tokens)
+		ref = r.admitFleet(now, p, u, consumer, tokens)
 	}
 	if ref != nil {
 		ref.Message = fmt.Sprintf("consumer %s is over its %s (plan %s): %s", consumer, ref.Limit, p.Name, ref.Message)
@@ -242,11 +242,11 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 	return &Ticket{u: u}, nil
 }
 
-// admitFleet takes the fleet's place of a request u admitted locally at
-// now (SetFleet), or undoes u's counts and returns the refusal. A fleet
-// that cannot answer admits it (this instance's counts decided).
-func (r *Registry) admitFleet(now time.Time, u *usage, consumer string, tokens int64) *Refusal {
-	p := u.plan
+// admitFleet takes the fleet's place of a request of plan p that u
+// admitted locally at now (SetFleet), or undoes u's counts and returns the
+// refusal. A fleet that cannot answer admits it (this instance's counts
+// decided).
+func (r *Registry) admitFleet(now time.Time, p *Plan, u *usage, consumer string, tokens int64) *Refusal {
 	if r.fleet == nil || p.RPM == 0 && p.TPM == 0 {
 		return nil
 	}

@@ -3,6 +3,7 @@ package fleet
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"sync"
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
@@ -31,65 +32,106 @@ func ConsumerID(name string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// consumerRecheck bounds how long an instance answers a consumer's
+// requests with the fleet's last refusal before it asks Redis again: a
+// consumer over its limit costs a Redis call a second per instance, not one
+// per request (places given back meanwhile are seen at the next one).
+const consumerRecheck = time.Second
+
+// consumerLimits is one consumer's fleet-wide minute on this instance.
+type consumerLimits struct {
+	b       *binding // its grants of places (declared.go), without a State
+	mu      sync.Mutex
+	until   time.Time // the fleet's last refusal: its minute has room then
+	recheck time.Time // ask Redis again from then
+	limit   consumer.Limit
+}
+
+// refused returns the fleet's last refusal while it stands at now.
+func (c *consumerLimits) refused(now time.Time) (time.Duration, consumer.Limit, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !now.Before(c.recheck) {
+		return 0, "", false
+	}
+	return c.until.Sub(now), c.limit, true
+}
+
 // ReserveConsumer implements consumer.Fleet: a place for one request of
 // tokens in the fleet's minute of consumer name's rpm requests and tpm
 // tokens (0: not limited), from this instance's grants while they hold it
 // (no Redis call), else from a new grant within the store's timeout. A
 // wait is until the fleet's minute has room, by Redis' clock (a grant
 // counts until a minute after its use can end, so up to declaredUse more
-// than a minute after the last request admitted). An error (the store
-// down, or no answer within its timeout) leaves the decision to the
-// caller's local counts.
+// than a minute after the last request admitted); a refusal stands for
+// consumerRecheck on this instance. An error (the store down, or no answer
+// within its timeout) leaves the decision to the caller's local counts.
 func (s *Store) ReserveConsumer(name string, rpm, tpm, tokens int64) (time.Duration, consumer.Limit, error) {
 	if rpm <= 0 && tpm <= 0 {
 		return 0, "", nil
 	}
-	b := s.consumerBinding(name)
-	b.declaredLimits(rpm, tpm)
-	wait, full, err := b.reserve(rpm, tpm, tokens)
-	switch {
-	case err != nil:
-		return 0, "", err
-	case wait <= 0:
-		return 0, "", nil
-	case full == limitTokens:
-		return wait, consumer.LimitTPM, nil
+	c := s.consumerLimits(name)
+	if wait, l, ok := c.refused(time.Now()); ok {
+		return max(wait, time.Millisecond), l, nil
 	}
-	return wait, consumer.LimitRPM, nil
+	c.b.declaredLimits(rpm, tpm)
+	wait, full, err := c.b.reserve(rpm, tpm, tokens)
+	if err != nil || wait <= 0 {
+		return 0, "", err
+	}
+	l := consumer.LimitRPM
+	if full == limitTokens {
+		l = consumer.LimitTPM
+	}
+	c.refuse(time.Now(), wait, l)
+	return wait, l, nil
 }
 
-// consumerBinding returns the binding of consumer name's fleet-wide
-// minute, made on first use.
-func (s *Store) consumerBinding(name string) *binding {
+// refuse keeps a refusal at now for wait, and holds the background's
+// renewals of the grants until the minute has room (a renewal would find
+// it spent): the next request after consumerRecheck asks instead.
+func (c *consumerLimits) refuse(now time.Time, wait time.Duration, l consumer.Limit) {
+	c.mu.Lock()
+	c.until, c.recheck, c.limit = now.Add(wait), now.Add(min(wait, consumerRecheck)), l
+	c.mu.Unlock()
+	p := &c.b.places
+	p.mu.Lock()
+	p.full = now.Add(wait)
+	p.mu.Unlock()
+}
+
+// consumerLimits returns consumer name's fleet-wide minute, made on first
+// use.
+func (s *Store) consumerLimits(name string) *consumerLimits {
 	id := ConsumerID(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b := s.consumers[id]; b != nil {
-		return b
+	if c := s.consumers[id]; c != nil {
+		return c
 	}
 	if s.consumers == nil {
-		s.consumers = map[string]*binding{}
+		s.consumers = map[string]*consumerLimits{}
 	}
 	if len(s.consumers) >= maxConsumerBindings {
-		for k, b := range s.consumers {
-			if b.places.idle() {
+		for k, c := range s.consumers {
+			if c.b.places.idle() {
 				delete(s.consumers, k)
 			}
 		}
 	}
 	base := s.prefix + "{c:" + id + "}:"
-	b := &binding{s: s, id: id, logKey: base + "declared", tokensKey: base + "declared_tokens"}
-	s.consumers[id] = b
-	return b
+	c := &consumerLimits{b: &binding{s: s, id: id, logKey: base + "declared", tokensKey: base + "declared_tokens", window: s.consumerWindow}}
+	s.consumers[id] = c
+	return c
 }
 
-// snapshotConsumers returns the consumers' bindings.
+// snapshotConsumers returns the bindings of the consumers' minutes.
 func (s *Store) snapshotConsumers() []*binding {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*binding, 0, len(s.consumers))
-	for _, b := range s.consumers {
-		out = append(out, b)
+	for _, c := range s.consumers {
+		out = append(out, c.b)
 	}
 	return out
 }

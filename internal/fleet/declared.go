@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -248,7 +249,7 @@ func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, ask
 	}
 	id := s.nextToken()
 	res, err := declaredScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
-		capacity.DeclaredWindow.Milliseconds(), rpm, tpm, needR, needT, askR, askT, declaredUse.Milliseconds(),
+		cmp.Or(b.window, capacity.DeclaredWindow).Milliseconds(), rpm, tpm, needR, needT, askR, askT, declaredUse.Milliseconds(),
 		id, member, back.used, back.tokensUsed).Int64Slice()
 	if err == nil && len(res) != 5 {
 		err = errBadReply

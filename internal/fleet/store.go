@@ -139,7 +139,6 @@ type Store struct {
 	leaseNow           chan struct{} // a slice ran low (lease.go)
 	mu                 sync.Mutex
 	bindings           map[string]*binding // by deployment id
-	consumers          map[string]*binding // consumers' fleet-wide minutes, by ConsumerID (consumers.go)
 	queues             map[string]*Queue   // by key
 	pending            map[*binding]*pending
 	releases           []release
@@ -147,6 +146,9 @@ type Store struct {
 	logged             map[string]bool // keys logged as malformed (malformed)
 	ps                 *redis.PubSub
 	closed             bool
+
+	consumers      map[string]*consumerLimits // consumers' fleet-wide minutes, by ConsumerID (consumers.go), under mu
+	consumerWindow time.Duration              // their span: 0, capacity.DeclaredWindow (tests set it shorter)
 }
 
 // pending is what the writer has yet to write for one deployment.

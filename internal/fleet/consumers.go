@@ -25,9 +25,9 @@ import (
 // asks Redis again, as after a minute idle).
 const maxConsumerBindings = 10000
 
-// ConsumerID names a consumer in keys: a hash of its name, so that no key
+// consumerID names a consumer in keys: a hash of its name, so that no key
 // shows it.
-func ConsumerID(name string) string {
+func consumerID(name string) string {
 	sum := sha256.Sum256([]byte("llm_router consumer\x00" + name))
 	return hex.EncodeToString(sum[:16])
 }
@@ -103,7 +103,7 @@ func (c *consumerLimits) refuse(now time.Time, wait time.Duration, l consumer.Li
 // consumerLimits returns consumer name's fleet-wide minute, made on first
 // use.
 func (s *Store) consumerLimits(name string) *consumerLimits {
-	id := ConsumerID(name)
+	id := consumerID(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.consumers[id]; c != nil {

@@ -1,13 +1,16 @@
 package fleet
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
 )
@@ -16,7 +19,7 @@ import (
 // one fleet (Redis at url); every consumer is on the plan (its default).
 func fleetRegistries(t *testing.T, url string, n int, plan consumer.Plan) []*consumer.Registry {
 	t.Helper()
-	regs, _ := fleetRegistriesOn(t, url, n, plan, 200*time.Millisecond)
+	regs, _ := fleetRegistriesOn(t, url, n, plan, 2*time.Second) // what the fleet admits, not a slow Redis (patientBindings)
 	return regs
 }
 
@@ -64,6 +67,20 @@ func TestConsumerRPMHoldsAcrossTheFleet(t *testing.T) {
 		tk.Done(time.Now(), 0)
 	}
 	elapsed := time.Since(start)
+	opt, _ := redis.ParseURL(url)
+	c := redis.NewClient(opt)
+	defer c.Close()
+	keys, _ := c.Keys(context.Background(), keyPrefix(t)+"*").Result()
+	shared := false
+	for _, k := range keys {
+		shared = shared || strings.Contains(k, "{c:")
+		if strings.Contains(k, "alice") {
+			t.Errorf("key %q shows the consumer's name", k)
+		}
+	}
+	if !shared {
+		t.Errorf("expected the consumer's minute in Redis, keys: %v", keys)
+	}
 	if admitted != 10 {
 		t.Fatalf("expected exactly the rpm's 10 of 20 admitted across two instances, got %d", admitted)
 	}

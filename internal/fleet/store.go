@@ -147,7 +147,7 @@ type Store struct {
 	ps                 *redis.PubSub
 	closed             bool
 
-	consumers      map[string]*consumerLimits // consumers' fleet-wide minutes, by ConsumerID (consumers.go), under mu
+	consumers      map[string]*consumerLimits // consumers' fleet-wide minutes, by consumerID (consumers.go), under mu
 	consumerWindow time.Duration              // their span: 0, capacity.DeclaredWindow (tests set it shorter)
 }
 

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -221,5 +222,43 @@ func TestConsumerRetryAfterIsTheFleetsWait(t *testing.T) {
 		if _, ref := r.Admit(time.Now(), "alice", "fast", 1); ref != nil {
 			t.Errorf("instance %d: expected the fleet to admit once the Retry-After ended, got %s (%s)", i, ref.RetryAfter, ref.Message)
 		}
+	}
+}
+
+// While Redis cannot answer, an instance admits a consumer's requests on
+// its own counts (it never hangs, never refuses for want of Redis): rpm 6,
+// 2 admitted with Redis, then Redis cut off: 4 more admitted (the places
+// the instance holds, then its own minute) and the next refused for rpm,
+// each decision within the store's timeout or so.
+func TestConsumerLimitsOnLocalCountsWhileRedisIsDown(t *testing.T) {
+	url := realRedisURL(t)
+	opt, _ := redis.ParseURL(url)
+	p := newCutProxy(t, opt.Addr)
+	const timeout = 200 * time.Millisecond
+	regs, _ := fleetRegistriesOn(t, fmt.Sprintf("redis://%s/%d", p.l.Addr(), opt.DB), 1, consumer.Plan{RPM: 6}, timeout)
+	admit := func() *consumer.Refusal {
+		start := time.Now()
+		tk, ref := regs[0].Admit(time.Now(), "alice", "fast", 1)
+		if took := time.Since(start); took > 2*timeout+100*time.Millisecond {
+			t.Errorf("a decision took %s (timeout %s)", took, timeout)
+		}
+		if ref == nil {
+			tk.Done(time.Now(), 0)
+		}
+		return ref
+	}
+	for range 2 {
+		if ref := admit(); ref != nil {
+			t.Fatalf("refused with Redis up: %s", ref.Message)
+		}
+	}
+	p.setCut(true)
+	for i := range 4 {
+		if ref := admit(); ref != nil {
+			t.Errorf("request %d with Redis down: expected it admitted on local counts, refused: %s", i, ref.Message)
+		}
+	}
+	if ref := admit(); ref == nil || ref.Limit != consumer.LimitRPM || ref.RetryAfter < 50*time.Second {
+		t.Errorf("expected the 7th request refused by the instance's own minute (rpm, about a minute), got %+v", ref)
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 // In fleet mode a consumer's rpm holds across instances: two routers on
 // one Redis (two stores: they differ in poll_interval, so the pool does not
-// share one), rpm 4, 8 requests alternating between them: 4 reach the
+// share one; a timeout a loaded machine does not reach, so that Redis
+// decides, not each router's fallback to its own counts), rpm 4, 8 requests alternating between them: 4 reach the
 // provider, the others are answered 429 by the router with
 // X-LLM-Router-Limit consumer, X-LLM-Router-Consumer-Limit rpm and a
 // Retry-After until the fleet's minute has room (about a minute).
@@ -22,7 +23,7 @@ func TestConsumerRPMAcrossTwoRouters(t *testing.T) {
 	routers := make([]*Handler, 2)
 	for i := range routers {
 		routers[i], _ = consumersHandler(t, u, fmt.Sprintf(`"consumer": "{http.request.header.X-Team}", "plans": {"default": {"rpm": 4}},
-			"store": {"type": "redis", "url": "{env.LLM_ROUTER_TEST_REDIS}", "poll_interval": %d}`, (i+1)*int(time.Second)))
+			"store": {"type": "redis", "url": "{env.LLM_ROUTER_TEST_REDIS}", "timeout": 2000000000, "poll_interval": %d}`, (i+1)*int(time.Second)))
 	}
 	if routers[0].store == routers[1].store {
 		t.Fatal("expected two stores")

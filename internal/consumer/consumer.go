@@ -116,12 +116,13 @@ type Registry struct {
 // declared limits). It must be safe for concurrent use.
 type Fleet interface {
 	// ReserveConsumer takes a place for one request of tokens in
-	// consumer's fleet-wide sliding minute of rpm requests and tpm tokens
-	// (0: not limited): a zero wait when it holds one, else how long
-	// until the fleet's minute has room and which limit is full. An error
-	// is a fleet that cannot answer: the registry decides on this
-	// instance's counts alone.
-	ReserveConsumer(consumer string, rpm, tpm, tokens int64) (wait time.Duration, full Limit, err error)
+	// consumer's fleet-wide sliding minute on plan (one minute per
+	// consumer and plan's name) of rpm requests and tpm tokens (0: not
+	// limited): a zero wait when it holds one, else how long until the
+	// fleet's minute has room and which limit is full. An error is a
+	// fleet that cannot answer: the registry decides on this instance's
+	// counts alone.
+	ReserveConsumer(consumer, plan string, rpm, tpm, tokens int64) (wait time.Duration, full Limit, err error)
 }
 
 // SetFleet makes the registry count rpm and tpm across the fleet f (nil:
@@ -250,7 +251,7 @@ func (r *Registry) admitFleet(now time.Time, p *Plan, u *usage, consumer string,
 	if r.fleet == nil || p.RPM == 0 && p.TPM == 0 {
 		return nil
 	}
-	wait, full, err := r.fleet.ReserveConsumer(consumer, p.RPM, p.TPM, tokens)
+	wait, full, err := r.fleet.ReserveConsumer(consumer, p.Name, p.RPM, p.TPM, tokens)
 	if err != nil || wait <= 0 {
 		return nil
 	}

@@ -12,8 +12,10 @@ import (
 // Consumers' limits across the fleet. A consumer's rpm and tpm are one
 // sliding minute for the whole fleet, counted as a deployment's declared
 // limits are (declared.go, declaredScript): in Redis under
-// <prefix>{c:<hash of the consumer's name>}:declared (and
-// :declared_tokens), the instances granted places in it that they use
+// <prefix>{c:<hash of the consumer's and its plan's names>}:declared (and
+// :declared_tokens: one minute per consumer and plan, so that two
+// llm_router blocks sharing a store that put a consumer on plans of
+// different names count it apart, as each counts it on its own), the instances granted places in it that they use
 // within declaredUse, sized from each one's demand for that consumer. So a
 // request costs no Redis call while the instance's grant holds its place
 // (the next grant is asked for in the background), and the instances
@@ -25,10 +27,10 @@ import (
 // asks Redis again, as after a minute idle).
 const maxConsumerBindings = 10000
 
-// consumerID names a consumer in keys: a hash of its name, so that no key
-// shows it.
-func consumerID(name string) string {
-	sum := sha256.Sum256([]byte("llm_router consumer\x00" + name))
+// consumerID names a consumer on a plan in keys: a hash of their names,
+// so that no key shows them.
+func consumerID(name, plan string) string {
+	sum := sha256.Sum256([]byte("llm_router consumer\x00" + name + "\x00" + plan))
 	return hex.EncodeToString(sum[:16])
 }
 
@@ -58,19 +60,19 @@ func (c *consumerLimits) refused(now time.Time) (time.Duration, consumer.Limit, 
 }
 
 // ReserveConsumer implements consumer.Fleet: a place for one request of
-// tokens in the fleet's minute of consumer name's rpm requests and tpm
-// tokens (0: not limited), from this instance's grants while they hold it
+// tokens in the fleet's minute of consumer name on plan, of rpm requests
+// and tpm tokens (0: not limited), from this instance's grants while they hold it
 // (no Redis call), else from a new grant within the store's timeout. A
 // wait is until the fleet's minute has room, by Redis' clock (a grant
 // counts until a minute after its use can end, so up to declaredUse more
 // than a minute after the last request admitted); a refusal stands for
 // consumerRecheck on this instance. An error (the store down, or no answer
 // within its timeout) leaves the decision to the caller's local counts.
-func (s *Store) ReserveConsumer(name string, rpm, tpm, tokens int64) (time.Duration, consumer.Limit, error) {
+func (s *Store) ReserveConsumer(name, plan string, rpm, tpm, tokens int64) (time.Duration, consumer.Limit, error) {
 	if rpm <= 0 && tpm <= 0 {
 		return 0, "", nil
 	}
-	c := s.consumerLimits(name)
+	c := s.consumerLimits(name, plan)
 	if wait, l, ok := c.refused(time.Now()); ok {
 		return max(wait, time.Millisecond), l, nil
 	}
@@ -100,10 +102,10 @@ func (c *consumerLimits) refuse(now time.Time, wait time.Duration, l consumer.Li
 	p.mu.Unlock()
 }
 
-// consumerLimits returns consumer name's fleet-wide minute, made on first
-// use.
-func (s *Store) consumerLimits(name string) *consumerLimits {
-	id := consumerID(name)
+// consumerLimits returns the fleet-wide minute of consumer name on plan,
+// made on first use.
+func (s *Store) consumerLimits(name, plan string) *consumerLimits {
+	id := consumerID(name, plan)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.consumers[id]; c != nil {

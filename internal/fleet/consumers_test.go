@@ -262,3 +262,25 @@ func TestConsumerLimitsOnLocalCountsWhileRedisIsDown(t *testing.T) {
 		t.Errorf("expected the 7th request refused by the instance's own minute (rpm, about a minute), got %+v", ref)
 	}
 }
+
+// A consumer's fleet-wide minute is per plan: two routers sharing a store
+// (two llm_router blocks) that put alice on plans of different names count
+// her apart, as each would on its own: rpm 2 on each, 2 admitted on each,
+// the third refused on the first.
+func TestConsumerMinuteIsPerPlan(t *testing.T) {
+	url := realRedisURL(t)
+	regs, stores := fleetRegistriesOn(t, url, 1, consumer.Plan{RPM: 2}, 2*time.Second)
+	other, err := consumer.New([]consumer.Plan{{Name: "other", RPM: 2}}, map[string]string{"alice": "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.SetFleet(stores[0])
+	for i, r := range []*consumer.Registry{regs[0], regs[0], other, other} {
+		if _, ref := r.Admit(time.Now(), "alice", "fast", 1); ref != nil {
+			t.Errorf("request %d: expected it admitted (rpm 2 per plan), refused: %s", i, ref.Message)
+		}
+	}
+	if _, ref := regs[0].Admit(time.Now(), "alice", "fast", 1); ref == nil {
+		t.Error("expected the third request on the default plan refused")
+	}
+}

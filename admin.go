@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -183,13 +184,20 @@ func statusReport(now time.Time) report {
 }
 
 func handleDeployments(w http.ResponseWriter, r *http.Request) error {
+	return serveReport(w, r, func() any { return statusReport(time.Now()) })
+}
+
+// serveReport answers a GET on an admin endpoint with report's value as
+// indented JSON (no \u003e for a > in a name or message); any other
+// method is Caddy's 405.
+func serveReport(w http.ResponseWriter, r *http.Request, report func() any) error {
 	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method not allowed")}
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("method not allowed")}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := jsonbody.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(statusReport(time.Now()))
+	return enc.Encode(report())
 }
 
 // handleDeploymentAction serves POST /llm_router/deployments/<name>/<action>

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 // promptCache is one Anthropic account's prompt cache, as the provider
@@ -105,15 +103,9 @@ func twoAccounts(t *testing.T, affinity string) *Handler {
 		cfg += fmt.Sprintf("provider p%d {\n type anthropic\n base_url %s/v1\n api_key sk-ant-%d\n}\n", i, u, i)
 	}
 	cfg += "model claude {\n deployment p0 claude-x\n deployment p1 claude-x\n}\n}"
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(cfg)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	h := handlerFromCaddyfile(t, cfg)
 	t.Cleanup(func() { _ = h.Cleanup() })
-	return &h
+	return h
 }
 
 // askMessages sends a Messages request; it returns the answer's usage.

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
-	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -198,9 +197,6 @@ func (h *Handler) sendStored(ctx context.Context, d *router.Deployment, method, 
 	return resp, nil
 }
 
-// terminalEvents are the events that end a response's stream, carrying it.
-var terminalEvents = map[string]bool{"response.completed": true, "response.failed": true, "response.incomplete": true, "response.cancelled": true}
-
 // relayStored passes a stored response's events on as they come, and
 // settles it at its last; the stream ends when the provider is silent for
 // the deployment's idle timeout.
@@ -229,10 +225,8 @@ func (h *Handler) relayStored(w http.ResponseWriter, body io.ReadCloser, id stri
 			return
 		}
 		_ = rc.Flush()
-		if typ, _ := jsonbody.GetString(ev.Data, "type"); terminalEvents[typ] {
-			if start, end, _ := jsonbody.FindMember(ev.Data, "response"); start >= 0 {
-				h.settle(id, d, ev.Data[start:end])
-			}
+		if response, ok := api.TerminalResponse(ev.Data); ok {
+			h.settle(id, d, response)
 		}
 	}
 }
@@ -241,9 +235,7 @@ func (h *Handler) relayStored(w http.ResponseWriter, body io.ReadCloser, id stri
 // answer (a response object of d's) shows done, and reports whether it
 // is; one not done defers the router's own poll.
 func (h *Handler) settle(id string, d *router.Deployment, answer []byte) bool {
-	switch status, _ := jsonbody.GetString(answer, "status"); status {
-	case "completed", "failed", "incomplete", "cancelled":
-	default:
+	if !api.ResponseDone(answer) {
 		h.jobs.deferPoll(id)
 		return false
 	}

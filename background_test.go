@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
@@ -284,25 +283,24 @@ func (c *bgClock) Advance(d time.Duration) {
 // store, pass_through, hedge_after).
 func bgRouter(t *testing.T, a, b *bgAccount, store string) (*Handler, *bgClock) {
 	t.Helper()
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
-		` + store + `
+	h := handlerFromCaddyfile(t, `llm_router {
+		`+store+`
 		provider a {
 			type openai
-			base_url ` + a.srv.URL + `/v1
-			api_key ` + a.key + `
+			base_url `+a.srv.URL+`/v1
+			api_key `+a.key+`
 			responses native
 		}
 		provider b {
 			type openai
-			base_url ` + b.srv.URL + `/v1
-			api_key ` + b.key + `
+			base_url `+b.srv.URL+`/v1
+			api_key `+b.key+`
 			responses native
 		}
 		provider c {
 			type openai
-			base_url ` + a.srv.URL + `/v1
-			api_key ` + a.key + `
+			base_url `+a.srv.URL+`/v1
+			api_key `+a.key+`
 			responses chat
 		}
 		model ga {
@@ -322,16 +320,11 @@ func bgRouter(t *testing.T, a, b *bgAccount, store string) (*Handler, *bgClock) 
 			deployment c gpt-c
 			deployment a gpt-x
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	t.Cleanup(func() { _ = h.Cleanup() })
 	clock := newBGClock()
 	h.router.Clock = clock
-	return &h, clock
+	return h, clock
 }
 
 // call sends one request to h: its status and body.

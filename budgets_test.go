@@ -105,13 +105,7 @@ func TestBudgetReloads(t *testing.T) {
 	// spent lets it back.
 	st := h2.groups["m"].Deployments[0].State
 	st.BudgetSpent(now, now.Add(time.Hour), "spent")
-	var h3 Handler
-	if err := h3.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_router {\nprovider p {\ntype openai\nbase_url http://127.0.0.1:1/v1\napi_key none\n}\nmodel m {\ndeployment p x\n}\n}")); err != nil {
-		t.Fatal(err)
-	}
-	if err := h3.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	h3 := handlerFromCaddyfile(t, "llm_router {\nprovider p {\ntype openai\nbase_url http://127.0.0.1:1/v1\napi_key none\n}\nmodel m {\ndeployment p x\n}\n}")
 	defer h3.Cleanup()
 	if snap := h3.groups["m"].Deployments[0].State.Snapshot(now); h3.groups["m"].Deployments[0].State != st || !snap.BudgetSpentUntil.IsZero() {
 		t.Errorf("budget removed by a reload: still spent until %v", snap.BudgetSpentUntil)

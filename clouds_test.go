@@ -131,22 +131,16 @@ func TestBedrockSignsWithTheCredentialChain(t *testing.T) {
 
 	// Another secret: the signature does not verify (the check can fail).
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
-	var h2 Handler
-	if err := h2.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h2 := handlerFromCaddyfile(t, `llm_router {
 		provider aws {
 			type bedrock
 			region us-west-2
-			base_url ` + upstream.URL + `
+			base_url `+upstream.URL+`
 		}
 		model claude {
 			deployment aws us.anthropic.claude-sonnet-4-5-20250929-v1:0
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h2.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h2.Cleanup()
 	w := httptest.NewRecorder()
 	_ = h2.ServeHTTP(w, postJSON("/v1/messages", `{"model":"claude","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`), nil)
@@ -162,8 +156,7 @@ func TestBedrockSignsWithTheCredentialChain(t *testing.T) {
 // router fails over), quickly, and says why without a secret.
 func TestBedrockWithoutCredentials(t *testing.T) {
 	isolateAWS(t)
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider aws {
 			type bedrock
 			region eu-west-1
@@ -171,12 +164,7 @@ func TestBedrockWithoutCredentials(t *testing.T) {
 		model claude {
 			deployment aws anthropic.claude-3-haiku-20240307-v1:0
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	p := h.providers["aws"].(*Bedrock)
 	if p.Bedrock.Endpoint.BaseURL != "https://bedrock-runtime.eu-west-1.amazonaws.com" {
@@ -289,23 +277,17 @@ func TestVertexTokensFromServiceAccount(t *testing.T) {
 	defer upstream.Close()
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccountFile(t, tokens.URL+"/token"))
 
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider gcp {
 			type vertex
 			project my-project
 			region us-central1
-			base_url ` + upstream.URL + `/v1
+			base_url `+upstream.URL+`/v1
 		}
 		model gemini {
 			deployment gcp gemini-2.5-flash
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	ask := func() {
 		w := httptest.NewRecorder()
@@ -384,23 +366,17 @@ func TestBedrockAssumesARole(t *testing.T) {
 	t.Setenv("AWS_ENDPOINT_URL", sts.URL)
 	upstream, mock := bedrockMock(t, "ASIAROLE", "role-secret", "")
 
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider aws {
 			type bedrock
 			region us-east-2
 			role_arn arn:aws:iam::123456789012:role/router
-			base_url ` + upstream.URL + `
+			base_url `+upstream.URL+`
 		}
 		model nova {
 			deployment aws amazon.nova-lite-v1:0
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	for i := 1; i <= 2; i++ {
 		w := httptest.NewRecorder()

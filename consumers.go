@@ -2,7 +2,6 @@ package llmrouter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -385,13 +384,9 @@ func liveConsumers() []consumerStatus {
 // endpoint: {"consumers": [...]}, each tracked consumer's plan, weight,
 // limits and use (consumer.Usage). It holds no key.
 func handleConsumers(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("method not allowed")}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(struct {
-		Consumers []consumerStatus `json:"consumers"`
-	}{liveConsumers()})
+	return serveReport(w, r, func() any {
+		return struct {
+			Consumers []consumerStatus `json:"consumers"`
+		}{liveConsumers()}
+	})
 }

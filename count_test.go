@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -77,28 +76,22 @@ func TestCountTokensGoesThroughTheRouter(t *testing.T) {
 	accounts := &countAccounts{asked: map[string]int{}}
 	upstream := httptest.NewServer(accounts.serve(t))
 	defer upstream.Close()
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider a {
 			type anthropic
-			base_url ` + upstream.URL + `/a/v1
+			base_url `+upstream.URL+`/a/v1
 			api_key sk-ant-a
 		}
 		provider b {
 			type anthropic
-			base_url ` + upstream.URL + `/b/v1
+			base_url `+upstream.URL+`/b/v1
 			api_key sk-ant-b
 		}
 		model claude {
 			deployment a claude-x
 			deployment b claude-x
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	count := func() (*httptest.ResponseRecorder, *caddy.Replacer) {
 		r := postJSON("/v1/messages/count_tokens", `{"model":"claude","messages":[{"role":"user","content":"Count these words."}]}`)
@@ -151,22 +144,16 @@ func TestCountTokensEstimatesWithoutACounter(t *testing.T) {
 		http.Error(w, "no", http.StatusInternalServerError)
 	}))
 	defer upstream.Close()
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider oa {
 			type openai
-			base_url ` + upstream.URL + `/v1
+			base_url `+upstream.URL+`/v1
 			api_key sk-oa
 		}
 		model gpt {
 			deployment oa gpt-x
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	w := httptest.NewRecorder()
 	_ = h.ServeHTTP(w, postJSON("/v1/messages/count_tokens", `{"model":"gpt","messages":[{"role":"user","content":"Count these words, please."}]}`), nil)

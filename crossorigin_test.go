@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 // pass_through refuses, with a 403 in the client's format and no attempt
@@ -32,23 +30,17 @@ func TestPassThroughRefusesUnaskedCrossOriginRequests(t *testing.T) {
 		_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
 	}))
 	defer upstream.Close()
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		pass_through oai
 		provider oai {
 			type openai
-			base_url ` + upstream.URL + `/v1
+			base_url `+upstream.URL+`/v1
 			api_key sk-operator
 		}
 		model m {
 			deployment oai m-up
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 
 	const evil = "http://evil.example"

@@ -9,8 +9,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-
 	"github.com/llmrouter/caddy-llm-router/mockllm"
 )
 
@@ -27,22 +25,16 @@ func TestEmbeddingsBase64OfTwoInputs(t *testing.T) {
 	defer mock.Close()
 	upstream := httptest.NewServer(mock.HTTPHandler())
 	defer upstream.Close()
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider oa {
 			type openai
-			base_url ` + upstream.URL + `/v1
+			base_url `+upstream.URL+`/v1
 			api_key sk-oa
 		}
 		model emb {
 			deployment oa text-embedding-3-small
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	w := httptest.NewRecorder()
 	_ = h.ServeHTTP(w, postJSON("/v1/embeddings", `{"model":"emb","input":["a","b"],"encoding_format":"base64"}`), nil)

@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 )
@@ -69,15 +68,7 @@ func benchHandler(b testing.TB, n int, limited bool, options ...string) *Handler
 
 // provisioned is the Handler of a Caddyfile block, provisioned.
 func provisioned(b testing.TB, cfg string) *Handler {
-	h := new(Handler)
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(cfg)); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	b.Cleanup(cancel)
-	if err := h.Provision(ctx); err != nil {
-		b.Fatal(err)
-	}
+	h := handlerFromCaddyfile(b, cfg)
 	b.Cleanup(func() { _ = h.Cleanup() })
 	// Caddy's default level is INFO: nothing of a served request is logged
 	// but the access log (which the benchmark leaves out).

@@ -5,16 +5,19 @@
 // request.
 //
 // This package is the Caddy skin: the handler's configuration (module.go,
-// caddyfile.go), the HTTP entry point (handler.go), provider types as Caddy
-// modules in the llm_router.providers namespace (providers.go, clouds.go),
-// the admin endpoint, metrics and the fleet store's pool; and, until they
-// have packages of their own (issue 27), the status page, budgets, the
-// Responses API's state at one account, pass_through and WebSocket mode.
-// The client APIs
-// (internal/api), the router (internal/router), the capacity state
-// (internal/capacity) and the provider types' wire formats
-// (internal/adapters, and the public contract in package provider) import
-// no Caddy. ARCHITECTURE.md shows the layers and lists the files.
+// caddyfile.go, validate and positions: fielderror.go), the HTTP entry
+// point (handler.go: ForPath -> Parse -> Serve -> Write), provider types as
+// Caddy modules in the llm_router.providers namespace (providers.go,
+// clouds.go), consumers (consumers.go), the admin endpoint, metrics, the
+// status page's handler and the fleet store's pool; and what it keeps in
+// memory between requests (the Responses API's owners and background
+// responses, affinity), pass_through and the WebSocket mode's socket. It
+// reads no client format: the client APIs (internal/api) do, as the
+// router (internal/router), the capacity state (internal/capacity), the
+// provider types' wire formats (internal/adapters, and the public contract
+// in package provider), cloud credentials (internal/clouds), budgets
+// (internal/budget) and the status page's assets (internal/statuspage)
+// import no Caddy. ARCHITECTURE.md shows the layers and lists the files.
 package llmrouter
 
 import (

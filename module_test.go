@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
-func newCaddyContext(t *testing.T) caddy.Context {
+func newCaddyContext(t testing.TB) caddy.Context {
 	t.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
@@ -29,6 +30,20 @@ func postJSON(path, body string) *http.Request {
 	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	return r
+}
+
+// handlerFromCaddyfile is the Handler of a Caddyfile block (cfg), parsed
+// and provisioned; the caller cleans it up (Handler.Cleanup).
+func handlerFromCaddyfile(t testing.TB, cfg string) *Handler {
+	t.Helper()
+	h := new(Handler)
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Provision(newCaddyContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 func handlerFromJSON(t *testing.T, raw string) *Handler {

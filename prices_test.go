@@ -106,12 +106,11 @@ func TestChatClientOfClaudeKeepsCacheWrites(t *testing.T) {
 		_, _ = w.Write(answer)
 	}))
 	defer upstream.Close()
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider an {
 			type anthropic
 			api_key sk-ant-test
-			base_url ` + upstream.URL + `/v1
+			base_url `+upstream.URL+`/v1
 		}
 		model claude {
 			deployment an claude-sonnet-4-5 {
@@ -119,12 +118,7 @@ func TestChatClientOfClaudeKeepsCacheWrites(t *testing.T) {
 				cost_output 15
 			}
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	repl := caddy.NewReplacer()
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"claude","messages":[{"role":"user","content":"hi"}]}`))

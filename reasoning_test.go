@@ -137,17 +137,16 @@ func (f *orgFake) serve(w http.ResponseWriter, r *http.Request) {
 // (two keys: two organizations) in one model group, both at the fake.
 func reasoningRouter(t *testing.T, f *orgFake, extra string) *Handler {
 	t.Helper()
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider a {
 			type openai
-			base_url ` + f.srv.URL + `/v1
+			base_url `+f.srv.URL+`/v1
 			api_key sk-org-a
 			responses native
 		}
 		provider b {
 			type openai
-			base_url ` + f.srv.URL + `/v1
+			base_url `+f.srv.URL+`/v1
 			api_key sk-org-b
 			responses native
 		}
@@ -155,15 +154,10 @@ func reasoningRouter(t *testing.T, f *orgFake, extra string) *Handler {
 			deployment a gpt-5
 			deployment b gpt-5
 		}
-		` + extra + `
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+		`+extra+`
+	}`)
 	t.Cleanup(func() { _ = h.Cleanup() })
-	return &h
+	return h
 }
 
 // codexTurn is one store:false turn as Codex sends it: the whole
@@ -319,8 +313,7 @@ func TestUnknownReasoningRefusedIsRetriedStripped(t *testing.T) {
 // one; a server without credentials is one per base_url. A name with a
 // space, too long, or missing is refused.
 func TestOrganizationOfAProvider(t *testing.T) {
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider a {
 			type openai
 			base_url http://a.invalid/v1
@@ -374,12 +367,7 @@ func TestOrganizationOfAProvider(t *testing.T) {
 			deployment g x
 			deployment h x
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	org := map[string]string{}
 	for d, m := range h.meta {
@@ -427,18 +415,17 @@ func TestOrganizationOfAProvider(t *testing.T) {
 // other's encrypted items: turns may go to either, and none fails.
 func TestOneOrganizationOfTwoKeys(t *testing.T) {
 	f := newOrgFake(t, map[string]string{"sk-org-a": "acme", "sk-org-b": "acme"})
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider a {
 			type openai
-			base_url ` + f.srv.URL + `/v1
+			base_url `+f.srv.URL+`/v1
 			api_key sk-org-a
 			organization acme
 			responses native
 		}
 		provider b {
 			type openai
-			base_url ` + f.srv.URL + `/v1
+			base_url `+f.srv.URL+`/v1
 			api_key sk-org-b
 			organization acme
 			responses native
@@ -447,14 +434,9 @@ func TestOneOrganizationOfTwoKeys(t *testing.T) {
 			deployment a gpt-5
 			deployment b gpt-5
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
-	_, codes := converse(t, &h, nil, 10, true)
+	_, codes := converse(t, h, nil, 10, true)
 	if n := failed(codes); n != 0 || f.count("acme") != 10 {
 		t.Errorf("%d of 10 turns failed, %d upstream requests: %v", n, f.count("acme"), codes)
 	}

@@ -6,8 +6,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 // A provider's client error is restated in the client's format: an OpenAI
@@ -25,16 +23,15 @@ func TestClientErrorsAreRestatedInTheClientsFormat(t *testing.T) {
 		_, _ = w.Write([]byte(`{"error":{"message":"Invalid value for 'temperature'.","type":"invalid_request_error","param":"temperature","code":"invalid_value"}}`))
 	}))
 	defer upstream.Close()
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider an {
 			type anthropic
-			base_url ` + upstream.URL + `/v1
+			base_url `+upstream.URL+`/v1
 			api_key sk-ant
 		}
 		provider oa {
 			type openai
-			base_url ` + upstream.URL + `/v1
+			base_url `+upstream.URL+`/v1
 			api_key sk-oa
 		}
 		model claude {
@@ -43,12 +40,7 @@ func TestClientErrorsAreRestatedInTheClientsFormat(t *testing.T) {
 		model gpt {
 			deployment oa gpt-x
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	ask := func(path, body string) (int, map[string]any) {
 		w := httptest.NewRecorder()
@@ -75,8 +67,7 @@ func TestClientErrorsAreRestatedInTheClientsFormat(t *testing.T) {
 // name its pattern matches) as OpenAI's models.retrieve does, and 404 in
 // OpenAI's error format for anything else.
 func TestRetrieveAModel(t *testing.T) {
-	var h Handler
-	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm_router {
+	h := handlerFromCaddyfile(t, `llm_router {
 		provider p {
 			type openai
 			base_url http://127.0.0.1:1/v1
@@ -89,12 +80,7 @@ func TestRetrieveAModel(t *testing.T) {
 		model claude-sonnet-* {
 			deployment p y
 		}
-	}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Provision(newCaddyContext(t)); err != nil {
-		t.Fatal(err)
-	}
+	}`)
 	defer h.Cleanup()
 	for id, want := range map[string]int{"fast": 200, "fast-2025": 200, "claude-sonnet-4-5": 200, "gpt-9": 404} {
 		w := httptest.NewRecorder()

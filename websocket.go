@@ -3,15 +3,14 @@ package llmrouter
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
-	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 )
 
 // The Responses API's WebSocket mode
@@ -31,9 +30,6 @@ import (
 // answered 426 Upgrade Required in OpenAI's format: Codex CLI falls back to
 // HTTP at once on a 426, where it retries a 405 (issue 29). Codex CLI uses this mode when
 // its provider sets supports_websockets = true.
-
-// wsCreate is the only client event type served.
-const wsCreate = "response.create"
 
 // isWebSocketUpgrade reports whether r asks to open a WebSocket (RFC 6455
 // section 4.1: a GET with Upgrade: websocket and a Connection that
@@ -98,7 +94,7 @@ func (h *Handler) serveWebSocket(w http.ResponseWriter, r *http.Request, a api.A
 			}
 		}
 	}()
-	var session wsSession
+	var session api.WSSession
 	for {
 		select {
 		case <-ctx.Done():
@@ -111,6 +107,16 @@ func (h *Handler) serveWebSocket(w http.ResponseWriter, r *http.Request, a api.A
 	}
 }
 
+// warmup answers a generate false turn itself, as OpenAI does
+// (api.WarmupEvents): no provider is asked. It returns the completed event.
+func warmup(ctx context.Context, c *websocket.Conn, body []byte, now time.Time) ([]byte, error) {
+	created, completed := api.WarmupEvents(body, now)
+	if err := c.Write(ctx, websocket.MessageText, created); err != nil {
+		return nil, err
+	}
+	return completed, c.Write(ctx, websocket.MessageText, completed)
+}
+
 // wsMessage is one message a client sent.
 type wsMessage struct {
 	typ  websocket.MessageType
@@ -121,21 +127,21 @@ type wsMessage struct {
 // continued from the socket's session and routed, a warm-up answered, or
 // an error event. The error returned is the socket's (the client is gone),
 // not the turn's.
-func (h *Handler) serveTurn(ctx context.Context, c *websocket.Conn, up *http.Request, a api.API, s *wsSession, typ websocket.MessageType, msg []byte) error {
+func (h *Handler) serveTurn(ctx context.Context, c *websocket.Conn, up *http.Request, a api.API, s *api.WSSession, typ websocket.MessageType, msg []byte) error {
 	ww := &wsWriter{ctx: ctx, c: c, header: http.Header{}}
-	body, e := wsTurnBody(typ, msg)
+	body, e := api.WSTurnBody(typ == websocket.MessageText, msg)
 	if e == nil {
-		body, e = s.expand(body)
+		body, e = s.Expand(body)
 	}
 	switch {
 	case e != nil:
 		a.WriteError(ww, e)
-	case isWarmup(body):
+	case api.IsWarmup(body):
 		completed, err := warmup(ctx, c, body, h.router.Clock.Now())
-		s.remember(body, completed)
+		s.Remember(body, completed)
 		return err
 	default:
-		body, _ = jsonbody.Without(body, "generate") // the socket's own field
+		body = api.WSPostBody(body)
 		if err := h.ServeHTTP(ww, turnRequest(ctx, up, body), nil); err != nil {
 			return err
 		}
@@ -143,7 +149,7 @@ func (h *Handler) serveTurn(ctx context.Context, c *websocket.Conn, up *http.Req
 	if err := ww.finish(); err != nil {
 		return err
 	}
-	s.remember(body, ww.completed)
+	s.Remember(body, ww.completed)
 	return nil
 }
 
@@ -160,39 +166,6 @@ func canHijack(w http.ResponseWriter) bool {
 		}
 		w = u.Unwrap()
 	}
-}
-
-// wsTurnBody is the POST .../responses body of a client message: a text
-// message holding a JSON object of type response.create, without its type
-// and with stream true (a turn is always streamed); background is refused,
-// as OpenAI refuses it on a socket.
-func wsTurnBody(typ websocket.MessageType, msg []byte) ([]byte, *api.Error) {
-	if typ != websocket.MessageText || !json.Valid(msg) || msg[jsonbody.SkipSpace(msg, 0)] != '{' {
-		return nil, api.Errorf(http.StatusBadRequest, api.InvalidJSON, "",
-			"a WebSocket mode message is a text message holding a JSON object")
-	}
-	if t, _ := jsonbody.GetString(msg, "type"); t != wsCreate {
-		return nil, api.Errorf(http.StatusBadRequest, api.InvalidValue, "type",
-			"unsupported client event type %q: this router serves %q", truncateString(t, 64), wsCreate)
-	}
-	if start, end, _ := jsonbody.FindMember(msg, "background"); start >= 0 && string(msg[start:end]) == "true" {
-		return nil, api.Errorf(http.StatusBadRequest, api.InvalidValue, "background",
-			"background is not supported in WebSocket mode: use POST .../responses")
-	}
-	body, _ := jsonbody.Without(msg, "type")
-	body, err := jsonbody.SetRaw(body, "stream", []byte("true"))
-	if err != nil {
-		return nil, api.Errorf(http.StatusBadRequest, api.InvalidJSON, "", "%v", err)
-	}
-	return body, nil
-}
-
-// truncateString cuts s to n bytes.
-func truncateString(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }
 
 // turnRequest is one turn as the handler's own POST .../responses: the
@@ -258,7 +231,7 @@ func (w *wsWriter) FlushError() error {
 			if w.err = w.c.Write(w.ctx, websocket.MessageText, data); w.err != nil {
 				return w.err
 			}
-			if t, _ := jsonbody.GetString(data, "type"); t == "response.completed" {
+			if api.IsCompletedEvent(data) {
 				w.completed = data
 			}
 		}
@@ -279,10 +252,10 @@ func (w *wsWriter) finish() error {
 		return writeWSError(w.ctx, w.c, w.status, w.buf)
 	}
 	// A whole answer where a stream was asked for: its response, completed.
-	if !json.Valid(w.buf) {
+	msg, ok := api.WSCompleted(w.buf)
+	if !ok {
 		return writeWSError(w.ctx, w.c, http.StatusBadGateway, nil)
 	}
-	msg, _ := jsonbody.Marshal(map[string]any{"type": "response.completed", "response": json.RawMessage(w.buf)})
 	w.completed = msg
 	return w.c.Write(w.ctx, websocket.MessageText, msg)
 }
@@ -305,24 +278,8 @@ func sseData(ev []byte) []byte {
 	return out
 }
 
-// writeWSError sends an HTTP error answer (OpenAI's {"error":{...}}) as
-// OpenAI's WebSocket error event: {"type":"error","status":...,"error":{...}}.
-// A body that holds no error object is stated as the router's 502.
+// writeWSError sends an HTTP error answer of status as OpenAI's WebSocket
+// error event (api.WSError).
 func writeWSError(ctx context.Context, c *websocket.Conn, status int, body []byte) error {
-	var answer struct {
-		Error json.RawMessage `json:"error"`
-	}
-	if json.Unmarshal(body, &answer) != nil || len(answer.Error) == 0 || answer.Error[0] != '{' {
-		status = http.StatusBadGateway
-		answer.Error = json.RawMessage(`{"type":"server_error","code":"upstream_unavailable","message":"the deployment's answer was not a Responses stream","param":null}`)
-	}
-	msg, err := jsonbody.Marshal(struct {
-		Type   string          `json:"type"`
-		Status int             `json:"status"`
-		Error  json.RawMessage `json:"error"`
-	}{"error", status, answer.Error})
-	if err != nil {
-		return err
-	}
-	return c.Write(ctx, websocket.MessageText, msg)
+	return c.Write(ctx, websocket.MessageText, api.WSError(status, body))
 }

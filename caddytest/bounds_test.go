@@ -143,12 +143,12 @@ func TestATrickledBodyIsCutByReadBodyIdle(t *testing.T) {
 	cfg := routerFor("deadline 10s", "trickle", []provider{{name: "a", baseURL: mockA}},
 		map[int]string{9081: "chunks 10\n\t\tchunk_interval 500ms"})
 	snippet := readmeBlock(t, "read_body_idle")
-	for _, want := range []string{"read_body_idle 10s 1024", "read_body      2m", "read_header    10s"} {
+	for _, want := range []string{"read_body_idle 10s 1024", "read_body 2m", "read_header 10s"} {
 		if !strings.Contains(snippet, want) {
 			t.Fatalf("docs/security.md's timeouts snippet lacks %q:\n%s", want, snippet)
 		}
 	}
-	options := strings.NewReplacer("read_body_idle 10s 1024", "read_body_idle 2s 1024", "read_body      2m", "read_body 3s").Replace(
+	options := strings.NewReplacer("read_body_idle 10s 1024", "read_body_idle 2s 1024", "read_body 2m", "read_body 3s").Replace(
 		strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(snippet), "{"), "}"))
 
 	load(t, cfg)

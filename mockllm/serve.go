@@ -162,7 +162,9 @@ type apiRequest struct {
 }
 
 // serveAPI answers an API request: chat completions, embeddings,
-// messages, generateContent, invoke, converse or rawPredict.
+// messages, generateContent, invoke, converse or rawPredict. Its steps:
+// the body read, the request refused (key, body, continuation, stored
+// state), the answer's rate limits, a fault injected, the answer written.
 func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	start := time.Now()
 	buf := bufPool.Get().(*bytes.Buffer)
@@ -172,6 +174,60 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 			bufPool.Put(buf)
 		}
 	}()
+	body, req, err := h.readAPIRequest(w, r, c, buf)
+	key := h.requestKey(r)
+	n := h.record(r, req.Model, key, h.principal(r), body)
+
+	p := pacer{ctx: r.Context(), done: h.st.done}
+	defer p.stop()
+
+	hdr := w.Header()
+	if h.dialect != dlOpenAI {
+		// On the mock's clock, which rate-limit resets are relative to.
+		hdr.Set("Date", h.now().UTC().Format(http.TimeFormat))
+	}
+	if h.dialect == dlBedrock {
+		hdr.Set("X-Amzn-Requestid", requestID(h.st.ids.Add(1)))
+	}
+	cont, refused := h.refuse(w, r, c, key, body, req, err)
+	if refused {
+		return
+	}
+	a, lim, admitted := h.admit(w, c, body, req, cont, start)
+	if !admitted {
+		return
+	}
+	// Admitted: the generation takes Latency, and the headers, computed
+	// at admission, come with the answer after it (PROVIDERS.md).
+	if !p.wait(time.Duration(h.Latency)) {
+		h.abandon(r)
+		return
+	}
+	embeddings := c.ep == epEmbeddings
+	stream := req.Stream && !embeddings
+	a.fault = h.pickFault(n, stream)
+	if !embeddings && (c.wire == wireOpenAI || c.wire == wireAnthropic) {
+		a.cached = min(h.cachedTokens(body), a.prompt)
+	}
+	if h.injectFault(w, r, c, a, lim, n, stream) {
+		return
+	}
+	toolCall := !embeddings && !cont.on && h.wantsToolCall(c, body)
+	if d := a.fault.slowDelay(); d > 0 && (!stream || toolCall) {
+		// A slow fault: a plain answer (or a tool-call stream, written
+		// at once) comes late; a stream's first chunk does (stream.go).
+		if !p.wait(d) {
+			h.abandon(r)
+			return
+		}
+	}
+	h.writeAPIAnswer(w, r, &p, c, a, body, stream, toolCall)
+}
+
+// readAPIRequest reads r's body (at most maxBodyBytes, into buf) and what
+// the mock looks at of it; the model and streaming come from the path for
+// the dialects that put them there. err is the body's read or JSON error.
+func (h *Handler) readAPIRequest(w http.ResponseWriter, r *http.Request, c call, buf *bytes.Buffer) ([]byte, apiRequest, error) {
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	body := buf.Bytes()
 	var req apiRequest
@@ -195,41 +251,35 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 	case err == nil:
 		err = json.Unmarshal(body, &req)
 	}
-	embeddings := c.ep == epEmbeddings
-	key := h.requestKey(r)
-	n := h.record(r, req.Model, key, h.principal(r), body)
+	return body, req, err
+}
 
-	p := pacer{ctx: r.Context(), done: h.st.done}
-	defer p.stop()
-
-	hdr := w.Header()
-	if h.dialect != dlOpenAI {
-		// On the mock's clock, which rate-limit resets are relative to.
-		hdr.Set("Date", h.now().UTC().Format(http.TimeFormat))
-	}
-	if h.dialect == dlBedrock {
-		hdr.Set("X-Amzn-Requestid", requestID(h.st.ids.Add(1)))
-	}
+// refuse answers a request the provider would refuse before generating
+// (a wrong key, a bad body, a continuation it rejects, a previous
+// response it does not hold, another organization's encrypted item),
+// with the headers of a request that used nothing, and reports whether it
+// did; cont is the request's continuation.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, c call, key string, body []byte, req apiRequest, err error) (cont continuation, refused bool) {
+	unlimited := func() { h.setLimitHeaders(w.Header(), h.limit(0, false)) }
 	if res, checked := h.authenticate(r, key, body); checked {
 		h.countAuth(res.denied)
 		if res.denied {
-			h.setLimitHeaders(hdr, h.limit(0, false))
+			unlimited()
 			h.writeUnauthorized(w, key, res)
-			return
+			return cont, true
 		}
 	}
 	if err != nil {
-		h.setLimitHeaders(hdr, h.limit(0, false))
+		unlimited()
 		h.writeBadRequest(w)
-		return
+		return cont, true
 	}
 	if msg := h.checkBody(c, body); msg != "" {
-		h.setLimitHeaders(hdr, h.limit(0, false))
+		unlimited()
 		h.writeInvalid(w, msg)
-		return
+		return cont, true
 	}
-
-	cont := h.continuationOf(c, body)
+	cont = h.continuationOf(c, body)
 	if cont.on {
 		h.st.mu.Lock()
 		h.st.stats.Continuations++
@@ -239,29 +289,36 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 			msg = msgPrefillRejected
 		}
 		if msg != "" {
-			h.setLimitHeaders(hdr, h.limit(0, false))
+			unlimited()
 			h.writeContinuationError(w, c, msg)
-			return
+			return cont, true
 		}
 	}
-
-	if c.ep == epResponses && req.PreviousResponseID != "" && !h.st.responses.has(req.PreviousResponseID) {
-		h.setLimitHeaders(hdr, h.limit(0, false))
+	if c.ep != epResponses {
+		return cont, false
+	}
+	if req.PreviousResponseID != "" && !h.st.responses.has(req.PreviousResponseID) {
+		unlimited()
 		writeError(w, http.StatusBadRequest, "Previous response with id '"+req.PreviousResponseID+"' not found.",
 			"invalid_request_error", "previous_response_not_found")
-		return
+		return cont, true
 	}
-
-	if c.ep == epResponses && h.Organization != "" {
+	if h.Organization != "" {
 		if enc := foreignItem(body, h.Organization); enc != "" {
-			h.setLimitHeaders(hdr, h.limit(0, false))
+			unlimited()
 			writeError(w, http.StatusBadRequest, "The encrypted content "+clipped(enc)+
 				" could not be verified. Reason: Encrypted content could not be decrypted or parsed.",
 				"invalid_request_error", "invalid_encrypted_content")
-			return
+			return cont, true
 		}
 	}
+	return cont, false
+}
 
+// admit is the request's answer (its model, prompt tokens as bytes / 4,
+// its completion) and the rate limits it is counted in, their headers
+// set; a request over a limit is answered 429 and not admitted.
+func (h *Handler) admit(w http.ResponseWriter, c call, body []byte, req apiRequest, cont continuation, start time.Time) (*answer, limitState, bool) {
 	model := h.Model
 	if model == "" {
 		model = req.Model
@@ -270,7 +327,7 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		model = DefaultModelID
 	}
 	prompt := (len(body) + 3) / 4
-	a := answer{
+	a := &answer{
 		model:  model,
 		prompt: prompt,
 		text:   h.reply,
@@ -278,99 +335,96 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, c call) {
 		wire:   c.wire,
 		start:  start,
 	}
-	if !embeddings {
+	if c.ep != epEmbeddings {
 		a.completion = h.chunks()
 	}
 	if cont.on {
-		h.continueAnswer(&a, cont.prefix)
+		h.continueAnswer(a, cont.prefix)
 	}
 	lim := h.limit(prompt+a.completion, true)
-	h.setLimitHeaders(hdr, lim)
+	h.setLimitHeaders(w.Header(), lim)
 	if lim.exceeded != "" {
 		h.st.mu.Lock()
 		h.st.stats.RateLimited++
 		h.st.mu.Unlock()
 		h.writeRateLimited(w, lim, model)
-		return
+		return nil, lim, false
 	}
-	// Admitted: the generation takes Latency, and the headers, computed
-	// at admission, come with the answer after it (PROVIDERS.md).
-	if !p.wait(time.Duration(h.Latency)) {
-		h.abandon(r)
-		return
-	}
+	return a, lim, true
+}
 
-	stream := req.Stream && !embeddings
-	a.fault = h.pickFault(n, stream)
-	if !embeddings && (c.wire == wireOpenAI || c.wire == wireAnthropic) {
-		a.cached = min(h.cachedTokens(body), prompt)
+// injectFault applies a's fault, if any, to request number n: its
+// headers, and for a fault that is the whole answer (a hang, a 429, a
+// status, a plain answer's error event) that answer; it reports whether
+// the request is answered.
+func (h *Handler) injectFault(w http.ResponseWriter, r *http.Request, c call, a *answer, lim limitState, n int64, stream bool) bool {
+	f := a.fault
+	if f == nil {
+		return false
 	}
-	if f := a.fault; f != nil {
-		h.st.mu.Lock()
-		h.st.stats.Faults++
-		h.st.mu.Unlock()
-		if ce := h.logger.Check(zap.DebugLevel, "injecting fault"); ce != nil {
-			ce.Write(zap.String("kind", f.Kind), zap.Int64("request", n), zap.String("path", r.URL.Path))
-		}
-		for k, v := range f.Headers {
-			// A clone: middleware appending to the response's header
-			// values must not write into the shared config.
-			hdr[http.CanonicalHeaderKey(k)] = slices.Clone(v)
-		}
-		switch f.Kind {
-		case FaultHang:
+	h.st.mu.Lock()
+	h.st.stats.Faults++
+	h.st.mu.Unlock()
+	if ce := h.logger.Check(zap.DebugLevel, "injecting fault"); ce != nil {
+		ce.Write(zap.String("kind", f.Kind), zap.Int64("request", n), zap.String("path", r.URL.Path))
+	}
+	hdr := w.Header()
+	for k, v := range f.Headers {
+		// A clone: middleware appending to the response's header
+		// values must not write into the shared config.
+		hdr[http.CanonicalHeaderKey(k)] = slices.Clone(v)
+	}
+	switch f.Kind {
+	case FaultHang:
+		h.hang(r)
+		return true
+	case FaultStall:
+		if !stream {
 			h.hang(r)
-			return
-		case FaultStall:
-			if !stream {
-				h.hang(r)
-				return
-			}
-		case FaultRateLimit:
-			h.writeFaultRateLimit(w, f, lim, model)
-			return
-		case FaultStatus:
-			h.writeStatusFault(w, f, statusOr(f.Status, http.StatusInternalServerError), c.wire)
-			return
-		case FaultErrorEvent:
-			if !stream {
-				if h.dialect == dlBedrock {
-					h.writeStatusFault(w, f, statusOr(f.Status, h.errorEventStatus(c.wire)), c.wire)
-					return
-				}
-				writeBody(w, statusOr(f.Status, h.errorEventStatus(c.wire)), h.errorPayload(f, c.wire))
-				return
-			}
+			return true
 		}
+	case FaultRateLimit:
+		h.writeFaultRateLimit(w, f, lim, a.model)
+		return true
+	case FaultStatus:
+		h.writeStatusFault(w, f, statusOr(f.Status, http.StatusInternalServerError), c.wire)
+		return true
+	case FaultErrorEvent:
+		if stream {
+			return false
+		}
+		if h.dialect == dlBedrock {
+			h.writeStatusFault(w, f, statusOr(f.Status, h.errorEventStatus(c.wire)), c.wire)
+			return true
+		}
+		writeBody(w, statusOr(f.Status, h.errorEventStatus(c.wire)), h.errorPayload(f, c.wire))
+		return true
 	}
+	return false
+}
 
-	toolCall := !embeddings && !cont.on && h.wantsToolCall(c, body)
-	if d := a.fault.slowDelay(); d > 0 && (!stream || toolCall) {
-		// A slow fault: a plain answer (or a tool-call stream, written
-		// at once) comes late; a stream's first chunk does (stream.go).
-		if !p.wait(d) {
-			h.abandon(r)
-			return
-		}
-	}
+// writeAPIAnswer writes an admitted request's answer a in its endpoint's
+// shape: an embedding, a tool call (streamed or not), a stream, a
+// response, a text completion, or a plain answer.
+func (h *Handler) writeAPIAnswer(w http.ResponseWriter, r *http.Request, p *pacer, c call, a *answer, body []byte, stream, toolCall bool) {
 	switch {
-	case embeddings:
-		h.writePlain(w, h.embedding(a, body), a.fault)
+	case c.ep == epEmbeddings:
+		h.writePlain(w, h.embedding(*a, body), a.fault)
 	case toolCall && stream:
-		h.writeToolCallStream(w, a, c)
+		h.writeToolCallStream(w, *a, c)
 	case toolCall:
-		h.writePlain(w, h.toolCallAnswer(a, c), a.fault)
+		h.writePlain(w, h.toolCallAnswer(*a, c), a.fault)
 	case stream:
-		h.stream(w, r, &p, a, h.streamFormat(a, c))
+		h.stream(w, r, p, *a, h.streamFormat(*a, c))
 	case c.ep == epResponses:
-		h.writePlain(w, h.response(a), a.fault)
+		h.writePlain(w, h.response(*a), a.fault)
 	case c.ep == epCompletions:
-		h.writePlain(w, h.textCompletion(a), a.fault)
+		h.writePlain(w, h.textCompletion(*a), a.fault)
 	default:
 		if c.ep == epInvoke {
-			setInvokeHeaders(hdr, a)
+			setInvokeHeaders(w.Header(), *a)
 		}
-		h.writePlain(w, h.plainAnswer(a, c), a.fault)
+		h.writePlain(w, h.plainAnswer(*a, c), a.fault)
 	}
 }
 

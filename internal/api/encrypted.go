@@ -45,15 +45,20 @@ func EncryptedItems(req *router.Request) []string {
 
 // eachInputItem calls fn with each object of a Responses body's input
 // array (none when input is a string).
-func eachInputItem(body []byte, fn func(item []byte)) {
-	start, end, _ := jsonbody.FindMember(body, "input")
-	if start < 0 || body[start] != '[' {
+func eachInputItem(body []byte, fn func(item []byte)) { eachObject(body, "input", fn) }
+
+// eachObject calls fn with each object of the array that is obj's member
+// name (none when the member is absent or no array; elements that are not
+// objects skipped).
+func eachObject(obj []byte, name string, fn func(item []byte)) {
+	start, end, _ := jsonbody.FindMember(obj, name)
+	if start < 0 || obj[start] != '[' {
 		return
 	}
-	input := body[start:end]
-	_ = jsonbody.EachElement(input, func(s, e int) bool {
-		if input[s] == '{' {
-			fn(input[s:e])
+	arr := obj[start:end]
+	_ = jsonbody.EachElement(arr, func(s, e int) bool {
+		if arr[s] == '{' {
+			fn(arr[s:e])
 		}
 		return true
 	})

@@ -194,17 +194,7 @@ func eachOutput(response []byte, d *router.Deployment, output func(*router.Deplo
 	if output == nil {
 		return
 	}
-	start, end, _ := jsonbody.FindMember(response, "output")
-	if start < 0 || response[start] != '[' {
-		return
-	}
-	items := response[start:end]
-	_ = jsonbody.EachElement(items, func(s, e int) bool {
-		if items[s] == '{' {
-			output(d, items[s:e])
-		}
-		return true
-	})
+	eachObject(response, "output", func(item []byte) { output(d, item) })
 }
 
 // told tells s.output the items a native event carries.

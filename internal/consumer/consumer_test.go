@@ -196,3 +196,24 @@ func TestPlanValidation(t *testing.T) {
 		}
 	}
 }
+
+// docs/consumers.md's worked example writes its keys file with a comment
+// after the hash ("batch-nightly <hash>   # sha256 of its key"): a "#"
+// that starts a field begins a comment, as in a Caddyfile.
+func TestKeysFileSkipsTrailingComments(t *testing.T) {
+	file := "batch-nightly " + hashOf("sk-nightly") + "   # sha256 of its key\n" +
+		"batch-evals\t" + hashOf("sk-evals") + "\t#evals\n" +
+		"team#1 " + hashOf("sk-team") + "\n"
+	k, err := ParseKeys(strings.NewReader(file), "llm-keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"sk-nightly": "batch-nightly", "sk-evals": "batch-evals", "sk-team": "team#1"} {
+		if got, ok := k.Lookup(key); !ok || got != want {
+			t.Errorf("key %s: expected %s, got %q (%v)", key, want, got, ok)
+		}
+	}
+	if _, err := ParseKeys(strings.NewReader("alice # no hash\n"), "f"); err == nil || !strings.Contains(err.Error(), "f:1: expected") {
+		t.Errorf("a line whose hash is a comment: expected f:1: expected..., got %v", err)
+	}
+}

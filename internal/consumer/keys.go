@@ -36,7 +36,8 @@ func LoadKeys(path string) (*Keys, error) {
 // ParseKeys reads a keys file from r: one key a line, "<consumer>
 // <sha256 hex of the key>" (64 hex digits, either case), as
 // `printf %s "$KEY" | sha256sum` prints the hash; blank lines and lines
-// starting with # are skipped. A line of another shape, a hash that is not
+// starting with # are skipped, and a field starting with # begins a
+// comment to the end of its line (as in a Caddyfile). A line of another shape, a hash that is not
 // 64 hex digits, or one hash given twice is an error naming source and the
 // line (never its hash). One consumer may have several keys.
 func ParseKeys(r io.Reader, source string) (*Keys, error) {
@@ -44,11 +45,10 @@ func ParseKeys(r io.Reader, source string) (*Keys, error) {
 	seen := map[[sha256.Size]byte]int{}
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
+		fields := uncommented(strings.Fields(sc.Text()))
+		if len(fields) == 0 {
 			continue
 		}
-		fields := strings.Fields(text)
 		if len(fields) != 2 {
 			return nil, fmt.Errorf("keys %s:%d: expected \"<consumer> <sha256 hex of the key>\", got %d fields", source, line, len(fields))
 		}
@@ -69,6 +69,16 @@ func ParseKeys(r io.Reader, source string) (*Keys, error) {
 		return nil, fmt.Errorf("keys %s: %v", source, err)
 	}
 	return k, nil
+}
+
+// uncommented returns fields up to the first that starts with #.
+func uncommented(fields []string) []string {
+	for i, f := range fields {
+		if strings.HasPrefix(f, "#") {
+			return fields[:i]
+		}
+	}
+	return fields
 }
 
 // Len returns how many keys k holds.

@@ -174,6 +174,10 @@ func coolingError(cands []scored, first scored, now time.Time) *Error {
 	return rateLimitedError(first.f.At.Sub(now))
 }
 
+// keysRefusedMessage is the 502's message when only keys their providers
+// refused (class auth) hold a group's deployments out.
+const keysRefusedMessage = "every deployment of this model is out: its provider refused the router's key for it (401 or 403); an operator must fix the key, and a retry does not help"
+
 // failingError is the 502 of a group whose deployments are all out for
 // failures, with Retry-After retry (0: none). Its message says whether a
 // retry may help: when only keys their providers refused (class auth)
@@ -188,7 +192,7 @@ func failingError(cands []scored, retry time.Duration) *Error {
 	}
 	switch {
 	case keys && retry <= 0:
-		msg = "every deployment of this model is out: its provider refused the router's key for it (401 or 403); an operator must fix the key, and a retry does not help"
+		msg = keysRefusedMessage
 	case retry <= 0:
 		msg = "every deployment of this model is failing"
 	}
@@ -218,7 +222,8 @@ func backAfter(cands []scored, now time.Time) time.Duration {
 // known reset, when every attempt met a rate limit or a spent quota, or
 // every deployment is known to be limited now; else a 502. The message says
 // how many deployments were tried when not all were (max_attempts, or
-// those that could not take the request).
+// those that could not take the request), and that no retry helps when
+// every deployment refused the router's key (keysRefusedMessage).
 func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Request) *Error {
 	if w.last == nil {
 		drained := false
@@ -263,7 +268,9 @@ func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Re
 		return e
 	}
 	msg := "every deployment of this model failed; retry later"
-	if tried < len(group) {
+	if w.refusedKey == w.failures && tried == len(group) {
+		msg = keysRefusedMessage
+	} else if tried < len(group) {
 		msg = fmt.Sprintf("the deployments tried (%d of %d) failed; retry later", tried, len(group))
 	}
 	return &Error{Status: http.StatusBadGateway, Class: provider.Server, Message: msg}

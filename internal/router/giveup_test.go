@@ -39,6 +39,8 @@ func TestGiveUpsRetryAfter(t *testing.T) {
 		{"keys refused", &refused, &refused, false, ok, 502, 0, "refused the router's key for it (401 or 403); an operator must fix the key, and a retry does not help"},
 		{"drained by the operator", nil, nil, true, ok, 503, 0, ""},
 		{"the deadline", nil, nil, false, hang, 504, 0, ""},
+		// The first request to meet the refusals says so too, not "retry later".
+		{"keys refused to this request", nil, nil, false, reply(401, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`), 502, 0, "refused the router's key for it (401 or 403); an operator must fix the key, and a retry does not help"},
 		{"failed this request: their next probe", nil, nil, false, reply(500, `{"error":{"message":"down","type":"server_error"}}`), 502, time.Second, ""},
 	} {
 		c := newFakeClock()

@@ -35,6 +35,7 @@ type walk struct {
 	budget     *budgetRefusal // the last deployment whose budget could not hold the request
 	failures   int
 	limited    int      // failures that were rate limits or spent quotas
+	refusedKey int      // failures that were the provider refusing the key (auth)
 	minContext int64    // after a context_length failure: only larger windows; -1 none
 	pending    *outcome // a failed attempt not yet logged (logPending)
 	// widen: the deployments it has not tried cannot serve it in time, so
@@ -468,6 +469,8 @@ func (w *walk) learn(res *Result, i int, out *outcome) {
 		res.refused++ // certain, and the deployment is out: no attempt spent
 		if out.obs.Class == provider.QuotaExhausted {
 			w.limited++
+		} else {
+			w.refusedKey++
 		}
 	case provider.RateLimited:
 		w.per[i].failed = true

@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -95,6 +96,13 @@ peak RSS              %d KiB`,
 		r.Truncated, r.GoroutinesPre, r.GoroutinesPost, r.PeakRSSKiB)
 }
 
+// configFormat is the soak's Caddyfile (soak.caddyfile) as a format: the
+// router's port, the four mocks' (%[2]d..%[5]d), the deadline and the
+// resume line.
+//
+//go:embed soak.caddyfile
+var configFormat string
+
 // config is the soak's Caddyfile: a router over four misbehaving mocks. The
 // anthropic and "steady" deployments never answer 429, so a 429 reaching a
 // client is always a defect. Streams break after they began (cut, error
@@ -107,132 +115,7 @@ func config(o Options) string {
 	if o.Resume != "" {
 		resume = "\n\t\tresume " + o.Resume
 	}
-	return fmt.Sprintf(`{
-	admin off
-	persist_config off
-	grace_period 1s
-	log {
-		level ERROR
-	}
-}
-http://127.0.0.1:%[1]d {
-	llm_router /v1/* {
-		deadline %[6]s%[7]s
-		max_attempts 4
-		backoff_base 100ms
-		backoff_max 1s
-		provider oa {
-			type openai
-			api_key none
-			base_url http://127.0.0.1:%[2]d/v1
-			timeout 1s
-			ttft_timeout 1s
-			idle_timeout 1s
-		}
-		provider an {
-			type anthropic
-			api_key none
-			base_url http://127.0.0.1:%[3]d/v1
-			timeout 1s
-			ttft_timeout 1s
-			idle_timeout 1s
-		}
-		provider gm {
-			type gemini
-			api_key none
-			base_url http://127.0.0.1:%[4]d/v1beta
-			timeout 1s
-			ttft_timeout 1s
-			idle_timeout 1s
-		}
-		provider steady {
-			type openai
-			api_key none
-			base_url http://127.0.0.1:%[5]d/v1
-			continuation prefix
-			timeout 1s
-			ttft_timeout 1s
-			idle_timeout 1s
-		}
-		model soak {
-			deployment oa llama
-			deployment an llama
-			deployment gm llama
-			deployment steady llama
-		}
-	}
-}
-http://127.0.0.1:%[2]d {
-	llm_mock {
-		chunks 6
-		chunk_interval 2ms
-		fault rate_limit {
-			every 3
-			header Retry-After 1
-		}
-		fault cut {
-			every 7
-			after 2
-		}
-		fault stall {
-			every 17
-			after 2
-		}
-	}
-}
-http://127.0.0.1:%[3]d {
-	llm_mock {
-		dialect anthropic
-		chunks 6
-		chunk_interval 2ms
-		fault status {
-			every 4
-			status 529
-		}
-		fault error_event {
-			every 9
-			after 2
-		}
-	}
-}
-http://127.0.0.1:%[4]d {
-	llm_mock {
-		dialect gemini
-		chunks 6
-		chunk_interval 2ms
-		fault rate_limit {
-			every 5
-			retry_delay 1s
-		}
-		fault status {
-			every 6
-			status 503
-		}
-		fault malformed {
-			every 19
-			after 3
-		}
-	}
-}
-http://127.0.0.1:%[5]d {
-	llm_mock {
-		latency 5ms
-		chunks 6
-		chunk_interval 2ms
-		fault hang {
-			every 13
-		}
-		fault status {
-			every 8
-			status 500
-		}
-		fault cut {
-			every 11
-			after 3
-		}
-	}
-}
-`, p, p+1, p+2, p+3, p+4, o.Deadline, resume)
+	return fmt.Sprintf(configFormat, p, p+1, p+2, p+3, p+4, o.Deadline, resume)
 }
 
 // Run starts Caddy with the soak config, drives the load, stops Caddy and

@@ -196,6 +196,7 @@ func (h *Handler) provisionStore(ctx caddy.Context) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	h.store = v.(*fleetStore)
+	h.Consumers.registry.SetFleet(h.store.Store) // consumers' rpm and tpm count fleet-wide
 	for d, m := range h.meta {
 		h.store.Bind(m.identity, d.State)
 	}

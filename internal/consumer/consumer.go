@@ -109,6 +109,7 @@ type Registry struct {
 	plans  map[string]*Plan
 	on     map[string]string // consumer -> plan name
 	counts *Counts
+	fleet  Fleet // nil: this instance's counts alone
 }
 
 // Counts are consumers' use of their plans' limits (the minute's requests
@@ -135,6 +136,28 @@ func (r *Registry) Counts() *Counts {
 		return nil
 	}
 	return r.counts
+}
+
+// Fleet counts consumers' rpm and tpm across a fleet of instances (fleet
+// mode: internal/fleet's Store, on the shared state of the deployments'
+// declared limits). It must be safe for concurrent use.
+type Fleet interface {
+	// ReserveConsumer takes a place for one request of tokens in
+	// consumer's fleet-wide sliding minute on plan (one minute per
+	// consumer and plan's name) of rpm requests and tpm tokens (0: not
+	// limited): a zero wait when it holds one, else how long until the
+	// fleet's minute has room and which limit is full. An error is a
+	// fleet that cannot answer: the registry decides on this instance's
+	// counts alone.
+	ReserveConsumer(consumer, plan string, rpm, tpm, tokens int64) (wait time.Duration, full Limit, err error)
+}
+
+// SetFleet makes the registry count rpm and tpm across the fleet f (nil:
+// this instance alone). Call it before the registry admits requests.
+func (r *Registry) SetFleet(f Fleet) {
+	if r != nil {
+		r.fleet = f
+	}
 }
 
 // New returns the registry of plans and of members (consumer -> plan's
@@ -212,8 +235,9 @@ func (t *Ticket) Done(now time.Time, usd float64) {
 // Admit decides a request of consumer for model group at now, of tokens
 // (its estimate): a ticket when its plan admits it (Done must follow),
 // else the refusal. Groups are checked first (403), then the budget, rpm,
-// tpm and concurrent (429). A refused request changes no count. A
-// consumer whose plan has no limits gets a nil ticket and is not tracked.
+// tpm and concurrent (429), then, in fleet mode (SetFleet), rpm and tpm
+// across the fleet. A refused request changes no count. A consumer whose
+// plan has no limits gets a nil ticket and is not tracked.
 func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*Ticket, *Refusal) {
 	if ref := r.Allows(consumer, group); ref != nil {
 		return nil, ref
@@ -227,9 +251,13 @@ func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*
 	}
 	c := r.counts
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	u := c.of(consumer, p, now)
-	if ref := u.admit(now, tokens); ref != nil {
+	ref := u.admit(now, tokens)
+	c.mu.Unlock()
+	if ref == nil {
+		ref = r.admitFleet(now, p, u, consumer, tokens)
+	}
+	if ref != nil {
 		ref.Message = fmt.Sprintf("consumer %s is over its %s (plan %s): %s", consumer, ref.Limit, p.Name, ref.Message)
 		return nil, ref
 	}
@@ -275,6 +303,28 @@ func (c *Counts) of(consumer string, p *Plan, now time.Time) *usage {
 	}
 	u.plan = p
 	return u
+}
+
+// admitFleet takes the fleet's place of a request of plan p that u
+// admitted locally at now (SetFleet), or undoes u's counts and returns the
+// refusal. A fleet that cannot answer admits it (this instance's counts
+// decided).
+func (r *Registry) admitFleet(now time.Time, p *Plan, u *usage, consumer string, tokens int64) *Refusal {
+	if r.fleet == nil || p.RPM == 0 && p.TPM == 0 {
+		return nil
+	}
+	wait, full, err := r.fleet.ReserveConsumer(consumer, p.Name, p.RPM, p.TPM, tokens)
+	if err != nil || wait <= 0 {
+		return nil
+	}
+	r.counts.mu.Lock()
+	u.undo(now, tokens)
+	r.counts.mu.Unlock()
+	msg := fmt.Sprintf("the fleet's instances admitted its rpm %d in the last minute", p.RPM)
+	if full == LimitTPM {
+		msg = fmt.Sprintf("the fleet's instances admitted its tpm %d in the last minute (this request %d)", p.TPM, tokens)
+	}
+	return &Refusal{Status: http.StatusTooManyRequests, Limit: full, RetryAfter: max(wait, time.Second), Message: msg}
 }
 
 func joinGroups(gs []string) string {

@@ -104,6 +104,13 @@ func (u *usage) admit(now time.Time, tokens int64) *Refusal {
 	return nil
 }
 
+// undo takes back what admit counted at now for a request of tokens.
+func (u *usage) undo(now time.Time, tokens int64) {
+	u.requests.add(now, -1)
+	u.tokens.add(now, -tokens)
+	u.inFlight--
+}
+
 // roll moves the budget to now's window.
 func (u *usage) roll(now time.Time) {
 	if u.plan.BudgetPer <= 0 {

@@ -27,6 +27,8 @@ type binding struct {
 	exhausted  [2]bool      // requests, tokens: as last published
 	resetAt    [2]time.Time // their resets, as last published at once
 	rpm, tpm   int64        // declared, as the last attempt asked
+
+	window time.Duration // of the declared limits: 0, capacity.DeclaredWindow (tests of consumers' set it shorter)
 }
 
 // resetMoved is how much later than the last one published at once a

@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -147,11 +149,27 @@ func (p *places) land() {
 // place; else it asks declaredScript for a grant, one call at a time per
 // deployment (others wait for it), all within the store's timeout.
 func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
+	b.declaredLimits(rpm, tpm)
+	wait, _, err := b.reserve(rpm, tpm, tokens)
+	if errors.Is(err, errBusy) {
+		return b.s.timeout, nil // another call waits on Redis, or Redis is loaded, not down: try again shortly
+	}
+	return wait, err
+}
+
+// errBusy is a reserve that found Redis loaded, not down (or another
+// call on it still in flight) within the store's timeout.
+var errBusy = errors.New("fleet store busy")
+
+// reserve takes a place of b's grants for an attempt of tokens (see
+// Reserve): a zero wait when it holds one, else the wait and which limit
+// is full (limitRequests, limitTokens); errBusy when Redis did not answer
+// in time but is up, ErrUnavailable or the call's error when it is down.
+func (b *binding) reserve(rpm, tpm, tokens int64) (time.Duration, int64, error) {
 	s := b.s
 	tokens = max(tokens, 0)
 	p := &b.places
 	p.want(time.Now(), tokens)
-	b.declaredLimits(rpm, tpm)
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
 	for {
@@ -160,11 +178,11 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 			if low {
 				s.kickLeases()
 			}
-			return 0, nil
+			return 0, 0, nil
 		}
 		if !s.available() {
 			s.obs.Fallback("reserve")
-			return 0, ErrUnavailable
+			return 0, 0, ErrUnavailable
 		}
 		flight, lead := p.join()
 		if lead {
@@ -174,7 +192,7 @@ func (b *binding) Reserve(rpm, tpm, tokens int64) (time.Duration, error) {
 		case <-flight:
 		case <-ctx.Done():
 			s.obs.Error("reserve")
-			return s.timeout, nil // another call waits on Redis: try again shortly
+			return 0, 0, errBusy
 		}
 	}
 }
@@ -188,33 +206,40 @@ func (b *binding) declaredLimits(rpm, tpm int64) {
 }
 
 // reserveGranted asks for a grant that holds the attempt's place, and uses
-// the place.
-func (b *binding) reserveGranted(ctx context.Context, rpm, tpm, tokens int64) (time.Duration, error) {
+// the place (see reserve).
+func (b *binding) reserveGranted(ctx context.Context, rpm, tpm, tokens int64) (time.Duration, int64, error) {
 	s := b.s
 	p := &b.places
 	defer p.land()
 	start := time.Now()
 	askR, askT := p.asks(start)
-	ok, wait, err := b.declare(ctx, rpm, tpm, 1, tokens, askR, askT+tokens, start, false)
+	ok, wait, full, err := b.declare(ctx, rpm, tpm, 1, tokens, askR, askT+tokens, start, false)
 	if err != nil {
 		if s.busy(err, start) {
 			s.obs.Error("reserve")
-			return s.timeout, nil // Redis is loaded, not down: try again shortly
+			return 0, 0, errBusy
 		}
 		s.fail("reserve", err)
 		s.obs.Fallback("reserve")
-		return 0, err
+		return 0, 0, err
 	}
 	if !ok {
-		return wait, nil
+		return wait, full, nil
 	}
-	return 0, nil
+	return 0, 0, nil
 }
+
+// Which declared limit a refusal found full (declaredScript's reply).
+const (
+	limitRequests int64 = 1
+	limitTokens   int64 = 2
+)
 
 // declare runs declaredScript: it gives back the oldest grant that ended
 // (all, closing), and asks for a grant (need: the attempt's place, or 0, 0
-// for a renewal); the grant is kept, its place used when needed.
-func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, askT int64, called time.Time, closing bool) (bool, time.Duration, error) {
+// for a renewal); the grant is kept, its place used when needed. A refusal
+// says for how long, and which limit is full (limitRequests, limitTokens).
+func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, askT int64, called time.Time, closing bool) (bool, time.Duration, int64, error) {
 	s := b.s
 	p := &b.places
 	back, give := p.ended(called, closing)
@@ -224,13 +249,13 @@ func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, ask
 	}
 	id := s.nextToken()
 	res, err := declaredScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
-		capacity.DeclaredWindow.Milliseconds(), rpm, tpm, needR, needT, askR, askT, declaredUse.Milliseconds(),
+		cmp.Or(b.window, capacity.DeclaredWindow).Milliseconds(), rpm, tpm, needR, needT, askR, askT, declaredUse.Milliseconds(),
 		id, member, back.used, back.tokensUsed).Int64Slice()
 	if err == nil && len(res) != 5 {
 		err = errBadReply
 	}
 	if err != nil {
-		return false, 0, err
+		return false, 0, 0, err
 	}
 	s.answered()
 	if res[4] > 0 {
@@ -238,7 +263,7 @@ func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, ask
 			zap.String("key", b.logKey), zap.Int64("entries", res[4]))
 	}
 	if res[0] != 1 {
-		return false, max(time.Duration(res[1])*time.Millisecond, time.Millisecond), nil
+		return false, max(time.Duration(res[1])*time.Millisecond, time.Millisecond), res[2], nil
 	}
 	g := grant{member: id + ":" + strconv.FormatInt(res[2], 10) + ":" + strconv.FormatInt(res[3], 10),
 		n: res[2], tokens: res[3], until: called.Add(declaredUse)}
@@ -248,7 +273,7 @@ func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, ask
 		p.full = called.Add(time.Duration(res[1]) * time.Millisecond)
 		p.mu.Unlock()
 	}
-	return true, 0, nil
+	return true, 0, 0, nil
 }
 
 // upkeepPlaces renews b's grants while attempts ask (or gives back one that
@@ -286,7 +311,7 @@ func (b *binding) upkeepPlaces(now time.Time, closing bool) {
 	ctx, cancel := b.bgContext(closing)
 	defer cancel()
 	for {
-		if _, _, err := b.declare(ctx, rpm, tpm, 0, 0, askR, askT, time.Now(), closing); err != nil {
+		if _, _, _, err := b.declare(ctx, rpm, tpm, 0, 0, askR, askT, time.Now(), closing); err != nil {
 			b.s.callFailed("reserve", err, now)
 			return
 		}

@@ -362,6 +362,9 @@ func (s *Store) leaseLoop() {
 			b.upkeep(time.Now(), false)
 			b.upkeepPlaces(time.Now(), false)
 		}
+		for _, b := range s.snapshotConsumers() {
+			b.upkeepPlaces(time.Now(), false)
+		}
 	}
 }
 

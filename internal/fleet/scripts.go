@@ -88,8 +88,8 @@ return 1
 //
 // It returns {1, 0, requests granted, tokens granted, replaced} ({1, wait
 // in ms, 0, 0, replaced}: a renewal found the window spent for that long),
-// or {0, wait in ms, 0, 0, replaced} when the window is spent for that
-// long for the attempt.
+// or {0, wait in ms, full, 0, replaced} when the window is spent for that
+// long for the attempt (full: 1 its requests, 2 its tokens).
 var declaredScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -155,13 +155,13 @@ local share = 4 * math.max(active, 1)
 local gotR, gotT = math.max(needR, askR), math.max(needT, askT)
 if rpm > 0 then
   if needR > 0 and n + needR > rpm then
-    return {0, math.max(freed(function(r, k) return r + needR <= rpm end), 1), 0, 0, replaced}
+    return {0, math.max(freed(function(r, k) return r + needR <= rpm end), 1), 1, 0, replaced}
   end
   gotR = math.max(0, math.min(rpm - n, math.max(needR, math.min(askR, math.floor((rpm - n) / share)))))
 end
 if tpm > 0 then
   if (needR > 0 or needT > 0) and n > 0 and used + needT > tpm then
-    return {0, math.max(freed(function(r, k) return r == 0 or k + needT <= tpm end), 1), 0, 0, replaced}
+    return {0, math.max(freed(function(r, k) return r == 0 or k + needT <= tpm end), 1), 2, 0, replaced}
   end
   gotT = math.max(needT, math.min(tpm - used, math.min(askT, math.floor((tpm - used) / share))))
 end

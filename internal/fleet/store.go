@@ -146,6 +146,9 @@ type Store struct {
 	logged             map[string]bool // keys logged as malformed (malformed)
 	ps                 *redis.PubSub
 	closed             bool
+
+	consumers      map[string]*consumerLimits // consumers' fleet-wide minutes, by consumerID (consumers.go), under mu
+	consumerWindow time.Duration              // their span: 0, capacity.DeclaredWindow (tests set it shorter)
 }
 
 // pending is what the writer has yet to write for one deployment.
@@ -329,6 +332,9 @@ func (s *Store) close() error {
 	if s.health.Load() != healthDown {
 		for _, b := range bindings {
 			b.upkeep(time.Now(), true) // what the slices and grants hold goes back to the fleet
+			b.upkeepPlaces(time.Now(), true)
+		}
+		for _, b := range s.snapshotConsumers() {
 			b.upkeepPlaces(time.Now(), true)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.bgTimeout)

@@ -482,8 +482,7 @@ func (s *Store) pollOnce() error {
 			}
 			// Not a hash the router wrote: dropped (the next write makes
 			// it again), not taken for an outage.
-			s.malformed(b.stateKey, "a key of the wrong type")
-			_ = s.client.Del(ctx, b.stateKey).Err()
+			s.replaceMalformed(ctx, b.stateKey, "a key of the wrong type")
 			continue
 		}
 		var sh capacity.Shared

@@ -80,9 +80,10 @@ type Spending struct {
 	// window (in the store's total) and neither holds nor spent.
 	lease    float64
 	demand   usdDemand
-	leasing  bool  // a renewal is under way
-	watching bool  // an idle check is scheduled
-	idle     int64 // holds taken from the slice (the idle check's clock)
+	leasing  bool    // a renewal is under way
+	watching bool    // an idle check is scheduled
+	idle     int64   // holds taken from the slice (the idle check's clock)
+	attempt  float64 // the last hold taken from the slice (USD)
 
 	writer   string   // this Spending's name in its SpendOps
 	seq      int64    // the last SpendOp's Seq

@@ -13,10 +13,10 @@ import (
 type SpendLeaser interface {
 	// LeaseSpend adds a slice to key's total (which expires after ttl)
 	// and returns it, with the new total: need and, up to ask (USD), half
-	// of what limit leaves beyond twice need (the rest of the fleet leases
-	// the other half, and another attempt as large fits elsewhere). A
+	// of what limit leaves beyond need and keep (the rest of the fleet
+	// leases the other half, and an attempt of keep fits elsewhere). A
 	// budget without room for need grants 0 and returns its total.
-	LeaseSpend(ctx context.Context, key string, need, ask, limit float64, ttl time.Duration) (granted, total float64, err error)
+	LeaseSpend(ctx context.Context, key string, need, ask, keep, limit float64, ttl time.Duration) (granted, total float64, err error)
 }
 
 // Lease sizing of a Spending on a SpendLeaser: a slice holds its recent
@@ -72,6 +72,7 @@ func (s *Spending) holdLeased(now time.Time, h *Hold) bool {
 	s.lease -= h.usd
 	h.leased = true
 	s.idle++
+	s.attempt = h.usd
 	if s.lease < s.demand.over(now, spendLeaseLowWater) && !s.leasing {
 		s.leasing = true
 		go s.renew(now, s.window)
@@ -87,7 +88,7 @@ func (s *Spending) leaseFor(now time.Time, l SpendLeaser, h *Hold) (ok, answered
 	need := h.usd - s.lease
 	limit, i := s.storeLimit(), s.window
 	s.mu.Unlock()
-	granted, total, err := s.callLease(l, i, need, need+s.demandOver(now), limit)
+	granted, total, err := s.callLease(l, i, need, need+s.demandOver(now), h.usd, limit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil || s.window != i {
@@ -113,10 +114,10 @@ func (s *Spending) storeLimit() float64 {
 
 // callLease leases a slice of window i, within storeTimeout, and schedules
 // the idle check of a slice granted.
-func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, limit float64) (granted, total float64, err error) {
+func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit float64) (granted, total float64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	granted, total, err = l.LeaseSpend(ctx, s.storeKey(i), need, ask, limit, s.limit.Period+time.Minute)
+	granted, total, err = l.LeaseSpend(ctx, s.storeKey(i), need, ask, keep, limit, s.limit.Period+time.Minute)
 	if err == nil && granted > 0 {
 		s.watchIdle()
 	}
@@ -124,15 +125,16 @@ func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, limit float64) (
 }
 
 // renew tops up window i's slice for the horizon's demand, in the
-// background (one at a time).
+// background (one at a time), leaving the fleet room for an attempt as
+// large as the last one.
 func (s *Spending) renew(now time.Time, i int64) {
 	s.mu.Lock()
-	l, ask, limit := s.leaser(), s.demand.over(now, spendLeaseHorizon)-s.lease, s.storeLimit()
+	l, ask, keep, limit := s.leaser(), s.demand.over(now, spendLeaseHorizon)-s.lease, s.attempt, s.storeLimit()
 	s.mu.Unlock()
 	var granted, total float64
 	var err error
 	if l != nil && ask > 0 {
-		granted, total, err = s.callLease(l, i, 0, ask, limit)
+		granted, total, err = s.callLease(l, i, 0, ask, keep, limit)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -165,14 +165,15 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 }
 
 // leaseSpendScript leases a slice of a budget: it adds to the total need
-// and, up to ask, half of what the limit leaves beyond twice need (the
-// rest of the fleet leases the other half, and an attempt as large as
-// this one fits on another instance: a budget near its end is leased an
-// attempt at a time), and nothing when need does not fit. A total that is not a number (a hostile
+// and, up to ask, half of what the limit leaves beyond need and keep (the
+// rest of the fleet leases the other half, and an attempt of keep, one as
+// large as this instance's, fits on another instance: a budget near its
+// end is leased an attempt at a time), and nothing when need does not fit. A total that is not a number (a hostile
 // or stray value) is replaced by 0 as none would be.
 //
 //	KEYS[1]  the total
-//	ARGV[1]  need, ARGV[2] ask, ARGV[3] the limit (USD), ARGV[4] ttl (ms)
+//	ARGV[1]  need, ARGV[2] ask, ARGV[3] the limit, ARGV[5] keep (USD),
+//	ARGV[4] ttl (ms)
 //
 // It returns {slice granted, total}, as strings (Redis' replies truncate
 // Lua numbers to integers).
@@ -187,7 +188,7 @@ local room = limit - total
 if room <= 0 or need > room then
   return {'0', tostring(total)}
 end
-local g = need + math.max(math.min(ask - need, (room - 2 * need) / 2), 0)
+local g = need + math.max(math.min(ask - need, (room - need - tonumber(ARGV[5])) / 2), 0)
 if g <= 0 then
   return {'0', tostring(total)}
 end
@@ -199,9 +200,9 @@ return {gs, n}
 
 // LeaseSpend leases a slice of key's budget (capacity.SpendLeaser): it adds
 // to the total, which expires after ttl, need and, up to ask (USD), half of
-// what limit leaves beyond twice need, and nothing when need does not fit; it returns the slice and the total;
+// what limit leaves beyond need and keep, and nothing when need does not fit; it returns the slice and the total;
 // ErrUnavailable when the store is down. It is bounded by Timeout.
-func (s *Store) LeaseSpend(ctx context.Context, key string, need, ask, limit float64, ttl time.Duration) (float64, float64, error) {
+func (s *Store) LeaseSpend(ctx context.Context, key string, need, ask, keep, limit float64, ttl time.Duration) (float64, float64, error) {
 	if !s.available() {
 		return 0, 0, ErrUnavailable
 	}
@@ -209,7 +210,7 @@ func (s *Store) LeaseSpend(ctx context.Context, key string, need, ask, limit flo
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
 	res, err := leaseSpendScript.Run(ctx, s.client, []string{s.spendKey(key)}, strconv.FormatFloat(max(need, 0), 'g', -1, 64),
-		strconv.FormatFloat(max(ask, need, 0), 'g', -1, 64), strconv.FormatFloat(limit, 'g', -1, 64), ttl.Milliseconds()).StringSlice()
+		strconv.FormatFloat(max(ask, need, 0), 'g', -1, 64), strconv.FormatFloat(limit, 'g', -1, 64), ttl.Milliseconds(), strconv.FormatFloat(max(keep, 0), 'g', -1, 64)).StringSlice()
 	if err != nil {
 		s.callFailed("spend", err, start)
 		return 0, 0, err

@@ -88,3 +88,33 @@ func TestFleetBudgetLeasesNeverOverspend(t *testing.T) {
 		}
 	})
 }
+
+// One instance holds half of a budget of $0.01 ($0.005) and its slice
+// runs low, which renews it in the background; the renewal leaves room for
+// an attempt as large on another instance, whose $0.005 then fits (the
+// renewal took half of what was left, $0.0025, and the other instance's
+// hold was refused with $0.0025 of the budget unspent).
+func TestFleetBudgetRenewalLeavesAnAttempt(t *testing.T) {
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+		limit := capacity.SpendLimit{USD: 0.01, Period: time.Hour}
+		sa := capacity.NewSpending(limit, a.store, "budget:group|renew")
+		sb := capacity.NewSpending(limit, b.store, "budget:group|renew")
+		now := time.Now()
+		ha, ok, _ := sa.Hold(now, 0.005)
+		if !ok {
+			t.Fatal("expected the first hold to fit")
+		}
+		time.Sleep(200 * time.Millisecond) // the renewal lands
+		hb, ok, _ := sb.Hold(now, 0.005)
+		if !ok {
+			t.Fatal("expected the other instance's hold of $0.005 to fit the $0.005 left")
+		}
+		sa.Settle(now, ha, 0.005)
+		sb.Settle(now, hb, 0.005)
+		if over, _ := sb.Over(now.Add(2 * time.Second)); !over {
+			t.Error("expected the budget spent once both settled")
+		}
+	})
+}

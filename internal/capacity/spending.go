@@ -65,6 +65,12 @@ type SpendOp struct {
 // window ended by then drops it. Each write carries a SpendOp and a
 // failed one is retried as is, so a write applied whose reply was lost
 // is never counted twice.
+//
+// With a store that leases (SpendLeaser, fleet mode's Redis), an instance
+// holds and settles attempts against its slice of the budget, in memory,
+// and calls the store only for a new slice (spendlease.go); the store's
+// total counts the slices out, so a slice another instance holds counts as
+// spent here (Over, Report) until it is given back.
 type Spending struct {
 	limit SpendLimit
 	key   string // the store's key prefix

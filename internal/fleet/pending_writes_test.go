@@ -26,6 +26,7 @@ func TestPacedWriteFlushedOnClose(t *testing.T) {
 		ok.Requests = provider.Window{Limit: 10, Remaining: 9, Reset: time.Minute}
 		a.state.Observe(time.Now(), ok, capacity.DefaultPolicy)
 		eventually(t, time.Second, "the first window written", func() bool { return h.evals.Load() >= 1 })
+		time.Sleep(10 * time.Millisecond) // learned a millisecond later at least: the store keeps the newer part
 		ok.Requests = provider.Window{Limit: 10, Remaining: 5, Reset: time.Minute}
 		a.state.Observe(time.Now(), ok, capacity.DefaultPolicy) // a count going down: paced
 		key := a.store.bindings[DeploymentID(testIdentity)].stateKey

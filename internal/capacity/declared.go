@@ -136,3 +136,20 @@ func (d *declared) record(now time.Time, tokens int64) {
 	d.log = append(d.log, stamp{now, tokens})
 	d.tokens += tokens
 }
+
+// DeclaredSince returns how many attempts started after since, and their
+// tokens, that the declared window still counts at now (fleet mode: what
+// an instance started on its own declared window while it could not reach
+// the fleet's, to report once it can).
+func (s *State) DeclaredSince(since, now time.Time) (requests, tokens int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := &s.declared
+	d.prune(now)
+	for _, st := range d.log[d.head:] {
+		if st.at.After(since) {
+			requests, tokens = requests+1, tokens+st.tokens
+		}
+	}
+	return requests, tokens
+}

@@ -65,6 +65,12 @@ type SpendOp struct {
 // window ended by then drops it. Each write carries a SpendOp and a
 // failed one is retried as is, so a write applied whose reply was lost
 // is never counted twice.
+//
+// With a store that leases (SpendLeaser, fleet mode's Redis), an instance
+// holds and settles attempts against its slice of the budget, in memory,
+// and calls the store only for a new slice (spendlease.go); the store's
+// total counts the slices out, so a slice another instance holds counts as
+// spent here (Over, Report) until it is given back.
 type Spending struct {
 	limit SpendLimit
 	key   string // the store's key prefix
@@ -76,6 +82,14 @@ type Spending struct {
 	spent  float64 // in it: spent here and not in the store (all of it without a store)
 	held   float64 // in it: held here and not in the store
 	looked time.Time
+	// lease is, with a SpendLeaser, what this instance leased of the
+	// window (in the store's total) and neither holds nor spent.
+	lease    float64
+	demand   usdDemand
+	leasing  bool    // a renewal is under way
+	watching bool    // an idle check is scheduled
+	idle     int64   // holds taken from the slice (the idle check's clock)
+	attempt  float64 // the last hold taken from the slice (USD)
 
 	writer   string   // this Spending's name in its SpendOps
 	seq      int64    // the last SpendOp's Seq
@@ -97,6 +111,7 @@ type Hold struct {
 	usd    float64
 	window int64
 	shared bool // counted in the store's total
+	leased bool // taken from the instance's slice (itself in the store's total)
 	done   bool // settled (under the Spending's lock)
 }
 
@@ -140,7 +155,7 @@ func (s *Spending) SetLimit(l SpendLimit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.Period != s.limit.Period {
-		s.window, s.shared, s.spent, s.held, s.looked, s.op = 0, 0, 0, 0, time.Time{}, nil
+		s.window, s.shared, s.spent, s.held, s.looked, s.op, s.lease = 0, 0, 0, 0, time.Time{}, nil, 0
 	}
 	s.limit = l
 }
@@ -158,7 +173,7 @@ func (s *Spending) storeKey(i int64) string { return s.key + ":" + strconv.Forma
 func (s *Spending) roll(now time.Time) int64 {
 	if i := s.index(now); i > s.window {
 		s.window, s.shared, s.spent, s.held, s.looked = i, 0, 0, 0, time.Time{}
-		s.op = nil // what the ended window did not write is dropped
+		s.op, s.lease = nil, 0 // what the ended window did not write is dropped, its slice with its key
 	}
 	return s.window
 }
@@ -194,10 +209,30 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 	i := s.roll(now)
 	until = s.resetAt(i)
 	h = &Hold{usd: usd, window: i}
-	store, limit := s.store, s.limit.USD*(1+1e-9)-s.spent-s.held
+	store, limit := s.store, s.storeLimit()
 	if store == nil {
 		ok = s.holdHere(h)
 		s.mu.Unlock()
+		return h, ok, until
+	}
+	if l := s.leaser(); l != nil {
+		s.demand.add(now, usd)
+		if s.holdLeased(now, h) {
+			s.mu.Unlock()
+			return h, true, until
+		}
+		s.mu.Unlock()
+		if ok, answered := s.leaseFor(now, l, h); answered {
+			if !ok {
+				h = nil
+			}
+			return h, ok, until
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if ok = s.window != i || s.holdHere(h); !ok { // unreachable: what this instance knows decides
+			h = nil
+		}
 		return h, ok, until
 	}
 	s.mu.Unlock()
@@ -259,6 +294,8 @@ func (s *Spending) Settle(now time.Time, h *Hold, usd float64) (over bool, until
 		h.done = true
 		switch {
 		case h.window != i:
+		case h.leased:
+			delta = s.settleLeased(h, usd)
 		case h.shared:
 			delta -= h.usd
 		default:
@@ -266,7 +303,7 @@ func (s *Spending) Settle(now time.Time, h *Hold, usd float64) (over bool, until
 		}
 	}
 	s.spent += delta // in the store's total once flushed
-	flush := s.store != nil && delta != 0
+	flush := s.store != nil && (delta != 0 || s.surplus(now))
 	s.mu.Unlock()
 	if flush {
 		s.flush(now)
@@ -344,7 +381,7 @@ func (s *Spending) Over(now time.Time) (bool, time.Time) {
 	i := s.look(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shared+s.spent >= s.limit.USD, s.resetAt(i)
+	return s.shared-s.lease+s.spent >= s.limit.USD, s.resetAt(i)
 }
 
 // Fits reports whether a hold of usd would fit at now (as Hold, without
@@ -356,7 +393,10 @@ func (s *Spending) Fits(now time.Time, usd float64) (bool, time.Time) {
 	i := s.look(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.used() < s.limit.USD && amount(usd) <= s.room(), s.resetAt(i)
+	if usd = amount(usd); usd <= s.lease && s.lease > 0 {
+		return true, s.resetAt(i)
+	}
+	return s.used() < s.limit.USD && usd <= s.room(), s.resetAt(i)
 }
 
 // look reads the fleet's total again when it was last read (or learned)
@@ -410,7 +450,7 @@ func (s *Spending) Report(now time.Time) *SpendingReport {
 	defer s.mu.Unlock()
 	i := s.roll(now)
 	return &SpendingReport{BudgetUSD: s.limit.USD, PeriodSeconds: s.limit.Period.Seconds(),
-		SpentUSD: RoundUSD(s.shared + s.spent), HeldUSD: RoundUSD(s.held), ResetsAt: s.resetAt(i)}
+		SpentUSD: RoundUSD(s.shared - s.lease + s.spent), HeldUSD: RoundUSD(s.held), ResetsAt: s.resetAt(i)}
 }
 
 // BudgetSpent says whether the deployment's budget is spent at now: until

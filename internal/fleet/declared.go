@@ -46,6 +46,8 @@ type places struct {
 	requests, tokens demand
 	flight           chan struct{}
 	full             time.Time // a renewal found the window spent until then
+	offFrom          time.Time // the first fallback to local state of an outage (offline.go)
+	report           string    // a report of it not yet confirmed
 }
 
 func (p *places) want(now time.Time, tokens int64) {
@@ -182,6 +184,7 @@ func (b *binding) reserve(rpm, tpm, tokens int64) (time.Duration, int64, error) 
 		}
 		if !s.available() {
 			s.obs.Fallback("reserve")
+			p.offline(now)
 			return 0, 0, ErrUnavailable
 		}
 		flight, lead := p.join()
@@ -221,6 +224,7 @@ func (b *binding) reserveGranted(ctx context.Context, rpm, tpm, tokens int64) (t
 		}
 		s.fail("reserve", err)
 		s.obs.Fallback("reserve")
+		p.offline(start)
 		return 0, 0, err
 	}
 	if !ok {

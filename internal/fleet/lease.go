@@ -361,6 +361,7 @@ func (s *Store) leaseLoop() {
 		for _, b := range s.snapshotBindings() {
 			b.upkeep(time.Now(), false)
 			b.upkeepPlaces(time.Now(), false)
+			b.reportOffline(time.Now())
 		}
 		for _, b := range s.snapshotConsumers() {
 			b.upkeepPlaces(time.Now(), false)

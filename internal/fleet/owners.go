@@ -73,15 +73,31 @@ func (s *Store) Owner(responseID string) (deploymentID, name string, ok bool) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
-	v, err := s.client.Get(ctx, s.ownerKey(responseID)).Result()
-	if err != nil {
-		if !errors.Is(err, redis.Nil) {
-			s.callFailed("owner", err, start)
-		}
+	key := s.ownerKey(responseID)
+	v, err := s.client.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", "", false
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		s.replaceMalformed(ctx, key, "a key of the wrong type")
+		return "", "", false
+	case err != nil:
+		s.callFailed("owner", err, start)
 		return "", "", false
 	}
-	deploymentID, name, ok = strings.Cut(v, "\n")
+	s.answered()
+	if deploymentID, name, ok = strings.Cut(v, "\n"); !ok {
+		s.replaceMalformed(ctx, key, "an owner without its deployment")
+	}
 	return deploymentID, name, ok
+}
+
+// replaceMalformed logs once that key held what the router cannot have
+// written (what) and deletes it, within ctx: the router's next write
+// makes it again, and no read takes it for an outage.
+func (s *Store) replaceMalformed(ctx context.Context, key, what string) {
+	s.malformed(key, what)
+	_ = s.client.Del(ctx, key).Err()
 }
 
 func (s *Store) takeOwners() []ownerWrite {
@@ -133,9 +149,13 @@ func (s *Store) ClaimPending(responseID string) (group string, ok bool, err erro
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
 	defer cancel()
-	group, err = s.client.GetDel(ctx, s.pendingKey(responseID)).Result()
+	key := s.pendingKey(responseID)
+	group, err = s.client.GetDel(ctx, key).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
+		return "", false, nil
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		s.replaceMalformed(ctx, key, "a key of the wrong type")
 		return "", false, nil
 	case err != nil:
 		s.callFailed("pending", err, start)

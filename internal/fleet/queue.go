@@ -74,9 +74,11 @@ type Queue struct {
 	waiting, expires, living, tokens string
 
 	mu      sync.Mutex
-	joined  bool     // this instance joined it at least once
-	members int      // joined on this instance and not left
-	stale   []string // to take out at the next poll: unconfirmed Leaves and Joins
+	joined  bool         // this instance joined it at least once
+	members int          // joined on this instance and not left
+	stale   []string     // to take out at the next poll: unconfirmed Leaves and Joins
+	pending []*queueCall // calls for the next batch (queue_batch.go)
+	sending bool         // a batch is in flight
 }
 
 // Queue returns the fleet's queue of the model group name whose
@@ -186,29 +188,6 @@ local function renew(origin, lease)
 end
 `
 
-// queueJoinScript renews the instance's lease and adds a waiting request;
-// it returns its place (see place).
-//
-//	ARGV[1] member, ARGV[2] score (its place: priority, then arrival),
-//	ARGV[3] how long it counts (ms), ARGV[4] origin, ARGV[5] lease (ms),
-//	ARGV[6] its tokens, ARGV[7] '1' to sum the tokens before it
-var queueJoinScript = redis.NewScript(queueLib + `
-renew(ARGV[4], tonumber(ARGV[5]))
-sweep()
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[6])
-keep(now)
-return place(ARGV[1], ARGV[7])
-`)
-
-// queueAheadScript returns the place of ARGV[1] (see place); ARGV[2] '1'
-// sums the tokens before it.
-var queueAheadScript = redis.NewScript(queueLib + `
-sweep()
-return place(ARGV[1], ARGV[2])
-`)
-
 // queueRenewScript renews an instance's lease (when it has members here)
 // and takes out the members listed.
 //
@@ -262,28 +241,15 @@ func (q *Queue) Join(priority, maxPriority int, arrival time.Time, order uint64,
 	// joins again apart from its earlier self (a stale Leave of that one
 	// must not take this one out).
 	member = fmt.Sprintf("%s-%016x-%x", s.origin, order, s.seq.Add(1))
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-	defer cancel()
-	p, err := queueJoinScript.Run(ctx, s.client, q.keys(), member,
-		placeScore(priority, maxPriority, arrival), max(wait, time.Millisecond).Milliseconds()+1000,
-		s.origin, s.lease.Milliseconds(), max(tokens, 0), flag(withTokens)).Int64Slice()
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.joined = true
-	if err == nil && len(p) != 2 {
-		err = errBadReply
-	}
-	if err != nil {
-		// Its answer may be lost while the member landed: take it out at
-		// the next renewal.
-		q.stale = append(q.stale, member)
-		s.callFailed("queue", err, start)
+	q.mu.Unlock()
+	c := &queueCall{kind: "j", member: member, score: placeScore(priority, maxPriority, arrival),
+		counts: max(wait, time.Millisecond).Milliseconds() + 1000, tokens: max(tokens, 0), withTokens: withTokens}
+	if err := q.call(c); err != nil {
 		return "", 0, 0, err
 	}
-	s.answered()
-	q.members++
-	return member, p[0], p[1], nil
+	return member, c.ahead, c.tokensAhead, nil
 }
 
 // Ahead returns how many requests wait before member, fleet-wide, and
@@ -294,23 +260,14 @@ func (q *Queue) Ahead(member string, withTokens bool) (ahead, tokensAhead int64,
 	if !s.available() {
 		return 0, 0, ErrUnavailable
 	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-	defer cancel()
-	p, err := queueAheadScript.Run(ctx, s.client, q.keys(), member, flag(withTokens)).Int64Slice()
-	switch {
-	case err == nil && len(p) != 2:
-		err = errBadReply
-		fallthrough
-	case err != nil:
-		s.callFailed("queue", err, start)
+	c := &queueCall{kind: "a", member: member, withTokens: withTokens}
+	if err := q.call(c); err != nil {
 		return 0, 0, err
 	}
-	s.answered()
-	if p[0] < 0 {
+	if c.ahead < 0 {
 		return 0, 0, ErrNotQueued
 	}
-	return p[0], p[1], nil
+	return c.ahead, c.tokensAhead, nil
 }
 
 func flag(b bool) string {
@@ -323,26 +280,10 @@ func flag(b bool) string {
 // Leave takes member out of the fleet's queue; when Redis does not
 // confirm it (or is known to be down), at the next poll that it answers.
 func (q *Queue) Leave(member string) {
-	s := q.s
-	var err error = ErrUnavailable
-	if s.available() {
-		ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-		pipe := s.client.TxPipeline()
-		pipe.ZRem(ctx, q.waiting, member)
-		pipe.ZRem(ctx, q.expires, member)
-		pipe.HDel(ctx, q.tokens, member)
-		_, err = pipe.Exec(ctx)
-		cancel()
-	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.members--
-	if err != nil {
-		q.stale = append(q.stale, member)
-		if !errors.Is(err, ErrUnavailable) {
-			s.obs.Error("queue")
-		}
-	}
+	q.mu.Unlock()
+	_ = q.call(&queueCall{kind: "l", member: member}) // a failed one is taken out at the next renewal
 }
 
 // renewLoop renews this instance's leases every queueRenew (renewQueues).

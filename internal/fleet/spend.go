@@ -163,3 +163,68 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 	}
 	return v, err
 }
+
+// leaseSpendScript leases a slice of a budget: it adds to the total need
+// and, up to ask, half of what the limit leaves beyond need and keep (the
+// rest of the fleet leases the other half, and an attempt of keep, one as
+// large as this instance's, fits on another instance: a budget near its
+// end is leased an attempt at a time), and nothing when need does not fit. A total that is not a number (a hostile
+// or stray value) is replaced by 0 as none would be.
+//
+//	KEYS[1]  the total
+//	ARGV[1]  need, ARGV[2] ask, ARGV[3] the limit, ARGV[5] keep (USD),
+//	ARGV[4] ttl (ms)
+//
+// It returns {slice granted, total}, as strings (Redis' replies truncate
+// Lua numbers to integers).
+var leaseSpendScript = redis.NewScript(`
+local total = tonumber(redis.call('GET', KEYS[1]) or '0')
+if total == nil then
+  redis.call('DEL', KEYS[1])
+  total = 0
+end
+local need, ask, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local room = limit - total
+if room <= 0 or need > room then
+  return {'0', tostring(total)}
+end
+local g = need + math.max(math.min(ask - need, (room - need - tonumber(ARGV[5])) / 2), 0)
+if g <= 0 then
+  return {'0', tostring(total)}
+end
+local gs = string.format('%.17g', g)
+local n = redis.call('INCRBYFLOAT', KEYS[1], gs)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {gs, n}
+`)
+
+// LeaseSpend leases a slice of key's budget (capacity.SpendLeaser): it adds
+// to the total, which expires after ttl, need and, up to ask (USD), half of
+// what limit leaves beyond need and keep, and nothing when need does not fit; it returns the slice and the total;
+// ErrUnavailable when the store is down. It is bounded by Timeout.
+func (s *Store) LeaseSpend(ctx context.Context, key string, need, ask, keep, limit float64, ttl time.Duration) (float64, float64, error) {
+	if !s.available() {
+		return 0, 0, ErrUnavailable
+	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
+	res, err := leaseSpendScript.Run(ctx, s.client, []string{s.spendKey(key)}, strconv.FormatFloat(max(need, 0), 'g', -1, 64),
+		strconv.FormatFloat(max(ask, need, 0), 'g', -1, 64), strconv.FormatFloat(limit, 'g', -1, 64), ttl.Milliseconds(), strconv.FormatFloat(max(keep, 0), 'g', -1, 64)).StringSlice()
+	if err != nil {
+		s.callFailed("spend", err, start)
+		return 0, 0, err
+	}
+	s.answered()
+	if len(res) != 2 {
+		s.obs.Error("spend")
+		return 0, 0, errors.New("spend: the lease script answered " + fmt.Sprint(res))
+	}
+	granted, err1 := strconv.ParseFloat(res[0], 64)
+	total, err2 := strconv.ParseFloat(res[1], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		s.obs.Error("spend")
+		return 0, 0, fmt.Errorf("spend: the lease script's reply %q: %w", res, err)
+	}
+	return granted, total, nil
+}

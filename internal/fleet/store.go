@@ -157,6 +157,23 @@ type pending struct {
 	notify bool
 }
 
+// fold takes into p the parts of newer that are newer than p's.
+func (p *pending) fold(newer *pending) {
+	if newer.sh.Circuit.At.After(p.sh.Circuit.At) {
+		p.sh.Circuit = newer.sh.Circuit
+	}
+	if newer.sh.Drain.At.After(p.sh.Drain.At) {
+		p.sh.Drain = newer.sh.Drain
+	}
+	if newer.sh.Requests.At.After(p.sh.Requests.At) {
+		p.sh.Requests = newer.sh.Requests
+	}
+	if newer.sh.Tokens.At.After(p.sh.Tokens.At) {
+		p.sh.Tokens = newer.sh.Tokens
+	}
+	p.notify = p.notify || newer.notify
+}
+
 type release struct{ key, token string }
 
 // New checks the options and starts the store. It does not wait for Redis:
@@ -337,8 +354,12 @@ func (s *Store) close() error {
 		for _, b := range s.snapshotConsumers() {
 			b.upkeepPlaces(time.Now(), true)
 		}
+		s.mu.Lock()
+		batch := s.pending
+		s.pending = map[*binding]*pending{}
+		s.mu.Unlock()
+		_ = s.flushWrites(context.Background(), batch, s.takeReleases(), s.takeOwners()) // a paced write still pending goes out
 		ctx, cancel := context.WithTimeout(context.Background(), s.bgTimeout)
-		s.writeReleases(ctx, s.takeReleases())
 		s.closeQueues(ctx)
 		cancel()
 	}
@@ -400,6 +421,10 @@ func (s *Store) succeeded() {
 	case healthDown:
 		s.obs.Up(true)
 		s.log.Info("fleet store reachable again: resynchronized", zap.String("redis", s.addr))
+		select {
+		case s.wake <- struct{}{}: // what was kept during the outage
+		default:
+		}
 	case healthUnknown:
 		s.obs.Up(true)
 		s.log.Debug("fleet store connected", zap.String("redis", s.addr))
@@ -459,7 +484,7 @@ func (s *Store) resync() error {
 	for _, b := range s.snapshotBindings() {
 		batch[b] = &pending{sh: b.st.Shared(), notify: true}
 	}
-	if err := s.write(batch); err != nil {
+	if err := s.write(ctx, batch); err != nil {
 		return err
 	}
 	return s.pollOnce()
@@ -488,8 +513,7 @@ func (s *Store) pollOnce() error {
 			}
 			// Not a hash the router wrote: dropped (the next write makes
 			// it again), not taken for an outage.
-			s.malformed(b.stateKey, "a key of the wrong type")
-			_ = s.client.Del(ctx, b.stateKey).Err()
+			s.replaceMalformed(ctx, b.stateKey, "a key of the wrong type")
 			continue
 		}
 		var sh capacity.Shared
@@ -612,21 +636,50 @@ func (s *Store) writeLoop() {
 		releases := s.takeReleases()
 		owners := s.takeOwners()
 		if s.health.Load() == healthDown {
-			// Dropped: the resynchronization after the outage publishes
-			// every state's newest knowledge.
+			// Kept: written once Redis answers again (succeeded wakes the
+			// writer), after the resynchronization.
+			s.requeue(batch, releases, owners)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
-		if err := s.write(batch); err != nil {
+		if err := s.flushWrites(s.ctx, batch, releases, owners); err != nil {
 			s.fail("publish", err)
-		} else {
-			s.writeReleases(ctx, releases)
-			if err := s.writeOwners(ctx, owners); err != nil {
-				s.fail("publish", err)
-			}
 		}
-		cancel()
 	}
+}
+
+// flushWrites writes batch, then releases and owners, within the
+// background timeout of parent; what it could not write is kept for the
+// next write.
+func (s *Store) flushWrites(parent context.Context, batch map[*binding]*pending, releases []release, owners []ownerWrite) error {
+	ctx, cancel := context.WithTimeout(parent, s.bgTimeout)
+	defer cancel()
+	if err := s.write(ctx, batch); err != nil {
+		s.requeue(batch, releases, owners)
+		return err
+	}
+	s.writeReleases(ctx, releases)
+	if err := s.writeOwners(ctx, owners); err != nil {
+		s.requeue(nil, nil, owners)
+		return err
+	}
+	return nil
+}
+
+// requeue puts writes that were not written back before those queued
+// since (a part published since is newer and stays), the owners within
+// maxOwnerWrites.
+func (s *Store) requeue(batch map[*binding]*pending, releases []release, owners []ownerWrite) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for b, p := range batch {
+		if q := s.pending[b]; q != nil {
+			p.fold(q)
+		}
+		s.pending[b] = p
+	}
+	s.releases = append(releases, s.releases...)
+	o := append(owners, s.owners...)
+	s.owners = o[max(len(o)-maxOwnerWrites, 0):]
 }
 
 // paceWrites waits, when nothing pending changes routing, until a poll
@@ -684,12 +737,10 @@ func (s *Store) writeReleases(ctx context.Context, releases []release) {
 }
 
 // write runs publishScript for each deployment of batch, in one pipeline.
-func (s *Store) write(batch map[*binding]*pending) error {
+func (s *Store) write(ctx context.Context, batch map[*binding]*pending) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
-	defer cancel()
 	run := func(evalsha bool) error {
 		pipe := s.client.Pipeline()
 		for b, p := range batch {

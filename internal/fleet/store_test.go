@@ -59,10 +59,16 @@ type instance struct {
 // (testIdentity) bound, declared rpm/tpm as given.
 func newInstance(t *testing.T, url string, poll time.Duration, rpm, tpm int64) *instance {
 	t.Helper()
+	return newInstanceTimeout(t, url, poll, rpm, tpm, 200*time.Millisecond)
+}
+
+// newInstanceTimeout is newInstance with the store's Timeout.
+func newInstanceTimeout(t *testing.T, url string, poll time.Duration, rpm, tpm int64, timeout time.Duration) *instance {
+	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	in := &instance{state: capacity.NewState(), logs: logs, obs: newCounter()}
 	in.state.Declare(rpm, tpm)
-	s, err := New(Options{URL: url, KeyPrefix: keyPrefix(t), PollInterval: poll, Timeout: 200 * time.Millisecond,
+	s, err := New(Options{URL: url, KeyPrefix: keyPrefix(t), PollInterval: poll, Timeout: timeout,
 		Logger: zap.New(core), Observer: in.obs})
 	if err != nil {
 		t.Fatal(err)

@@ -85,7 +85,7 @@ type Spending struct {
 	// lease is, with a SpendLeaser, what this instance leased of the
 	// window (in the store's total) and neither holds nor spent.
 	lease    float64
-	demand   usdDemand
+	demand   Demand
 	leasing  bool    // a renewal is under way
 	watching bool    // an idle check is scheduled
 	idle     int64   // holds taken from the slice (the idle check's clock)
@@ -216,7 +216,7 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 		return h, ok, until
 	}
 	if l := s.leaser(); l != nil {
-		s.demand.add(now, usd)
+		s.demand.Add(now, usd)
 		if s.holdLeased(now, h) {
 			s.mu.Unlock()
 			return h, true, until

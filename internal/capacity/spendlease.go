@@ -2,7 +2,6 @@ package capacity
 
 import (
 	"context"
-	"math"
 	"time"
 )
 
@@ -20,7 +19,7 @@ type SpendLeaser interface {
 }
 
 // Lease sizing of a Spending on a SpendLeaser: a slice holds its recent
-// demand (USD held per second, weighted over about spendDemandTau) for
+// demand (USD held per second, weighted over about DemandTau) for
 // spendLeaseHorizon; it is renewed in the background below
 // spendLeaseLowWater of demand, gives back what exceeds twice the
 // horizon's demand, and all it holds once no attempt held any of it for
@@ -28,33 +27,8 @@ type SpendLeaser interface {
 const (
 	spendLeaseHorizon  = 3 * time.Second
 	spendLeaseLowWater = time.Second
-	spendDemandTau     = time.Second
 	spendLeaseIdle     = 5 * time.Second
 )
-
-// usdDemand is an exponentially weighted rate, USD per second.
-type usdDemand struct {
-	rate float64
-	at   time.Time
-}
-
-func (d *usdDemand) decayed(now time.Time) float64 {
-	if d.at.IsZero() || !now.After(d.at) {
-		return d.rate
-	}
-	return d.rate * math.Exp(-now.Sub(d.at).Seconds()/spendDemandTau.Seconds())
-}
-
-func (d *usdDemand) add(now time.Time, usd float64) {
-	d.rate = d.decayed(now) + usd/spendDemandTau.Seconds()
-	if now.After(d.at) {
-		d.at = now
-	}
-}
-
-func (d *usdDemand) over(now time.Time, span time.Duration) float64 {
-	return d.decayed(now) * span.Seconds()
-}
 
 // leaser returns the store as a SpendLeaser, nil when it is not one;
 // under s.mu.
@@ -73,7 +47,7 @@ func (s *Spending) holdLeased(now time.Time, h *Hold) bool {
 	h.leased = true
 	s.idle++
 	s.attempt = h.usd
-	if s.lease < s.demand.over(now, spendLeaseLowWater) && !s.leasing {
+	if s.lease < s.demand.Over(now, spendLeaseLowWater) && !s.leasing {
 		s.leasing = true
 		go s.renew(now, s.window)
 	}
@@ -103,7 +77,7 @@ func (s *Spending) leaseFor(now time.Time, l SpendLeaser, h *Hold) (ok, answered
 func (s *Spending) demandOver(now time.Time) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.demand.over(now, spendLeaseHorizon)
+	return s.demand.Over(now, spendLeaseHorizon)
 }
 
 // storeLimit is the limit of the store's total: the budget, less what is
@@ -129,7 +103,7 @@ func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit floa
 // large as the last one.
 func (s *Spending) renew(now time.Time, i int64) {
 	s.mu.Lock()
-	l, ask, keep, limit := s.leaser(), s.demand.over(now, spendLeaseHorizon)-s.lease, s.attempt, s.storeLimit()
+	l, ask, keep, limit := s.leaser(), s.demand.Over(now, spendLeaseHorizon)-s.lease, s.attempt, s.storeLimit()
 	s.mu.Unlock()
 	var granted, total float64
 	var err error
@@ -174,7 +148,7 @@ func (s *Spending) giveBack(keep float64) bool {
 // surplus gives back what the slice holds beyond twice the horizon's
 // demand; under s.mu.
 func (s *Spending) surplus(now time.Time) bool {
-	keep := s.demand.over(now, spendLeaseHorizon)
+	keep := s.demand.Over(now, spendLeaseHorizon)
 	if s.lease <= 2*keep {
 		return false
 	}

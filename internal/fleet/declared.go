@@ -126,7 +126,7 @@ func (p *places) add(g grant, spend bool, tokens int64) {
 func (p *places) demanded(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.requests.decayed(now)*demandTau.Seconds() >= 0.5
+	return p.requests.Rate(now)*capacity.DemandTau.Seconds() >= 0.5
 }
 
 func (p *places) join() (<-chan struct{}, bool) {

@@ -17,7 +17,7 @@ import (
 // the slices the instances hold never add up to more than the window holds:
 // the fleet never overspends a window, whichever instance spends. Each
 // slice is sized from the instance's recent demand (an exponentially
-// weighted rate, demandTau) for leaseHorizon, and no larger than an equal
+// weighted rate, capacity.DemandTau) for leaseHorizon, and no larger than an equal
 // share of the remainder among the instances active in it; the instance
 // asks for the next one in the background once its slice holds less than
 // leaseLowWater of its demand, and gives back what it will not spend before
@@ -34,36 +34,19 @@ import (
 const (
 	leaseHorizon  = 3 * time.Second
 	leaseLowWater = 750 * time.Millisecond
-	demandTau     = time.Second
 	// leaseTick is how often the store looks at the slices (in memory)
 	// for one to renew or give back.
 	leaseTick = 50 * time.Millisecond
 )
 
-// demand is an exponentially weighted rate: units per second, over about
-// demandTau.
-type demand struct {
-	rate float64
-	at   time.Time
-}
+// demand is capacity.Demand in whole units.
+type demand struct{ capacity.Demand }
 
-func (d *demand) decayed(now time.Time) float64 {
-	if d.at.IsZero() || !now.After(d.at) {
-		return d.rate
-	}
-	return d.rate * math.Exp(-now.Sub(d.at).Seconds()/demandTau.Seconds())
-}
+func (d *demand) add(now time.Time, n int64) { d.Add(now, float64(n)) }
 
-func (d *demand) add(now time.Time, n int64) {
-	d.rate = d.decayed(now) + float64(n)/demandTau.Seconds()
-	if now.After(d.at) {
-		d.at = now
-	}
-}
-
-// over returns the demand expected over d (at least 1 unit).
+// over returns the demand expected over span (at least 1 unit).
 func (d *demand) over(now time.Time, span time.Duration) int64 {
-	return max(int64(math.Ceil(d.decayed(now)*span.Seconds())), 1)
+	return max(int64(math.Ceil(d.Over(now, span))), 1)
 }
 
 // slice is one instance's lease of one window.
@@ -276,7 +259,7 @@ func (l *leaser) renews(now time.Time, i int, d time.Duration) bool {
 	if w.expires.IsZero() || !now.Before(w.expires) || w.fleetLeft <= 0 {
 		return false
 	}
-	return w.demand.decayed(now)*demandTau.Seconds() >= 0.5 && w.left(now) < w.demand.over(now, min(d, w.expires.Sub(now)))
+	return w.demand.Rate(now)*capacity.DemandTau.Seconds() >= 0.5 && w.left(now) < w.demand.over(now, min(d, w.expires.Sub(now)))
 }
 
 // gave takes what is given back of window i's slice out of it, if the

@@ -142,7 +142,7 @@ func (s *Store) snapshotConsumers() []*binding {
 func (p *places) idle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.grants) == 0 && p.flight == nil
+	return len(p.grants) == 0 && p.flight.done == nil
 }
 
 // Interface guards

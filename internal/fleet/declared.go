@@ -44,7 +44,7 @@ type places struct {
 	mu               sync.Mutex
 	grants           []grant // oldest first
 	requests, tokens demand
-	flight           chan struct{}
+	flight           inFlight  // the grant in flight
 	full             time.Time // a renewal found the window spent until then
 	offFrom          time.Time // the first fallback to local state of an outage (offline.go)
 	report           string    // a report of it not yet confirmed
@@ -129,21 +129,19 @@ func (p *places) demanded(now time.Time) bool {
 	return p.requests.Rate(now)*capacity.DemandTau.Seconds() >= 0.5
 }
 
+// join makes the caller the one call in flight (lead), or returns the
+// channel closed when that call lands.
 func (p *places) join() (<-chan struct{}, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.flight != nil {
-		return p.flight, false
-	}
-	p.flight = make(chan struct{})
-	return nil, true
+	return p.flight.join()
 }
 
+// land ends the call in flight.
 func (p *places) land() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	close(p.flight)
-	p.flight = nil
+	p.flight.land()
 }
 
 // Reserve implements capacity.Fleet from this instance's grants of places

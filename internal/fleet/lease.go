@@ -92,7 +92,7 @@ type leaser struct {
 	w         [2]slice
 	instances int
 	last      capacity.Budget // the windows as the last attempt knew them (for the background's calls)
-	flight    chan struct{}   // closed when the grant in flight lands (nil: none)
+	flight    inFlight        // the grant in flight
 }
 
 // grantReply is leaseScript's reply.
@@ -119,24 +119,42 @@ func (l *leaser) want(now time.Time, need [2]int64, bu capacity.Budget) {
 	l.last = bu
 }
 
+// inFlight is the one call to Redis in flight for a leaser's slices or a
+// binding's places, under its owner's mutex: the attempts that need it
+// meanwhile wait for it to land instead of each making their own.
+type inFlight struct {
+	done chan struct{} // closed when the call lands (nil: none in flight)
+}
+
+// join makes the caller the call in flight (lead), or returns the channel
+// closed when the one in flight lands.
+func (f *inFlight) join() (flight <-chan struct{}, lead bool) {
+	if f.done != nil {
+		return f.done, false
+	}
+	f.done = make(chan struct{})
+	return nil, true
+}
+
+// land ends the call in flight.
+func (f *inFlight) land() {
+	close(f.done)
+	f.done = nil
+}
+
 // join makes the caller the one call in flight (lead), or returns the
 // channel closed when that call lands.
 func (l *leaser) join() (flight <-chan struct{}, lead bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.flight != nil {
-		return l.flight, false
-	}
-	l.flight = make(chan struct{})
-	return nil, true
+	return l.flight.join()
 }
 
 // land ends the call in flight.
 func (l *leaser) land() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	close(l.flight)
-	l.flight = nil
+	l.flight.land()
 }
 
 // apply folds a reply to a call made at called into the slices: each

@@ -64,8 +64,8 @@ SCENARIO ?=
 .PHONY: agents bench check cors-check demo mutate sim status-check test
 
 test:
-	$(GO) test -race ./...
-	cd caddytest && $(GO) test -race ./...
+	@# caddytest runs even when the main module fails; either failing fails the target.
+	$(GO) test -race ./...; main=$$?; cd caddytest && $(GO) test -race ./... && exit $$main
 
 check:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -15,13 +15,22 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// logFields are extra's fields (Caddy keeps them unexported: read with
+// reflect).
+func logFields(extra *caddyhttp.ExtraLogFields) []zapcore.Field {
+	v := reflect.ValueOf(extra).Elem().FieldByName("fields")
+	return reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem().Interface().([]zapcore.Field)
+}
+
+// logFieldCount is how many fields the handler gave extra.
+func logFieldCount(extra *caddyhttp.ExtraLogFields) int { return len(logFields(extra)) }
+
 // accessLogEntry encodes extra's fields as Caddy's access log does (its
 // JSON encoder, the fields appended to the entry's), as an object. Caddy
 // keeps the fields unexported: they are read with reflect.
 func accessLogEntry(t *testing.T, extra *caddyhttp.ExtraLogFields) map[string]any {
 	t.Helper()
-	v := reflect.ValueOf(extra).Elem().FieldByName("fields")
-	fields := reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem().Interface().([]zapcore.Field)
+	fields := logFields(extra)
 	enc := zapcore.NewJSONEncoder(zapcore.EncoderConfig{MessageKey: "msg"})
 	buf, err := enc.EncodeEntry(zapcore.Entry{Message: "handled request"}, fields)
 	if err != nil {

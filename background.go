@@ -1,7 +1,9 @@
 package llmrouter
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -33,7 +35,7 @@ import (
 //	GET    .../responses/{id}/input_items
 //
 // The answers are passed on as the provider gave them, its secrets
-// redacted. A background response's usage is counted once, when it is
+// redacted, but a 2xx no SDK can read (unreadableStored: a 502). A background response's usage is counted once, when it is
 // done: at the first poll (or stream, the create's own included) that
 // finds it completed, failed, incomplete or cancelled, whichever client
 // (or instance of the fleet) made it; the router polls a response no
@@ -105,14 +107,14 @@ func responseFollowUp(path string) (id, op string, ok bool) {
 // serveFollowUp sends a request on the stored response id to the
 // deployment that made it, and passes its answer on; a poll or cancel
 // that finds it done counts its usage (settle). Errors in OpenAI's format.
-func (h *Handler) serveFollowUp(w http.ResponseWriter, r *http.Request, id, op string) {
+func (h *Handler) serveFollowUp(w http.ResponseWriter, r *http.Request, who, id, op string) {
 	a := api.Responses{}
 	if allow := followUpMethods[op]; !slices.Contains(allow, r.Method) {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		a.WriteError(w, api.Errorf(http.StatusMethodNotAllowed, api.MethodNotAllowed, "", "use %s", strings.Join(allow, " or ")))
 		return
 	}
-	d, e := h.ownerDeployment(id)
+	d, e := h.ownerDeployment(id, who)
 	if e != nil {
 		a.WriteError(w, e)
 		return
@@ -133,6 +135,10 @@ func (h *Handler) serveFollowUp(w http.ResponseWriter, r *http.Request, id, op s
 		return
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxStoredAnswer))
+	if e := unreadableStored(d, r.Method, resp.StatusCode, body); e != nil {
+		a.WriteError(w, e)
+		return
+	}
 	body = redact.JSON(body, d.Secrets)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(resp.StatusCode)
@@ -140,18 +146,43 @@ func (h *Handler) serveFollowUp(w http.ResponseWriter, r *http.Request, id, op s
 	switch {
 	case resp.StatusCode != http.StatusOK || op == "input_items":
 	case r.Method == http.MethodDelete:
-		h.jobs.take(id) // nothing left to poll
+		h.jobs.take(id).done(0) // nothing left to poll
 	default:
 		h.settle(id, d, body)
 	}
 }
 
-// ownerDeployment is the deployment that made the response id: a 404 as
-// OpenAI's, saying why, when the router does not know it, made it through
-// Chat Completions (no provider keeps it), or no longer has that
-// deployment.
-func (h *Handler) ownerDeployment(id string) (*router.Deployment, *api.Error) {
-	o, fromFleet, ok := h.owner(id)
+// unreadableStored is the 502 (no x-should-retry) for d's answer of status with body to a
+// method on a stored response that the client's SDK cannot read: a 2xx
+// whose body is not a JSON object (empty, where openai-node's retrieve
+// and cancel give undefined; HTML; cut at maxStoredAnswer or by the
+// provider), but a delete's (the SDKs read nothing of it); nil otherwise.
+func unreadableStored(d *router.Deployment, method string, status int, body []byte) *api.Error {
+	if status < 200 || status >= 300 || method == http.MethodDelete || jsonObject(body) {
+		return nil
+	}
+	what := "an empty body"
+	if len(bytes.TrimSpace(body)) > 0 {
+		what = strconv.Itoa(len(body)) + " bytes that are not a JSON object"
+	}
+	e := api.Errorf(http.StatusBadGateway, api.Unavailable, "", "deployment %s answered %d with %s, which the client's SDK cannot read: not passed on", d.Name, status, what)
+	e.Retryable = true // one attempt, as sendStored's: the client's retry is the only one
+	return e
+}
+
+// jsonObject reports whether b is one valid JSON object.
+func jsonObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+}
+
+// ownerDeployment is the deployment that made the response id for
+// consumer who: a 404 as OpenAI's, saying why, when the router does not
+// know it, made it through Chat Completions (no provider keeps it), or no
+// longer has that deployment; with consumers configured, one made for
+// another consumer is the 404 of an id the router does not know.
+func (h *Handler) ownerDeployment(id, who string) (*router.Deployment, *api.Error) {
+	o, fromFleet, ok, _ := h.ownerFor(id, who)
 	switch {
 	case !ok:
 		where := "in memory, since no fleet store is configured"
@@ -239,8 +270,8 @@ func (h *Handler) settle(id string, d *router.Deployment, answer []byte) bool {
 		h.jobs.deferPoll(id)
 		return false
 	}
-	j := h.jobs.get(id) // its consumer, when this config made it
-	group, ok := h.claim(id)
+	group, j, ok := h.claim(id) // j: its consumer, when this config made it
+	defer j.done(0)             // its hold ends with it (once: spendConsumer ends it first)
 	if !ok {
 		return true
 	}
@@ -250,7 +281,7 @@ func (h *Handler) settle(id string, d *router.Deployment, answer []byte) bool {
 			h.metrics.usage(group, d.Name, u, d.Cost(u))
 		}
 		if j != nil {
-			h.spendConsumer(j.who, u, d.Cost(u)) // consumers.go
+			h.spendConsumer(j, u, d.Cost(u)) // consumers.go
 		}
 	}
 	return true
@@ -258,25 +289,31 @@ func (h *Handler) settle(id string, d *router.Deployment, answer []byte) bool {
 
 // claim takes the background response id's uncounted usage: true for the
 // one caller that takes it (in fleet mode, the fleet store decides, else
-// this config's own record), with its model group's name.
-func (h *Handler) claim(id string) (string, bool) {
+// this config's own record), with its model group's name; and the job
+// this config polled it by, which the caller ends (nil: none, or another
+// caller took it).
+func (h *Handler) claim(id string) (string, *backgroundJob, bool) {
 	j := h.jobs.take(id)
 	if h.store != nil {
 		if group, ok, err := h.store.ClaimPending(id); err == nil {
-			return group, ok
+			return group, j, ok
 		}
 	}
 	if j == nil {
-		return "", false
+		return "", nil, false
 	}
-	return j.group, true
+	return j.group, j, true
 }
 
-// trackBackground follows the background response id that req created,
-// when its answer (res) did not count its usage (a stream that reached
-// response.completed did): recorded as pending (in the fleet too), and
-// polled by the router (pollBackground).
-func (h *Handler) trackBackground(req *router.Request, res *router.Result, group, id string) {
+// trackBackground follows the background response c.made that c's
+// request created, when its answer (res) did not count its usage (a
+// stream that reached response.completed did): recorded as pending (in
+// the fleet too), and polled by the router (pollBackground). The job
+// holds its consumer's limits (c.admitted's ticket: a place in flight,
+// its worst case of the budget) until it ends, not until its create is
+// answered: it runs, and spends, at the provider until then.
+func (h *Handler) trackBackground(c *apiCall, res *router.Result, group string) {
+	req, id := c.req, c.made
 	if id == "" || res.Deployment == nil || res.Format != provider.Responses || !api.IsBackground(req) {
 		return
 	}
@@ -293,10 +330,12 @@ func (h *Handler) trackBackground(req *router.Request, res *router.Result, group
 	if h.store != nil {
 		h.store.MarkPending(id, group, ResponseOwnersTTL)
 	}
-	if !h.jobs.add(id, res.Deployment, group, req.Consumer, h.router.Clock, h.pollBackground) {
+	if !h.jobs.add(id, res.Deployment, group, req.Consumer, h.router.Clock, h.pollBackground, c.admitted.hold(c.cost)) {
 		h.logger.Warn("background responses: too many to poll; this one's usage is counted when a client's poll finds it done",
 			zap.String("deployment", res.Deployment.Name), zap.Int("max", BackgroundJobsMax))
+		return
 	}
+	c.admitted.kept() // the job's now: its end, not the create's, ends the hold
 }
 
 // pollBackground is the router's own poll of the background response id:
@@ -316,7 +355,7 @@ func (h *Handler) pollBackground(id string) {
 		case resp.StatusCode == http.StatusOK && h.settle(id, j.d, body):
 			return
 		case resp.StatusCode == http.StatusNotFound:
-			h.jobs.take(id)
+			h.jobs.take(id).done(0)
 			return
 		}
 	}
@@ -334,6 +373,19 @@ type backgroundJob struct {
 	started time.Time
 	every   time.Duration
 	timer   router.Timer
+	// hold ends its consumer's hold on its limits (admission.hold), its
+	// answer having cost usd (0: unknown); nil: none.
+	hold func(usd float64)
+}
+
+// done ends j's hold on its consumer's limits, its answer having cost usd
+// (0: unknown), and reports whether it held them; once (a nil job: none).
+func (j *backgroundJob) done(usd float64) bool {
+	if j == nil || j.hold == nil {
+		return false
+	}
+	j.hold(usd)
+	return true
 }
 
 // backgroundJobs are a config's background responses whose usage is not
@@ -344,9 +396,10 @@ type backgroundJobs struct {
 	closed bool
 }
 
-// add polls id with poll from BackgroundPollFirst on clock; false when
-// there are BackgroundJobsMax already (or the config is gone).
-func (b *backgroundJobs) add(id string, d *router.Deployment, group, who string, clock router.Clock, poll func(string)) bool {
+// add polls id with poll from BackgroundPollFirst on clock, its consumer's
+// hold ended by hold (nil: none); false when there are BackgroundJobsMax
+// already (or the config is gone).
+func (b *backgroundJobs) add(id string, d *router.Deployment, group, who string, clock router.Clock, poll func(string), hold func(float64)) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed || len(b.m) >= BackgroundJobsMax {
@@ -355,7 +408,7 @@ func (b *backgroundJobs) add(id string, d *router.Deployment, group, who string,
 	if b.m == nil {
 		b.m = map[string]*backgroundJob{}
 	}
-	j := &backgroundJob{d: d, group: group, who: who, started: clock.Now(), every: BackgroundPollFirst}
+	j := &backgroundJob{d: d, group: group, who: who, started: clock.Now(), every: BackgroundPollFirst, hold: hold}
 	j.timer = clock.AfterFunc(j.every, func() { poll(id) })
 	b.m[id] = j
 	return true
@@ -389,31 +442,35 @@ func (b *backgroundJobs) deferPoll(id string) {
 }
 
 // again schedules id's next poll at twice the interval
-// (BackgroundPollMaxEvery at most); false, and id forgotten, once
-// BackgroundPollFor has passed since its create.
+// (BackgroundPollMaxEvery at most); false, and id forgotten (its hold
+// ended), once BackgroundPollFor has passed since its create.
 func (b *backgroundJobs) again(id string, clock router.Clock) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	j := b.m[id]
-	if j == nil {
-		return true
-	}
-	if clock.Now().Sub(j.started) >= BackgroundPollFor {
+	switch {
+	case j == nil:
+	case clock.Now().Sub(j.started) >= BackgroundPollFor:
 		delete(b.m, id)
+		b.mu.Unlock()
+		j.done(0)
 		return false
+	default:
+		j.every = min(2*j.every, BackgroundPollMaxEvery)
+		j.timer.Reset(j.every)
 	}
-	j.every = min(2*j.every, BackgroundPollMaxEvery)
-	j.timer.Reset(j.every)
+	b.mu.Unlock()
 	return true
 }
 
-// stop stops every poll: the config is gone.
+// stop stops every poll and ends the jobs' holds: the config is gone.
 func (b *backgroundJobs) stop() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.closed = true
-	for _, j := range b.m {
-		j.timer.Stop()
-	}
+	jobs := b.m
 	b.m = nil
+	b.mu.Unlock()
+	for _, j := range jobs {
+		j.timer.Stop()
+		j.done(0)
+	}
 }

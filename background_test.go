@@ -153,8 +153,14 @@ func (a *bgAccount) create(w http.ResponseWriter, r *http.Request) {
 	defer a.mu.Unlock()
 	var body struct {
 		Background, Stream bool
+		Previous           string `json:"previous_response_id"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&body)
+	if _, ok := a.resps[body.Previous]; body.Previous != "" && !ok { // OpenAI's answer for an id it does not have
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = fmt.Fprintf(w, `{"error":{"message":"Previous response with id '%s' not found.","type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}`, body.Previous)
+		return
+	}
 	a.n++
 	id := fmt.Sprintf("resp_%s%d", a.prefix, a.n)
 	resp := &bgResponse{status: "queued", stream: body.Stream}

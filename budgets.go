@@ -64,7 +64,8 @@ func parseBudget(d *caddyfile.Dispenser) (*Budget, error) {
 // spendings keeps the budgets' spending across config reloads, by scope:
 // a reload keeps what was spent in the current window, against the budget
 // it states (a raised budget lets the deployment back at once, a lowered
-// one may be spent already; a new period starts a new window).
+// one may be spent already; a new period carries it into the new
+// period's window, fleet-wide in fleet mode: capacity.Spending.SetLimit).
 var spendings = caddy.NewUsagePool()
 
 type pooledSpending struct{ *capacity.Spending }

@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/api"
@@ -39,10 +38,13 @@ const (
 //	consumers <plan> <consumer>...
 //
 // A request over its plan's limits is answered 429 with Retry-After until
-// the limit admits it again (1 s for concurrent: no instant is known),
-// HeaderLimit "consumer" and HeaderConsumerLimit; one for a model group
-// outside its plan 403; both in the client's format, with x-should-retry:
-// false, before any provider is asked.
+// the limit admits it again (for concurrent, and a budget held by the
+// requests in flight, when the first of those is expected to end; none
+// when unknown), HeaderLimit "consumer" and HeaderConsumerLimit, and
+// x-should-retry: false unless that wait is known and at most 60 s
+// (maxSDKRetryAfter: then the SDKs retry after it); one for a model group
+// outside its plan 403, with x-should-retry: false; both in the client's
+// format, before any provider is asked.
 type Consumers struct {
 	// Consumer names the consumer of each request: a placeholder resolved
 	// per request, such as {http.auth.user.id} after basic_auth,
@@ -90,8 +92,10 @@ type ConsumerPlan struct {
 	// (none).
 	Concurrent int `json:"concurrent,omitempty"`
 	// Budget bounds what each consumer's answers cost (Budget's windows
-	// and prices): a request is admitted while its window's spend is
-	// below it. Default: none.
+	// and prices): each request holds its worst case (prompt and
+	// max_tokens at the dearest deployment that may serve it) until its
+	// answer settles it, and is admitted while its window's spend plus
+	// the holds of those in flight is below it. Default: none.
 	Budget *Budget `json:"budget,omitempty"`
 	// Groups are the model groups its consumers may use (a request for
 	// another is answered 403); names of configured groups. Default: all.
@@ -262,11 +266,8 @@ func (h *Handler) identify(r *http.Request) (string, *http.Request, *api.Error) 
 			}
 		}
 	}
-	if repl != nil {
-		repl.Set("http.llm_router.consumer", who)
-	}
-	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
-		extra.Set(zap.String("consumer", who))
+	if s := servedOf(r); s != nil { // served.go: one log field and one placeholder provider for all
+		s.identified, s.consumer = true, who
 	}
 	return who, r.WithContext(context.WithValue(r.Context(), identified{}, who)), nil
 }
@@ -290,9 +291,12 @@ type admission struct {
 // count of tokens is checked against the plan's groups alone. It
 // sets the request's consumer and weight for the queue's fair share, and
 // the groups its plan allows (its fallback groups stop at the others).
-func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Request) (*admission, *api.Error) {
+func (h *Handler) admit(w http.ResponseWriter, who string, g *router.Group, req *router.Request) (*admission, *api.Error) {
+	group := g.Name
 	c := &h.Consumers
-	req.Consumer, req.Weight = who, c.registry.Weight(who)
+	if c.active() { // a weight: the fleet's queue orders by fair share (router.FleetQueue)
+		req.Consumer, req.Weight = who, c.registry.Weight(who)
+	}
 	if p := c.registry.PlanOf(who); p != nil {
 		req.Groups = p.Groups
 	}
@@ -303,7 +307,11 @@ func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Re
 	var t *consumer.Ticket
 	ref := c.registry.Allows(who, group)
 	if !req.CountTokens && ref == nil { // a count of tokens spends no limit (docs/consumers.md)
-		t, ref = c.registry.Admit(h.router.Clock.Now(), who, group, req.Tokens)
+		worst := 0.0
+		if p := c.registry.PlanOf(who); p != nil && p.BudgetUSD > 0 {
+			worst = g.WorstCost(req) // held of the budget until the answer settles it
+		}
+		t, ref = c.registry.AdmitHolding(h.router.Clock.Now(), who, group, req.Tokens, worst)
 	}
 	if ref == nil {
 		a.ticket = t
@@ -318,8 +326,20 @@ func (h *Handler) admit(w http.ResponseWriter, who, group string, req *router.Re
 	w.Header().Set(HeaderConsumerLimit, string(ref.Limit))
 	e := api.Errorf(http.StatusTooManyRequests, api.RateLimited, "", "%s; retry after the given time", ref.Message)
 	e.RetryAfter = ref.RetryAfter
+	e.Retryable = ref.RetryAfter > 0 && ref.RetryAfter <= maxSDKRetryAfter
 	return nil, e
 }
+
+// maxSDKRetryAfter is the longest Retry-After the official SDKs sleep
+// before their own retry of a 429: openai-node's retryRequest (src/client.ts)
+// takes one of at most 60 s, and retries a longer or missing one after
+// its own backoff (0.5 s, then 1 s); anthropic-sdk-typescript sleeps any.
+// A consumer's 429 whose wait is known and no longer (a concurrent slot
+// expected free, the minute's next free second, a budget held by
+// requests in flight) leaves them their retry (no x-should-retry), which
+// then comes when the limit admits it; a longer or unknown one (a budget
+// window that renews in hours) says x-should-retry: false.
+const maxSDKRetryAfter = 60 * time.Second
 
 // done ends an admitted request: it gives back its concurrent slot,
 // spends what it cost on its budget, and counts it in the consumer
@@ -340,15 +360,37 @@ func (a *admission) done(res *router.Result, cost float64) {
 	}
 }
 
+// hold is what ends a's hold on its consumer's limits later than its
+// request (a background job's end: kept), its request having cost usd
+// and what it is given more (USD); nil when it holds none.
+func (a *admission) hold(usd float64) func(more float64) {
+	if a == nil || a.ticket == nil {
+		return nil
+	}
+	t, clock := a.ticket, a.h.router.Clock
+	return func(more float64) { t.Done(clock.Now(), usd+more) }
+}
+
+// kept leaves a's hold to what hold returned: done no longer ends it.
+func (a *admission) kept() {
+	if a != nil {
+		a.ticket = nil
+	}
+}
+
 // spendConsumer charges what an answer found done after its request
-// ended cost (a background response's usage u, usd) to consumer who's
-// budget and counts it in the consumer metrics.
-func (h *Handler) spendConsumer(who string, u provider.Usage, usd float64) {
+// ended cost (a background response's usage u, usd) to the budget of its
+// job j's consumer, ending the job's hold on its limits, and counts it in
+// the consumer metrics.
+func (h *Handler) spendConsumer(j *backgroundJob, u provider.Usage, usd float64) {
 	c := &h.Consumers
 	if !c.active() {
 		return
 	}
-	c.registry.Spend(h.router.Clock.Now(), who, usd)
+	who := j.who
+	if !j.done(usd) {
+		c.registry.Spend(h.router.Clock.Now(), who, usd)
+	}
 	if h.metrics != nil {
 		label := c.labels.of(who)
 		h.metrics.consumerTokens(label, u.InputTokens, u.OutputTokens)
@@ -439,9 +481,9 @@ func (l *consumerLabels) of(who string) string {
 // consumerStatus is one consumer of GET /llm_router/consumers.
 type consumerStatus = consumer.Usage
 
-// liveConsumers lists the tracked consumers of every live handler (those
-// with limits that asked of late), each at its router's clock, sorted by
-// name.
+// liveConsumers lists the tracked consumers of every live handler (the
+// named ones that asked of late, on a plan or on none), each at its
+// router's clock, sorted by name.
 func liveConsumers() []consumerStatus {
 	live.Lock()
 	defer live.Unlock()

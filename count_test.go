@@ -21,7 +21,8 @@ import (
 
 // countAccounts is two Anthropic accounts behind one server (/a/v1 and
 // /b/v1): the first count_tokens request, at whichever account it reaches,
-// gets Anthropic's 429 (testdata/count/anthropic-429.http), every later one
+// gets the 429 of Anthropic's token counting, whose limits are its own
+// (testdata/count/anthropic-count-429.http), every later one
 // {"input_tokens":7}. It counts each account's count_tokens requests.
 type countAccounts struct {
 	mu    sync.Mutex
@@ -30,7 +31,7 @@ type countAccounts struct {
 }
 
 func (c *countAccounts) serve(t *testing.T) http.HandlerFunc {
-	raw, err := os.ReadFile("testdata/count/anthropic-429.http")
+	raw, err := os.ReadFile("testdata/count/anthropic-count-429.http")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,10 +69,10 @@ func (c *countAccounts) serve(t *testing.T) http.HandlerFunc {
 }
 
 // A count_tokens request is an attempt like any other: the deployment that
-// answers 429 is observed (its capacity state records the rate limit and
-// cools it), the request goes on to the other deployment, the router's
-// headers and placeholders say so, and the next count does not ask the
-// cooling one again.
+// answers 429 is observed (the capacity state of its counts records the
+// rate limit and cools it; its Messages state is untouched), the request
+// goes on to the other deployment, the router's headers and placeholders
+// say so, and the next count does not ask the cooling one again.
 func TestCountTokensGoesThroughTheRouter(t *testing.T) {
 	accounts := &countAccounts{asked: map[string]int{}}
 	upstream := httptest.NewServer(accounts.serve(t))
@@ -115,12 +116,15 @@ func TestCountTokensGoesThroughTheRouter(t *testing.T) {
 		t.Errorf("expected the placeholder to count 2 attempts, got %v", got)
 	}
 	limited := h.groups["claude"].Deployments[map[string]int{"a": 0, "b": 1}[first]]
-	snap := limited.State.Snapshot(time.Now())
+	snap := limited.CountState.Snapshot(time.Now())
 	if snap.LastClass == nil || *snap.LastClass != provider.RateLimited {
-		t.Errorf("expected %s's state to record the 429, got %+v", limited.Name, snap)
+		t.Errorf("expected %s's count state to record the 429, got %+v", limited.Name, snap)
 	}
-	if at, why := limited.State.AvailableAt(time.Now(), 0); !at.After(time.Now()) || why != provider.RateLimited {
-		t.Errorf("expected %s to cool after its 429 (retry-after 7), available at %v (%s)", limited.Name, at, why)
+	if at, why := limited.CountState.AvailableAt(time.Now(), 0); !at.After(time.Now()) || why != provider.RateLimited {
+		t.Errorf("expected %s's counts to cool after its 429 (retry-after 20), available at %v (%s)", limited.Name, at, why)
+	}
+	if snap := limited.State.Snapshot(time.Now()); snap.LastClass != nil {
+		t.Errorf("expected %s's Messages state untouched by a count, got %+v", limited.Name, snap)
 	}
 
 	w, _ = count()

@@ -78,7 +78,7 @@ type apiCall struct {
 func (h *Handler) forPath(w http.ResponseWriter, c *apiCall) (ok bool, err error) {
 	r := c.r
 	if id, op, ok := responseFollowUp(r.URL.Path); ok {
-		h.serveFollowUp(w, r, id, op) // background.go
+		h.serveFollowUp(w, r, c.who, id, op) // background.go
 		return false, nil
 	}
 	a := api.ForPath(r.URL.Path)
@@ -86,7 +86,7 @@ func (h *Handler) forPath(w http.ResponseWriter, c *apiCall) (ok bool, err error
 		return false, h.serveOther(w, r)
 	}
 	if ra, ok := a.(api.Responses); ok {
-		a = h.responsesAPI(ra, &c.made)
+		a = h.responsesAPI(ra, &c.made, c.who)
 		if isWebSocketUpgrade(r) {
 			h.serveWebSocket(w, r, a)
 			return false, nil
@@ -145,10 +145,10 @@ func (h *Handler) parse(w http.ResponseWriter, c *apiCall) *api.Error {
 	case !group.Serves(req.Format):
 		return api.NotSupportedError(model, req.Format)
 	}
-	if e := h.pin(req, group, model); e != nil {
+	if e := h.pin(c.who, req, group, model); e != nil {
 		return e
 	}
-	if c.admitted, e = h.admit(w, c.who, group.Name, req); e != nil { // consumers.go: the plan's 403 and 429s
+	if c.admitted, e = h.admit(w, c.who, group, req); e != nil { // consumers.go: the plan's 403 and 429s
 		return e
 	}
 	h.bindReasoning(req)
@@ -194,7 +194,10 @@ func (h *Handler) write(w http.ResponseWriter, c *apiCall) {
 		h.logger.Debug("client went away mid-stream", zap.String("deployment", name), zap.Error(err))
 	}
 	c.cost = h.account(c.r, group, res)
-	h.trackBackground(c.req, res, group, c.made)
+	for _, l := range res.Charged() { // its other attempts' charges: the consumer's budget pays them too
+		c.cost += l.Deployment.Cost(l.Usage)
+	}
+	h.trackBackground(c, res, group)
 }
 
 // account tells what the answer used and cost, once it was written (a

@@ -39,6 +39,7 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/estimate"
 	"github.com/llmrouter/caddy-llm-router/internal/redact"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 func init() {
@@ -281,7 +282,9 @@ type ModelGroup struct {
 	// deployment is back when one is cooling (none when capacity is free
 	// and those before it are taking it). Default: 10 per second of the
 	// deadline per deployment, at least 100 (router.DefaultMaxQueued: 600
-	// per deployment for the default 60s).
+	// per deployment for the default 60s), and past it every place the
+	// deployments' known windows serve before its deadline (the forecast
+	// bounds that queue); a value set here holds whatever the windows say.
 	MaxQueued int `json:"max_queued,omitempty"`
 }
 
@@ -358,6 +361,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionConsumers(); err != nil {
 		return err
 	}
+	h.warnUnpricedBudgets()
 	h.groups = make(map[string]*router.Group, len(h.Models))
 	h.meta = map[*router.Deployment]deploymentMeta{}
 	limits := map[*capacity.State]declaredLimits{}
@@ -532,9 +536,30 @@ func (h *Handler) newDeployment(dc *Deployment) (*router.Deployment, error) {
 		State:         st.(*capacity.State),
 		Secrets:       cfg.secrets(),
 	}
+	if _, ok := p.(provider.TokenCounter); ok {
+		if d.CountState, err = h.countState(key); err != nil {
+			return nil, err
+		}
+	}
 	setPrices(d, p, dc)
 	h.meta[d] = deploymentMeta{typ: h.types[dc.Provider], baseURL: redact.URL(cfg.endpoint.BaseURL), identity: key, org: cfg.organization()}
 	return d, nil
+}
+
+// countState is the capacity state of the count_tokens requests of the
+// deployment of identity key (router.Deployment.CountState): Anthropic's
+// token counting has rate limits of its own. It is kept across reloads as
+// the deployment's State is.
+func (h *Handler) countState(key string) (*capacity.State, error) {
+	key += "\x00count_tokens"
+	st, _, err := states.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return capacity.NewState(), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.states = append(h.states, stateRef{key, st.(*capacity.State)})
+	return st.(*capacity.State), nil
 }
 
 // declaredLimits are a deployment's declared rpm and tpm (0 = none).

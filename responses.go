@@ -1,6 +1,8 @@
 package llmrouter
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"strconv"
 	"sync"
@@ -30,9 +32,10 @@ const (
 
 // responseOwner is what is remembered of a response: the identity of the
 // deployment that made it (see Handler.meta), "" for a response the
-// router translated from Chat Completions (no provider keeps its state).
+// router translated from Chat Completions (no provider keeps its state),
+// and the tag of the consumer it was made for (consumerTag).
 type responseOwner struct {
-	identity, name string
+	identity, name, consumer string
 }
 
 // responseOwners outlives config reloads, as capacity states do: a
@@ -41,15 +44,16 @@ var responseOwners = sync.OnceValue(func() *expirable.LRU[string, responseOwner]
 	return expirable.NewLRU[string, responseOwner](ResponseOwnersMax, nil, ResponseOwnersTTL)
 })
 
-// responsesAPI returns the Responses API of this handler: it remembers
-// which deployment made each response, and sets *made to its id.
-func (h *Handler) responsesAPI(a api.Responses, made *string) api.Responses {
+// responsesAPI returns the Responses API of this handler for consumer
+// who: it remembers which deployment made each response, and for whom,
+// and sets *made to its id.
+func (h *Handler) responsesAPI(a api.Responses, made *string, who string) api.Responses {
 	a.Remember = func(id string, d *router.Deployment, native bool) {
 		if d == nil || len(id) > 256 {
 			return
 		}
 		*made = id
-		o := responseOwner{name: d.Name}
+		o := responseOwner{name: d.Name, consumer: h.consumerTag(who)}
 		if native {
 			o.identity = h.meta[d].identity
 		}
@@ -64,7 +68,7 @@ func (h *Handler) responsesAPI(a api.Responses, made *string) api.Responses {
 func (h *Handler) rememberOwner(key string, o responseOwner) {
 	responseOwners().Add(key, o)
 	if h.store != nil {
-		h.store.RememberOwner(key, o.identity, o.name, ResponseOwnersTTL)
+		h.store.RememberOwner(key, o.identity, o.name, o.consumer, ResponseOwnersTTL)
 	}
 }
 
@@ -79,17 +83,45 @@ func (h *Handler) owner(id string) (o responseOwner, fromFleet, ok bool) {
 	if h.store == nil {
 		return responseOwner{}, false, false
 	}
-	did, name, ok := h.store.Owner(id)
-	return responseOwner{identity: did, name: name}, true, ok
+	did, name, tag, ok := h.store.Owner(id)
+	return responseOwner{identity: did, name: name, consumer: tag}, true, ok
+}
+
+// ownerFor is owner for consumer who: with consumers configured, a
+// response (or conversation) made for another consumer, or before
+// consumers were configured, is not found, as one nobody made; foreign
+// says it was found but is another's.
+func (h *Handler) ownerFor(id, who string) (o responseOwner, fromFleet, ok, foreign bool) {
+	o, fromFleet, ok = h.owner(id)
+	if ok && h.Consumers.active() && o.consumer != h.consumerTag(who) {
+		return responseOwner{}, false, false, true
+	}
+	return o, fromFleet, ok, false
+}
+
+// consumerTag is what the owners keep of consumer who: "" when no
+// consumers are configured, else a hash of its name (so that the fleet's
+// store holds no consumer's name), never empty.
+func (h *Handler) consumerTag(who string) string {
+	if !h.Consumers.active() {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("llm_router consumer\x00" + who))
+	return hex.EncodeToString(sum[:12])
 }
 
 // pin finds the deployment of group (or its fallback groups) that holds
-// the state a Responses request continues (previous_response_id), and
-// pins the request to it. A response the router does not know (made
-// before a restart, or elsewhere) pins nothing: the provider says whether
-// it knows it. A response no deployment of the group can continue is a
-// 400 that says why.
-func (h *Handler) pin(req *router.Request, group *router.Group, model string) *api.Error {
+// the state a Responses request of consumer who continues
+// (previous_response_id, conversation), and pins the request to it. A
+// response the router does not know (made before a restart, or
+// elsewhere) pins nothing: the provider says whether it knows it. A
+// response no deployment of the group can continue is a 400 that says
+// why. With consumers configured, a previous_response_id made for
+// another consumer, or unknown, is OpenAI's own 400
+// previous_response_not_found, and a conversation another consumer
+// used is a 404 "not found" (what OpenAI answers for ids it does not
+// have: nothing says it exists); an unknown conversation is passed on.
+func (h *Handler) pin(who string, req *router.Request, group *router.Group, model string) *api.Error {
 	c, ok := api.ContinuationOf(req)
 	if !ok {
 		return nil
@@ -98,8 +130,13 @@ func (h *Handler) pin(req *router.Request, group *router.Group, model string) *a
 	if c.Param == "conversation" {
 		key, what = conversationKey(c.ID), "the conversation "+strconv.Quote(c.ID)
 	}
-	o, fromFleet, ok := h.owner(key)
-	if !ok {
+	o, fromFleet, ok, foreign := h.ownerFor(key, who)
+	switch {
+	case foreign && c.Param == "conversation":
+		return api.Errorf(http.StatusNotFound, api.ResponseNotFound, c.Param, "Conversation with id '%s' not found.", c.ID)
+	case (foreign || !ok && h.Consumers.active()) && c.Param == "previous_response_id":
+		return api.Errorf(http.StatusBadRequest, api.PreviousNotFound, c.Param, "Previous response with id '%s' not found.", c.ID)
+	case !ok:
 		return nil
 	}
 	if o.identity == "" {
@@ -127,7 +164,7 @@ func (h *Handler) rememberConversation(req *router.Request, res *router.Result) 
 		return
 	}
 	if conv := api.ConversationID(req); conv != "" && len(conv) <= 256 {
-		h.rememberOwner(conversationKey(conv), responseOwner{identity: h.meta[res.Deployment].identity, name: res.Deployment.Name})
+		h.rememberOwner(conversationKey(conv), responseOwner{identity: h.meta[res.Deployment].identity, name: res.Deployment.Name, consumer: h.consumerTag(req.Consumer)})
 	}
 }
 

@@ -26,6 +26,9 @@ import (
 // turn (served as the handler's own POST, with the upgrade's replacer and
 // log fields) overwrites what an earlier turn told.
 type served struct {
+	// identified: the consumer (identify, consumers.go) is known.
+	identified bool
+	consumer   string
 	// annotated: what answered (annotate) is known.
 	annotated                              bool
 	deployment, failoverReason, modelGroup string
@@ -92,12 +95,16 @@ var usageFields = []struct {
 }
 
 // placeholder resolves {http.llm_router.*} (a caddy.ReplacerFunc): the
-// deployment, attempts, failover_reason and model_group once annotated;
+// consumer once identified ("" for the anonymous one); the deployment,
+// attempts, failover_reason and model_group once annotated;
 // the usage's counts and cost_usd (a decimal string) once accounted.
 func (s *served) placeholder(key string) (any, bool) {
 	name, ok := strings.CutPrefix(key, "http.llm_router.")
 	if !ok {
 		return nil, false
+	}
+	if s.identified && name == "consumer" {
+		return s.consumer, true
 	}
 	if s.annotated {
 		switch name {
@@ -125,10 +132,13 @@ func (s *served) placeholder(key string) (any, bool) {
 }
 
 // MarshalLogObject implements zapcore.ObjectMarshaler: the access log's
-// llm_deployment, llm_attempts, llm_failover_reason and llm_model_group;
+// consumer (once identified), llm_deployment, llm_attempts, llm_failover_reason and llm_model_group;
 // llm_resumes, llm_resumed_on and llm_stream_error of a stream that broke;
 // llm_input_tokens (and the usage's other counts) and llm_cost_usd.
 func (s *served) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	if s.identified {
+		enc.AddString("consumer", s.consumer)
+	}
 	if s.annotated {
 		enc.AddString("llm_deployment", s.deployment)
 		enc.AddInt("llm_attempts", s.attempts)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmrouter/caddy-llm-router/internal/fleet"
+	"github.com/llmrouter/caddy-llm-router/internal/router"
 )
 
 // StoreConfig says where deployments' capacity state lives: in this
@@ -206,9 +207,24 @@ func (h *Handler) provisionStore(ctx caddy.Context) error {
 		for i, d := range g.Deployments {
 			ids[i] = h.meta[d].identity
 		}
-		g.Fleet = h.store.Queue(name, ids)
+		g.Fleet = fleetQueue{h.store.Queue(name, ids)}
 	}
 	return nil
+}
+
+// fleetQueue is a group's fleet.Queue as the router asks it
+// (router.FleetQueue): JoinAll's requests in the router's terms.
+type fleetQueue struct{ *fleet.Queue }
+
+func (q fleetQueue) JoinAll(joins []router.FleetJoin) {
+	js := make([]fleet.Joining, len(joins))
+	for i, j := range joins {
+		js[i] = fleet.Joining(j)
+	}
+	q.Queue.JoinAll(js)
+	for i, j := range js {
+		joins[i] = router.FleetJoin(j)
+	}
 }
 
 // cleanupStore gives the fleet store back to the pool, which closes it
@@ -223,8 +239,8 @@ func (h *Handler) cleanupStore() {
 
 // storeMetrics count the fleet store's health, across reloads:
 //
-//	llm_router_store_errors_total{op}     Redis operations that failed or timed out (spend, reserve, probe, publish, sync, subscribe, queue, owner, pending)
-//	llm_router_store_fallbacks_total{op}  request-path decisions made on local state alone, Redis unavailable (spend, reserve, probe)
+//	llm_router_store_errors_total{op}     Redis operations that failed or timed out (spend, reserve, probe, publish, sync, subscribe, queue, owner, pending, consumer, concurrent, census)
+//	llm_router_store_fallbacks_total{op}  request-path decisions made on local state alone, Redis unavailable (spend, reserve, probe; consumer, concurrent: a consumer decided on the instance's share)
 //	llm_router_store_up                   1 while the store answers, 0 while it does not
 type storeMetrics struct {
 	errors, fallbacks *prometheus.CounterVec

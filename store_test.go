@@ -1,6 +1,7 @@
 package llmrouter
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,7 +147,7 @@ func TestStoreDeploymentLeavesAndReturns(t *testing.T) {
 	rl.RetryAfter = 30 * time.Second
 	gone.Observe(time.Now(), rl, capacity.DefaultPolicy)
 	time.Sleep(100 * time.Millisecond)
-	if keys := m.Keys(); len(keys) != 0 {
+	if keys := sharedKeys(m); len(keys) != 0 {
 		t.Fatalf("expected the state that left to share nothing, got keys %v", keys)
 	}
 	back.Observe(time.Now(), rl, capacity.DefaultPolicy)
@@ -158,12 +159,18 @@ func TestStoreDeploymentLeavesAndReturns(t *testing.T) {
 func waitForKeys(t *testing.T, m *miniredis.Miniredis, what string) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
-	for len(m.Keys()) == 0 {
+	for len(sharedKeys(m)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("expected " + what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// sharedKeys returns m's keys but the stores' census marks
+// (<prefix>instances: the store's own, no deployment's).
+func sharedKeys(m *miniredis.Miniredis) []string {
+	return slices.DeleteFunc(m.Keys(), func(k string) bool { return strings.HasSuffix(k, "instances") })
 }
 
 func TestStoreLoadErrors(t *testing.T) {

@@ -73,6 +73,10 @@ type contentionScenario struct {
 	spread     time.Duration
 	maxTokens  int
 	instances  int // router instances; 2 share a Redis store
+	// floor: no router, no upstream; the instances are Caddy sites that
+	// answer 429 at once, so that the 429s' times are what the machine,
+	// the client and Caddy take for the burst (contentionFloor).
+	floor bool
 	// latency is how long an admitted answer takes; window the span of
 	// every provider window (see atLatency).
 	latency, window time.Duration
@@ -91,6 +95,8 @@ var contentionScenarios = []contentionScenario{
 		limits: []deploymentLimit{{requests: 10}}, deadline: 5 * time.Second, n: 60, instances: 2},
 	{name: "fleet-burst", desc: "2,000 clients at once, half on each of two instances sharing Redis, on 200 per 2 s; deadline 5 s (issue 30's burst)",
 		limits: []deploymentLimit{{requests: 200}}, deadline: 5 * time.Second, n: 2000, instances: 2},
+	{name: "burst-floor", desc: "2,000 clients at once, half on each of two Caddy sites that answer 429 at once (respond 429, no router): the machine's floor for fleet-burst's 429 times",
+		deadline: 5 * time.Second, n: 2000, instances: 2, floor: true},
 }
 
 // contentionRow is one scenario's outcome.
@@ -115,6 +121,8 @@ type contentionRow struct {
 	ServedP50    float64 `json:"served_latency_p50_ms"`
 	ServedMax    float64 `json:"served_latency_max_ms"`
 	Note         string  `json:"note,omitempty"`
+	// Floor: a floor scenario's row (no router: a reference, not a target).
+	Floor bool `json:"floor,omitempty"`
 }
 
 func (b *bench) contention() error {
@@ -144,6 +152,11 @@ func (b *bench) contentionOne(sc contentionScenario) error {
 		b.logf("contention %-9s %s", sc.name, row.Note)
 		return nil
 	}
+	if row.Floor {
+		b.logf("contention %-9s (no router) client 429s %d (p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d within 50 ms), other %d",
+			sc.name, row.Client429, row.Client429P50, row.Client429P99, row.Client429Max, row.Quick429, row.Other)
+		return nil
+	}
 	b.logf("contention %-9s served %d of ideal %d (%.0f%%), client 429s %d (p50 %.1f ms, p99 %.1f ms, max %.1f ms), upstream 429s %d (%.3f per served), overruns %d",
 		sc.name, row.Served, row.Ideal, row.ServedPct, row.Client429, row.Client429P50, row.Client429P99, row.Client429Max,
 		row.Upstream429, row.PerServed, row.Overruns)
@@ -154,10 +167,13 @@ func (b *bench) contentionOne(sc contentionScenario) error {
 // routers the limits with one request per deployment, waits for the next
 // windows, and sends the arrivals.
 func (b *bench) contentionRun(sc contentionScenario) (contentionRow, error) {
-	row := contentionRow{Scenario: sc.name, Description: sc.desc, Requests: sc.n}
+	row := contentionRow{Scenario: sc.name, Description: sc.desc, Requests: sc.n, Floor: sc.floor}
 	dir := filepath.Join(b.o.out, "contention")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return row, err
+	}
+	if sc.floor {
+		return b.contentionFloor(sc, row, dir)
 	}
 	var store string
 	if sc.instances > 1 {
@@ -221,29 +237,7 @@ func (b *bench) contentionRun(sc contentionScenario) (contentionRow, error) {
 		return row, err
 	}
 
-	type result struct {
-		status int
-		took   time.Duration
-	}
-	results := make([]result, sc.n)
-	arrivals := make([]time.Duration, sc.n)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range sc.n {
-		if sc.spread > 0 {
-			arrivals[i] = sc.spread * time.Duration(i) / time.Duration(sc.n)
-			time.Sleep(time.Until(start.Add(arrivals[i])))
-		}
-		wg.Go(func() {
-			t := time.Now()
-			status, _, err := postChat(client, urls[i%len(urls)], body)
-			if err != nil {
-				status = -1
-			}
-			results[i] = result{status, time.Since(t)}
-		})
-	}
-	wg.Wait()
+	results, arrivals := sendArrivals(sc, client, urls, body)
 	after, err := upstream429s(len(sc.limits))
 	if err != nil {
 		return row, err
@@ -278,6 +272,86 @@ func (b *bench) contentionRun(sc contentionScenario) (contentionRow, error) {
 	if row.Served > 0 {
 		row.PerServed = float64(row.Upstream429) / float64(row.Served)
 	}
+	return row, nil
+}
+
+// burstResult is one request's answer: its status (-1: no answer) and how
+// long it took.
+type burstResult struct {
+	status int
+	took   time.Duration
+}
+
+// sendArrivals sends sc's arrivals (a burst of sc.n at once, or spread
+// evenly over sc.spread), request i to urls[i%len(urls)], and returns
+// their answers and arrival times.
+func sendArrivals(sc contentionScenario, client *http.Client, urls []string, body []byte) ([]burstResult, []time.Duration) {
+	results := make([]burstResult, sc.n)
+	arrivals := make([]time.Duration, sc.n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range sc.n {
+		if sc.spread > 0 {
+			arrivals[i] = sc.spread * time.Duration(i) / time.Duration(sc.n)
+			time.Sleep(time.Until(start.Add(arrivals[i])))
+		}
+		wg.Go(func() {
+			t := time.Now()
+			status, _, err := postChat(client, urls[i%len(urls)], body)
+			if err != nil {
+				status = -1
+			}
+			results[i] = burstResult{status, time.Since(t)}
+		})
+	}
+	wg.Wait()
+	return results, arrivals
+}
+
+// contentionFloor runs a floor scenario: one Caddy with sc.instances
+// sites on the routers' ports that answer 429 at once, one request each
+// first (as the warm-up opens a connection), then the burst; its row has
+// the 429s and their times alone.
+func (b *bench) contentionFloor(sc contentionScenario, row contentionRow, dir string) (contentionRow, error) {
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n\tpersist_config off\n\tgrace_period 1ns\n}\n", contAdminBase)
+	var urls []string
+	for i := range sc.instances {
+		fmt.Fprintf(&cfg, "\nhttp://127.0.0.1:%d {\n\trespond 429\n}\n", contRouterBase+i)
+		urls = append(urls, fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", contRouterBase+i))
+	}
+	path := filepath.Join(dir, sc.name+".Caddyfile")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
+		return row, err
+	}
+	c, err := start("contention floor", []string{b.o.caddy, "run", "--config", path, "--adapter", "caddyfile"}, nil, b.o.caddyCPUs,
+		filepath.Join(b.o.out, "logs", "contention-"+sc.name+".log"), fmt.Sprintf("127.0.0.1:%d", contRouterBase+sc.instances-1))
+	if err != nil {
+		return row, err
+	}
+	defer c.stop()
+	client := newClient()
+	defer client.CloseIdleConnections()
+	body := contentionBody(0)
+	for _, u := range urls {
+		if status, _, err := postChat(client, u, body); err != nil || status != http.StatusTooManyRequests {
+			return row, fmt.Errorf("warm-up: status %d, %v", status, err)
+		}
+	}
+	results, _ := sendArrivals(sc, client, urls, body)
+	var limited []time.Duration
+	for _, r := range results {
+		if r.status != http.StatusTooManyRequests {
+			row.Other++
+			continue
+		}
+		row.Client429++
+		limited = append(limited, r.took)
+		if r.took <= 50*time.Millisecond {
+			row.Quick429++
+		}
+	}
+	row.Client429P50, row.Client429P99, row.Client429Max = pct(limited, 0.5), pct(limited, 0.99), pct(limited, 1)
 	return row, nil
 }
 
@@ -429,6 +503,9 @@ func contentionTable(rows []contentionRow) string {
 func (b *bench) contentionTargets() []target {
 	var ts []target
 	for _, r := range b.res.Contention {
+		if r.Floor {
+			continue
+		}
 		t := target{Name: "contention: " + r.Scenario, Goal: "upstream 429s <= 0.01 per served; served >= 99% of ideal; 429s within 50 ms; no overrun"}
 		if r.Note != "" {
 			t.Figure, t.Status = r.Note, "NOT MEASURED"

@@ -88,6 +88,11 @@ type options struct {
 	// fleetInstances, fleetRate, fleetDur: the fleet-scale run (fleetscale.go).
 	fleetInstances, fleetRate int
 	fleetDur                  time.Duration
+	// cpuRounds, cpuStreams, cpuStreamRate: the cpu mode's rounds of each
+	// scenario, streams per streaming round and streams opened per second.
+	cpuRounds, cpuStreams int
+	cpuStreamRate         float64
+	cpuProfile            bool
 }
 
 func runBench(args []string) int {
@@ -112,13 +117,17 @@ func runBench(args []string) int {
 	fs.DurationVar(&o.busyBudget, "busy-budget", 90*time.Second, "longest total time spent waiting for other processes to calm down or measuring noisy runs again")
 	only := fs.String("only", "", "run only these parts, comma-separated: gobench, load, closed, stream, cpu, headline, memory, failover, contention, affinity, fleet, profile")
 	fs.IntVar(&o.cpuRate, "cpu-rate", 1000, "rate of the cpu mode's non-streaming rounds, requests per second (0: a closed loop of -workers concurrent requests, Caddy saturated)")
+	fs.IntVar(&o.cpuRounds, "cpu-rounds", 5, "alternating rounds of each scenario in the cpu mode, non-streaming and streaming alike; the ratios are the medians of each round's ratio to reverse_proxy's")
+	fs.IntVar(&o.cpuStreams, "cpu-streams", 240, "streams per streaming round of the cpu mode (200 chunks 2 ms apart each)")
+	fs.Float64Var(&o.cpuStreamRate, "cpu-stream-rate", 80, "streams opened per second in the cpu mode's streaming rounds (80: about 32 open at once)")
+	fs.BoolVar(&o.cpuProfile, "cpu-profile", false, "after the cpu mode's rounds, one more streaming round of each scenario with a CPU profile of the Caddy (profiles/cpu-streaming-<scenario>.pprof)")
 	fs.IntVar(&o.headlineStart, "headline-start", 1000, "first rate of the headline's ramp, requests per second")
 	fs.IntVar(&o.headlineStep, "headline-step", 500, "step of the headline's ramp, requests per second")
 	fs.IntVar(&o.profileRate, "profile-rate", 0, "rate of the profiled runs (0: the head-to-head rate, else the highest rate reverse_proxy and router-1 sustained)")
 	fs.DurationVar(&o.profileDur, "profile-duration", 5*time.Second, "length of each CPU and allocation profile")
 	latencies := fs.String("contention-latencies", "100ms", "answer latencies of the contention scenarios, comma-separated; above 100ms a scenario's windows, deadline and spread are stretched to three answers a window at least")
 	fs.IntVar(&o.contentionRuns, "contention-runs", 1, "how many times the contention scenarios run")
-	scenarios := fs.String("contention-scenarios", "", "only these contention scenarios, comma-separated (burst, unequal, open-loop, tpm, fleet)")
+	scenarios := fs.String("contention-scenarios", "", "only these contention scenarios, comma-separated (burst, unequal, open-loop, tpm, fleet, fleet-burst, burst-floor)")
 	fs.IntVar(&o.fleetInstances, "fleet-instances", 8, "router instances of the fleet-scale run, sharing one Redis")
 	fs.IntVar(&o.fleetRate, "fleet-rate", 2000, "total rate of the fleet-scale run, requests per second over all instances")
 	fs.DurationVar(&o.fleetDur, "fleet-duration", 5*time.Second, "measured part of the fleet-scale run")
@@ -230,7 +239,8 @@ func (b *bench) run() error {
 	b.res.Options = map[string]any{
 		"duration": o.dur.String(), "warmup": o.warm.String(), "rates": o.rates, "rounds": o.rounds,
 		"noise_percent": o.noise, "retries": o.retries, "busy_budget": o.busyBudget.String(),
-		"closed_loop_workers": o.closedWorkers, "streams": o.streamN, "open_streams": o.openStreams,
+		"closed_loop_workers": o.closedWorkers, "streams": o.streamN,
+		"cpu_rounds": o.cpuRounds, "cpu_streams": o.cpuStreams, "cpu_stream_rate": o.cpuStreamRate, "open_streams": o.openStreams,
 		"driver_cpus": o.driverCPUs, "caddy_cpus": o.caddyCPUs,
 	}
 	b.logf("machine: %s, %d CPUs, %s; Go %s; pinning: driver+upstreams on CPU %s, Caddy under test on CPU %s",

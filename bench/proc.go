@@ -147,6 +147,25 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
+// syscalls returns the read and write system calls a process made so far,
+// all its threads (syscr and syscw of /proc/<pid>/io).
+func syscalls(pid int) (reads, writes int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		switch k {
+		case "syscr":
+			reads, _ = strconv.ParseInt(v, 10, 64)
+		case "syscw":
+			writes, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return reads, writes, nil
+}
+
 // memKiB returns VmRSS and VmHWM (peak RSS) of a process, in KiB.
 func memKiB(pid int) (rss, hwm int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -471,8 +471,8 @@ func (b *bench) report() string {
 	}
 
 	if len(b.res.CPUSummary) > 0 {
-		fmt.Fprintf(&s, "\n## CPU per request, one Caddy process (cpu mode, bare 0 ms upstream, %d alternating rounds, medians)\n\nOne Caddy serves reverse_proxy, router-1 and router-8 on ports of their own; each round's figure is the process's utime+stime over the round divided by the requests (streams) sent in it.\n\n", b.o.rounds)
-		s.WriteString(cpuTable(b.res.CPUSummary, b.o.cpuRate, b.o.closedWorkers, b.o.streamN))
+		fmt.Fprintf(&s, "\n## CPU per request, one Caddy process (cpu mode, bare 0 ms upstream, %d alternating rounds, medians)\n\nOne Caddy serves reverse_proxy, router-1 and router-8 on ports of their own; each round's figure is the process's utime+stime over the round divided by the requests (streams) sent in it; a router's ratio is the median of its rounds' figures each divided by reverse_proxy's in the same round. Streams: %.0f opened per second.\n\n", b.o.cpuRounds, b.o.cpuStreamRate)
+		s.WriteString(cpuTable(b.res.CPUSummary, b.o.cpuRate, b.o.closedWorkers, b.o.cpuStreams))
 	}
 	if len(b.res.HeadlineMax) > 0 {
 		fmt.Fprintf(&s, "\n## Headline: highest rate at p99 added latency < 5 ms (bare 0 ms upstream; load generator and upstream on CPU %s, Caddy on CPU %s)\n\nOne Caddy serves both; rates from %d/s in steps of %d/s, direct, reverse_proxy and router-1 in turn at each; a rate counts when at least 99.9%% succeeded, 97%% of it was issued and p99 less direct's p99 stayed under 5 ms; each ramp ends at a scenario's first rate that does not.\n\n",

@@ -269,7 +269,7 @@ func TestBudgetsSpend(t *testing.T) {
 		_, err = client.Chat.Completions.New(context.Background(), params)
 	}
 	var apiErr *openai.Error
-	if err == nil || !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || !strings.Contains(apiErr.Message, "model group paid: budget of $0.0002 per 1h0m0s") ||
+	if err == nil || !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || !strings.Contains(apiErr.Message, "model group paid: budget of $0.0002 per 1h") ||
 		last.Header.Get("Retry-After") == "" || last.Header.Get("X-LLM-Router-Attempts") != "0" {
 		t.Errorf("the group's budget: %v (Retry-After %q, attempts %q)", err, last.Header.Get("Retry-After"), last.Header.Get("X-LLM-Router-Attempts"))
 	}

@@ -84,6 +84,9 @@ const (
 //	                            response this mock gave (else 400); with
 //	                            Organization, encrypted reasoning minted
 //	                            and checked per organization
+//	GET .../responses/{id}      a response this mock gave, as last written
+//	                            (else 404 "Response with id '...' not found.")
+//	DELETE .../responses/{id}   forgets it: {"id","object":"response","deleted":true}
 //
 // In the anthropic dialect:
 //

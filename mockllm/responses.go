@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,13 +18,22 @@ import (
 // account that produced it): else 400, "Previous response with id '...'
 // not found.".
 
-// responseIDs remembers the response ids a mock gave (bounded: the oldest
-// half is forgotten past maxResponseIDs).
+// responseIDs remembers the responses a mock gave, each id with its
+// last response object (bounded: the oldest half is forgotten past
+// maxResponseIDs), for previous_response_id and GET and DELETE
+// .../responses/{id}.
 type responseIDs struct {
 	mu     sync.Mutex
-	ids    map[string]int
+	ids    map[string]storedResponse
 	next   int
 	prefix string // unique to this mock: ids of two mocks never collide
+}
+
+// storedResponse is a remembered response: its order of creation and its
+// response object as last written (in_progress until a stream ends).
+type storedResponse struct {
+	n    int
+	body []byte
 }
 
 const maxResponseIDs = 1 << 16
@@ -32,24 +42,87 @@ func (r *responseIDs) add(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ids == nil {
-		r.ids = map[string]int{}
+		r.ids = map[string]storedResponse{}
 	}
 	r.next++
-	r.ids[id] = r.next
+	r.ids[id] = storedResponse{n: r.next}
 	if len(r.ids) > maxResponseIDs {
-		for k, n := range r.ids {
-			if n < r.next-maxResponseIDs/2 {
+		for k, v := range r.ids {
+			if v.n < r.next-maxResponseIDs/2 {
 				delete(r.ids, k)
 			}
 		}
 	}
 }
 
-func (r *responseIDs) has(id string) bool {
+// keep records body as the response object of id, when id is remembered.
+func (r *responseIDs) keep(id string, body []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v, ok := r.ids[id]; ok {
+		v.body = body
+		r.ids[id] = v
+	}
+}
+
+// get returns the response object of id, and whether id is remembered.
+func (r *responseIDs) get(id string) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.ids[id]
+	return v.body, ok
+}
+
+// forget deletes id and reports whether it was remembered.
+func (r *responseIDs) forget(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.ids[id]
+	delete(r.ids, id)
 	return ok
+}
+
+// deletedResponse is OpenAI's answer to a DELETE of a response.
+type deletedResponse struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Deleted bool   `json:"deleted"`
+}
+
+func (r *responseIDs) has(id string) bool {
+	_, ok := r.get(id)
+	return ok
+}
+
+// serveStored answers GET and DELETE .../responses/{id} (openai dialect)
+// as OpenAI does for the responses it keeps: the response object, or
+// {"id","object":"response","deleted":true}; an id this mock did not give
+// (or deleted) is 404 "Response with id '...' not found."; with APIKey, a
+// wrong key is 401 first. It reports whether the path was one.
+func (h *Handler) serveStored(w http.ResponseWriter, r *http.Request) bool {
+	i := strings.LastIndex(r.URL.Path, "/responses/")
+	if h.dialect != dlOpenAI || i < 0 {
+		return false
+	}
+	id := r.URL.Path[i+len("/responses/"):]
+	if id == "" || strings.Contains(id, "/") {
+		return false
+	}
+	if key := h.requestKey(r); h.apiKey != "" && !keyEqual(key, h.apiKey) {
+		h.countAuth(true)
+		h.writeUnauthorized(w, key, authResult{denied: true})
+		return true
+	}
+	body, ok := h.st.responses.get(id)
+	switch {
+	case ok && r.Method == http.MethodDelete && h.st.responses.forget(id):
+		writeBody(w, http.StatusOK, appendJSON(nil, deletedResponse{ID: id, Object: "response", Deleted: true}))
+	case ok && r.Method == http.MethodGet && body != nil:
+		writeBody(w, http.StatusOK, body)
+	default:
+		writeError(w, http.StatusNotFound, "Response with id '"+id+"' not found.", "invalid_request_error", "")
+	}
+	return true
 }
 
 // newResponseID returns a fresh response id, remembered.
@@ -158,7 +231,10 @@ func (h *Handler) responseObject(a answer, id, status string, text string, usage
 
 // response is the non-streamed answer of the Responses API.
 func (h *Handler) response(a answer) []byte {
-	return appendJSON(nil, h.responseObject(a, h.newResponseID(), "completed", a.text, true))
+	id := h.newResponseID()
+	b := appendJSON(nil, h.responseObject(a, id, "completed", a.text, true))
+	h.st.responses.keep(id, b)
+	return b
 }
 
 // responsesStream is a Responses stream.
@@ -186,6 +262,7 @@ func (s *responsesStream) keepAlive() []byte   { return keepAliveComment }
 
 func (s *responsesStream) head(b []byte) []byte {
 	r := s.h.responseObject(s.a, s.id, "in_progress", "", false)
+	s.h.st.responses.keep(s.id, appendJSON(nil, r))
 	b = s.event(b, "response.created", map[string]any{"response": r})
 	b = s.event(b, "response.in_progress", map[string]any{"response": r})
 	if rs := s.h.reasoningOutput(s.id); rs != nil {
@@ -229,6 +306,7 @@ func (s *responsesStream) end(b []byte) []byte {
 	b = s.event(b, "response.output_item.done", map[string]any{"output_index": s.at(), "item": messageOutput(s.itemID(), text, "completed")})
 	r := s.h.responseObject(s.a, s.id, "completed", "", true)
 	r.Output = append(r.Output[:len(r.Output)-1], messageOutput(s.itemID(), text, "completed"))
+	s.h.st.responses.keep(s.id, appendJSON(nil, r))
 	return s.event(b, "response.completed", map[string]any{"response": r})
 }
 

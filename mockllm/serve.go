@@ -93,8 +93,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) bool {
 		case strings.HasSuffix(p, "/models"):
 			h.serveModels(w)
 		default:
-			return false
+			return h.serveStored(w, r)
 		}
+	case http.MethodDelete:
+		return h.serveStored(w, r)
 	default:
 		return false
 	}

@@ -80,10 +80,13 @@ func (h *Handler) toolCallAnswer(a answer, c call) []byte {
 	case c.wire == wireConverse:
 		return h.converseToolCall(a, n)
 	case c.ep == epResponses:
-		r := h.responseObject(a, h.newResponseID(), "completed", "", true)
+		id := h.newResponseID()
+		r := h.responseObject(a, id, "completed", "", true)
 		r.Output = []json.RawMessage{appendJSON(nil, map[string]any{"type": "function_call", "id": "fc_mock" + n,
 			"call_id": "call_mock" + n, "name": tc.Name, "arguments": args, "status": "completed"})}
-		return appendJSON(nil, r)
+		b := appendJSON(nil, r)
+		h.st.responses.keep(id, b)
+		return b
 	case c.wire == wireAnthropic:
 		return appendJSON(nil, map[string]any{"id": anthropicMessageID(h.st.ids.Add(1)), "type": "message", "role": "assistant",
 			"model": a.model, "content": []any{map[string]any{"type": "tool_use", "id": "toolu_mock" + n, "name": tc.Name, "input": tc.Arguments}},

@@ -119,6 +119,14 @@ type Window struct {
 	// Counts is what a token window counts of an attempt (CountsAll, the
 	// zero value, when the provider type does not say).
 	Counts Counts
+	// Passed is, for a reset stated as an instant that had already passed
+	// when the answer was given (Reset 0), how long before it (the Date
+	// header, see RefTime) that instant was; 0 otherwise. Anthropic
+	// states its resets as RFC 3339 instants in whole seconds, so that an
+	// answer read after a generation longer than the wait still says
+	// when the window was full again: between the attempt's send and its
+	// read, not at the read.
+	Passed time.Duration
 }
 
 // Counts is what a provider's token window counts of one attempt, as the

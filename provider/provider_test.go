@@ -171,7 +171,8 @@ func TestAppendEventRoundTrip(t *testing.T) {
 	}
 }
 
-// FuzzParseReset: any reset value reads as Unknown or a bounded wait.
+// FuzzParseReset: any reset value reads as Unknown or a bounded wait, and
+// a passed instant as a bounded Passed with Reset 0.
 func FuzzParseReset(f *testing.F) {
 	for _, s := range []string{"20s", "2m59.56s", "172.799999ms", "2", "33011.38", "2025-08-21T12:40:07Z",
 		"1755780030", "1755780030000", "Thu, 21 Aug 2025 12:40:42 GMT", "-5", "NaN", "1e400", ""} {
@@ -181,6 +182,11 @@ func FuzzParseReset(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		if d := ParseReset(v, ref); d < Unknown || d > MaxCooldown {
 			t.Fatalf("ParseReset(%q) = %v out of bounds", v, d)
+		}
+		w := UnknownWindow
+		w.SetReset(v, ref)
+		if w.Reset < Unknown || w.Reset > MaxCooldown || w.Passed < 0 || w.Passed > MaxCooldown || w.Passed > 0 && w.Reset != 0 {
+			t.Fatalf("SetReset(%q): Reset %v, Passed %v out of bounds", v, w.Reset, w.Passed)
 		}
 		if d := MessageHint("Please try again in " + v); d < Unknown || d > MaxCooldown {
 			t.Fatalf("MessageHint(%q) = %v out of bounds", v, d)
@@ -202,5 +208,49 @@ func TestAppendEventKeepsOneEvent(t *testing.T) {
 	}
 	if _, err := r.Next(); err != io.EOF {
 		t.Errorf("expected one event, then the end: %v", err)
+	}
+}
+
+// durationUnits names every unit time.ParseDuration reads, as it reads
+// them: the resolution of a reset is its last number's unit.
+func TestDurationUnitsAreParseDurations(t *testing.T) {
+	for name, unit := range durationUnits {
+		if d, err := time.ParseDuration("1" + name); err != nil || d != unit {
+			t.Errorf("%q: %v, time.ParseDuration says %v %v", name, unit, d, err)
+		}
+	}
+	for _, in := range []string{"1ns", "1us", "1µs", "1μs", "1ms", "1s", "1m", "1h"} {
+		if _, ok := durationUnits[in[1:]]; !ok {
+			t.Errorf("%q: a unit time.ParseDuration reads is missing", in)
+		}
+	}
+}
+
+// An instant that had passed when the answer was given (Anthropic's
+// whole-second instants, read after a long generation) still says when
+// the window was full again: it is kept, as how long before the Date it
+// was, for the capacity state to anchor, not read as "full now". One
+// older than any wait (a Unix time of 2001) says nothing.
+func TestAPassedInstantIsKept(t *testing.T) {
+	ref := time.Date(2025, 8, 21, 12, 40, 0, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"2025-08-21T12:39:58Z": 2 * time.Second, "2025-08-21T12:39:59.75Z": 250 * time.Millisecond,
+		"1755780000": 0, "1755779990000": 10 * time.Second, "Thu, 21 Aug 2025 12:39:30 GMT": 30 * time.Second,
+		"2025-08-21T12:40:07Z": 0, "1000000001": 0, "5s": 0,
+	} {
+		if d, _, _ := ParseResetInstant(in, ref); d != -want && want > 0 {
+			t.Errorf("ParseResetInstant(%q) = %v, want -%v (how long before ref)", in, d, want)
+		}
+		w := UnknownWindow
+		w.SetReset(in, ref)
+		if w.Passed != want {
+			t.Errorf("SetReset(%q): Passed %v, want %v", in, w.Passed, want)
+		}
+		if w.Reset != ParseReset(in, ref) || w.Reset < 0 {
+			t.Errorf("SetReset(%q): Reset %v, want ParseReset's %v (never negative)", in, w.Reset, ParseReset(in, ref))
+		}
+	}
+	if d := ParseReset("2025-08-21T12:39:58Z", ref); d != 0 {
+		t.Errorf("ParseReset of a passed instant = %v, want 0 (already refreshed)", d)
 	}
 }

@@ -50,7 +50,10 @@ func ParseCount(v string) int64 {
 // MaxCooldown is garbage (a Retry-After of 1e12), not advice, and
 // reads as Unknown, so the router's own backoff applies.
 func ParseReset(v string, ref time.Time) time.Duration {
-	d, _, _ := ParseResetInstant(v, ref)
+	d, instant, _ := ParseResetInstant(v, ref)
+	if instant && d < 0 {
+		return 0
+	}
 	return d
 }
 
@@ -63,23 +66,28 @@ func ParseReset(v string, ref time.Time) time.Duration {
 // a unit from the stated one (see Window.Resolution). A countdown counts
 // from when the provider admitted the request, some time between its send
 // and its first byte (PROVIDERS.md); an instant is exact but for clock
-// skew and its resolution (see Window.Instant). Garbage (Inf, numbers past
-// any Unix time in milliseconds) is Unknown, never 0.
+// skew and its resolution (see Window.Instant). An instant that passed
+// before ref is negative, how long before ref it was (down to
+// -MaxCooldown; one older says nothing, 0): the window was full again
+// then (see Window.Passed). Garbage (Inf, numbers past any Unix time in
+// milliseconds) is Unknown, never 0.
 func ParseResetInstant(v string, ref time.Time) (d time.Duration, instant bool, resolution time.Duration) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return Unknown, false, 0
 	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		switch {
-		case math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1e15:
-			return Unknown, false, 0
-		case f > 1e12:
-			return ClampWait(time.UnixMilli(int64(f)).Sub(ref)), true, digitUnit(v, time.Millisecond)
-		case f > 1e9:
-			return ClampWait(time.Unix(int64(f), 0).Sub(ref)), true, digitUnit(v, time.Second)
+	if !durationEnd(v) { // strconv's error for a duration would be an allocation
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			switch {
+			case math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1e15:
+				return Unknown, false, 0
+			case f > 1e12:
+				return instantWait(time.UnixMilli(int64(f)).Sub(ref)), true, digitUnit(v, time.Millisecond)
+			case f > 1e9:
+				return instantWait(time.Unix(int64(f), 0).Sub(ref)), true, digitUnit(v, time.Second)
+			}
+			return seconds(f), false, digitUnit(v, time.Second)
 		}
-		return seconds(f), false, digitUnit(v, time.Second)
 	}
 	if d, err := time.ParseDuration(v); err == nil {
 		if d < 0 {
@@ -88,12 +96,23 @@ func ParseResetInstant(v string, ref time.Time) (d time.Duration, instant bool, 
 		return ClampWait(d), false, durationUnit(v)
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return ClampWait(t.Sub(ref)), true, digitUnit(v, time.Second) // the only point is the fraction's
+		return instantWait(t.Sub(ref)), true, digitUnit(v, time.Second) // the only point is the fraction's
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return ClampWait(t.Sub(ref)), true, time.Second
+		return instantWait(t.Sub(ref)), true, time.Second
 	}
 	return Unknown, false, 0
+}
+
+// durationEnd reports whether v ends as a Go duration does (its unit's
+// last letter, "s", "m" or "h"), which no number strconv.ParseFloat reads
+// does (those end in a digit, a point, "inf", "infinity" or "nan").
+func durationEnd(v string) bool {
+	switch v[len(v)-1] {
+	case 's', 'm', 'h':
+		return true
+	}
+	return false
 }
 
 // digitUnit is the resolution of a decimal number v counted in unit: unit
@@ -123,11 +142,17 @@ func digitUnit(v string, unit time.Duration) time.Duration {
 func durationUnit(v string) time.Duration {
 	start := strings.LastIndexAny(v, "0123456789") + 1
 	num := strings.LastIndexFunc(v[:start], func(r rune) bool { return (r < '0' || r > '9') && r != '.' }) + 1
-	unit, err := time.ParseDuration("1" + v[start:])
-	if err != nil {
+	unit, ok := durationUnits[v[start:]]
+	if !ok {
 		return 0
 	}
 	return digitUnit(v[num:start], unit)
+}
+
+// durationUnits are the units time.ParseDuration reads, by their names.
+var durationUnits = map[string]time.Duration{
+	"ns": time.Nanosecond, "us": time.Microsecond, "µs": time.Microsecond, "μs": time.Microsecond,
+	"ms": time.Millisecond, "s": time.Second, "m": time.Minute, "h": time.Hour,
 }
 
 // seconds converts non-negative float seconds to a duration, Unknown past
@@ -137,6 +162,19 @@ func seconds(f float64) time.Duration {
 		return Unknown
 	}
 	return time.Duration(f * float64(time.Second))
+}
+
+// instantWait is an instant's wait d from ref as ParseResetInstant
+// returns it: Unknown past MaxCooldown, d itself back to -MaxCooldown
+// (passed: how long ago), 0 before that (too old to say anything).
+func instantWait(d time.Duration) time.Duration {
+	switch {
+	case d > MaxCooldown:
+		return Unknown
+	case d < -MaxCooldown:
+		return 0
+	}
+	return d
 }
 
 // ClampWait maps a past instant to 0 and an absurdly distant one to Unknown.
@@ -216,4 +254,14 @@ func parseHint(s string) time.Duration {
 		return seconds(f)
 	}
 	return Unknown
+}
+
+// SetReset reads a stated reset v into w (Reset, Instant, Resolution and
+// Passed; see ParseResetInstant), against ref (RefTime).
+func (w *Window) SetReset(v string, ref time.Time) {
+	d, instant, resolution := ParseResetInstant(v, ref)
+	w.Reset, w.Instant, w.Resolution, w.Passed = d, instant, resolution, 0
+	if instant && d < 0 {
+		w.Reset, w.Passed = 0, -d
+	}
 }

@@ -26,6 +26,12 @@ type Event struct {
 	// Comment is true for a comment line (": keep-alive"); Data then holds
 	// the comment text.
 	Comment bool
+	// Plain says that Data holds none of what a UsageCounter looks for
+	// (`sage"`, the end of every spelling of a usage key; `_reason":"`, a
+	// finish or stop reason's key with a string value): an adapter that
+	// read the event whole (a Chat Completions chunk, checked as JSON)
+	// says so, so that the counter does not search it again.
+	Plain bool
 }
 
 // SSEReader reads server-sent events (https://html.spec.whatwg.org/multipage/server-sent-events.html).

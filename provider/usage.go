@@ -180,6 +180,11 @@ type UsageCounter struct {
 	usage  Usage
 	seen   bool
 	finish []string
+	// added is the Data of the event Add read last, until Hide takes it,
+	// and addedUsage whether it holds usageKey: Hide of that same event
+	// (the same bytes, not a copy) does not look for the key again.
+	added      []byte
+	addedUsage bool
 }
 
 // NewUsageCounter returns a counter for a stream in format f. hide says
@@ -201,7 +206,7 @@ func (c *UsageCounter) Relay(ev Event) (Event, bool) {
 // Hide returns what of ev goes to the client, as Relay does, without
 // reading its usage (an event Add has read already).
 func (c *UsageCounter) Hide(ev Event) (Event, bool) {
-	if c == nil || !c.hide || !bytes.Contains(ev.Data, usageKey) {
+	if c == nil || !c.hide || !c.holdsUsage(ev.Data) {
 		return ev, true
 	}
 	var e struct {
@@ -216,6 +221,16 @@ func (c *UsageCounter) Hide(ev Event) (Event, bool) {
 	return ev, true
 }
 
+// holdsUsage reports whether data holds usageKey: what Add found, when
+// data is the event Add read last (which it forgets then), or a search.
+func (c *UsageCounter) holdsUsage(data []byte) bool {
+	if same := len(data) > 0 && len(data) == len(c.added) && &data[0] == &c.added[0]; same {
+		c.added = nil
+		return c.addedUsage
+	}
+	return bytes.Contains(data, usageKey)
+}
+
 // usageKey is what every spelling of a "usage" key that JSON decoding
 // takes holds ("usage", "Usage", "\u0075sage"): the cheap look before a
 // decode.
@@ -226,11 +241,17 @@ func (c *UsageCounter) Add(ev Event) {
 	if c == nil {
 		return
 	}
+	if ev.Plain { // no reason, no usage: see Event.Plain
+		c.added, c.addedUsage = ev.Data, false
+		return
+	}
 	reason := bytes.Contains(ev.Data, reasonKey) && (bytes.Contains(ev.Data, finishKey) || bytes.Contains(ev.Data, stopKey))
-	if reason || c.f == Responses && bytes.Contains(ev.Data, usageKey) {
+	has := bytes.Contains(ev.Data, usageKey)
+	c.added, c.addedUsage = ev.Data, has
+	if reason || c.f == Responses && has {
 		c.finish = appendFinish(c.finish, c.f, ev.Data, true)
 	}
-	if !bytes.Contains(ev.Data, usageKey) {
+	if !has {
 		return
 	}
 	switch c.f {

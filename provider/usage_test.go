@@ -155,3 +155,41 @@ func BenchmarkUsageOf(b *testing.B) {
 		}
 	}
 }
+
+// Hide of the event Add read last takes what Add found of its usage key
+// (no second search); any other event, or the same bytes again after Hide
+// took it, is searched: every chunk goes to the client as a counter that
+// never read it would send it.
+func TestUsageCounterHideAfterAdd(t *testing.T) {
+	chunks := []string{
+		`{"id":"x","choices":[{"index":0,"delta":{"content":"the usage of it"},"finish_reason":null}]}`,
+		`{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}`,
+		`{"id":"x","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}`,
+		`{"id":"x","choices":[],"Usage":{"prompt_tokens":5,"completion_tokens":3}}`,
+		`{"id":"x","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"usage":null}`,
+	}
+	read := NewUsageCounter(Chat, true)
+	for _, d := range chunks {
+		got, gotOK := read.Relay(Event{Data: []byte(d)})
+		want, wantOK := NewUsageCounter(Chat, true).Hide(Event{Data: []byte(d)})
+		if gotOK != wantOK || string(got.Data) != string(want.Data) {
+			t.Errorf("%s: relayed %q %v, a counter that never read it %q %v", d, got.Data, gotOK, want.Data, wantOK)
+		}
+	}
+	// One buffer, read with no usage and hidden, then holding a
+	// usage-only chunk of the same length: Hide searches it again.
+	plain := []byte(`{"choices":[{"index":0}],"x":{"prompt_tokens":1}}`)
+	usage := []byte(`{"choices":[],"usage":{"prompt_tokens":1}}       `)
+	if len(plain) != len(usage) {
+		t.Fatalf("lengths %d and %d", len(plain), len(usage))
+	}
+	c := NewUsageCounter(Chat, true)
+	buf := append([]byte(nil), plain...)
+	if _, ok := c.Relay(Event{Data: buf}); !ok {
+		t.Fatal("a chunk without usage was kept from the client")
+	}
+	copy(buf, usage)
+	if _, ok := c.Hide(Event{Data: buf}); ok {
+		t.Error("a usage-only chunk in a reused buffer reached a client that did not ask for it")
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/llmrouter/caddy-llm-router/internal/excerpt"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -153,14 +154,7 @@ func bodyText(body []byte) string {
 		text = strings.TrimSpace("an HTML page: " + strings.TrimSpace(text))
 		text = strings.TrimSuffix(text, ":")
 	}
-	return truncate(strings.Join(strings.Fields(text), " "), 200)
+	return excerpt.Of(strings.Join(strings.Fields(text), " "), 200)
 }
 
 var htmlTags = regexp.MustCompile(`<[^>]*>`)
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}

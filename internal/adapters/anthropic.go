@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/excerpt"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -120,7 +121,7 @@ func (a anthropicReader) decoder(*plan) provider.EventDecoder {
 // a 200: by its type alone.
 func streamError(d messages.ErrorDetail) provider.Observation {
 	o := provider.NewObservation(classifyAnthropic(0, d))
-	o.Message, o.Code = truncate(d.Message, 500), d.Code()
+	o.Message, o.Code = excerpt.Of(d.Message, 500), d.Code()
 	if o.Message == "" {
 		o.Message = d.Type
 	}
@@ -198,7 +199,7 @@ func anthropicWindow(h http.Header, kind string, ref time.Time, counts provider.
 		w.Remaining = provider.ParseCount(v)
 	}
 	if v := h.Get(prefix + "Reset"); v != "" {
-		w.Reset, w.Instant, w.Resolution = provider.ParseResetInstant(v, ref)
+		w.SetReset(v, ref)
 	}
 	if w != provider.UnknownWindow {
 		w.Counts = counts
@@ -245,11 +246,11 @@ func parseAnthropicError(body []byte) messages.ErrorDetail {
 	if decodeJSON(top.Error, &e) != nil || e.Type == "" && e.Message == "" {
 		var s string
 		if json.Unmarshal(top.Error, &s) == nil {
-			return messages.ErrorDetail{Message: truncate(s, 500)}
+			return messages.ErrorDetail{Message: excerpt.Of(s, 500)}
 		}
-		return messages.ErrorDetail{Message: truncate(string(top.Error), 200)}
+		return messages.ErrorDetail{Message: excerpt.Of(string(top.Error), 200)}
 	}
-	e.Message = truncate(e.Message, 500)
+	e.Message = excerpt.Of(e.Message, 500)
 	return e
 }
 

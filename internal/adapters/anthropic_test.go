@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsontest"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/messages"
@@ -477,6 +478,12 @@ func TestAnthropicErrorObservation(t *testing.T) {
 	o = (&Anthropic{}).Observe(429, http.Header{}, []byte(`{"type":"error","error":{"type":"rate_limit_error","message":"spent","details":{"error_code":"enforced_spend_limit_reached"}}}`), time.Now())
 	if o.Class != provider.QuotaExhausted || o.Code != "enforced_spend_limit_reached" {
 		t.Errorf("expected quota_exhausted with its error_code, got %+v", o)
+	}
+	// A long message is cut for the client at a character, never inside one.
+	long := "a" + strings.Repeat("é", 400) // 801 bytes: byte 500 is inside an "é"
+	o = (&Anthropic{}).Observe(400, http.Header{}, []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"`+long+`"}}`), time.Now())
+	if !utf8.ValidString(o.Message) || !strings.HasSuffix(o.Message, "...") || len(o.Message) > 503 {
+		t.Errorf("expected a valid UTF-8 excerpt of at most 500 bytes and \"...\", got %d bytes, valid %v", len(o.Message), utf8.ValidString(o.Message))
 	}
 }
 

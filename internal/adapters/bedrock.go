@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 
+	"github.com/llmrouter/caddy-llm-router/internal/excerpt"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -236,7 +237,7 @@ func (s *eventStream) Next() (provider.Event, provider.EventKind, provider.Obser
 		return provider.Event{}, provider.EventError, bedrockStreamError(header(":exception-type"), m.Payload), nil
 	case "error":
 		o := bedrockStreamError(header(":error-code"), nil)
-		o.Message = truncate(header(":error-message"), 500)
+		o.Message = excerpt.Of(header(":error-message"), 500)
 		return provider.Event{}, provider.EventError, o, nil
 	}
 	return provider.Event{}, provider.EventError, streamBroken("event stream message of unknown type"), nil
@@ -259,7 +260,7 @@ func bedrockStreamError(typ string, payload []byte) provider.Observation {
 	_ = decodeJSON(payload, &e)
 	typ = bedrockErrorName(typ)
 	o := provider.NewObservation(classifyBedrock(0, typ, strings.ToLower(e.Message)))
-	o.Message, o.Code = truncate(e.Message, 500), typ
+	o.Message, o.Code = excerpt.Of(e.Message, 500), typ
 	if o.Message == "" {
 		o.Message = o.Code
 	}
@@ -329,7 +330,7 @@ func parseBedrockError(h http.Header, body []byte) (typ, msg string) {
 	if msg == "" {
 		msg = e.Message2
 	}
-	return typ, truncate(msg, 500)
+	return typ, excerpt.Of(msg, 500)
 }
 
 // bedrockErrorName is an error type without its namespace or URI, with a

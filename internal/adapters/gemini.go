@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/excerpt"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -535,7 +536,7 @@ func geminiAnswer(body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("reading gemini answer: %w", err)
 	}
 	if r.Error != nil {
-		return nil, fmt.Errorf("gemini answered an error: %s: %s", r.Error.Status, truncate(r.Error.Message, 200))
+		return nil, fmt.Errorf("gemini answered an error: %s: %s", r.Error.Status, excerpt.Of(r.Error.Message, 200))
 	}
 	var text, finish string
 	var calls []chat.ToolCall
@@ -593,7 +594,7 @@ func parseGeminiError(body []byte) gemErrorBody {
 	if err != nil || top.Error == nil {
 		return gemErrorBody{Message: bodyText(body)}
 	}
-	top.Error.Message = truncate(top.Error.Message, 500)
+	top.Error.Message = excerpt.Of(top.Error.Message, 500)
 	return *top.Error
 }
 
@@ -705,7 +706,7 @@ func (s *geminiStream) Decode(ev *provider.Event) (provider.Event, provider.Even
 	if r.Error != nil {
 		class, wait := classifyGemini(0, *r.Error)
 		o := provider.NewObservation(class)
-		o.Message, o.Code = truncate(r.Error.Message, 500), r.Error.Status
+		o.Message, o.Code = excerpt.Of(r.Error.Message, 500), r.Error.Status
 		if class != provider.QuotaExhausted {
 			o.RetryAfter = wait
 		}

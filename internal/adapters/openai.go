@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/excerpt"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/responses"
 	"github.com/llmrouter/caddy-llm-router/provider"
@@ -169,7 +170,7 @@ func (chatReader) answer(p *plan, body []byte) ([]byte, error) {
 // null, a string or an array of parts. It scans rather than decodes: this
 // runs on every answer.
 func checkCompletion(body []byte) error {
-	if !json.Valid(body) {
+	if !jsonbody.Valid(body) {
 		return errNotCompletion
 	}
 	var errValue []byte
@@ -384,7 +385,7 @@ func observeOpenAI(status int, h http.Header, body []byte, now time.Time) provid
 	// OpenAI's (and Groq's, Azure's) tokens per minute admit a request on
 	// its own estimate, characters and max_tokens (PROVIDERS.md): a request
 	// larger than the whole limit never fits.
-	o.Tokens.BoundsRequest = o.Tokens.Limit > 0 && provider.ParseCount(h.Get("x-ratelimit-limit-tokens")) == o.Tokens.Limit
+	o.Tokens.BoundsRequest = o.Tokens.Limit > 0 && provider.ParseCount(h.Get("X-Ratelimit-Limit-Tokens")) == o.Tokens.Limit
 	o.RetryAfter = provider.RetryAfter(h, ref)
 	if status >= 200 && status < 300 {
 		return o
@@ -492,16 +493,17 @@ func (s *chatStream) Decode(ev *provider.Event) (provider.Event, provider.EventK
 		return provider.Event{}, provider.EventSkip, provider.Observation{}
 	}
 	// Most chunks carry neither an error, nor a finish_reason, nor usage
-	// (some servers send "usage":null in every chunk): check cheaply before
-	// decoding, and look for usage only while it is awaited. An escaped
-	// quote inside content never reads as a key.
-	hasErr := indexKey(data, `"error"`) >= 0
-	if !hasErr && valueStart(data, `"finish_reason"`) < 0 &&
-		(!s.includeUsage || s.usage || valueStart(data, `"usage"`) != '{') {
-		if !validJSON(data) {
-			return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
-		}
-		return provider.Event{Data: data}, s.contentKind(data), provider.Observation{}
+	// (some servers send "usage":null in every chunk): the pass that checks
+	// the chunk is JSON notes what it holds (chunkMarks) before any
+	// decoding, and usage is looked for only while it is awaited. An
+	// escaped quote inside content never reads as a key. A chunk that
+	// holds nothing a UsageCounter looks for is marked Plain for it.
+	var m chunkMarks
+	if !scanJSON(data, &m) {
+		return provider.Event{}, provider.EventError, streamBroken("invalid JSON event in stream")
+	}
+	if !m.err && !m.finish && (!s.includeUsage || s.usage || m.usage != '{') {
+		return provider.Event{Data: data, Plain: !m.sage && !m.reason}, s.contentKind(data), provider.Observation{}
 	}
 	choices, obs, ok := decodeChunk[struct {
 		Index        int     `json:"index"`
@@ -617,41 +619,6 @@ func emptyValue(v []byte, depth int) bool {
 	return true // a number: an index, a logprob
 }
 
-// valueStart returns the first byte of a non-null value of key (quoted)
-// anywhere in data, -1 when key has none. A cheap test before decoding.
-func valueStart(data []byte, key string) int {
-	for {
-		i := indexKey(data, key)
-		if i < 0 {
-			return -1
-		}
-		data = data[i+len(key):]
-		j := jsonbody.SkipSpace(data, 0)
-		if j < len(data) && data[j] == ':' {
-			j = jsonbody.SkipSpace(data, j+1)
-			if j < len(data) && data[j] != 'n' {
-				return int(data[j])
-			}
-		}
-	}
-}
-
-// indexKey is bytes.Index of key (quoted) in data, looking for what
-// follows its opening quote: a stream's events are full of quotes, each of
-// which would stop a look for the quote.
-func indexKey(data []byte, key string) int {
-	for off := 0; ; {
-		i := bytes.Index(data[off:], []byte(key[1:]))
-		if i < 0 {
-			return -1
-		}
-		if i += off; i > 0 && data[i-1] == key[0] {
-			return i - 1
-		}
-		off = i + 1
-	}
-}
-
 func classifyStreamError(e apiError) provider.Observation {
 	o := provider.NewObservation(provider.Server)
 	o.Message = e.message
@@ -714,7 +681,7 @@ func parseOpenAIError(body []byte) apiError {
 		}
 		return e
 	}
-	return apiError{message: truncate(top.Message, 500), typ: top.Type, code: rawString(top.Code)}
+	return apiError{message: excerpt.Of(top.Message, 500), typ: top.Type, code: rawString(top.Code)}
 }
 
 // detailText reads a FastAPI error's detail: a string, or a list of
@@ -722,7 +689,7 @@ func parseOpenAIError(body []byte) apiError {
 func detailText(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return truncate(s, 500)
+		return excerpt.Of(s, 500)
 	}
 	var list []struct {
 		Msg string `json:"msg"`
@@ -736,13 +703,13 @@ func detailText(raw json.RawMessage) string {
 			msgs = append(msgs, d.Msg)
 		}
 	}
-	return truncate(strings.Join(msgs, "; "), 500)
+	return excerpt.Of(strings.Join(msgs, "; "), 500)
 }
 
 func parseErrorValue(raw json.RawMessage) apiError {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return apiError{message: truncate(s, 500)}
+		return apiError{message: excerpt.Of(s, 500)}
 	}
 	var e struct {
 		Message  string          `json:"message"`
@@ -757,7 +724,7 @@ func parseErrorValue(raw json.RawMessage) apiError {
 	if e.Metadata.Raw != "" {
 		msg += ": " + e.Metadata.Raw
 	}
-	return apiError{message: truncate(msg, 500), typ: e.Type, code: rawString(e.Code)}
+	return apiError{message: excerpt.Of(msg, 500), typ: e.Type, code: rawString(e.Code)}
 }
 
 // rawString turns a JSON string or number into its text ("429", "rate_limit_exceeded").
@@ -905,7 +872,7 @@ func (s *windowSet) set(suffix, field, v string, ref time.Time) {
 	case strings.EqualFold(field, "remaining"):
 		w.Remaining = provider.ParseCount(v)
 	case strings.EqualFold(field, "reset"):
-		w.Reset, w.Instant, w.Resolution = provider.ParseResetInstant(v, ref)
+		w.SetReset(v, ref)
 	}
 }
 

@@ -1,174 +1,58 @@
 package adapters
 
-// validJSON reports whether data is one valid JSON value, as
-// encoding/json.Valid does (RFC 8259; bytes of strings are not checked as
-// UTF-8, and nesting deeper than 10000 is refused), in one pass without
-// the scanner's call per byte: a stream relays every event through it
-// (chatStream.Decode), and an event is mostly string bytes.
-func validJSON(data []byte) bool {
-	i := skipWS(data, 0)
-	i = validValue(data, i, 0)
-	return i >= 0 && skipWS(data, i) == len(data)
+import "github.com/llmrouter/caddy-llm-router/internal/jsonbody"
+
+// scanJSON reports whether data is one valid JSON value, as
+// encoding/json.Valid does (jsonbody.Valid), and notes in m what the
+// looks of a stream's chunk for its keys would find (chunkMarks), in the
+// same pass: a stream relays every event through it (chatStream.Decode).
+func scanJSON(data []byte, m *chunkMarks) bool { return jsonbody.Scan(data, m.note) }
+
+// chunkMarks is what a chunk's bytes hold, as byte searches of the chunk
+// would find it, noted string by string as scanJSON reads the chunk:
+//   - err: `"error"` (indexKey), a key or a value;
+//   - finish: `"finish_reason"` with a non-null value (valueStart);
+//   - usage: the first byte of the first non-null value of `"usage"` (valueStart), 0 if none;
+//   - sage: `sage"`, which every spelling of a usage key holds
+//     (provider.UsageCounter's look for usage);
+//   - reason: `_reason":"`, a finish or stop reason's key with a string
+//     value (the counter's look for a reason).
+type chunkMarks struct {
+	err, finish, sage, reason bool
+	usage                     byte
 }
 
-// maxJSONDepth is encoding/json's nesting limit.
-const maxJSONDepth = 10000
-
-// skipWS returns the index of the first byte at or after b[i] that is not
-// JSON whitespace; i when i < 0 (what failed stays failed).
-func skipWS(b []byte, i int) int {
-	for i >= 0 && i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
+// note notes the string b[start:end-1] (end is after its closing quote),
+// which may be a key: what follows it (b[end:]) says what its value is.
+func (m *chunkMarks) note(b []byte, start, end int) {
+	s := b[start : end-1]
+	quoted := func(key string) bool { // `"key"` ends at end: the string is key, or ends with an escaped quote and key
+		n := len(key)
+		return len(s) >= n && string(s[len(s)-n:]) == key && (len(s) == n || s[len(s)-n-1] == '"')
 	}
-	return i
-}
-
-// validValue returns the index after the value at b[i:], -1 when there is
-// no valid value there.
-func validValue(b []byte, i, depth int) int {
-	if i >= len(b) {
-		return -1
+	m.err = m.err || quoted("error")
+	m.sage = m.sage || len(s) >= 4 && string(s[len(s)-4:]) == "sage"
+	if len(s) < 5 || (s[len(s)-1] != 'n' && s[len(s)-1] != 'e') {
+		return // none of the keys below: the common case
 	}
-	switch c := b[i]; {
-	case c == '"':
-		return validString(b, i+1)
-	case c == '{' || c == '[':
-		if depth >= maxJSONDepth {
-			return -1
-		}
-		return validContainer(b, i, depth+1)
-	case c == 't':
-		return literal(b, i, "true")
-	case c == 'f':
-		return literal(b, i, "false")
-	case c == 'n':
-		return literal(b, i, "null")
-	case c == '-' || c >= '0' && c <= '9':
-		return validNumber(b, i)
-	}
-	return -1
-}
-
-// validContainer returns the index after the object or array opening at
-// b[i], -1 when it is not valid.
-func validContainer(b []byte, i, depth int) int {
-	object := b[i] == '{'
-	end := byte(']')
-	if object {
-		end = '}'
-	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == end {
-		return i + 1
-	}
-	for {
-		if object {
-			if i >= len(b) || b[i] != '"' {
-				return -1
-			}
-			if i = skipWS(b, validString(b, i+1)); i < 0 || i >= len(b) || b[i] != ':' {
-				return -1
-			}
-			i = skipWS(b, i+1)
-		}
-		if i = validValue(b, i, depth); i < 0 {
-			return -1
-		}
-		if i = skipWS(b, i); i >= len(b) {
-			return -1
-		}
-		switch b[i] {
-		case ',':
-			i = skipWS(b, i+1)
-		case end:
-			return i + 1
-		default:
-			return -1
+	m.reason = m.reason || len(s) >= 7 && string(s[len(s)-7:]) == "_reason" && end+1 < len(b) && b[end] == ':' && b[end+1] == '"'
+	if first := valueAfter(b, end); first != 0 && first != 'n' {
+		m.finish = m.finish || quoted("finish_reason")
+		if m.usage == 0 && quoted("usage") {
+			m.usage = first
 		}
 	}
 }
 
-// validString returns the index after the string whose opening quote is
-// just before b[i], -1 when it is not valid: no control byte, escapes of
-// RFC 8259 only.
-func validString(b []byte, i int) int {
-	for i < len(b) {
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1
-		case c < 0x20:
-			return -1
-		case c == '\\':
-			if i+1 >= len(b) {
-				return -1
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
-					return -1
-				}
-				i += 6
-			default:
-				return -1
-			}
-		default:
-			i++
-		}
+// valueAfter returns the first byte of the value after the key that ends
+// before b[i] (its ':' and whitespace skipped), 0 when no ':' follows.
+func valueAfter(b []byte, i int) byte {
+	i = jsonbody.SkipSpace(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return 0
 	}
-	return -1
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-// validNumber returns the index after the number at b[i:], -1 when it is
-// not valid: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func validNumber(b []byte, i int) int {
-	if b[i] == '-' {
-		i++
+	if i = jsonbody.SkipSpace(b, i+1); i < len(b) {
+		return b[i]
 	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		i = digits(b, i)
-	default:
-		return -1
-	}
-	if i < len(b) && b[i] == '.' {
-		if j := digits(b, i+1); j > i+1 {
-			i = j
-		} else {
-			return -1
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		j := digits(b, i)
-		if j == i {
-			return -1
-		}
-		i = j
-	}
-	return i
-}
-
-func digits(b []byte, i int) int {
-	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-		i++
-	}
-	return i
-}
-
-func literal(b []byte, i int, lit string) int {
-	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
-		return -1
-	}
-	return i + len(lit)
+	return 0
 }

@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/excerpt"
 	"github.com/llmrouter/caddy-llm-router/internal/router"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
@@ -67,6 +68,7 @@ const (
 	ModelNotSupported                   // the group has no deployment that serves the API
 	NotFound                            // a path the router does not serve
 	ResponseNotFound                    // a Responses API response the router cannot reach (OpenAI's 404: code null)
+	PreviousNotFound                    // a previous_response_id the consumer may not continue (OpenAI's 400 previous_response_not_found)
 	CrossOrigin                         // a pass_through request a page on another origin sent without a CORS preflight
 	WebSocketRefused                    // a WebSocket upgrade the router does not serve (426)
 	Unauthorized                        // no API key, or one the router's keys do not know (401)
@@ -94,7 +96,9 @@ type Error struct {
 	// Retryable leaves the client's own retry policy alone (no
 	// x-should-retry): the router made one attempt and did not retry it
 	// (pass_through's provider could not be reached), so the client's
-	// retry is the only one.
+	// retry is the only one; or a consumer's limit admits the request
+	// again after a RetryAfter the SDKs sleep (the root's
+	// maxSDKRetryAfter).
 	Retryable bool
 }
 
@@ -108,14 +112,14 @@ func Errorf(status int, code Code, param, format string, args ...any) *Error {
 // ModelNotFoundError is the 404 for an unknown model group.
 func ModelNotFoundError(model string) *Error {
 	return Errorf(http.StatusNotFound, ModelNotFound, "model",
-		"the model %s does not exist; GET /v1/models lists the model groups", strconv.Quote(truncate(model, 100)))
+		"the model %s does not exist; GET /v1/models lists the model groups", strconv.Quote(excerpt.Of(model, 100)))
 }
 
 // NotSupportedError is the 400 for a model group none of whose
 // deployments serves format f.
 func NotSupportedError(model string, f provider.Format) *Error {
 	return Errorf(http.StatusBadRequest, ModelNotSupported, "model",
-		"the model %s has no deployment that serves %s", strconv.Quote(truncate(model, 100)), f)
+		"the model %s has no deployment that serves %s", strconv.Quote(excerpt.Of(model, 100)), f)
 }
 
 // MethodError is the 405 for anything but a POST.
@@ -191,7 +195,7 @@ func CheckJSON(ct string) *Error {
 	}
 	sent := "no Content-Type"
 	if ct != "" {
-		sent = "Content-Type " + strconv.Quote(truncate(ct, 100))
+		sent = "Content-Type " + strconv.Quote(excerpt.Of(ct, 100))
 	}
 	return Errorf(http.StatusUnsupportedMediaType, UnsupportedMedia, "",
 		"request bodies must be JSON, sent with Content-Type application/json (or a +json type; parameters such as charset=utf-8 are fine), "+
@@ -336,11 +340,4 @@ func streamFailure(e *router.StreamError) string {
 		return e.Message
 	}
 	return "the upstream stream failed after it began: " + e.Message
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -150,6 +150,7 @@ var chatErrors = map[Code][2]string{
 	ModelNotSupported:   {"invalid_request_error", "model_not_supported"},
 	NotFound:            {"invalid_request_error", "unknown_url"},
 	ResponseNotFound:    {"invalid_request_error", ""},
+	PreviousNotFound:    {"invalid_request_error", "previous_response_not_found"},
 	CrossOrigin:         {"invalid_request_error", "cross_origin_request"},
 	WebSocketRefused:    {"invalid_request_error", "websocket_not_supported"},
 	Unauthorized:        {"invalid_request_error", "invalid_api_key"}, // OpenAI's own (openai-401-invalid-key.http)

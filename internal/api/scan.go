@@ -2,7 +2,6 @@ package api
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -31,7 +30,7 @@ type scan struct {
 // top-level member until s holds an error. Null reads as absent, as it
 // does for encoding/json: member is not called for it.
 func scanBody(body []byte, keys []string, s *scan, member func(name, v []byte)) *Error {
-	if !json.Valid(body) {
+	if !jsonbody.Valid(body) {
 		return Errorf(http.StatusBadRequest, InvalidJSON, "", "the request body is not valid JSON")
 	}
 	if err := jsonbody.CheckKeys(body, keys...); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/excerpt"
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 )
@@ -32,7 +33,7 @@ func WSTurnBody(text bool, msg []byte) ([]byte, *Error) {
 	}
 	if t, _ := jsonbody.GetString(msg, "type"); t != WSCreate {
 		return nil, Errorf(http.StatusBadRequest, InvalidValue, "type",
-			"unsupported client event type %q: this router serves %q", truncate(t, 64), WSCreate)
+			"unsupported client event type %q: this router serves %q", excerpt.Of(t, 64), WSCreate)
 	}
 	if start, end, _ := jsonbody.FindMember(msg, "background"); start >= 0 && string(msg[start:end]) == "true" {
 		return nil, Errorf(http.StatusBadRequest, InvalidValue, "background",

@@ -665,3 +665,266 @@ func TestAGapIsNotStretchedByRounding(t *testing.T) {
 		t.Errorf("forecast %d from +26 s to +42 s (gap %v, next reset +%v), want >= 19: the window left and the next one", got, w.gap, w.nextReset(roll).Sub(t0))
 	}
 }
+
+// A bucket warmed by one request states "9 left, full in 1s" (30 per
+// 10 s: "29 left, 333ms"), which a fixed window of that span states as
+// well; its burst's answers come a generation later (2 s, 20 s), so that
+// when the router's projection of that span passes it has seen no
+// statement of the window it would spend: it must not take it to be full
+// again, but refilled at no more than the rate its statements imply, until
+// an answer shows which it is. Taken for a fixed window of 1 s, each
+// projected roll sent the whole limit again: 9 of 10 refused (the window
+// roll scenario's 20 s answers, seeds 1, 14 and 15).
+func TestABucketWarmedByOneRequestIsNotRefilledAtAProjection(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limit   int64
+		latency time.Duration
+	}{
+		{"10 per 10s, 20s answers", 10, 20 * time.Second},
+		{"30 per 10s, 20s answers", 30, 20 * time.Second},
+		{"30 per 10s, 2s answers", 30, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(5) {
+				p := &bucketProvider{limit: tc.limit, span: 10 * time.Second}
+				arrivals := []time.Time{t0} // the warm-up, then a burst after the bucket is full
+				for range 120 {             // more than the bucket serves in a generation
+					arrivals = append(arrivals, t0.Add(32*time.Second))
+				}
+				run := 2 * time.Minute
+				admitted, denied := rollRunFrom(t, p, arrivals, tc.latency, 5*time.Millisecond, run, rand.New(rand.NewPCG(seed, 1)))
+				if perServed := float64(denied) / float64(max(admitted, 1)); perServed > 0.01 {
+					t.Errorf("seed %d: %d provider 429s for %d served (%.3f per served, want <= 0.01)", seed, denied, admitted, perServed)
+				}
+				// Full at the burst, then the rate: limit per 10 s (less
+				// a ResetMargin a step while the pace lasts: 13% at 3 a
+				// second).
+				rate := float64(tc.limit) / 10
+				if want := int((float64(tc.limit) + rate*(run-32*time.Second).Seconds()) * 0.8); admitted < want {
+					t.Errorf("seed %d: served %d, want >= %d (the limit, then %.0f a second)", seed, admitted, want, rate)
+				}
+			}
+		})
+	}
+}
+
+// A window whose reset passed before any span was known (an instant read
+// after it passed: Anthropic's with 20 s answers) holds its limit for one
+// burst; what it spends then is in the provider's current window, not
+// charged to the next one as well: once an answer states that window
+// over too, nothing sent since, it is full again. Charged as a carry
+// (spent "within the uncertainty before" a reset that was zero), the next
+// window held 1 of 10, and the window-roll scenario's Anthropic 20 s
+// seeds served 11 of 40.
+func TestAHoldingWindowsBurstIsNotChargedToTheNext(t *testing.T) {
+	passed := func(remaining int64) provider.Observation {
+		o := provider.NewObservation(provider.OK)
+		o.Requests = provider.Window{Limit: 10, Remaining: remaining, Reset: 0, Instant: true, Resolution: time.Second}
+		return o
+	}
+	s := NewState()
+	warm, _ := s.AcquireAttempt(t0, 1)
+	s.ObserveAttempt(warm, t0.Add(21*time.Second), passed(9), DefaultPolicy)
+	s.ReleaseAttempt(warm)
+	burst := t0.Add(32 * time.Second)
+	var sent []Attempt
+	for range 11 {
+		if a, ok := s.AcquireAttempt(burst, 1); ok {
+			sent = append(sent, a)
+		}
+	}
+	if len(sent) != 10 {
+		t.Fatalf("the holding window let %d go at once, want its limit, 10", len(sent))
+	}
+	read := t0.Add(51 * time.Second)
+	s.ObserveAttempt(sent[2], read, passed(7), DefaultPolicy) // the burst's window is over too
+	s.ReleaseAttempt(sent[2])
+	after := read.Add(100 * time.Millisecond)
+	n := 0
+	for range 11 {
+		if _, ok := s.AcquireAttempt(after, 1); ok {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Errorf("after the burst's window was stated over, %d went, want 10 (nothing was sent in the window since)", n)
+	}
+}
+
+// The pace is this instance's reading of its own projection: a window
+// the fleet states (another instance's count and reset, Merge) is the
+// fleet's, full again at that reset. Paced still, it refilled by one an
+// interval where the fleet's window held its limit (fleet-burst@2s drew
+// answers past the deadline).
+func TestAWindowTheFleetStatesIsNotPaced(t *testing.T) {
+	s := NewState()
+	warm, _ := s.AcquireAttempt(t0, 1)
+	o := provider.NewObservation(provider.OK)
+	o.Requests = provider.Window{Limit: 10, Remaining: 9, Reset: time.Second}
+	s.ObserveAttempt(warm, t0.Add(100*time.Millisecond), o, DefaultPolicy) // a bucket's as well as a 1 s window's
+	s.ReleaseAttempt(warm)
+	burst := t0.Add(10 * time.Second)
+	for range 10 {
+		s.AcquireAttempt(burst, 1) // a projected roll: paced from here
+	}
+	at := burst.Add(100 * time.Millisecond)
+	s.Merge(Shared{Requests: SharedWindow{At: at, Limit: 10, Remaining: 0, Reset: at.Add(5 * time.Second)}})
+	after := at.Add(5*time.Second + ResetMargin)
+	n := 0
+	for range 11 {
+		if _, ok := s.AcquireAttempt(after, 1); ok {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Errorf("after the fleet's stated reset, %d went, want the limit, 10", n)
+	}
+}
+
+// An instant that had passed when its answer was given (Anthropic's
+// whole-second instants after a generation longer than the wait:
+// provider.Window.Passed) says when the window was full again, between
+// the attempt's send and its read: not at the read. Taken as "full now"
+// (Reset 0, anchored to the read), the window held the answer's stale
+// count for a margin after it, and what the queue sent at the read was
+// charged to the next window too: 9 of a full window's 10 went, and the
+// next one held 1.
+func TestAPassedInstantIsAnchoredWhereItWasStated(t *testing.T) {
+	s := NewState()
+	warm, _ := s.AcquireAttempt(t0, 1)
+	o := provider.NewObservation(provider.OK)
+	o.Requests = provider.Window{Limit: 10, Remaining: 9, Reset: 0, Instant: true, Resolution: time.Second,
+		Passed: 11 * time.Second} // full again at 10 s, read at 21 s
+	read := t0.Add(21 * time.Second)
+	s.ObserveAttempt(warm, read, o, DefaultPolicy)
+	s.ReleaseAttempt(warm)
+	n := 0
+	for range 11 {
+		if _, ok := s.AcquireAttempt(read.Add(time.Millisecond), 1); ok {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Errorf("at the read of a window full again 11 s before, %d went, want its limit, 10", n)
+	}
+}
+
+// A statement that proves what a window is (a bucket, here; a fixed
+// window likewise) changes what it can serve before a deadline, so the
+// observation says Learned, and the router's queue looks again at once:
+// the requests the window cannot serve are told then, not when the next
+// attempt ends. A bucket of 10 per 10 s warmed by one request ("9 left,
+// 1s" is also a window of 10 per second) under a burst of 10: "1 left,
+// 9s" (95 ms), then "8 left, 2s", stale, which proves the bucket (97.9
+// ms). Learned stayed false (only a first limit set it), and the
+// simulation's window-roll seed 19 told its 21 unservable requests at
+// 136.7 ms, when the next attempt's stream ended.
+func TestAStatementThatProvesABucketIsLearned(t *testing.T) {
+	stating := func(remaining int64, reset time.Duration) provider.Observation {
+		o := provider.NewObservation(provider.OK)
+		o.Requests = provider.Window{Limit: 10, Remaining: remaining, Reset: reset, Resolution: time.Second}
+		return o
+	}
+	s := NewState()
+	warm, _ := s.AcquireAttempt(t0, 1)
+	if !s.ObserveAttempt(warm, t0.Add(127*time.Millisecond), stating(9, time.Second), DefaultPolicy).Learned {
+		t.Fatal("a window's first limit is not Learned")
+	}
+	s.ReleaseAttempt(warm)
+	burst := t0.Add(11127 * time.Millisecond)
+	var as []Attempt
+	for range 10 {
+		a, _ := s.AcquireAttempt(burst, 1)
+		as = append(as, a)
+	}
+	deadline := burst.Add(30 * time.Second)
+	s.ObserveAttempt(as[8], burst.Add(95*time.Millisecond), stating(1, 9*time.Second), DefaultPolicy)
+	read := burst.Add(97870 * time.Microsecond)
+	before, _ := s.Forecast(read, deadline, 0)
+	got := s.ObserveAttempt(as[1], read, stating(8, 2*time.Second), DefaultPolicy)
+	after, _ := s.Forecast(read, deadline, 0)
+	if after >= before || after > 29 {
+		t.Fatalf("forecast to the deadline %d before the statement, %d after: want the bucket's 29", before, after)
+	}
+	if !got.Learned {
+		t.Errorf("the statement that proved a bucket (forecast %d -> %d) is not Learned: the queue does not look again", before, after)
+	}
+}
+
+// A window whose statements were a bucket's as well as a fixed window's
+// is paced at the bucket's rate from a projected roll; once statements
+// prove it fixed, the phase of its windows is still unknown until an
+// answer to an attempt sent at the pace comes (with 20 s answers on 10 s
+// windows, 20 s after it went). Meanwhile it holds what a fixed window
+// of its span holds whatever its phase: its limit less what was sent in
+// the last span (each window of the span lies in such an interval), not
+// the bucket's rate. "9 left, 10s" read 21.9 s after the warm-up (a
+// window of 10 per 10 s, or a bucket of 10 per 100 s), a burst of 10 at
+// 32.9 s, one paced at 42.9 s, then two of the burst's answers proving a
+// fixed window (9 and 7 left, both "10s") at 52.1 s: paced still, one
+// more went at 53 s and none at 52.2 s, and the simulation's window-roll
+// seeds 25, 26, 46, 47 and 49 served 12 where 21 went safely.
+func TestAProvedFixedWindowOfUnknownPhaseHoldsWhatASpanAllows(t *testing.T) {
+	stating := func(remaining int64) provider.Observation {
+		o := provider.NewObservation(provider.OK)
+		o.Requests = provider.Window{Limit: 10, Remaining: remaining, Reset: 10 * time.Second, Resolution: time.Second}
+		return o
+	}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	s := NewState()
+	take := func(ms int) (as []Attempt) {
+		for range 11 {
+			if a, ok := s.AcquireAttempt(at(ms), 1); ok {
+				as = append(as, a)
+			}
+		}
+		return as
+	}
+	warm, _ := s.AcquireAttempt(t0, 1)
+	s.ObserveAttempt(warm, at(21863), stating(9), DefaultPolicy)
+	s.ReleaseAttempt(warm)
+	burst := take(32863)
+	if len(burst) != 10 {
+		t.Fatalf("the burst on a full window: %d went, want 10", len(burst))
+	}
+	if n := len(take(42913)); n != 1 {
+		t.Fatalf("at the projected roll, paced: %d went, want the bucket's 1", n)
+	}
+	s.ObserveAttempt(burst[0], at(51277), stating(9), DefaultPolicy)
+	s.ObserveAttempt(burst[2], at(52107), stating(7), DefaultPolicy) // 0.1 and 0.3 a second: no bucket
+	for _, want := range []struct {
+		ms, n int
+		why   string
+	}{
+		{52200, 9, "the limit less the one sent in the last span"},
+		{52900, 0, "the span since 42.9 s holds 10"},
+		{53000, 1, "42.9 s's left the span"},
+		{62000, 0, "the span since 52.2 s holds 10"},
+		{62300, 9, "52.2 s's left the span"},
+	} {
+		if n := len(take(want.ms)); n != want.n {
+			t.Errorf("at %.1f s: %d went, want %d (%s)", float64(want.ms)/1000, n, want.n, want.why)
+		}
+	}
+}
+
+// A passed instant earlier than the attempt's send is the provider's
+// clock's skew (or a fake's: its Date on another clock than its reset),
+// not a window that was full again before the request reached it: it is
+// anchored at the send at the earliest, the safe side. Anchored 20 h
+// back, the warm-up's own "0 left" was read as a window full again, and
+// a request went at once into the window it had just spent (the root
+// module's TestWaitingCountsAreNoDemandOnMessagesWindows).
+func TestAnInstantBeforeTheSendIsAnchoredAtTheSend(t *testing.T) {
+	s := NewState()
+	warm, _ := s.AcquireAttempt(t0, 1)
+	o := provider.NewObservation(provider.OK)
+	o.Requests = provider.Window{Limit: 1, Remaining: 0, Reset: 0, Instant: true, Resolution: time.Second,
+		Passed: 20 * time.Hour}
+	s.ObserveAttempt(warm, t0, o, DefaultPolicy)
+	s.ReleaseAttempt(warm)
+	if _, ok := s.AcquireAttempt(t0.Add(time.Millisecond), 1); ok {
+		t.Errorf("a window stated spent, full again 20 h before its attempt was sent: an attempt went at once")
+	}
+}

@@ -27,6 +27,24 @@ import (
 //     spreads attempts over the window instead of sending a burst at its
 //     reset.
 //
+// One statement does not tell the two apart: "9 left, full again in 1s"
+// is a fixed window's of a second as well as a bucket's of one a second.
+// The window is full again at a reset it stated, whichever it is; but a
+// reset the router projects (the last one plus a span no window is
+// shorter than) holds only for a fixed window. Until two statements imply
+// rates no bucket states together (a fixed window's: 9 left in 10 s, 5
+// left in 6 s), a projected reset refills the window only at the rate the
+// statements imply (the pace), and, once they prove it fixed, the
+// window holds what a fixed window of its span holds whatever its phase
+// (its limit less what was sent in the last span: sliding) until an
+// answer to an attempt sent at the pace states the window it spent. With
+// answers slower than the window (20 s on 10 s), no answer says which it
+// is before the projection passes: taken as fixed, each roll sent the
+// whole limit to a bucket that had refilled a tenth of it; and the
+// proof does not say where the windows start (taken to roll at the
+// projection, an aligned window drew a 429 for each attempt sent in the
+// part of its window before it).
+//
 // ResetMargin is added to every stated reset: a reset stated to the
 // millisecond (rounded), or as an instant by a clock a little ahead of
 // ours, must not let the router refill a window the provider has not.
@@ -76,6 +94,29 @@ type window struct {
 	refills bool
 	rate    float64
 	at      time.Time
+	// pace is the rate (units per second) the statements imply for a
+	// bucket, while each of them may be a bucket's as well as a fixed
+	// window's (paceRates bounds the rate every one implies; 0: none
+	// stated); fixed: two statements implied rates no bucket states
+	// together, so the window refills whole at its reset (noteRate).
+	pace      float64
+	paceRates [2]float64
+	fixed     bool
+	// pacedFrom is when the router first sent at pace since the window
+	// was last stated (zero: not pacing): once statements prove it fixed,
+	// the pace ends with the first answer to an attempt sent since then,
+	// which speaks of the window the pace spent; until then the window
+	// holds what a span allows (sliding).
+	pacedFrom time.Time
+	// spent is what was sent in the last period, in the order sent, kept
+	// while the window may be paced (pace > 0): a fixed window of unknown
+	// phase holds its limit less it (sliding). A pointer, so that windows
+	// compare (State.shareObserved) by what they state, not by it.
+	spent *spentLog
+	// projected: the reset is the router's projection (a roll), not a
+	// statement; a bucket is full again at its stated reset, as a fixed
+	// window is, but not at a projection of a fixed window's span.
+	projected bool
 	// carry is what was spent within uncertain before a fixed window's
 	// reset: the provider's window may have ended already, so it counts
 	// against the next one too.
@@ -100,6 +141,11 @@ type window struct {
 	share    float64
 	own      int64
 	ownReset time.Time
+	// offline is this instance's share of a bucket's rate while the
+	// fleet cannot answer (0: none; see unanswered); fleetN is how many
+	// instances spent the fleet's bucket at its last answer.
+	offline float64
+	fleetN  int
 	// spanSeen is the longest reset stated since the window last rolled
 	// over; the roll makes it the span, so that one odd statement (a reset
 	// of hours) weighs on one window, not on every one after it.
@@ -107,6 +153,13 @@ type window struct {
 	// rolledAt is when the router last started a new span of the window:
 	// an answer to an attempt sent before speaks of the window before.
 	rolledAt time.Time
+	// firstRate is the rate a window's first statement implies, (limit -
+	// remaining) / countdown, when that statement's reset lies strictly
+	// between two whole seconds (0 otherwise, and once a second statement
+	// came): no window aligned to the clock is full again then, so it is
+	// forecast as the bucket it implies (see offTheClock).
+	firstRate  float64
+	statements int // stated resets read, up to 2
 	// holding: a window of known limit whose reset passed while its span
 	// is unknown (an instant already past when it was read: an Anthropic
 	// bucket read after it was full again). The router rolled it to its
@@ -156,12 +209,13 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 	reset, uncertain := time.Time{}, w.uncertain // a count without a reset is only good for this instant...
 	if o.Reset >= 0 {
 		reset, uncertain = w.anchor(now, sent, o)
+		w.noteFirst(reset.Add(-uncertain), reset, o)
 	} else if w.reset.After(now) {
 		reset = w.reset // ...unless the window's reset is known
 	}
 	if o.Remaining < 0 {
 		if o.Reset >= 0 {
-			w.reset, w.uncertain = reset, uncertain
+			w.reset, w.uncertain, w.projected = reset, uncertain, false
 		}
 		return
 	}
@@ -171,7 +225,7 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 	// order explain) before the stated reset, with a reset that did not
 	// move a whole window later (a fixed window that rolled over early
 	// would): the provider refills continuously.
-	if w.stated >= 0 && w.reset.After(now) && o.Remaining > w.stated+since && o.Reset > 0 &&
+	if !w.fixed && w.stated >= 0 && w.reset.After(now) && o.Remaining > w.stated+since && o.Reset > 0 &&
 		now.Add(o.Reset).Before(w.reset.Add(now.Sub(w.at))) {
 		w.refills = true
 	}
@@ -209,6 +263,12 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 	}
 	w.stated = o.Remaining
 	w.at = now
+	if o.Reset >= 0 {
+		w.projected = false
+		if w.fixed {
+			w.pace, w.pacedFrom = 0, time.Time{}
+		}
+	}
 	w.reset, w.uncertain = reset, uncertain
 	if !reset.IsZero() {
 		w.holding = false
@@ -224,41 +284,11 @@ func (w *window) update(now, sent time.Time, o provider.Window, since, estimate 
 // other; one that does not overlap is a new window (or a refilling one:
 // its reset moves with each statement), and stands alone.
 func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time, uncertain time.Duration) {
-	d := min(o.Reset, provider.MaxCooldown)
-	reset, uncertain = now.Add(d+ResetMargin), ResetMargin
-	if !o.Instant && sent.Before(now) {
-		uncertain += now.Sub(sent)
-	}
 	if !o.Instant && o.Resolution == 0 && o.Reset > 0 {
 		w.precise = true
 	}
-	switch r := o.Resolution; {
-	case r <= 0:
-	case o.Instant:
-		// An instant in whole units (an RFC 3339 time in whole seconds)
-		// read against a Date of the same resolution: up to a unit
-		// early for each; late no more than the Date's truncation makes
-		// up for.
-		uncertain += 2 * r
-	case w.rounded && !w.precise:
-		// A countdown in whole units ("8s", "8") from a provider that
-		// never stated a finer one and answered 429 once the router took
-		// its window to be full again: it rounds, down (the reset is up
-		// to a unit later) or up (up to a unit earlier). Until such a
-		// 429, a whole countdown is taken as exact (one that states
-		// "9.994987887s" as well states "10s" exactly).
-		reset = reset.Add(r)
-		uncertain += 2 * r
-	}
+	reset, uncertain, in := w.read(now, sent, o)
 	lo := reset.Add(-uncertain)
-	// The countdown from the provider's admission: a countdown is stated
-	// then, to its resolution; an instant is read against the answer's
-	// Date (both to theirs), and the admission was at the send at the
-	// earliest.
-	in := [2]time.Duration{d - o.Resolution, d + o.Resolution}
-	if o.Instant {
-		in = [2]time.Duration{d - 2*o.Resolution, d + 2*o.Resolution + max(now.Sub(sent), 0)}
-	}
 	defer func() {
 		w.statedLo, w.statedHi = reset.Add(-uncertain), reset
 		w.statedIn = in
@@ -266,7 +296,7 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 	if w.refilling() {
 		return reset, uncertain
 	}
-	if o.Reset > 0 && w.bucketLike(lo, reset, in, o.Remaining) {
+	if o.Reset > 0 && !w.fixed && w.bucketLike(lo, reset, in, o.Remaining) {
 		w.refills = true
 		return reset, uncertain
 	}
@@ -304,6 +334,85 @@ func (w *window) anchor(now, sent time.Time, o provider.Window) (reset time.Time
 	return hi, max(hi.Sub(lo), ResetMargin)
 }
 
+// read returns where a stated reset o (Reset >= 0), read at now of an
+// attempt sent at sent, lies by itself, before other statements narrow it
+// (anchor): the window is full again at reset at the latest, and may have
+// rolled from uncertain before it; in bounds the countdown from the
+// provider's admission of the attempt. An instant that had passed when
+// the answer was given (o.Passed) is anchored where it was stated: the
+// window was full again then, before the read; at the send at the
+// earliest (one before it is clock skew; a later reset is the safe side).
+func (w *window) read(now, sent time.Time, o provider.Window) (reset time.Time, uncertain time.Duration, in [2]time.Duration) {
+	d := min(o.Reset, provider.MaxCooldown)
+	if o.Instant && o.Passed > 0 && d == 0 {
+		d = -min(o.Passed, max(now.Sub(sent), 0))
+	}
+	reset, uncertain = now.Add(d+ResetMargin), ResetMargin
+	if !o.Instant && sent.Before(now) {
+		uncertain += now.Sub(sent)
+	}
+	switch r := o.Resolution; {
+	case r <= 0:
+	case o.Instant:
+		// An instant in whole units (an RFC 3339 time in whole seconds)
+		// read against a Date of the same resolution: up to a unit
+		// early for each; late no more than the Date's truncation makes
+		// up for.
+		uncertain += 2 * r
+	case w.rounded && !w.precise:
+		// A countdown in whole units ("8s", "8") from a provider that
+		// never stated a finer one and answered 429 once the router took
+		// its window to be full again: it rounds, down (the reset is up
+		// to a unit later) or up (up to a unit earlier). Until such a
+		// 429, a whole countdown is taken as exact (one that states
+		// "9.994987887s" as well states "10s" exactly).
+		reset = reset.Add(r)
+		uncertain += 2 * r
+	}
+	// The countdown from the provider's admission: a countdown is stated
+	// then, to its resolution; an instant is read against the answer's
+	// Date (both to theirs), and the admission was at the send at the
+	// earliest.
+	in = [2]time.Duration{d - o.Resolution, d + o.Resolution}
+	if o.Instant {
+		in = [2]time.Duration{d - 2*o.Resolution, d + 2*o.Resolution + max(now.Sub(sent), 0)}
+	}
+	return reset, uncertain, in
+}
+
+// noteFirst counts a statement whose reset lies in [lo, hi], and keeps
+// the rate the window's first one implies when it is offTheClock.
+func (w *window) noteFirst(lo, hi time.Time, o provider.Window) {
+	w.statements = min(w.statements+1, 2)
+	w.firstRate = 0
+	if w.statements == 1 && offTheClock(lo, hi, o) && w.limit > 0 && o.Remaining >= 0 && o.Remaining < w.limit {
+		w.firstRate = float64(w.limit-o.Remaining) / o.Reset.Seconds()
+	}
+}
+
+// offTheClock reports whether a countdown o, whose reset lies in [lo,
+// hi], is surely no fixed window's aligned to the clock: stated finer
+// than a second, it puts the reset, widened by its resolution (a
+// countdown rounded to the millisecond, taken as exact otherwise, is up
+// to one off), strictly between two whole seconds,
+// where no window of whole seconds aligned to the clock (PROVIDERS.md:
+// the compatible servers that use fixed windows align them to clock
+// minutes) is full again. A bucket's reset falls anywhere (OpenAI's and
+// Anthropic's refill continuously). A first statement so placed is the
+// bucket it implies: its count, and a whole window of it in
+// (limit - remaining) / countdown, not a window of that countdown that
+// is full again every countdown; a window of its countdown that starts
+// with its first request (a shape PROVIDERS.md does not name) is
+// forecast short until its next statement.
+func offTheClock(lo, hi time.Time, o provider.Window) bool {
+	if o.Instant || o.Reset <= 0 || o.Resolution >= time.Second || o.Reset > provider.MaxCooldown {
+		return false
+	}
+	lo, hi = lo.Add(-o.Resolution), hi.Add(o.Resolution)
+	sec := lo.Truncate(time.Second)
+	return lo.After(sec) && hi.Before(sec.Add(time.Second))
+}
+
 // bucketLike reports whether a stated reset in [lo, hi], a countdown
 // from the admission within in, with remaining left, proves the window refills
 // continuously, against the last stated one. A bucket's statement implies
@@ -324,15 +433,8 @@ func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int
 	if w.statedIn[1] <= 0 || in[1] <= 0 || w.stated < 0 || remaining < 0 || w.limit <= 0 || w.longest <= 0 {
 		return false
 	}
-	rates := func(left int64, in [2]time.Duration) (lo, hi float64) {
-		lo, hi = float64(w.limit-left-1)/in[1].Seconds(), math.Inf(1)
-		if in[0] > 0 {
-			hi = float64(w.limit-left) / in[0].Seconds()
-		}
-		return lo, hi
-	}
-	aLo, aHi := rates(w.stated, w.statedIn)
-	bLo, bHi := rates(remaining, in)
+	aLo, aHi := w.impliedRates(w.stated, w.statedIn)
+	bLo, bHi := w.impliedRates(remaining, in)
 	if max(aLo, bLo) >= min(aHi, bHi) {
 		return false // not one rate
 	}
@@ -343,6 +445,80 @@ func (w *window) bucketLike(lo, hi time.Time, in [2]time.Duration, remaining int
 		return w.stated < remaining
 	}
 	return false
+}
+
+// impliedRates bounds the rate, in units per second, that a bucket's
+// statement of left remaining, full again a countdown within in after its
+// admission, implies: (limit - left) / countdown, within a unit of the
+// count (a provider floors it) and the countdown's bounds.
+func (w *window) impliedRates(left int64, in [2]time.Duration) (lo, hi float64) {
+	lo, hi = float64(w.limit-left-1)/in[1].Seconds(), math.Inf(1)
+	if in[0] > 0 {
+		hi = float64(w.limit-left) / in[0].Seconds()
+	}
+	return lo, hi
+}
+
+// noteStatement folds what statement o, of an attempt sent at sent and
+// read at now, says of a bucket's rate (noteRate), whichever window it
+// speaks of and whether or not its count is stale: a bucket's rate is the
+// same in each, so that an answer read after the router rolled the window
+// (a generation longer than its span) still tells a fixed window from a
+// bucket. State.observe calls it for every answer, before update.
+func (w *window) noteStatement(now, sent time.Time, o provider.Window) {
+	if o.Limit > 0 && o.Limit != w.limit {
+		if w.limit > 0 {
+			w.pace, w.paceRates, w.fixed, w.pacedFrom = 0, [2]float64{}, false, time.Time{} // another limit: another window
+		}
+		w.limit = o.Limit
+	}
+	if o.Reset <= 0 || o.Remaining < 0 {
+		return
+	}
+	_, _, in := w.read(now, sent, o)
+	countdown := min(o.Reset, provider.MaxCooldown) // a countdown's reading
+	if o.Instant {
+		countdown = in[1] // an instant's longest
+	}
+	w.noteRate(o.Remaining, in, countdown)
+	if w.fixed && !w.pacedFrom.IsZero() && !sent.Before(w.pacedFrom) {
+		// A fixed window, stated by an attempt sent at its pace: the
+		// window it speaks of is the paced one, and it ends the pace.
+		w.pace, w.pacedFrom = 0, time.Time{}
+	}
+}
+
+// noteRate folds a statement of left remaining, a countdown within in
+// from its admission (in[1] > 0), into what the window's statements say
+// of a bucket: if every one states the same rate (each a bucket's
+// statement implies, impliedRates), pace is the last one's, taken at its
+// stated countdown (a countdown's reading, an instant's longest); once two
+// imply rates no bucket states together, the window is fixed (no bucket),
+// and refills whole at its reset.
+func (w *window) noteRate(left int64, in [2]time.Duration, countdown time.Duration) {
+	if w.fixed || w.limit <= 0 || left < 0 || left >= w.limit || in[1] <= 0 || countdown <= 0 {
+		return
+	}
+	lo, hi := w.impliedRates(left, in)
+	if w.paceRates[1] > 0 {
+		lo, hi = max(lo, w.paceRates[0]), min(hi, w.paceRates[1])
+		if lo > hi*(1+1e-9) { // a point is a rate: a statement exact to the unit
+			w.fixed = true
+			return
+		}
+	}
+	w.paceRates = [2]float64{lo, hi}
+	w.pace = float64(w.limit-left) / countdown.Seconds()
+}
+
+// paced reports whether the window's refill at a reset passed is bounded
+// by pace: the reset is the router's projection of a span (a bucket is
+// full again at a reset it stated, as a fixed window is), its limit is
+// known, and its statements are a bucket's as well as a fixed window's
+// (noteRate), so that the projection may find it refilled only by what
+// the bucket's rate refilled since, not by its limit.
+func (w *window) paced() bool {
+	return w.projected && w.pace > 0 && (!w.fixed || !w.pacedFrom.IsZero()) && !w.refilling() && w.limit > 0 && !w.holding
 }
 
 // tooClose compares a stated reset in [lo, hi] with the last stated one:
@@ -362,12 +538,43 @@ func (w *window) tooClose(lo, hi time.Time) int {
 	return 0
 }
 
-// noteRounding reads what a stale answer (one that came after a later
+// noteStale reads what a stale answer (one that came after a later
 // attempt's, so that its count is older than the window's: State.observe
-// skips it) says of the provider's rounding, and nothing else: a
-// countdown in whole units whose reset is too close to the last stated
-// one to be exact (tooClose), and not a bucket's, teaches that they are
-// rounded, as in anchor. A burst a microsecond apart on a server that
+// does not count it) says of the provider's window: whether it refills
+// (noteRefills), else whether its countdowns are rounded (noteRounding).
+func (w *window) noteStale(now, sent time.Time, o provider.Window) {
+	w.noteRefills(now, sent, o)
+	w.noteRounding(now, sent, o)
+}
+
+// noteRefills reads a stale answer's evidence of a bucket: a reset that
+// is bucketLike against the last stated one (surely earlier and closer to
+// it than the longest countdown, with more left, at the same rate) proves
+// the window refills, as it would have proved it answered in order. A
+// burst sent at one instant is answered in any order: on a bucket whose
+// resets are instants in whole seconds (Anthropic's, each read to within
+// ±2 s), the first answer states "1153 left, full at 19 s" and a later
+// one, sent before it, "3051, 14 s"; skipped whole, it left the window
+// read as fixed, full again only at 19 s, and four attempts went into it
+// then, where three fitted. The rate is the stale statement's (limit -
+// remaining over its countdown, as update takes it); the count stays the
+// last one counted, refilled at that rate from then on.
+func (w *window) noteRefills(now, sent time.Time, o provider.Window) {
+	if w.refilling() || w.fixed || o.Reset <= 0 || o.Remaining < 0 || w.limit <= 0 || o.Remaining >= w.limit {
+		return
+	}
+	reset, uncertain, in := w.read(now, sent, o)
+	if !w.bucketLike(reset.Add(-uncertain), reset, in, o.Remaining) {
+		return
+	}
+	w.refills = true
+	w.rate = float64(w.limit-o.Remaining) / min(o.Reset, provider.MaxCooldown).Seconds()
+}
+
+// noteRounding reads what a stale answer says of the provider's
+// rounding: a countdown in whole units whose reset is too close to the
+// last stated one to be exact (tooClose), and not a bucket's, teaches
+// that they are rounded, as in anchor. A burst a microsecond apart on a server that
 // floors reads "9" (9.999999 s) for its second request and "10" for its
 // first; answered in the other order, the "10" was skipped, its evidence
 // with it, and the roll at the "9" drew a 429 for each attempt sent in
@@ -430,6 +637,20 @@ func (w *window) forecastPeriod() time.Duration {
 	return w.period()
 }
 
+// form is what a window is proved to be, which its forecast counts
+// the windows after its count by: a bucket (then at a rate, not by
+// windows), fixed, or forecast as the bucket its first statement
+// implies. A statement that changes it changes what the window serves
+// before a deadline (State.observe's Learned); one that only moves the
+// count, the rate or a period does not (each answer may: the queue looks
+// again as attempts end).
+type form struct{ refills, fixed, firstRate bool }
+
+// form returns the window's form.
+func (w *window) form() form {
+	return form{refills: w.refilling(), fixed: w.fixed, firstRate: w.firstRate > 0}
+}
+
 // ratioWeight is the weight of a new sample of window.ratio; minRatio its
 // floor, so that a window that counted nothing of a few attempts is not
 // taken to count nothing of the next ones.
@@ -461,7 +682,7 @@ func (w *window) current(now time.Time) int64 {
 		if !now.After(w.at) {
 			return w.remaining
 		}
-		add := w.rate * now.Sub(w.at).Seconds()
+		add := w.refillRate() * now.Sub(w.at).Seconds()
 		if add >= float64(w.limit-w.remaining) {
 			return w.limit
 		}
@@ -471,8 +692,13 @@ func (w *window) current(now time.Time) int64 {
 			return w.remaining
 		}
 		return provider.Unknown
+	case w.sliding():
+		return max(w.limit-w.spentSince(now.Add(-w.slide())), 0)
 	case w.reset.After(now):
 		return w.remaining
+	case w.paced():
+		// A bucket's as well: what its rate refilled since the last count.
+		return min(max(w.limit-w.carry, 0), satAdd(w.remaining, int64(min(w.pace*now.Sub(w.at).Seconds(), math.MaxInt64/4))))
 	case w.limit >= 0:
 		return max(w.limit-w.carry, 0) // a new window, full
 	}
@@ -506,6 +732,92 @@ func (w *window) nextReset(now time.Time) time.Time {
 		return alt
 	}
 	return next
+}
+
+// sent is what one attempt spent of a window, and when (window.spent).
+type sent struct {
+	at time.Time
+	n  int64
+}
+
+// spentLog is a window's spends of its last period, in the order sent.
+type spentLog struct{ e []sent }
+
+// maxSpent bounds window.spent: past it the two oldest entries are one,
+// at the later one's time (it leaves the span later: the safe side).
+const maxSpent = 128
+
+// sliding reports whether the window holds what a span allows: it is
+// proved fixed (noteRate) while the phase of its windows is not known
+// yet (the reset is the router's projection, and no answer to an
+// attempt sent at the pace came: pacedFrom). A fixed window of the
+// window's span, whatever its phase, lies within some span before now,
+// so the limit less what was sent in the last span fits in it; the
+// bucket's pace (a tenth of that, for "9 left, 10s" on a 10 s window)
+// served 12 of the 21 that fit this way before the pace's answer came.
+func (w *window) sliding() bool {
+	return w.fixed && !w.pacedFrom.IsZero() && w.projected && w.pace > 0 && !w.refilling() &&
+		w.limit > 0 && !w.holding && w.period() > 0
+}
+
+// slide is the span a sliding window counts what was sent in: its
+// period and a margin.
+func (w *window) slide() time.Duration { return w.period() + ResetMargin }
+
+// spentSince is what was sent after from (window.spent).
+func (w *window) spentSince(from time.Time) int64 {
+	var n int64
+	if w.spent == nil {
+		return 0
+	}
+	for _, e := range w.spent.e {
+		if e.at.After(from) {
+			n += e.n
+		}
+	}
+	return n
+}
+
+// slidingAt is when a sliding window holds need: when enough of what was
+// sent in the last span has left it (a span from now at the latest).
+func (w *window) slidingAt(now time.Time, need int64) time.Time {
+	from := now.Add(-w.slide())
+	in := w.spentSince(from)
+	if w.spent == nil {
+		return now
+	}
+	for _, e := range w.spent.e {
+		if !e.at.After(from) {
+			continue
+		}
+		if in -= e.n; w.limit-in >= need {
+			return e.at.Add(w.slide())
+		}
+	}
+	return now.Add(w.slide())
+}
+
+// logSpent notes n spent at now in window.spent while the window may be
+// paced (pace > 0: every statement was a bucket's as well as a fixed
+// window's), and drops what left the span; nothing otherwise.
+func (w *window) logSpent(now time.Time, n int64) {
+	if w.pace <= 0 || w.refilling() || w.period() <= 0 {
+		w.spent = nil
+		return
+	}
+	if w.spent == nil {
+		w.spent = &spentLog{}
+	}
+	l, from, k := w.spent, now.Add(-w.slide()), 0
+	for k < len(l.e) && !l.e[k].at.After(from) {
+		k++
+	}
+	l.e = append(l.e[:0], l.e[k:]...)
+	if len(l.e) >= maxSpent {
+		l.e[1].n += l.e[0].n
+		l.e = append(l.e[:0], l.e[1:]...)
+	}
+	l.e = append(l.e, sent{at: now, n: n})
 }
 
 // keep is the share of the limit an attempt must leave unspent (reserve).
@@ -542,7 +854,14 @@ func (w *window) availableAtCur(now time.Time, cur, n int64, reserve float64) ti
 		return now
 	}
 	if w.refilling() {
-		secs := min(float64(max(need, 1)-cur)/w.rate, provider.MaxCooldown.Seconds())
+		secs := min(float64(max(need, 1)-cur)/w.refillRate(), provider.MaxCooldown.Seconds())
+		return now.Add(time.Duration(math.Ceil(secs * float64(time.Second))))
+	}
+	if w.sliding() {
+		return w.slidingAt(now, max(need, 1))
+	}
+	if w.paced() && !w.reset.After(now) {
+		secs := min(float64(max(need, 1)-cur)/w.pace, provider.MaxCooldown.Seconds())
 		return now.Add(time.Duration(math.Ceil(secs * float64(time.Second))))
 	}
 	if r := w.nextReset(now); r.After(now) {
@@ -574,7 +893,10 @@ func (w *window) spend(now time.Time, n int64) {
 		if !w.holding && !w.reset.After(now) {
 			// The provider's window is taken to be full, as far as the
 			// router knows (none of what it spent lately may count).
-			w.reset = w.nextReset(now)
+			if w.paced() && w.pacedFrom.IsZero() {
+				w.pacedFrom = now
+			}
+			w.reset, w.projected = w.nextReset(now), true
 			if w.reset.IsZero() && w.limit > 0 {
 				w.holding = true // span unknown: the limit bounds the burst
 			}
@@ -587,11 +909,12 @@ func (w *window) spend(now time.Time, n int64) {
 				w.stated = w.limit
 			}
 			w.carry = 0
-		} else if !now.Before(w.reset.Add(-max(w.uncertain, ResetMargin))) {
-			w.carry += n
+		} else if !w.reset.IsZero() && !now.Before(w.reset.Add(-max(w.uncertain, ResetMargin))) {
+			w.carry += n // within the uncertainty before a known reset (a holding window has none)
 		}
 	}
 	w.remaining, w.at = max(cur-w.expected(n), 0), now
+	w.logSpent(now, w.expected(n))
 }
 
 // forecast returns how many units the window lets start from now until
@@ -614,7 +937,23 @@ func (w *window) forecast(now, until time.Time, reserve float64, whole bool) int
 		return share(total)
 	}
 	if w.refilling() {
-		return satAdd(total, int64(min(w.rate*until.Sub(now).Seconds(), math.MaxInt64/4)))
+		f := satAdd(total, int64(min(w.refillRate()*until.Sub(now).Seconds(), math.MaxInt64/4)))
+		if !whole && w.offline == 0 && w.fleetN > 1 {
+			// The fleet's bucket (its count and whole rate, spentFleet):
+			// this instance's equal share of it, as while the fleet cannot
+			// answer (unanswered), where a fixed window's share is learned.
+			f /= int64(w.fleetN)
+		}
+		return f
+	}
+	if w.firstRate > 0 {
+		return satAdd(total, int64(min(w.firstRate*until.Sub(now).Seconds(), math.MaxInt64/4)))
+	}
+	if w.sliding() {
+		// What leaves the span by until, and a limit each span after.
+		back := w.limit - w.spentSince(now.Add(-w.slide())) - w.spentSince(until.Add(-w.slide()))
+		spans := int64(until.Sub(now) / w.slide())
+		return share(satAdd(total+max(back, 0), spans*max(w.limit-keep, 0)))
 	}
 	r := w.nextReset(now)
 	switch {

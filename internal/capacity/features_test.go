@@ -151,3 +151,33 @@ func TestACensoredLatencyOnlyRaisesTheEWMA(t *testing.T) {
 		t.Errorf("a stream's time to first content at least 3 s: expected 3, got %v", f.Latency)
 	}
 }
+
+// An attempt that lost a hedge ran c without answering: its deployment
+// is at least that slow now, not 30% of the way there. Folded in as one
+// sample of weight 0.3, a deployment that had turned 6 s slow, hedged
+// after 1 s and lost at 1.24 s, was recorded at 0.51 s after its first
+// lost hedge and 1.1 s after its fifth (never above the 1.24 s its hedges
+// proved), within a near tie of a 0.24 s peer, so that it was still
+// chosen first (the simulation's hedge-slow, seed 23: 5 of 21).
+func TestALostHedgeCountsAtLeastAsSlowAsItRan(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, stream := range []bool{false, true} {
+		s := NewState()
+		for range 5 {
+			if stream {
+				s.RecordLatency(0, 200*time.Millisecond)
+			} else {
+				s.RecordLatency(200*time.Millisecond, 0)
+			}
+		}
+		lost := 1240 * time.Millisecond
+		if stream {
+			s.RecordLostHedge(0, lost)
+		} else {
+			s.RecordLostHedge(lost, 0)
+		}
+		if f := s.Features(now, 10, stream); f.Latency < lost.Seconds() {
+			t.Errorf("stream %v: 0.2 s, then an attempt that ran 1.24 s without answering: latency %.3f s, want at least 1.24", stream, f.Latency)
+		}
+	}
+}

@@ -58,40 +58,75 @@ type Budget struct {
 	// reply): until an instance learns its share of the windows, it
 	// counts on an equal one.
 	Instances int
+	// Unanswered: the fleet could not answer (Spend's error); a bucket
+	// then refills on this instance at its share of the rate until the
+	// fleet answers again (window.unanswered).
+	Unanswered bool
 }
 
 // BudgetWindow is one window: its limit (provider.Unknown: not asked),
 // what is left and when it is full again as this instance knows it, its
 // span (the longest reset stated), and N, the attempt's share (1 request,
 // or the tokens the provider is expected to count).
+//
+// A window that refills continuously (a token bucket: Anthropic's, whose
+// reset is the instant it is full again, and an OpenAI-compatible one
+// whose statements prove it, PROVIDERS.md) has Rate > 0, in units per
+// second: Remaining is its count at the call, Reset when that count has
+// refilled to Limit, and Span how long the bucket takes to fill from empty
+// (Limit / Rate, at most provider.MaxCooldown). Rate 0 is a fixed window,
+// full again at Reset; Fixed says this instance's statements proved it
+// one (two of them imply rates no bucket states together): the fleet's
+// budget then holds it as a fixed window, whatever another instance read.
 type BudgetWindow struct {
 	Limit, Remaining int64
 	Reset            time.Time
 	Span             time.Duration
 	N                int64
+	Rate             float64
+	Fixed            bool
 }
 
 func (b Budget) shared() bool { return b.Requests.Limit >= 0 || b.Tokens.Limit >= 0 }
 
 // budgetLocked is the attempt's share of the windows the fleet can hold:
-// fixed windows whose limit, reset and span are known.
+// fixed windows whose limit, reset and span are known, and buckets whose
+// limit and rate are.
 func (s *State) budgetLocked(now time.Time, tokens int64) Budget {
 	return Budget{Requests: s.requests.budget(now, 1), Tokens: s.tokens.budget(now, tokens)}
 }
 
 func (w *window) budget(now time.Time, n int64) BudgetWindow {
-	cur, reset := w.current(now), w.nextReset(now)
+	cur := w.current(now)
+	if w.refilling() && cur >= 0 {
+		return BudgetWindow{Limit: w.limit, Remaining: cur, Reset: now.Add(w.fillTime(w.limit - cur)),
+			Span: max(w.fillTime(w.limit), time.Millisecond), N: w.expected(n), Rate: w.rate}
+	}
+	reset := w.nextReset(now)
 	if w.limit < 0 || cur < 0 || w.refilling() || reset.IsZero() || w.span <= 0 {
 		return BudgetWindow{Limit: provider.Unknown}
 	}
-	return BudgetWindow{Limit: w.limit, Remaining: cur, Reset: reset, Span: w.span, N: w.expected(n)}
+	return BudgetWindow{Limit: w.limit, Remaining: cur, Reset: reset, Span: w.span, N: w.expected(n), Fixed: w.fixed}
+}
+
+// fillTime is how long a bucket takes to refill n units at its rate, at
+// most provider.MaxCooldown.
+func (w *window) fillTime(n int64) time.Duration {
+	return time.Duration(min(float64(max(n, 0))/w.rate, provider.MaxCooldown.Seconds()) * float64(time.Second))
 }
 
 // spentFleet takes what the fleet's budget holds after an attempt as the
 // window's count: the whole fleet's spending, not this instance's alone.
 // It also learns this instance's share of the fleet's spending (see
-// window.share) once a quarter of the window is spent.
+// window.share) once a quarter of the window is spent. A bucket's count
+// is the fleet's as of now (it refills from there), and the fleet
+// answering ends its refill at a share (unanswered).
 func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64, instances int) {
+	if left.Limit >= 0 && left.Rate > 0 && w.refilling() {
+		w.remaining, w.at = min(max(left.Remaining, 0), w.limit), now
+		w.offline, w.fleetN = 0, instances
+		return
+	}
 	if left.Limit < 0 || left.Reset.IsZero() || w.refilling() {
 		return
 	}
@@ -99,7 +134,18 @@ func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64, instances
 	if w.share == 0 {
 		w.share = equal // an equal share, until learned
 	}
-	w.remaining, w.reset, w.at = max(left.Remaining, 0), left.Reset, now
+	if span := max(w.span, left.Span); w.reset.IsZero() || left.Reset.After(w.reset.Add(span/2)) {
+		// The fleet's budget rolled the window (leaseScript) before this
+		// instance did: a new count, which the old window's last statement
+		// is no baseline for, as at a roll here (spend). Its next answer's
+		// larger count was read as a refill before the reset, and the
+		// window taken for a bucket, which the fleet then leased as one
+		// (TestAFleetWindowRollIsNoRefill; trial38: an upstream 429 about
+		// 2 s into every window of a fixed 20 per 10 s for 80 s).
+		w.stated, w.statedIn = provider.Unknown, [2]time.Duration{}
+	}
+	// The fleet's count and reset, not this instance's projection: no pace.
+	w.remaining, w.reset, w.at, w.projected = max(left.Remaining, 0), left.Reset, now, false
 	if !left.Reset.Equal(w.ownReset) {
 		w.own, w.ownReset = 0, left.Reset
 	}
@@ -114,6 +160,30 @@ func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64, instances
 
 // minShare floors an instance's share of the fleet's budget.
 const minShare = 0.05
+
+// unanswered notes that the fleet could not answer for the window (Redis
+// slow or down, and this instance holds no slice of it): a bucket then
+// refills here at this instance's equal share of its rate, among the
+// instances that spent it lately, until the fleet answers again
+// (spentFleet), so that the instances cut off from Redis do not each
+// spend the whole refill. A lone instance, and a fixed window, go on as
+// they know them.
+func (w *window) unanswered(now time.Time) {
+	if !w.refilling() || w.offline > 0 || w.fleetN <= 1 {
+		return
+	}
+	w.offline = 1 / float64(w.fleetN)
+	w.remaining, w.at = w.current(now), now // refilled at the share since the fleet last answered
+}
+
+// refillRate is the rate (units per second) a bucket refills at here: its
+// rate, or this instance's share of it while the fleet cannot answer.
+func (w *window) refillRate() float64 {
+	if w.offline > 0 {
+		return w.rate * w.offline
+	}
+	return w.rate
+}
 
 // Shared is what fleet mode shares of a State: its circuit and the
 // provider-stated windows. Each part carries the instant it was learned
@@ -287,6 +357,8 @@ func (s *State) acquireFleet(f Fleet, now time.Time, tokens int64, probe bool, r
 		}
 		if err == nil {
 			left = l
+		} else {
+			left.Unanswered = true
 		}
 	}
 	if rpm > 0 || tpm > 0 {
@@ -384,8 +456,14 @@ func (s *State) Merge(sh Shared) bool {
 	merge := func(w SharedWindow, dst *window, at *time.Time) {
 		if w.At.After(*at) {
 			*at = w.At
-			dst.limit, dst.remaining, dst.reset = w.Limit, w.Remaining, w.Reset
-			dst.stated, dst.at = w.Remaining, w.At
+			dst.limit, dst.remaining, dst.reset, dst.projected = w.Limit, w.Remaining, w.Reset, false
+			// Another instance's count is no statement of this one's: the
+			// attempts it had in flight, which this instance does not
+			// count, lie between it and this instance's next answer, so
+			// that a larger count then is no refill (nor a drop the
+			// attempt's cost): refills, rates and ratios compare this
+			// instance's own statements only.
+			dst.stated, dst.at = provider.Unknown, w.At
 			if w.Reset.After(w.At) {
 				dst.span = max(dst.span, min(w.Reset.Sub(w.At), provider.MaxCooldown))
 			}

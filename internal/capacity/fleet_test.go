@@ -329,3 +329,177 @@ func TestFleetBudget(t *testing.T) {
 		t.Error("expected local knowledge to let the attempt through")
 	}
 }
+
+// Two instances spend one fixed window of 10 requests per 4 s that starts
+// at its first request (llm_mock's), as TestFleetOnARedisCluster does. In
+// a burst, the other instance's answer (3 left, its attempt sent at 5 ms)
+// reaches this one (Merge) before this instance's own answer to an
+// attempt it sent at 10 ms, which the provider admitted earlier (6 left).
+// 6 is more than the 3 last stated plus what this instance had in flight,
+// but the other instance's attempts, which this one does not count, came
+// between: no evidence of a bucket. Read as one, the window left the
+// fleet's budget (a bucket is not leased), and the instance spent the rest
+// of the burst on its own count: 12-15 sent within the provider's window
+// of 10, the 429s at the end of the burst.
+func TestAnotherInstancesCountProvesNoBucket(t *testing.T) {
+	ok := okOfTen
+	s, f := NewState(), &fakeFleet{}
+	s.SetFleet(f)
+	warm, _ := s.AcquireFor(t0, Need{})
+	s.ObserveAttempt(warm, t0.Add(10*time.Millisecond), ok(9, 3990*time.Millisecond), DefaultPolicy)
+	s.ReleaseAttempt(warm)
+
+	burst := t0.Add(4200 * time.Millisecond) // the warm-up's window ended
+	ms := func(n int) time.Time { return burst.Add(time.Duration(n) * time.Millisecond) }
+	f.left = Budget{Requests: BudgetWindow{Limit: 10, Remaining: 8, Reset: ms(4050), Span: 4 * time.Second},
+		Tokens: BudgetWindow{Limit: provider.Unknown}, Instances: 2}
+	s.Merge(Shared{Requests: SharedWindow{At: ms(5), Limit: 10, Remaining: 3, Reset: ms(4055)}})
+	a, got := s.AcquireFor(ms(10), Need{})
+	if !got || len(f.spends) != 1 {
+		t.Fatalf("expected the attempt granted by the fleet, got %v after %d spends", got, len(f.spends))
+	}
+	s.ObserveAttempt(a, ms(40), ok(6, 3970*time.Millisecond), DefaultPolicy)
+	s.ReleaseAttempt(a)
+
+	// The fleet's window is spent: the next attempt asks it, and waits.
+	f.spendWait = 3900 * time.Millisecond
+	if _, got := s.AcquireFor(ms(50), Need{}); got || len(f.spends) != 2 {
+		t.Errorf("expected the next attempt to ask the fleet (2 spends) and be refused, got %v after %d spends", got, len(f.spends))
+	}
+	if at, why := s.AvailableAt(ms(50), 0); !at.Equal(ms(3950)) || why != provider.RateLimited {
+		t.Errorf("expected the deployment out until the fleet's window ends (3.95 s), got %v %s", at.Sub(burst), why)
+	}
+}
+
+// A fixed window the fleet's budget rolled (its reset a window later:
+// leaseScript's roll) starts a new count: the next answer's larger count
+// is the new window's, not a refill of the old one's last statement.
+// Before, the old window's statement (2 left) stood as the baseline, the
+// new window's 9 read as a refill before the reset, and the window was
+// taken for a bucket, which the fleet then leased as one for every
+// instance (trial38: a fixed window of 20 per 10 s held as a bucket, an
+// upstream 429 about 2 s into every window for 80 s).
+func TestAFleetWindowRollIsNoRefill(t *testing.T) {
+	ok := okOfTen
+	s, f := NewState(), &fakeFleet{}
+	s.SetFleet(f)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	f.left = Budget{Requests: BudgetWindow{Limit: 10, Remaining: 8, Reset: ms(4000), Span: 4 * time.Second},
+		Tokens: BudgetWindow{Limit: provider.Unknown}, Instances: 2}
+	a, got := s.AcquireFor(t0, Need{})
+	if !got {
+		t.Fatal("expected the first attempt granted")
+	}
+	// The other instance spent most of it; this instance reads its end a
+	// little later than the fleet's budget has it (each anchors its own).
+	s.ObserveAttempt(a, ms(10), ok(2, 4300*time.Millisecond), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	// The window ended; the fleet's budget starts the next one with this
+	// attempt, a span later.
+	for i, at := range []int{4200, 4230} {
+		f.left = Budget{Requests: BudgetWindow{Limit: 10, Remaining: int64(9 - i), Reset: ms(8200), Span: 4 * time.Second},
+			Tokens: BudgetWindow{Limit: provider.Unknown}, Instances: 2}
+		b, got := s.AcquireFor(ms(at), Need{})
+		if !got {
+			t.Fatalf("expected the attempt at %d ms granted by the fleet", at)
+		}
+		s.ObserveAttempt(b, ms(at+50), ok(int64(9-i), time.Duration(8200-at-50)*time.Millisecond), DefaultPolicy)
+		s.ReleaseAttempt(b)
+	}
+	if s.requests.refilling() {
+		t.Errorf("expected the window still fixed after the fleet's roll, taken for a bucket of %.2f a second", s.requests.rate)
+	}
+	f.left.Requests.Remaining = 7
+	if _, got := s.AcquireFor(ms(4300), Need{}); !got || f.spends[len(f.spends)-1].Requests.Rate != 0 {
+		t.Errorf("expected the next attempt to ask the fleet for a fixed window (rate 0), got %v with %+v", got, f.spends[len(f.spends)-1].Requests)
+	}
+}
+
+// A window its statements proved fixed (9 left in 10 s and 5 left in 6 s
+// imply rates no bucket states together) is not taken for a bucket by a
+// later count larger than the last before its reset (what another
+// instance's count, or a roll this one did not see, states): before, it
+// was, and the fleet then leased it as a bucket for every instance. It
+// asks the fleet for a fixed window, Fixed: the fleet's budget holds it
+// as one whatever another instance read.
+func TestAProvedFixedWindowStaysFixed(t *testing.T) {
+	ok := okOfTen
+	s := NewState()
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, st := range []struct {
+		at     int
+		left   int64
+		resets time.Duration
+	}{{0, 9, 10 * time.Second}, {4000, 5, 6 * time.Second}} {
+		a, got := s.AcquireFor(ms(st.at), Need{})
+		if !got {
+			t.Fatalf("expected the attempt at %d ms to go", st.at)
+		}
+		s.ObserveAttempt(a, ms(st.at+10), ok(st.left, st.resets-10*time.Millisecond), DefaultPolicy)
+		s.ReleaseAttempt(a)
+	}
+	if !s.requests.fixed {
+		t.Fatal("expected the two statements to prove the window fixed")
+	}
+	a, _ := s.AcquireFor(ms(5000), Need{})
+	s.ObserveAttempt(a, ms(5010), ok(8, 4990*time.Millisecond), DefaultPolicy)
+	s.ReleaseAttempt(a)
+	if s.requests.refilling() {
+		t.Errorf("expected the proved fixed window still fixed, taken for a bucket of %.2f a second", s.requests.rate)
+	}
+	f := &fakeFleet{left: Budget{Requests: BudgetWindow{Limit: 10, Remaining: 5, Reset: ms(10000), Span: 10 * time.Second},
+		Tokens: BudgetWindow{Limit: provider.Unknown}, Instances: 2}}
+	s.SetFleet(f)
+	if _, got := s.AcquireFor(ms(5100), Need{}); !got || len(f.spends) != 1 || !f.spends[0].Requests.Fixed || f.spends[0].Requests.Rate != 0 {
+		t.Errorf("expected the fleet asked for a proved fixed window, got %v after %+v", got, f.spends)
+	}
+}
+
+// Answers of one instant's burst come in any order, and in fleet mode
+// another instance's attempts are admitted between this one's: a fixed
+// window that states "12 left, full at 10 s" then "19 left, full at 10 s"
+// (the same instant: the same window) is not refilling, whatever this
+// instance sent meanwhile. Before, a count larger than the last by more
+// than this instance's later attempts, before the reset, proved a
+// bucket: trial38b saw a fleet's fixed window of 20 per 10 s taken for a
+// bucket of 0.1 a second in 3 of 12 series of bursts (0-8 served a
+// window after, of 20).
+func TestOutOfOrderAnswersOfOneInstantAreNoRefill(t *testing.T) {
+	s, f := NewState(), &fakeFleet{}
+	s.SetFleet(f)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	// The fleet's budget starts the window with the burst (leaseScript's
+	// roll: a span and the margin after its first call).
+	f.left = Budget{Requests: BudgetWindow{Limit: 20, Remaining: 16, Reset: t0.Add(10*time.Second + ResetMargin), Span: 10 * time.Second},
+		Tokens: BudgetWindow{Limit: provider.Unknown}, Instances: 2}
+	var as []Attempt
+	for range 4 {
+		a, got := s.AcquireFor(t0, Need{})
+		if !got {
+			t.Fatal("expected the burst's attempts to go")
+		}
+		as = append(as, a)
+	}
+	// The provider's window starts with the burst: every countdown is
+	// 10 s from the same instant; the other instance's attempts were
+	// admitted between this one's.
+	for i, left := range []int64{12, 19, 15, 17} {
+		o := provider.NewObservation(provider.OK)
+		// llm_mock's OpenAI countdown of a window begun this millisecond:
+		// "10s" (the format's whole seconds at the window's start)
+		o.Requests = provider.Window{Limit: 20, Remaining: left, Reset: 10 * time.Second, Resolution: time.Second}
+		s.ObserveAttempt(as[i], ms(200+3*i), o, DefaultPolicy)
+		s.ReleaseAttempt(as[i])
+	}
+	if s.requests.refilling() {
+		t.Errorf("expected the window still fixed after one instant's answers in another order, taken for a bucket of %.2f a second", s.requests.rate)
+	}
+}
+
+// okOfTen is an answer that states a request window of 10 with remaining
+// left, full again in reset (to the millisecond).
+func okOfTen(remaining int64, reset time.Duration) provider.Observation {
+	o := provider.NewObservation(provider.OK)
+	o.Requests = provider.Window{Limit: 10, Remaining: remaining, Reset: reset, Resolution: time.Millisecond}
+	return o
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/period"
 	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
@@ -36,6 +37,19 @@ type SpendStore interface {
 	HoldSpend(ctx context.Context, key string, usd, limit float64, ttl time.Duration) (bool, float64, error)
 	// Spend returns key's total (0 when there is none).
 	Spend(ctx context.Context, key string) (float64, error)
+}
+
+// SpendCarrier is a SpendStore that carries one window's total into
+// another's (a reload changed the budget's period: the new period's
+// window of now counts what the old period's spent), once however many
+// instances carry it.
+type SpendCarrier interface {
+	// CarrySpend adds to key's total (which expires after ttl) what
+	// from's total has beyond what was carried from it into key before
+	// (nothing when it has less: a carry never takes back), and returns
+	// key's total. Each instance that changes the period carries, after
+	// its own writes to from: the total carried is from's largest seen.
+	CarrySpend(ctx context.Context, from, key string, ttl time.Duration) (float64, error)
 }
 
 // SpendOp names a write to a SpendStore: its writer (one Spending of one
@@ -77,15 +91,24 @@ type Spending struct {
 	store SpendStore
 
 	mu     sync.Mutex
-	window int64   // the window counted (its index)
-	shared float64 // in it: the fleet's total (spent and held) as the store last stated it
-	spent  float64 // in it: spent here and not in the store (all of it without a store)
-	held   float64 // in it: held here and not in the store
-	looked time.Time
+	window int64         // the window counted (its index)
+	carry  time.Duration // the period window counts in, after SetLimit changed it (0: limit's)
+	// carryFrom is, after a new period in fleet mode (a SpendCarrier),
+	// the store's key of the old period's window whose total is still to
+	// be carried into the current window's (flush); "" when none.
+	carryFrom string
+	// byPeriod names the period in the store's keys (NewSpendingByPeriod).
+	byPeriod bool
+	shared   float64 // in it: the fleet's total (spent and held) as the store last stated it
+	spent    float64 // in it: spent here and not in the store (all of it without a store)
+	held     float64 // in it: held here and not in the store
+	looked   time.Time
 	// lease is, with a SpendLeaser, what this instance leased of the
 	// window (in the store's total) and neither holds nor spent.
 	lease    float64
+	inSlice  float64 // what the holds taken from the slice in the window and not settled hold (USD)
 	demand   Demand
+	others   float64 // the other instances' slices as the last lease call told them
 	leasing  bool    // a renewal is under way
 	watching bool    // an idle check is scheduled
 	idle     int64   // holds taken from the slice (the idle check's clock)
@@ -102,7 +125,8 @@ type Spending struct {
 type spendOp struct {
 	SpendOp
 	usd    float64
-	window int64
+	window int64  // -1: a window of a period past (SetLimit)
+	key    string // the store's key of window
 }
 
 // Hold is an attempt's hold on a budget: its worst-case cost, given back
@@ -134,6 +158,14 @@ func NewSpending(limit SpendLimit, store SpendStore, key string) *Spending {
 	return &Spending{limit: limit, store: store, key: key, writer: hex.EncodeToString(b[:])}
 }
 
+// NewSpendingByPeriod is NewSpending whose store keys name the period as
+// well as the window (key:24h0m0s:<window>; NewSpending's: key:<window>).
+func NewSpendingByPeriod(limit SpendLimit, store SpendStore, key string) *Spending {
+	s := NewSpending(limit, store, key)
+	s.byPeriod = true
+	return s
+}
+
 // SetStore shares the spending through store from now on (nil: this
 // instance alone): a reload may turn fleet mode on or off.
 func (s *Spending) SetStore(store SpendStore) {
@@ -150,12 +182,27 @@ func (s *Spending) Limit() SpendLimit {
 }
 
 // SetLimit changes the budget (a reload): what was spent in the current
-// window counts against the new one; a new period starts a new window.
+// window counts against the new one. A new period carries what the
+// current window spent into the new period's window of the next look
+// (roll), unless the old window has ended by then: a reload forgives
+// nothing. In fleet mode (a SpendCarrier) the fleet's total of the old
+// period's window of that look is carried into the new period's window
+// in the store, once fleet-wide (flush), whichever instance reloads
+// first; the new window ends as the new period's windows do. A store
+// that cannot carry starts a new window.
 func (s *Spending) SetLimit(l SpendLimit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.Period != s.limit.Period {
-		s.window, s.shared, s.spent, s.held, s.looked, s.op, s.lease = 0, 0, 0, 0, time.Time{}, nil, 0
+	_, carrier := s.store.(SpendCarrier)
+	switch {
+	case l.Period == s.limit.Period:
+	case s.carry > 0: // a second change before a look: the window counted is still the first period's
+	case (s.store == nil || carrier) && s.limit.Period > 0:
+		// The holds in flight settle as of a window past (Settle): what
+		// they cost is spent in the new one.
+		s.carry, s.held = s.limit.Period, 0
+	default:
+		s.window, s.shared, s.spent, s.held, s.looked, s.op, s.lease, s.others = 0, 0, 0, 0, time.Time{}, nil, 0, 0
 	}
 	s.limit = l
 }
@@ -165,15 +212,49 @@ func (s *Spending) index(now time.Time) int64 { return now.UnixNano() / int64(s.
 // resetAt is when the window of index i ends.
 func (s *Spending) resetAt(i int64) time.Time { return time.Unix(0, (i+1)*int64(s.limit.Period)) }
 
-func (s *Spending) storeKey(i int64) string { return s.key + ":" + strconv.FormatInt(i, 10) }
+func (s *Spending) storeKey(i int64) string { return s.storeKeyOf(s.limit.Period, i) }
+
+// storeKeyOf is the store's key of window i of period per.
+func (s *Spending) storeKeyOf(per time.Duration, i int64) string {
+	if s.byPeriod {
+		return s.key + ":" + per.String() + ":" + strconv.FormatInt(i, 10)
+	}
+	return s.key + ":" + strconv.FormatInt(i, 10)
+}
 
 // roll starts a new window when now is past the one counted; never an
 // older one (a spend stamped just before the boundary that lands after
 // it, a clock stepped back): that counts in the current window.
 func (s *Spending) roll(now time.Time) int64 {
+	if s.carry > 0 { // a new period (SetLimit)
+		old := now.UnixNano() / int64(s.carry)
+		if old != s.window {
+			// The old window had ended: nothing this instance counted
+			// is of the old period's window of now.
+			s.shared, s.spent, s.held, s.op, s.lease, s.inSlice, s.others = 0, 0, 0, nil, 0, 0, 0
+		}
+		if _, ok := s.store.(SpendCarrier); ok {
+			// The store's total of the old period's window of now is
+			// carried into the new one's (flush, before this instance
+			// writes there), which counts it then; what this instance's
+			// slice and the holds taken from it hold goes back (they are
+			// in that total: its holds settle as of a window past, and
+			// what they cost is spent in the new one). Until the carry
+			// lands, the total last seen counts (shared).
+			s.spent -= s.lease + s.inSlice
+			s.lease, s.inSlice, s.others, s.looked = 0, 0, 0, time.Time{}
+			s.carryFrom = s.storeKeyOf(s.carry, old)
+			if s.op != nil {
+				s.op.window = -1 // a write to the old window, sent before the carry
+			}
+		}
+		s.window, s.carry = s.index(now), 0
+		return s.window
+	}
 	if i := s.index(now); i > s.window {
 		s.window, s.shared, s.spent, s.held, s.looked = i, 0, 0, 0, time.Time{}
-		s.op, s.lease = nil, 0 // what the ended window did not write is dropped, its slice with its key
+		s.op, s.lease, s.inSlice, s.others = nil, 0, 0, 0 // what the ended window did not write is dropped, its slice with its key
+		s.carryFrom = ""                                  // the new period's window carried into has ended too
 	}
 	return s.window
 }
@@ -209,7 +290,24 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 	i := s.roll(now)
 	until = s.resetAt(i)
 	h = &Hold{usd: usd, window: i}
-	store, limit := s.store, s.storeLimit()
+	if s.carryFrom != "" && s.store != nil {
+		// The old period's total is carried first (flush): a slice or a
+		// hold of the new window before it would not count it.
+		s.mu.Unlock()
+		s.flush(now)
+		s.mu.Lock()
+		i = s.roll(now)
+		until = s.resetAt(i)
+		h.window = i
+		if s.carryFrom != "" { // the store did not answer: what this instance knows decides
+			if ok = s.holdHere(h); !ok {
+				h = nil
+			}
+			s.mu.Unlock()
+			return h, ok, until
+		}
+	}
+	store, limit, key, ttl := s.store, s.storeLimit(), s.storeKey(i), s.limit.Period+time.Minute
 	if store == nil {
 		ok = s.holdHere(h)
 		s.mu.Unlock()
@@ -224,7 +322,9 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 		s.mu.Unlock()
 		if ok, answered := s.leaseFor(now, l, h); answered {
 			if !ok {
-				h = nil
+				s.mu.Lock()
+				h, until = nil, s.refusedUntil(now, i, usd)
+				s.mu.Unlock()
 			}
 			return h, ok, until
 		}
@@ -239,7 +339,7 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 	// The store's total decides, atomically (what this instance spent and
 	// held while it was unreachable counts too).
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	fits, total, err := store.HoldSpend(ctx, s.storeKey(i), usd, limit, s.limit.Period+time.Minute)
+	fits, total, err := store.HoldSpend(ctx, key, usd, limit, ttl)
 	cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -295,6 +395,7 @@ func (s *Spending) Settle(now time.Time, h *Hold, usd float64) (over bool, until
 		switch {
 		case h.window != i:
 		case h.leased:
+			s.inSlice = max(0, s.inSlice-h.usd)
 			delta = s.settleLeased(h, usd)
 		case h.shared:
 			delta -= h.usd
@@ -324,17 +425,26 @@ func (s *Spending) flush(now time.Time) {
 	s.flushing = true
 	defer func() { s.flushing = false }()
 	for {
+		if s.op == nil && s.carryFrom != "" {
+			// A new period's window: the old one's total is carried
+			// into it first, after this instance's writes to the old one.
+			if !s.carryOver(now) {
+				s.retryLater()
+				return
+			}
+			continue
+		}
 		if s.op == nil {
 			if s.spent == 0 {
 				return
 			}
 			s.seq++
-			s.op = &spendOp{SpendOp: SpendOp{Writer: s.writer, Seq: s.seq}, usd: s.spent, window: s.window}
+			s.op = &spendOp{SpendOp: SpendOp{Writer: s.writer, Seq: s.seq}, usd: s.spent, window: s.window, key: s.storeKey(s.window)}
 		}
-		op, store := *s.op, s.store
+		op, store, ttl := *s.op, s.store, s.limit.Period+time.Minute
 		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		total, err := store.AddSpend(ctx, s.storeKey(op.window), op.usd, op.SpendOp, s.limit.Period+time.Minute)
+		total, err := store.AddSpend(ctx, op.key, op.usd, op.SpendOp, ttl)
 		cancel()
 		s.mu.Lock()
 		if err != nil {
@@ -346,6 +456,32 @@ func (s *Spending) flush(now time.Time) {
 			s.learn(op.window, total, now)
 		}
 	}
+}
+
+// carryOver carries the old period's window's total (carryFrom) into the
+// current window's, in the store; it reports whether it did (or there is
+// nothing to carry any more); under s.mu, which it releases for the call.
+func (s *Spending) carryOver(now time.Time) bool {
+	c, ok := s.store.(SpendCarrier)
+	if !ok {
+		s.carryFrom = ""
+		return true
+	}
+	from, i := s.carryFrom, s.window
+	key, ttl := s.storeKey(i), s.limit.Period+time.Minute
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	total, err := c.CarrySpend(ctx, from, key, ttl)
+	cancel()
+	s.mu.Lock()
+	if err != nil {
+		return false
+	}
+	if s.carryFrom == from && s.window == i {
+		s.carryFrom = ""
+		s.learn(i, total, now)
+	}
+	return true
 }
 
 // retryLater schedules a flush in spendRetryEvery (one at a time), to
@@ -381,7 +517,34 @@ func (s *Spending) Over(now time.Time) (bool, time.Time) {
 	i := s.look(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shared-s.lease+s.spent >= s.limit.USD, s.resetAt(i)
+	return s.shared-s.lease-s.othersLeased()+s.spent >= s.limit.USD, s.resetAt(i)
+}
+
+// othersLeased is what of the fleet's total the other instances' slices
+// held as the last lease call told (0 without a SpendLeaser): not spent
+// yet, and soon given back or spent; under s.mu.
+func (s *Spending) othersLeased() float64 {
+	if s.leaser() == nil {
+		return 0
+	}
+	return s.others
+}
+
+// Left returns what of the budget a hold may still take at now, as this
+// instance knows it (USD, 0 when nothing; a nil Spending: +Inf): the
+// budget less what was spent and is held (in fleet mode the fleet's total
+// as the store last told it, and what this instance spent and holds
+// outside it), plus this instance's unspent slice. It asks the store
+// nothing: a hold of more than the store has left is refused by Hold,
+// which learns the store's total.
+func (s *Spending) Left(now time.Time) float64 {
+	if s == nil {
+		return math.Inf(1)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	return max(s.room()+s.lease, 0)
 }
 
 // Fits reports whether a hold of usd would fit at now (as Hold, without
@@ -393,10 +556,13 @@ func (s *Spending) Fits(now time.Time, usd float64) (bool, time.Time) {
 	i := s.look(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if usd = amount(usd); usd <= s.lease && s.lease > 0 {
+	if usd = amount(usd); s.sliceHolds(usd) {
 		return true, s.resetAt(i)
 	}
-	return s.used() < s.limit.USD && usd <= s.room(), s.resetAt(i)
+	if s.used() < s.limit.USD && usd <= s.room() {
+		return true, s.resetAt(i)
+	}
+	return false, s.refusedUntil(now, i, usd)
 }
 
 // look reads the fleet's total again when it was last read (or learned)
@@ -408,22 +574,46 @@ func (s *Spending) look(now time.Time) int64 {
 	if look {
 		s.looked = now // one look at a time
 	}
-	store, kept := s.store, s.spent != 0 || s.op != nil
+	store, kept := s.store, s.spent != 0 || s.op != nil || s.carryFrom != ""
 	s.mu.Unlock()
 	if look && kept {
 		s.flush(now) // what is kept here first: the total read then has it
 	}
 	if look {
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		total, err := store.Spend(ctx, s.storeKey(i))
-		cancel()
-		if err == nil {
-			s.mu.Lock()
-			s.learn(i, total, now)
-			s.mu.Unlock()
-		}
+		s.read(now, i, store)
 	}
 	return i
+}
+
+// read reads window i's total from store; from a SpendLeaser, with what
+// the other instances' slices hold, by a lease call that asks for nothing
+// (it renews this instance's record of its slice too).
+func (s *Spending) read(now time.Time, i int64, store SpendStore) {
+	s.mu.Lock()
+	carrying, key := s.carryFrom != "", s.storeKey(i)
+	s.mu.Unlock()
+	if carrying {
+		return // the new window's total without the old one's: the one last seen counts
+	}
+	if l, ok := store.(SpendLeaser); ok {
+		s.mu.Lock()
+		limit := s.storeLimit()
+		s.mu.Unlock()
+		if g, err := s.callLease(l, i, 0, 0, 0, limit); err == nil {
+			s.mu.Lock()
+			s.leased(i, g, now)
+			s.mu.Unlock()
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	total, err := store.Spend(ctx, key)
+	cancel()
+	if err == nil {
+		s.mu.Lock()
+		s.learn(i, total, now)
+		s.mu.Unlock()
+	}
 }
 
 // SpendingReport is a budget and what was spent of it, for display.
@@ -477,5 +667,5 @@ func (s *State) BudgetSpent(now, until time.Time, msg string) (changed bool) {
 // $5 per 24h spent (resets at 00:00:00 UTC)".
 func BudgetMessage(l SpendLimit, until time.Time) string {
 	return fmt.Sprintf("budget of $%s per %s spent (it renews at %s UTC)",
-		strconv.FormatFloat(l.USD, 'f', -1, 64), l.Period, until.UTC().Format("2006-01-02 15:04:05"))
+		strconv.FormatFloat(l.USD, 'f', -1, 64), period.String(l.Period), until.UTC().Format("2006-01-02 15:04:05"))
 }

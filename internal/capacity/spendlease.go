@@ -10,12 +10,35 @@ import (
 // locally, against its slice, and calls the store only when the slice runs
 // low or holds more than its demand (see Spending).
 type SpendLeaser interface {
-	// LeaseSpend adds a slice to key's total (which expires after ttl)
-	// and returns it, with the new total: need and, up to ask (USD), half
-	// of what limit leaves beyond need and keep (the rest of the fleet
-	// leases the other half, and an attempt of keep fits elsewhere). A
-	// budget without room for need grants 0 and returns its total.
-	LeaseSpend(ctx context.Context, key string, need, ask, keep, limit float64, ttl time.Duration) (granted, total float64, err error)
+	// LeaseSpend adds a slice to l.Key's total (which expires after
+	// l.TTL) and returns it, with the new total: l.Need and, up to l.Ask
+	// (USD), half of what l.Limit leaves beyond l.Need and l.Keep (the
+	// rest of the fleet leases the other half, and an attempt of l.Keep
+	// fits elsewhere). A budget without room for l.Need grants 0 and
+	// returns its total. It records l.Writer's slice (l.Held and the
+	// grant) for l.EntryTTL, and returns what the other writers' slices
+	// held as they last recorded them (Others).
+	LeaseSpend(ctx context.Context, l SpendLease) (SpendGrant, error)
+}
+
+// SpendLease is a call to SpendLeaser.LeaseSpend (amounts in USD).
+type SpendLease struct {
+	Key                    string
+	Need, Ask, Keep, Limit float64
+	TTL                    time.Duration
+	// Writer names the Spending (its SpendOps' Writer); Held is its
+	// slice unspent before the grant, recorded with it for EntryTTL.
+	Writer   string
+	Held     float64
+	EntryTTL time.Duration
+}
+
+// SpendGrant is LeaseSpend's answer: the slice granted, the key's total
+// after it, and what the other writers' slices held unspent (USD) as they
+// last recorded them, within their EntryTTL: what of the total may still
+// come back (given back, or spent, within spendLeaseIdle).
+type SpendGrant struct {
+	Granted, Total, Others float64
 }
 
 // Lease sizing of a Spending on a SpendLeaser: a slice holds its recent
@@ -24,10 +47,21 @@ type SpendLeaser interface {
 // spendLeaseLowWater of demand, gives back what exceeds twice the
 // horizon's demand, and all it holds once no attempt held any of it for
 // spendLeaseIdle.
+//
+// An attempt the budget has no room for while other instances' slices
+// (SpendGrant.Others) would hold it is refused until spendSliceRetry
+// from now, not until the window ends: their slices are given back or
+// spent within spendLeaseIdle, and the attempt may wait for that within
+// its deadline. Each instance records its slice for spendSliceEntry (it
+// renews the record at each lease call and look, and a record not renewed
+// counts no more: a dead instance's slice makes no one wait past it); an
+// idle slice goes back within two idle checks.
 const (
 	spendLeaseHorizon  = 3 * time.Second
 	spendLeaseLowWater = time.Second
 	spendLeaseIdle     = 5 * time.Second
+	spendSliceRetry    = time.Second
+	spendSliceEntry    = 2*spendLeaseIdle + spendLeaseHorizon
 )
 
 // leaser returns the store as a SpendLeaser, nil when it is not one;
@@ -37,13 +71,22 @@ func (s *Spending) leaser() SpendLeaser {
 	return l
 }
 
+// sliceHolds reports whether the slice holds usd, within the margin the
+// budget has for the rounding of sums of prices (room's): slices and
+// holds are float sums (a grant of an attempt's need, added to what the
+// slice held, may come to 0.004999999999999999 for $0.005); under s.mu.
+func (s *Spending) sliceHolds(usd float64) bool {
+	return s.lease > 0 && usd <= s.lease+s.limit.USD*1e-9
+}
+
 // holdLeased holds h from the slice when it holds h.usd, and starts a
 // renewal when the slice runs low; under s.mu.
 func (s *Spending) holdLeased(now time.Time, h *Hold) bool {
-	if h.usd > s.lease {
+	if h.usd > 0 && !s.sliceHolds(h.usd) {
 		return false
 	}
-	s.lease -= h.usd
+	s.lease = max(s.lease-h.usd, 0)
+	s.inSlice += h.usd
 	h.leased = true
 	s.idle++
 	s.attempt = h.usd
@@ -62,15 +105,59 @@ func (s *Spending) leaseFor(now time.Time, l SpendLeaser, h *Hold) (ok, answered
 	need := h.usd - s.lease
 	limit, i := s.storeLimit(), s.window
 	s.mu.Unlock()
-	granted, total, err := s.callLease(l, i, need, need+s.demandOver(now), h.usd, limit)
+	g, err := s.callLease(l, i, need, need+s.demandOver(now), h.usd, limit)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil || s.window != i {
+		s.mu.Unlock()
 		return false, err == nil
 	}
-	s.lease += granted
-	s.learn(i, total, now)
-	return s.holdLeased(now, h), true
+	s.leased(i, g, now)
+	if s.holdLeased(now, h) {
+		s.mu.Unlock()
+		return true, true
+	}
+	// The slice cannot hold the attempt and the budget has no more: what
+	// it holds goes back, so that another instance's attempt may use it
+	// with its own (two fractions neither can use would each wait for the
+	// other), and the store learns that this one holds none.
+	gave := s.giveBack(0)
+	store := s.store
+	s.mu.Unlock()
+	if gave {
+		s.flush(now)
+		s.read(now, i, store)
+	}
+	return false, true
+}
+
+// leased folds a grant of window i into the slice; under s.mu.
+func (s *Spending) leased(i int64, g SpendGrant, now time.Time) {
+	if s.window != i {
+		return
+	}
+	s.lease += g.Granted
+	s.others = max(g.Others, 0)
+	s.learn(i, g.Total, now)
+}
+
+// othersHold reports whether a hold of usd would fit if the other
+// instances' slices (as they last recorded them) came back; under s.mu.
+func (s *Spending) othersHold(usd float64) bool {
+	return s.others > 0 && s.leaser() != nil && usd <= s.room()+s.others
+}
+
+// refusedUntil is until when a hold of usd refused in window i is
+// refused: spendSliceRetry from now when other instances' slices would
+// hold it (they come back or are spent soon), else the window's end;
+// under s.mu.
+func (s *Spending) refusedUntil(now time.Time, i int64, usd float64) time.Time {
+	end := s.resetAt(i)
+	if s.othersHold(usd) {
+		if retry := now.Add(spendSliceRetry); retry.Before(end) {
+			return retry
+		}
+	}
+	return end
 }
 
 // demandOver is the horizon's demand.
@@ -88,14 +175,18 @@ func (s *Spending) storeLimit() float64 {
 
 // callLease leases a slice of window i, within storeTimeout, and schedules
 // the idle check of a slice granted.
-func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit float64) (granted, total float64, err error) {
+func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit float64) (SpendGrant, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	granted, total, err = l.LeaseSpend(ctx, s.storeKey(i), need, ask, keep, limit, s.limit.Period+time.Minute)
-	if err == nil && granted > 0 {
+	s.mu.Lock()
+	held, key, ttl := s.lease, s.storeKey(i), s.limit.Period+time.Minute // a reload may change the period meanwhile
+	s.mu.Unlock()
+	g, err := l.LeaseSpend(ctx, SpendLease{Key: key, Need: need, Ask: ask, Keep: keep, Limit: limit,
+		TTL: ttl, Writer: s.writer, Held: held, EntryTTL: spendSliceEntry})
+	if err == nil && g.Granted > 0 {
 		s.watchIdle()
 	}
-	return granted, total, err
+	return g, err
 }
 
 // renew tops up window i's slice for the horizon's demand, in the
@@ -105,17 +196,16 @@ func (s *Spending) renew(now time.Time, i int64) {
 	s.mu.Lock()
 	l, ask, keep, limit := s.leaser(), s.demand.Over(now, spendLeaseHorizon)-s.lease, s.attempt, s.storeLimit()
 	s.mu.Unlock()
-	var granted, total float64
+	var g SpendGrant
 	var err error
 	if l != nil && ask > 0 {
-		granted, total, err = s.callLease(l, i, 0, ask, keep, limit)
+		g, err = s.callLease(l, i, 0, ask, keep, limit)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leasing = false
-	if err == nil && granted > 0 && s.window == i {
-		s.lease += granted
-		s.learn(i, total, now)
+	if err == nil && l != nil && ask > 0 {
+		s.leased(i, g, now)
 	}
 }
 

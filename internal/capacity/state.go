@@ -173,8 +173,9 @@ type Observed struct {
 	Opened bool
 	// Learned is true when this observation made the deployment's
 	// capacity known: the first statement of a window's limit, or the
-	// first answer, which ends slow start. Forecasts that could not tell
-	// before may now.
+	// first answer, which ends slow start; or proved what a window is
+	// (a bucket, a fixed window: its form). Forecasts that could not
+	// tell before may now.
 	Learned bool
 }
 
@@ -209,8 +210,10 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 	// Fleet mode: publish what this observation changes (fleet.go).
 	defer s.shareObserved(learned, s.sharedPartsLocked())
 	knew := s.requests.limit >= 0 || s.tokens.limit >= 0 || !s.slowStarting()
+	forms := [2]form{s.requests.form(), s.tokens.form()}
 	defer func() {
-		if !knew && (s.requests.limit >= 0 || s.tokens.limit >= 0 || !s.slowStarting()) {
+		if !knew && (s.requests.limit >= 0 || s.tokens.limit >= 0 || !s.slowStarting()) ||
+			forms != [2]form{s.requests.form(), s.tokens.form()} {
 			out.Learned = true
 		}
 	}()
@@ -224,6 +227,9 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 			s.tokens.learnRounded(o.Tokens.Resolution)
 		}
 	}
+	// What every statement says of a bucket's rate, stale or not.
+	s.requests.noteStatement(now, a.Sent, o.Requests)
+	s.tokens.noteStatement(now, a.Sent, o.Tokens)
 	sinceRequests, sinceTokens := s.countedSince(a)
 	s.observeWindow(&s.requests, s.fleet.requestsAt, a, o.Class, o.Requests, sinceRequests, 1, learned, now)
 	if o.Tokens != provider.UnknownWindow {
@@ -296,10 +302,10 @@ func (s *State) observe(a Attempt, anyAttempt bool, now time.Time, o provider.Ob
 
 // observeWindow folds what an answer of class c stated of window w (ow)
 // into it, unless the answer is stale for it (staleForWindow): then only
-// what it says of the provider's rounding (noteRounding).
+// what it says of the provider's window (noteStale: a bucket, rounding).
 func (s *State) observeWindow(w *window, learnedAt time.Time, a Attempt, c provider.Class, ow provider.Window, since, estimate int64, learned, now time.Time) {
 	if c == provider.OK && s.staleForWindow(w, learnedAt, a.seq, learned, now) {
-		w.noteRounding(now, a.Sent, ow)
+		w.noteStale(now, a.Sent, ow)
 		return
 	}
 	w.update(now, a.Sent, ow, since, estimate)
@@ -349,11 +355,14 @@ func (s *State) RecordLatency(total, ttft time.Duration) {
 }
 
 // RecordAtLeast folds in a censored sample: an attempt cancelled before it
-// answered (a hedge the other attempt won) took at least total
-// (non-streaming) or ttft (streaming, to its first content) without
-// answering. It raises an EWMA below it as a sample would, and leaves one
-// above it alone (the deployment is known to be at least that slow, not
-// faster than believed); a zero duration is no sample.
+// answered (a timeout, the deadline) took at least total (non-streaming)
+// or ttft (streaming, to its first content) without answering. It raises
+// an EWMA below it as a sample would, and leaves one above it alone (the
+// deployment is known to be at least that slow, not faster than
+// believed); a zero duration is no sample. One hang of a deployment that
+// usually answers moves it only so far: raised to a 15 s timeout, it
+// looked too slow for every deadline left, and the next attempt (a
+// resume, on the only deployment) was not made.
 func (s *State) RecordAtLeast(total, ttft time.Duration) {
 	s.lock()
 	defer s.mu.Unlock()
@@ -363,6 +372,21 @@ func (s *State) RecordAtLeast(total, ttft time.Duration) {
 	if sec := ttft.Seconds(); ttft > 0 && sec > s.ttft {
 		s.ttft = ewma(s.ttft, sec)
 	}
+}
+
+// RecordLostHedge folds in the attempt of a hedged pair that the other
+// attempt won: it ran total (non-streaming) or ttft (streaming, to its
+// first content) without answering while a peer answered. The deployment
+// is at least that slow now, slower than the peer: an EWMA below it is
+// raised to it, one above it is left alone. Folded in as one sample of
+// weight 0.3 (RecordAtLeast), the record of a deployment turned slow
+// stayed below what every lost hedge proved, within a near tie of its
+// faster peer, which kept choosing it first and hedging every request.
+func (s *State) RecordLostHedge(total, ttft time.Duration) {
+	s.lock()
+	defer s.mu.Unlock()
+	s.latency = max(s.latency, total.Seconds())
+	s.ttft = max(s.ttft, ttft.Seconds())
 }
 
 func ewma(old, sample float64) float64 {
@@ -753,6 +777,10 @@ func (s *State) AcquireFor(now time.Time, n Need) (Attempt, bool) {
 	s.inFlight++
 	s.picks = s.recentPicks(now) + 1
 	s.picksAt = now
+	if spent.Unanswered {
+		s.requests.unanswered(now)
+		s.tokens.unanswered(now)
+	}
 	a := Attempt{Sent: now, Probe: probe, Requests: s.requests.current(now), Tokens: s.tokens.current(now)}
 	s.requests.spend(now, 1)
 	s.tokens.spend(now, counted)

@@ -82,3 +82,76 @@ func TestKeysFileLongLineNamesItsLine(t *testing.T) {
 		t.Errorf("expected an error at llm-keys:2, got %v", err)
 	}
 }
+
+// A reload that changes a budget's period (the counts shared through the
+// pool, ShareCounts) keeps what the current window spent: carried into
+// the new period's window that holds now, never forgiven by the reload,
+// either way; one that changes only the amount keeps it too.
+func TestABudgetPeriodChangeOnReloadKeepsTheSpend(t *testing.T) {
+	reload := func(old *Registry, usd float64, per time.Duration) *Registry {
+		r := registry(t, []Plan{{Name: DefaultPlan, BudgetUSD: usd, BudgetPer: per}}, nil)
+		r.ShareCounts(old.Counts())
+		return r
+	}
+	at := t0 // 10:00 UTC: in the 24h window from 00:00 and the 12h window from 00:00
+	for _, c := range []struct {
+		name        string
+		from, to    time.Duration
+		usd         float64
+		renewsAfter time.Duration // from at, in the new period
+	}{
+		{"24h to 12h", 24 * time.Hour, 12 * time.Hour, 50, 2 * time.Hour},
+		{"12h to 24h", 12 * time.Hour, 24 * time.Hour, 50, 14 * time.Hour},
+		{"the amount alone", 24 * time.Hour, 24 * time.Hour, 40, 14 * time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			old := registry(t, []Plan{{Name: DefaultPlan, BudgetUSD: 50, BudgetPer: c.from}}, nil)
+			tk, ref := old.Admit(at, "a", "g", 1)
+			if ref != nil {
+				t.Fatal(ref)
+			}
+			tk.Done(at, 45)
+			r := reload(old, c.usd, c.to)
+			if c.usd == 50 {
+				if _, ref := r.Admit(at, "a", "g", 1); ref != nil {
+					t.Fatalf("45 of 50 spent: refused: %+v", ref)
+				} else {
+					r.Spend(at, "a", 5)
+				}
+			}
+			_, ref = r.Admit(at.Add(time.Minute), "a", "g", 1)
+			if ref == nil || ref.Limit != LimitBudget {
+				t.Fatalf("the window's spend was forgiven by the reload: admitted (%+v)", ref)
+			}
+			if ref.RetryAfter != c.renewsAfter-time.Minute {
+				t.Errorf("Retry-After %s, expected the new period's renewal in %s", ref.RetryAfter, c.renewsAfter-time.Minute)
+			}
+			spent := 45.0
+			if c.usd == 50 {
+				spent = 50
+			}
+			if u := r.Report(at.Add(time.Minute)); len(u) != 1 || u[0].SpentUSD != spent {
+				t.Errorf("expected %v USD spent in the report, got %+v", spent, u)
+			}
+			if _, ref := r.Admit(at.Add(c.renewsAfter), "a", "g", 1); ref != nil {
+				t.Errorf("the new period's window renewed: still refused: %+v", ref)
+			}
+		})
+	}
+}
+
+// A budget's period is said as the config writes it, in its refusal and
+// in the report: "24h", "90m" as "1h30m", never Go's "24h0m0s".
+func TestBudgetPeriodsReadAsWritten(t *testing.T) {
+	for per, want := range map[time.Duration]string{24 * time.Hour: "24h", 90 * time.Minute: "1h30m", time.Hour: "1h", 30 * time.Second: "30s"} {
+		r := registry(t, []Plan{{Name: DefaultPlan, BudgetUSD: 1, BudgetPer: per}}, nil)
+		r.Spend(t0, "a", 2)
+		_, ref := r.Admit(t0, "a", "g", 1)
+		if ref == nil || !strings.Contains(ref.Message, "USD per "+want+" spent;") {
+			t.Errorf("%s: expected the refusal to say per %s, got %+v", per, want, ref)
+		}
+		if u := r.Report(t0); len(u) != 1 || u[0].BudgetPer != want {
+			t.Errorf("%s: expected budget_per %q, got %+v", per, want, u)
+		}
+	}
+}

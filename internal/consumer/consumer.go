@@ -16,6 +16,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/period"
 )
 
 // DefaultPlan is the name of the plan of a consumer that no `consumers`
@@ -24,7 +26,8 @@ const DefaultPlan = "default"
 
 // Plan is a set of limits and a weight. Each consumer on the plan has them
 // for itself: two consumers on a plan of rpm 600 may each send 600
-// requests a minute.
+// requests a minute. In fleet mode (Registry.SetFleet) each limit holds
+// across the fleet's instances, not per instance.
 type Plan struct {
 	// Name names the plan in configs, errors and the admin API.
 	Name string
@@ -42,8 +45,9 @@ type Plan struct {
 	// BudgetUSD per BudgetPer bounds what a consumer's answers cost, in
 	// fixed windows of BudgetPer from the Unix epoch (per 24h renews at
 	// 00:00 UTC), at the deployments' prices: a request is admitted while
-	// the window's spend is below BudgetUSD (the answer that crosses it is
-	// served whole). 0: none.
+	// the window's spend plus what the requests in flight hold (each its
+	// worst case, AdmitHolding, until it is done) is below BudgetUSD (the
+	// answer that crosses it is served whole). 0: none.
 	BudgetUSD float64
 	BudgetPer time.Duration
 	// Groups are the model groups its consumers may use (by the group's
@@ -138,22 +142,46 @@ func (r *Registry) Counts() *Counts {
 	return r.counts
 }
 
-// Fleet counts consumers' rpm and tpm across a fleet of instances (fleet
-// mode: internal/fleet's Store, on the shared state of the deployments'
-// declared limits). It must be safe for concurrent use.
+// Fleet counts consumers' limits across a fleet of instances (fleet mode:
+// internal/fleet's Store, on the same shared state as the deployments'
+// declared limits and budgets). It must be safe for concurrent use.
 type Fleet interface {
 	// ReserveConsumer takes a place for one request of tokens in
 	// consumer's fleet-wide sliding minute on plan (one minute per
 	// consumer and plan's name) of rpm requests and tpm tokens (0: not
 	// limited): a zero wait when it holds one, else how long until the
-	// fleet's minute has room and which limit is full. An error is a
-	// fleet that cannot answer: the registry decides on this instance's
-	// counts alone.
+	// fleet's minute has room and which limit is full. While the fleet
+	// cannot answer within its timeout, it decides on this instance's
+	// share of the limits (the limit over the fleet's instances): an
+	// error is that share spent, and the registry refuses the request.
 	ReserveConsumer(consumer, plan string, rpm, tpm, tokens int64) (wait time.Duration, full Limit, err error)
+	// TakeConcurrent takes one of consumer's limit places in flight on
+	// plan, fleet-wide: release gives it back (once, when the request
+	// ends). ok is false when the fleet has limit in flight, or when it
+	// cannot answer and this instance has its share of limit in flight.
+	TakeConcurrent(consumer, plan string, limit int) (release func(), ok bool)
+	// Budget returns consumer's budget on plan, usd per per, spent by the
+	// whole fleet.
+	Budget(consumer, plan string, usd float64, per time.Duration) Budget
 }
 
-// SetFleet makes the registry count rpm and tpm across the fleet f (nil:
-// this instance alone). Call it before the registry admits requests.
+// Budget is a consumer's budget shared by a fleet (Fleet.Budget).
+type Budget interface {
+	// Hold holds usd (USD) at now, a request's worst case (0: what the
+	// budget's requests cost of late), no more than what the fleet's
+	// budget has left (the request that takes its last is served whole,
+	// as on one instance) and no less than a millionth of a USD: settle
+	// spends what the request cost (USD) at its end and gives the hold
+	// back; settle is nil when the budget has nothing left, and until is
+	// when its window renews.
+	Hold(now time.Time, usd float64) (settle func(now time.Time, usd float64), until time.Time)
+	// Spend spends usd at now with no hold (an answer found done after
+	// its request ended).
+	Spend(now time.Time, usd float64)
+}
+
+// SetFleet makes the registry count rpm, tpm, concurrent and budget
+// across the fleet f (nil: this instance alone). Call it before the registry admits requests.
 func (r *Registry) SetFleet(f Fleet) {
 	if r != nil {
 		r.fleet = f
@@ -199,6 +227,19 @@ func (r *Registry) PlanOf(consumer string) *Plan {
 	return r.plans[DefaultPlan]
 }
 
+// noPlan is the plan of a named consumer on no plan, as its counts and
+// Report have it: no name, no limits, weight 1.
+var noPlan = &Plan{}
+
+// planOrNone is consumer's plan (PlanOf), noPlan for a named consumer on
+// none, nil for the anonymous one on none (it is not tracked).
+func (r *Registry) planOrNone(consumer string) *Plan {
+	if p := r.PlanOf(consumer); p != nil || consumer == "" {
+		return p
+	}
+	return noPlan
+}
+
 // Weight returns consumer's weight in the queue (its plan's, 1 by
 // default).
 func (r *Registry) Weight(consumer string) float64 { return r.PlanOf(consumer).weight() }
@@ -219,49 +260,73 @@ func (r *Registry) Members() []string {
 // Ticket is an admitted request's hold on its consumer's limits: Done
 // gives back its concurrent slot and spends what its answer cost, once.
 type Ticket struct {
-	u    *usage
-	once sync.Once
+	u       *usage
+	start   time.Time                // its admission
+	hold    float64                  // what it holds of the budget, USD
+	release func()                   // its fleet-wide place in flight (nil: none)
+	settle  func(time.Time, float64) // its fleet-wide budget's hold (nil: none)
+	once    sync.Once
 }
 
-// Done ends the request at now: its answer cost usd (0 when unknown).
-// A nil Ticket (a consumer without limits) does nothing.
+// Done ends the request at now: its answer cost usd (0 when unknown),
+// which settles its hold on the budget. A nil Ticket (a consumer without
+// limits) does nothing.
 func (t *Ticket) Done(now time.Time, usd float64) {
 	if t == nil || t.u == nil {
 		return
 	}
-	t.once.Do(func() { t.u.done(now, usd) })
+	t.once.Do(func() {
+		t.u.done(now, t.start, t.hold, usd)
+		if t.release != nil {
+			t.release()
+		}
+		if t.settle != nil {
+			t.settle(now, usd)
+		}
+	})
 }
 
-// Admit decides a request of consumer for model group at now, of tokens
-// (its estimate): a ticket when its plan admits it (Done must follow),
-// else the refusal. Groups are checked first (403), then the budget, rpm,
-// tpm and concurrent (429), then, in fleet mode (SetFleet), rpm and tpm
-// across the fleet. A refused request changes no count. A consumer whose
-// plan has no limits gets a nil ticket and is not tracked.
+// Admit is AdmitHolding with nothing held of the budget.
 func (r *Registry) Admit(now time.Time, consumer, group string, tokens int64) (*Ticket, *Refusal) {
+	return r.AdmitHolding(now, consumer, group, tokens, 0)
+}
+
+// AdmitHolding decides a request of consumer for model group at now, of
+// tokens (its estimate), whose answer may cost up to worstUSD (held of the
+// plan's budget until Done settles it at the real cost): a ticket when
+// its plan admits it (Done must follow), else the refusal. Groups are
+// checked first (403), then the budget, rpm, tpm and concurrent (429),
+// then, in fleet mode (SetFleet), concurrent, budget, rpm and tpm across
+// the fleet. A refused request changes no count (but a fleet-wide rpm or
+// tpm place, taken last). A consumer on a plan without limits, or on no
+// plan, is admitted and counted all the same (for Report); the anonymous
+// consumer on no plan gets a nil ticket and is not tracked.
+func (r *Registry) AdmitHolding(now time.Time, consumer, group string, tokens int64, worstUSD float64) (*Ticket, *Refusal) {
 	if ref := r.Allows(consumer, group); ref != nil {
 		return nil, ref
 	}
-	p := r.PlanOf(consumer)
+	p := r.planOrNone(consumer)
 	if p == nil {
 		return nil, nil
 	}
-	if p.RPM == 0 && p.TPM == 0 && p.Concurrent == 0 && p.BudgetUSD == 0 {
-		return nil, nil
+	hold := 0.0
+	if p.BudgetUSD > 0 && worstUSD > 0 {
+		hold = worstUSD
 	}
 	c := r.counts
 	c.mu.Lock()
 	u := c.of(consumer, p, now)
-	ref := u.admit(now, tokens)
+	ref := u.admit(now, tokens, hold)
 	c.mu.Unlock()
+	t := &Ticket{u: u, start: now, hold: hold}
 	if ref == nil {
-		ref = r.admitFleet(now, p, u, consumer, tokens)
+		ref = r.admitFleet(now, p, t, consumer, tokens)
 	}
 	if ref != nil {
 		ref.Message = fmt.Sprintf("consumer %s is over its %s (plan %s): %s", consumer, ref.Limit, p.Name, ref.Message)
 		return nil, ref
 	}
-	return &Ticket{u: u}, nil
+	return t, nil
 }
 
 // Allows checks that consumer's plan lets it use model group (its
@@ -286,6 +351,9 @@ func (r *Registry) Spend(now time.Time, consumer string, usd float64) {
 	if p == nil || p.BudgetUSD == 0 || !(usd > 0) {
 		return
 	}
+	if r.fleet != nil {
+		r.fleet.Budget(consumer, p.Name, p.BudgetUSD, p.BudgetPer).Spend(now, usd)
+	}
 	c := r.counts
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -305,21 +373,67 @@ func (c *Counts) of(consumer string, p *Plan, now time.Time) *usage {
 	return u
 }
 
-// admitFleet takes the fleet's place of a request of plan p that u
-// admitted locally at now (SetFleet), or undoes u's counts and returns the
-// refusal. A fleet that cannot answer admits it (this instance's counts
-// decided).
-func (r *Registry) admitFleet(now time.Time, p *Plan, u *usage, consumer string, tokens int64) *Refusal {
-	if r.fleet == nil || p.RPM == 0 && p.TPM == 0 {
+// admitFleet takes the fleet's places of a request of plan p that t's
+// usage admitted locally at now (SetFleet): its place in flight, its
+// budget's hold (its worst case, as held locally: Budget.Hold), its place in the
+// minute, each kept in t; or it gives back what it took, undoes the
+// usage's counts and returns the refusal.
+func (r *Registry) admitFleet(now time.Time, p *Plan, t *Ticket, consumer string, tokens int64) *Refusal {
+	if r.fleet == nil {
+		return nil
+	}
+	ref := r.takeFleet(now, p, t, consumer, tokens)
+	if ref == nil {
+		return nil
+	}
+	if t.release != nil {
+		t.release()
+	}
+	if t.settle != nil {
+		t.settle(now, 0)
+	}
+	r.counts.mu.Lock()
+	t.u.undo(now, tokens, t.hold)
+	r.counts.mu.Unlock()
+	return ref
+}
+
+// fleetRecheck is the Retry-After of a refusal for a fleet that did not
+// answer in time.
+const fleetRecheck = time.Second
+
+// takeFleet takes t's fleet-wide places (admitFleet), or returns the
+// refusal.
+func (r *Registry) takeFleet(now time.Time, p *Plan, t *Ticket, consumer string, tokens int64) *Refusal {
+	if p.Concurrent > 0 {
+		if t.release, _ = r.fleet.TakeConcurrent(consumer, p.Name, p.Concurrent); t.release == nil {
+			return &Refusal{Status: http.StatusTooManyRequests, Limit: LimitConcurrent, RetryAfter: fleetRecheck,
+				Message: fmt.Sprintf("the fleet's instances have its concurrent %d in flight", p.Concurrent)}
+		}
+	}
+	if p.BudgetUSD > 0 {
+		var until time.Time
+		// Its worst case, as held here (0 when unknown: its usual cost).
+		if t.settle, until = r.fleet.Budget(consumer, p.Name, p.BudgetUSD, p.BudgetPer).Hold(now, t.hold); t.settle == nil {
+			return &Refusal{Status: http.StatusTooManyRequests, Limit: LimitBudget, RetryAfter: max(until.Sub(now), time.Second),
+				Message: fmt.Sprintf("the fleet's instances spent its %.4g USD per %s, or hold the rest for their requests in flight (each its worst case, held until it is answered); it renews at %s", p.BudgetUSD, period.String(p.BudgetPer), until.UTC().Format(time.RFC3339))}
+		}
+	}
+	if p.RPM == 0 && p.TPM == 0 {
 		return nil
 	}
 	wait, full, err := r.fleet.ReserveConsumer(consumer, p.Name, p.RPM, p.TPM, tokens)
-	if err != nil || wait <= 0 {
+	if err != nil {
+		full = LimitRPM
+		if p.RPM == 0 {
+			full = LimitTPM
+		}
+		return &Refusal{Status: http.StatusTooManyRequests, Limit: full, RetryAfter: fleetRecheck,
+			Message: "the fleet's store did not answer in time, and this instance admitted its share of the minute"}
+	}
+	if wait <= 0 {
 		return nil
 	}
-	r.counts.mu.Lock()
-	u.undo(now, tokens)
-	r.counts.mu.Unlock()
 	msg := fmt.Sprintf("the fleet's instances admitted its rpm %d in the last minute", p.RPM)
 	if full == LimitTPM {
 		msg = fmt.Sprintf("the fleet's instances admitted its tpm %d in the last minute (this request %d)", p.TPM, tokens)
@@ -362,15 +476,18 @@ func (c *Counts) sweep(now time.Time) {
 // Usage is a consumer's use of its plan's limits at an instant, for the
 // admin API and the status page.
 type Usage struct {
-	Consumer string  `json:"consumer"`
-	Plan     string  `json:"plan"`
-	Weight   float64 `json:"weight"`
+	Consumer string `json:"consumer"`
+	// Plan is the name of its plan, "" for none (no limits, weight 1).
+	Plan   string  `json:"plan"`
+	Weight float64 `json:"weight"`
 	// Requests and Tokens are those of the last minute; InFlight those
-	// admitted and not done; SpentUSD the budget window's spend.
+	// admitted and not done; SpentUSD the budget window's spend, HeldUSD
+	// what the requests in flight hold of it (their worst cases).
 	Requests int64   `json:"requests_last_minute"`
 	Tokens   int64   `json:"tokens_last_minute"`
 	InFlight int     `json:"in_flight"`
 	SpentUSD float64 `json:"spent_usd"`
+	HeldUSD  float64 `json:"held_usd,omitempty"`
 	// Limits are the plan's (0: none).
 	RPM        int64   `json:"rpm,omitempty"`
 	TPM        int64   `json:"tpm,omitempty"`
@@ -379,8 +496,10 @@ type Usage struct {
 	BudgetPer  string  `json:"budget_per,omitempty"`
 }
 
-// Report returns the use of every tracked consumer at now, sorted by
-// name.
+// Report returns the use of every tracked consumer at now on its plan in
+// this config (PlanOf: after a reload that moved it, its new plan, not
+// the one its last admitted request had), sorted by name; a consumer on
+// no plan is listed with Plan "" and no limits.
 func (r *Registry) Report(now time.Time) []Usage {
 	if r == nil {
 		return nil
@@ -390,6 +509,11 @@ func (r *Registry) Report(now time.Time) []Usage {
 	defer c.mu.Unlock()
 	out := make([]Usage, 0, len(c.use))
 	for who, u := range c.use {
+		p := r.planOrNone(who)
+		if p == nil {
+			continue // anonymous, moved off the default plan
+		}
+		u.plan = p // as its next admission would (Counts.of)
 		out = append(out, u.report(who, now))
 	}
 	slices.SortFunc(out, func(a, b Usage) int {

@@ -142,8 +142,8 @@ func TestConcurrentFreesOnDone(t *testing.T) {
 	r := registry(t, []Plan{{Name: DefaultPlan, Concurrent: 2}}, nil)
 	a, _ := r.Admit(t0, "a", "g", 1)
 	b, _ := r.Admit(t0, "a", "g", 1)
-	if _, ref := r.Admit(t0, "a", "g", 1); ref == nil || ref.Limit != LimitConcurrent || ref.RetryAfter != time.Second {
-		t.Fatalf("expected 429 concurrent with Retry-After 1s, got %+v", ref)
+	if _, ref := r.Admit(t0, "a", "g", 1); ref == nil || ref.Limit != LimitConcurrent || ref.RetryAfter != 0 {
+		t.Fatalf("expected 429 concurrent with no Retry-After (no request ended yet: no wait is known), got %+v", ref)
 	}
 	a.Done(t0, 0)
 	a.Done(t0, 0) // once
@@ -154,6 +154,63 @@ func TestConcurrentFreesOnDone(t *testing.T) {
 		t.Fatal("a second Done of one ticket freed a second slot")
 	}
 	b.Done(t0, 0)
+}
+
+// A concurrent refusal's Retry-After is when the first request in flight
+// is expected to end: its admission plus how long the consumer's requests
+// took (a moving average), a second at least; none while no request has
+// ended (no wait is known).
+func TestConcurrentRetryAfterIsWhenOneIsExpectedToEnd(t *testing.T) {
+	r := registry(t, []Plan{{Name: DefaultPlan, Concurrent: 1}}, nil)
+	a, _ := r.Admit(t0, "a", "g", 1)
+	if _, ref := r.Admit(t0.Add(time.Second), "a", "g", 1); ref == nil || ref.RetryAfter != 0 {
+		t.Fatalf("none ended yet: expected a refusal with no Retry-After, got %+v", ref)
+	}
+	a.Done(t0.Add(4*time.Second), 0) // requests take 4 s
+	b, _ := r.Admit(t0.Add(10*time.Second), "a", "g", 1)
+	if _, ref := r.Admit(t0.Add(11*time.Second), "a", "g", 1); ref == nil || ref.Limit != LimitConcurrent || ref.RetryAfter != 3*time.Second {
+		t.Fatalf("admitted at 10 s, requests take 4 s: expected Retry-After 3s at 11 s, got %+v", ref)
+	}
+	if _, ref := r.Admit(t0.Add(20*time.Second), "a", "g", 1); ref == nil || ref.RetryAfter != time.Second {
+		t.Fatalf("overdue: expected Retry-After 1s (soon), got %+v", ref)
+	}
+	b.Done(t0.Add(18*time.Second), 0) // took 8 s: the average moves a quarter of the way, to 5 s
+	c, _ := r.Admit(t0.Add(30*time.Second), "a", "g", 1)
+	if _, ref := r.Admit(t0.Add(30*time.Second), "a", "g", 1); ref == nil || ref.RetryAfter != 5*time.Second {
+		t.Fatalf("expected Retry-After 5s (the moving average), got %+v", ref)
+	}
+	c.Done(t0.Add(31*time.Second), 0)
+}
+
+// A budget holds each admitted request's worst case until it is done:
+// requests in flight whose holds fill the budget refuse the next one (with
+// when the first is expected to end), and their answers settle the holds
+// at what they cost.
+func TestBudgetHoldsWorstCasesInFlight(t *testing.T) {
+	r := registry(t, []Plan{{Name: DefaultPlan, BudgetUSD: 1, BudgetPer: 24 * time.Hour}}, nil)
+	a, ref := r.AdmitHolding(t0, "a", "g", 1, 0.6)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	b, ref := r.AdmitHolding(t0, "a", "g", 1, 0.6) // 0.6 held: below 1
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	_, ref = r.AdmitHolding(t0, "a", "g", 1, 0.6) // 1.2 held
+	if ref == nil || ref.Limit != LimitBudget || ref.RetryAfter != 0 || !strings.Contains(ref.Message, "1.2 held by its 2 requests in flight") {
+		t.Fatalf("expected the budget refusal of what is held, no Retry-After known yet, got %+v", ref)
+	}
+	if u := r.Report(t0); len(u) != 1 || u[0].HeldUSD != 1.2 || u[0].SpentUSD != 0 {
+		t.Errorf("expected 1.2 held and nothing spent, got %+v", u)
+	}
+	a.Done(t0.Add(2*time.Second), 0.01)
+	b.Done(t0.Add(2*time.Second), 0.01)
+	if u := r.Report(t0.Add(2 * time.Second)); u[0].HeldUSD != 0 || u[0].SpentUSD != 0.02 {
+		t.Errorf("expected the holds settled at 0.02 spent, got %+v", u)
+	}
+	if _, ref := r.AdmitHolding(t0.Add(2*time.Second), "a", "g", 1, 0.6); ref != nil {
+		t.Errorf("expected room once the holds settled, got %+v", ref)
+	}
 }
 
 func TestBudgetPerPeriodRenewsAtItsWindow(t *testing.T) {
@@ -215,5 +272,28 @@ func TestKeysFileSkipsTrailingComments(t *testing.T) {
 	}
 	if _, err := ParseKeys(strings.NewReader("alice # no hash\n"), "f"); err == nil || !strings.Contains(err.Error(), "f:1: expected") {
 		t.Errorf("a line whose hash is a comment: expected f:1: expected..., got %v", err)
+	}
+}
+
+// A reload that moves a consumer to another plan (the counts shared
+// through the pool, ShareCounts) reports it on its new plan at once, not
+// on the plan of its last admitted request; one moved off every plan is
+// listed on none, with no limits.
+func TestReportFollowsTheConfigsPlans(t *testing.T) {
+	old := registry(t, []Plan{{Name: "team-a", RPM: 10}, {Name: "team-b", RPM: 100}}, map[string]string{"alice": "team-a", "bob": "team-a"})
+	if _, ref := old.Admit(t0, "alice", "g", 1); ref != nil {
+		t.Fatal(ref)
+	}
+	if _, ref := old.Admit(t0, "bob", "g", 1); ref != nil {
+		t.Fatal(ref)
+	}
+	reloaded := registry(t, []Plan{{Name: "team-a", RPM: 10}, {Name: "team-b", RPM: 100}}, map[string]string{"alice": "team-b"})
+	reloaded.ShareCounts(old.Counts())
+	u := reloaded.Report(t0.Add(time.Second))
+	if len(u) != 2 || u[0].Consumer != "alice" || u[0].Plan != "team-b" || u[0].RPM != 100 || u[0].Requests != 1 {
+		t.Errorf("expected alice on team-b (rpm 100) with her 1 request, got %+v", u)
+	}
+	if len(u) == 2 && (u[1].Consumer != "bob" || u[1].Plan != "" || u[1].RPM != 0 || u[1].Requests != 1) {
+		t.Errorf("expected bob on no plan, no rpm, with his 1 request, got %+v", u[1])
 	}
 }

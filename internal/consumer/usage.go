@@ -3,7 +3,10 @@ package consumer
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
+
+	"github.com/llmrouter/caddy-llm-router/internal/period"
 )
 
 // minute is a sliding minute in 1 s steps: what was counted in each of the
@@ -61,26 +64,43 @@ type usage struct {
 	requests minute
 	tokens   minute
 	inFlight int
-	window   int64 // the budget window's index (Unix ns / BudgetPer)
+	window   int64         // the budget window's index (Unix ns / per)
+	per      time.Duration // the period window counts in (0: none yet)
 	spent    float64
+	// held is what the requests in flight hold of the budget (their worst
+	// cases, USD), until each is done.
+	held float64
+	// flying are the admission instants of the requests in flight, and
+	// took a moving average of how long its requests took from admission
+	// to done (0: none done yet): when one in flight is expected to end.
+	flying []time.Time
+	took   time.Duration
 }
 
-// admit counts a request of tokens at now, or returns the refusal (and
-// counts nothing). Of several limits over, the refusal is the one that
-// admits the request last, so that its RetryAfter is the whole wait.
-func (u *usage) admit(now time.Time, tokens int64) *Refusal {
+// admit counts a request of tokens at now that holds hold USD of the
+// budget (its worst case), or returns the refusal (and counts nothing).
+// Of several limits over, the refusal is the one that admits the request
+// last, so that its RetryAfter is the whole wait; a wait no instant tells
+// (a concurrent slot, a budget held by requests in flight) is when the
+// first in flight is expected to end (endsAt), none when unknown.
+func (u *usage) admit(now time.Time, tokens int64, hold float64) *Refusal {
 	var ref *Refusal
 	refuse := func(l Limit, until time.Time, msg string) {
-		if wait := max(until.Sub(now), time.Second); ref == nil || wait > ref.RetryAfter {
+		wait := time.Duration(0) // unknown
+		if !until.IsZero() {
+			wait = max(until.Sub(now), time.Second)
+		}
+		if ref == nil || wait > ref.RetryAfter {
 			ref = &Refusal{Status: http.StatusTooManyRequests, Limit: l, RetryAfter: wait, Message: msg}
 		}
 	}
 	p := u.plan
 	if p.BudgetUSD > 0 {
 		u.roll(now)
-		if u.spent >= p.BudgetUSD {
-			end := time.Unix(0, (u.window+1)*int64(p.BudgetPer))
-			refuse(LimitBudget, end, fmt.Sprintf("%.4g of %.4g USD per %s spent; it renews at %s", u.spent, p.BudgetUSD, p.BudgetPer, end.UTC().Format(time.RFC3339)))
+		if end := time.Unix(0, (u.window+1)*int64(p.BudgetPer)); u.spent >= p.BudgetUSD {
+			refuse(LimitBudget, end, fmt.Sprintf("%.4g of %.4g USD per %s spent; it renews at %s", u.spent, p.BudgetUSD, period.String(p.BudgetPer), end.UTC().Format(time.RFC3339)))
+		} else if u.spent+u.held >= p.BudgetUSD {
+			refuse(LimitBudget, u.endsAt(now), fmt.Sprintf("%.4g of %.4g USD per %s spent and %.4g held by its %d requests in flight (their worst cases, until they are answered)", u.spent, p.BudgetUSD, period.String(p.BudgetPer), u.held, u.inFlight))
 		}
 	}
 	if p.RPM > 0 && u.requests.sum(now)+1 > p.RPM {
@@ -92,8 +112,7 @@ func (u *usage) admit(now time.Time, tokens int64) *Refusal {
 		refuse(LimitTPM, u.tokens.freeAt(now, p.TPM, min(tokens, p.TPM)), fmt.Sprintf("%d tokens estimated in the last minute, this request %d, tpm %d", used, tokens, p.TPM))
 	}
 	if p.Concurrent > 0 && u.inFlight >= p.Concurrent {
-		// No instant is known: a slot frees when one of its requests ends.
-		refuse(LimitConcurrent, now, fmt.Sprintf("%d requests in flight, concurrent %d", u.inFlight, p.Concurrent))
+		refuse(LimitConcurrent, u.endsAt(now), fmt.Sprintf("%d requests in flight, concurrent %d", u.inFlight, p.Concurrent))
 	}
 	if ref != nil {
 		return ref
@@ -101,31 +120,87 @@ func (u *usage) admit(now time.Time, tokens int64) *Refusal {
 	u.requests.add(now, 1)
 	u.tokens.add(now, tokens)
 	u.inFlight++
+	u.held += hold
+	u.flying = append(u.flying, now)
 	return nil
 }
 
-// undo takes back what admit counted at now for a request of tokens.
-func (u *usage) undo(now time.Time, tokens int64) {
-	u.requests.add(now, -1)
-	u.tokens.add(now, -tokens)
-	u.inFlight--
+// endsAt is when the first of u's requests in flight is expected to end:
+// its admission plus took, a second from now at the earliest (one is
+// overdue: soon); zero when unknown (none done yet, or none in flight).
+func (u *usage) endsAt(now time.Time) time.Time {
+	if u.took <= 0 || len(u.flying) == 0 {
+		return time.Time{}
+	}
+	return maxTime(slices.MinFunc(u.flying, time.Time.Compare).Add(u.took), now.Add(time.Second))
 }
 
-// roll moves the budget to now's window.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// land takes a request admitted at start, holding hold, out of those in
+// flight, under c.mu.
+func (u *usage) land(start time.Time, hold float64) {
+	u.inFlight--
+	if i := slices.IndexFunc(u.flying, start.Equal); i >= 0 {
+		u.flying = slices.Delete(u.flying, i, i+1)
+	}
+	if u.held -= hold; u.inFlight <= 0 || u.held < 0 {
+		u.held = 0 // no float residue once nothing is held
+	}
+}
+
+// undo takes back what admit counted at now for a request of tokens
+// holding hold.
+func (u *usage) undo(now time.Time, tokens int64, hold float64) {
+	u.requests.add(now, -1)
+	u.tokens.add(now, -tokens)
+	u.land(now, hold)
+}
+
+// roll moves the budget to now's window. A plan whose period changed (a
+// reload) carries what the window counted in the old period spent into
+// the new period's window of now, unless the old window has ended: a
+// reload forgives nothing.
 func (u *usage) roll(now time.Time) {
-	if u.plan.BudgetPer <= 0 {
+	per := u.plan.BudgetPer
+	if per <= 0 {
 		return
 	}
-	if i := now.UnixNano() / int64(u.plan.BudgetPer); i != u.window {
+	i := now.UnixNano() / int64(per)
+	if per != u.per {
+		if u.per > 0 && now.UnixNano()/int64(u.per) != u.window {
+			u.spent = 0
+		}
+		u.window, u.per = i, per
+		return
+	}
+	if i != u.window {
 		u.window, u.spent = i, 0
 	}
 }
 
-// done ends a request at now that cost usd.
-func (u *usage) done(now time.Time, usd float64) {
+// tookWeight is the weight of a request's duration in usage.took's
+// moving average.
+const tookWeight = 0.25
+
+// done ends at now a request admitted at start, holding hold, that cost
+// usd: its hold is settled at usd.
+func (u *usage) done(now, start time.Time, hold, usd float64) {
 	u.c.mu.Lock()
 	defer u.c.mu.Unlock()
-	u.inFlight--
+	u.land(start, hold)
+	switch d := now.Sub(start); {
+	case d <= 0: // no time the clock can tell
+	case u.took <= 0:
+		u.took = d
+	default:
+		u.took += time.Duration(tookWeight * float64(d-u.took))
+	}
 	u.spend(now, usd)
 }
 
@@ -156,7 +231,7 @@ func (u *usage) report(consumer string, now time.Time) Usage {
 		InFlight: u.inFlight, RPM: p.RPM, TPM: p.TPM, Concurrent: p.Concurrent, BudgetUSD: p.BudgetUSD}
 	if p.BudgetUSD > 0 {
 		u.roll(now)
-		out.SpentUSD, out.BudgetPer = u.spent, p.BudgetPer.String()
+		out.SpentUSD, out.HeldUSD, out.BudgetPer = u.spent, u.held, period.String(p.BudgetPer)
 	}
 	return out
 }

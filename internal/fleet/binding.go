@@ -3,11 +3,13 @@ package fleet
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/provider"
 )
 
 // binding is one deployment's link to the store: the capacity.Fleet its
@@ -21,6 +23,11 @@ type binding struct {
 
 	lease  leaser // its slices of the fleet's budget (lease.go)
 	places places // its grants in the declared window (declared.go)
+	// late: Redis answered the last call for its slices late (over half
+	// the store's timeout, or not within it while it answered others):
+	// the request path waits on it no more (spendLate) until a call for
+	// them answers in time.
+	late atomic.Bool
 
 	mu         sync.Mutex
 	probeToken string       // the probe claim this instance holds ("" = none)
@@ -99,6 +106,9 @@ func (b *binding) Publish(sh capacity.Shared) {
 // deployment (others wait for it), all within the store's timeout. While
 // Redis cannot answer, it spends the slices it holds and no more; only
 // when it holds none of a window does the instance decide on local state.
+// While Redis answers late (b.late), it waits on Redis not at all
+// (spendLate): an attempt waits on Redis one timeout at most for its
+// decision, however often it tries again.
 func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, error) {
 	s := b.s
 	none := capacity.Budget{Requests: capacity.BudgetWindow{Limit: -1}, Tokens: capacity.BudgetWindow{Limit: -1}}
@@ -122,6 +132,9 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 			s.obs.Fallback("spend")
 			return 0, none, ErrUnavailable
 		}
+		if b.late.Load() {
+			return b.spendLate(now, bu, need)
+		}
 		flight, lead := b.lease.join()
 		if lead {
 			return b.spendGranted(ctx, start, bu, need)
@@ -130,9 +143,36 @@ func (b *binding) Spend(bu capacity.Budget) (time.Duration, capacity.Budget, err
 		case <-flight: // the slice was renewed (or not): look again
 		case <-ctx.Done():
 			s.obs.Error("spend")
-			return s.timeout, none, nil // another call waits on Redis: try again shortly
+			b.late.Store(true) // another call waits on Redis past the timeout
+			return b.spendLate(time.Now(), bu, need)
 		}
 	}
+}
+
+// spendLate decides an attempt without waiting on Redis, which answers
+// late: from the slices (renewed in the background, bounded by the
+// store's background timeout), or refused for a moment while the lease
+// loop asks for the slice it lacks (the store's timeout; a second,
+// within the window, when the window held no more at the last grant:
+// others' slices may come back). It never spends more than the slices
+// hold.
+func (b *binding) spendLate(now time.Time, bu capacity.Budget, need [2]int64) (time.Duration, capacity.Budget, error) {
+	if ok, low := b.lease.take(now, need); ok {
+		if low {
+			b.s.kickLeases()
+		}
+		return 0, b.lease.budget(now, bu), nil
+	}
+	wait := b.lease.lacking(now, need, b.s.timeout)
+	b.s.kickLeases()
+	return wait, b.lease.budget(now, bu), nil
+}
+
+// answeredLate records how late Redis answered a call for b's slices
+// begun at called: over half the store's timeout, the request path waits
+// on it no more (spendLate) until a call answers sooner.
+func (b *binding) answeredLate(called time.Time) {
+	b.late.Store(b.s.late(called))
 }
 
 // spendGranted asks leaseScript for what the slices lack of need, and
@@ -143,11 +183,13 @@ func (b *binding) spendGranted(ctx context.Context, start time.Time, bu capacity
 	none := capacity.Budget{Requests: capacity.BudgetWindow{Limit: -1}, Tokens: capacity.BudgetWindow{Limit: -1}}
 	miss, ask := b.lease.asks(time.Now(), need)
 	called := time.Now()
-	rep, err := b.grant(ctx, bu, miss, ask, [2]int64{}, [2]int64{})
+	rep, err := b.grant(ctx, bu, miss, ask, [2]int64{}, [2]int64{}, need)
 	if err != nil {
+		b.lease.callFailed()
 		if s.busy(err, start) {
 			s.obs.Error("spend")
-			return s.timeout, none, nil // Redis is loaded, not down: try again shortly
+			b.late.Store(true) // Redis is loaded, not down: decided without it
+			return b.spendLate(time.Now(), bu, need)
 		}
 		s.fail("spend", err)
 		if wait, held := b.lease.held(time.Now(), need); held {
@@ -157,40 +199,55 @@ func (b *binding) spendGranted(ctx context.Context, start time.Time, bu capacity
 		return 0, none, err
 	}
 	s.answered()
-	b.lease.apply(called, rep)
+	b.answeredLate(called)
+	ok := b.lease.applyFor(called, rep, need)
 	now := time.Now()
-	if !rep.ok {
+	if !ok {
 		return max(rep.wait, time.Millisecond), b.lease.budget(now, bu), nil
 	}
-	b.lease.spend(now, need)
 	return 0, b.lease.budget(now, bu), nil
 }
 
 // grant runs leaseScript: need and ask per window (-1 need: not asked),
-// give back what is given of the slice granted in giveReset.
-func (b *binding) grant(ctx context.Context, bu capacity.Budget, need, ask, give, giveReset [2]int64) (grantReply, error) {
+// give back what is given of the slice granted in giveReset; it states
+// the slices this instance holds (beyond what it gives back, less what an
+// attempt spends of them once it lands: spend, -1 none) and their
+// allowances (leaser.stating).
+func (b *binding) grant(ctx context.Context, bu capacity.Budget, need, ask, give, giveReset, spend [2]int64) (grantReply, error) {
 	s := b.s
-	args := make([]any, 0, 18)
+	args := make([]any, 0, 25)
+	since := time.Since(b.lease.lastWant())
+	var rates [2]float64
 	for i, w := range []capacity.BudgetWindow{bu.Requests, bu.Tokens} {
 		if w.Limit < 0 || need[i] < 0 {
 			args = append(args, -1, 0, 0, 0, 0, 0, 0, 0)
 			continue
 		}
-		args = append(args, w.Limit, max(w.Remaining, 0), w.Reset.UnixMilli(), max(w.Span.Milliseconds(), 1),
+		rates[i] = w.Rate
+		if w.Fixed {
+			rates[i] = -1 // proved fixed: the fleet's budget holds no bucket of it (bucketLua)
+		}
+		// A bucket's count as the last attempt knew it, refilled since.
+		rem := refilled(max(w.Remaining, 0), w.Limit, w.Rate, since)
+		args = append(args, w.Limit, rem, w.Reset.UnixMilli(), max(w.Span.Milliseconds(), 1),
 			need[i], max(ask[i], 0), max(give[i], 0), giveReset[i])
 	}
-	args = append(args, capacity.ResetMargin.Milliseconds(), s.origin)
+	held, allow := b.lease.stating(time.Now(), spend, need)
+	args = append(args, capacity.ResetMargin.Milliseconds(), s.origin, held[0], held[1],
+		leaseEntryTTL.Milliseconds(), leaseSliceRetry.Milliseconds(), allow[0], allow[1])
+	args = append(args, bucketArgs(rates)...)
 	res, err := leaseScript.Run(ctx, s.client, []string{b.budgetKey, b.stateKey}, args...).Int64Slice()
-	if err == nil && len(res) != 10 {
+	if err == nil && len(res) != 12 {
 		err = errBadReply
 	}
 	if err != nil {
 		return grantReply{}, err
 	}
-	return grantReply{ok: res[0] == 1, wait: time.Duration(res[1]) * time.Millisecond,
+	return grantReply{ok: res[0] == 1, wait: time.Duration(min(res[1], provider.MaxCooldown.Milliseconds())) * time.Millisecond,
 		asked: [2]bool{need[0] >= 0 && bu.Requests.Limit >= 0, need[1] >= 0 && bu.Tokens.Limit >= 0},
 		left:  [2]int64{res[2], res[4]}, reset: [2]int64{res[3], res[5]}, instances: int(res[6]),
-		granted: [2]int64{res[7], res[8]}, now: res[9]}, nil
+		granted: [2]int64{res[7], res[8]}, now: res[9], kept: res[10] == 1,
+		bucket: [2]bool{res[11]&1 != 0, res[11]&2 != 0}}, nil
 }
 
 // ClaimProbe implements capacity.Fleet with claimScript, bounded by the

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
 )
 
@@ -20,7 +21,11 @@ import (
 // request costs no Redis call while the instance's grant holds its place
 // (the next grant is asked for in the background), and the instances
 // together never admit more than the rpm (or tpm) in any minute: a grant
-// counts from when it is made until a minute after its use ends.
+// counts from when it is made until a minute after its use ends. While
+// Redis does not answer within the store's timeout, an instance admits
+// from the places it holds and then up to its share of the limit, on its
+// own counts of the minute (outage.go: the limit over the instances the
+// census counts, never the whole limit on each).
 
 // maxConsumerBindings bounds the consumers whose grants a store keeps:
 // beyond it, those holding no grant are forgotten (the next request of one
@@ -43,10 +48,13 @@ const consumerRecheck = time.Second
 // consumerLimits is one consumer's fleet-wide minute on this instance.
 type consumerLimits struct {
 	b       *binding // its grants of places (declared.go), without a State
+	base    string   // its keys' prefix: <prefix>{c:<id>}:
 	mu      sync.Mutex
-	until   time.Time // the fleet's last refusal: its minute has room then
-	recheck time.Time // ask Redis again from then
+	flight  *flightSlice // its slice of places in flight (concurrent.go), made on first use
+	until   time.Time    // the fleet's last refusal: its minute has room then
+	recheck time.Time    // ask Redis again from then
 	limit   consumer.Limit
+	minute  localMinute // what this instance admitted in the minute (outage.go)
 }
 
 // refused returns the fleet's last refusal while it stands at now.
@@ -66,8 +74,10 @@ func (c *consumerLimits) refused(now time.Time) (time.Duration, consumer.Limit, 
 // wait is until the fleet's minute has room, by Redis' clock (a grant
 // counts until a minute after its use can end, so up to declaredUse more
 // than a minute after the last request admitted); a refusal stands for
-// consumerRecheck on this instance. An error (the store down, or no answer
-// within its timeout) leaves the decision to the caller's local counts.
+// consumerRecheck on this instance. While the store is down or does not
+// answer within its timeout, the instance decides on its share of the
+// minute (outage.go): an error (errShareSpent) is that share spent, a
+// refusal for the caller (consumer.Registry).
 func (s *Store) ReserveConsumer(name, plan string, rpm, tpm, tokens int64) (time.Duration, consumer.Limit, error) {
 	if rpm <= 0 && tpm <= 0 {
 		return 0, "", nil
@@ -78,8 +88,12 @@ func (s *Store) ReserveConsumer(name, plan string, rpm, tpm, tokens int64) (time
 	}
 	c.b.declaredLimits(rpm, tpm)
 	wait, full, err := c.b.reserve(rpm, tpm, tokens)
-	if err != nil || wait <= 0 {
-		return 0, "", err
+	if err != nil {
+		return 0, "", c.offline(time.Now(), rpm, tpm, tokens)
+	}
+	if wait <= 0 {
+		c.admitted(time.Now(), tokens)
+		return 0, "", nil
 	}
 	l := consumer.LimitRPM
 	if full == limitTokens {
@@ -116,15 +130,22 @@ func (s *Store) consumerLimits(name, plan string) *consumerLimits {
 	}
 	if len(s.consumers) >= maxConsumerBindings {
 		for k, c := range s.consumers {
-			if c.b.places.idle() {
+			if c.b.places.idle() && c.held().idle() {
 				delete(s.consumers, k)
 			}
 		}
 	}
 	base := s.prefix + "{c:" + id + "}:"
-	c := &consumerLimits{b: &binding{s: s, id: id, logKey: base + "declared", tokensKey: base + "declared_tokens", window: s.consumerWindow}}
+	c := &consumerLimits{b: &binding{s: s, id: id, logKey: base + "declared", tokensKey: base + "declared_tokens", window: s.consumerWindow}, base: base}
 	s.consumers[id] = c
 	return c
+}
+
+// held returns c's slice of places in flight, nil when it has none.
+func (c *consumerLimits) held() *flightSlice {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.flight
 }
 
 // snapshotConsumers returns the bindings of the consumers' minutes.
@@ -147,3 +168,106 @@ func (p *places) idle() bool {
 
 // Interface guards
 var _ consumer.Fleet = (*Store)(nil)
+
+// Budget implements consumer.Fleet: consumer name's budget on plan, usd
+// per per, on the fleet's leased USD budgets (capacity.Spending on this
+// store, a SpendLeaser: spend.go) under <prefix>spend:<hash of the
+// consumer, its plan, the period and the window>, so that the whole fleet
+// spends it once. Holds and settles take from this instance's slice in
+// memory; Redis is asked only for a new slice (as a deployment's budget).
+// A reload that changes the amount keeps what was spent; one that
+// changes the period carries what the fleet spent in the old period's
+// window into the new period's (capacity.Spending.SetLimit).
+func (s *Store) Budget(name, plan string, usd float64, per time.Duration) consumer.Budget {
+	key := "consumer:" + consumerID(name, plan)
+	limit := capacity.SpendLimit{USD: usd, Period: per}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.budgets[key]; b != nil {
+		if b.sp.Limit() != limit {
+			b.sp.SetLimit(limit)
+		}
+		return b
+	}
+	if s.budgets == nil || len(s.budgets) >= maxConsumerBindings {
+		s.budgets = map[string]*consumerBudget{} // the forgotten give their slices back once idle (capacity's spendLeaseIdle)
+	}
+	b := &consumerBudget{sp: capacity.NewSpendingByPeriod(limit, s, key)} // keys as before: consumer:<id>:<period>:<window>
+	s.budgets[key] = b
+	return b
+}
+
+// consumerBudget is a consumer's fleet-wide budget (consumer.Budget).
+type consumerBudget struct {
+	sp   *capacity.Spending
+	mu   sync.Mutex
+	cost float64 // what its requests cost, weighted (USD): the hold of one of unknown cost
+}
+
+// Hold bounds of a consumer's budget: the least a hold takes (USD: the
+// first request of a consumer, whose cost is not known yet, still needs
+// room), and a new cost's weight in the usual cost (an exponentially
+// weighted mean over about the last 5 requests that cost).
+const (
+	minHold    = 1e-6
+	costWeight = 0.2
+)
+
+// Hold holds usd at now from the fleet's budget: a request's worst case,
+// no more than what the budget has left (the request that takes its last
+// is admitted and served whole, as by a consumer's budget on one
+// instance: consumer.Plan's BudgetUSD), or 0: the consumer's usual cost
+// on this instance; at least minHold. settle spends what the request cost
+// and gives the hold back; nil when the budget has nothing left, with the
+// instant its window renews (or when other instances' slices may come
+// back). A worst case refused for more than the fleet had left (this
+// instance's knowledge of it was old) is held again at what is left, once.
+func (b *consumerBudget) Hold(now time.Time, usd float64) (settle func(time.Time, float64), until time.Time) {
+	worst := usd > 0
+	if !worst {
+		b.mu.Lock()
+		usd = b.cost
+		b.mu.Unlock()
+	}
+	h, ok, until := b.sp.Hold(now, b.capped(now, usd, worst))
+	if !ok && worst {
+		if left := b.sp.Left(now); left >= minHold && left < usd {
+			h, ok, until = b.sp.Hold(now, left)
+		}
+	}
+	if !ok {
+		return nil, until
+	}
+	return func(at time.Time, cost float64) {
+		b.learn(cost)
+		b.sp.Settle(at, h, cost)
+	}, until
+}
+
+// capped is the hold of usd at now: a worst case no more than what the
+// budget has left while something is (Spending.Left), at least minHold.
+func (b *consumerBudget) capped(now time.Time, usd float64, worst bool) float64 {
+	if worst {
+		if left := b.sp.Left(now); left >= minHold {
+			usd = min(usd, left)
+		}
+	}
+	return max(usd, minHold)
+}
+
+// learn folds a request's cost (USD) into the usual cost.
+func (b *consumerBudget) learn(cost float64) {
+	if !(cost > 0) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cost == 0 {
+		b.cost = cost
+		return
+	}
+	b.cost += (cost - b.cost) * costWeight
+}
+
+// Spend spends usd at now with no hold (an answer found done later).
+func (b *consumerBudget) Spend(now time.Time, usd float64) { b.sp.Add(now, usd) }

@@ -28,9 +28,16 @@ func fleetRegistries(t *testing.T, url string, n int, plan consumer.Plan) []*con
 // returns the stores too.
 func fleetRegistriesOn(t *testing.T, url string, n int, plan consumer.Plan, timeout time.Duration) ([]*consumer.Registry, []*Store) {
 	t.Helper()
-	regs, stores := make([]*consumer.Registry, n), make([]*Store, n)
+	return fleetRegistriesObserved(t, url, plan, timeout, make([]Observer, n))
+}
+
+// fleetRegistriesObserved is fleetRegistriesOn with one store per
+// observer (nil: none).
+func fleetRegistriesObserved(t *testing.T, url string, plan consumer.Plan, timeout time.Duration, obs []Observer) ([]*consumer.Registry, []*Store) {
+	t.Helper()
+	regs, stores := make([]*consumer.Registry, len(obs)), make([]*Store, len(obs))
 	for i := range regs {
-		s, err := New(Options{URL: url, KeyPrefix: keyPrefix(t), PollInterval: time.Second, Timeout: timeout})
+		s, err := New(Options{URL: url, KeyPrefix: keyPrefix(t), PollInterval: time.Second, Timeout: timeout, Observer: obs[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,17 +232,21 @@ func TestConsumerRetryAfterIsTheFleetsWait(t *testing.T) {
 	}
 }
 
-// While Redis cannot answer, an instance admits a consumer's requests on
-// its own counts (it never hangs, never refuses for want of Redis): rpm 6,
-// 2 admitted with Redis, then Redis cut off: 4 more admitted (the places
-// the instance holds, then its own minute) and the next refused for rpm,
-// each decision within the store's timeout or so.
-func TestConsumerLimitsOnLocalCountsWhileRedisIsDown(t *testing.T) {
+// While Redis cannot answer, an instance admits a consumer's requests up
+// to its share of the minute and no more (it never hangs): rpm 60, 10
+// admitted with Redis up (the grant holds a few more), then Redis cut off
+// with two instances in the census (this one and another): the places the
+// instance's grant still holds and then its own counts admit 20 more (its
+// share, 30, of the minute), the next requests
+// refused 429 rpm with a Retry-After of a second (fleetRecheck: Redis may
+// answer by then), each decision within the store's timeout or so.
+func TestConsumerLimitsFromItsShareWhileRedisIsDown(t *testing.T) {
 	url := realRedisURL(t)
 	opt, _ := redis.ParseURL(url)
 	p := newCutProxy(t, opt.Addr)
 	const timeout = 200 * time.Millisecond
-	regs, _ := fleetRegistriesOn(t, fmt.Sprintf("redis://%s/%d", p.l.Addr(), opt.DB), 1, consumer.Plan{RPM: 6}, timeout)
+	regs, stores := fleetRegistriesOn(t, fmt.Sprintf("redis://%s/%d", p.l.Addr(), opt.DB), 1, consumer.Plan{RPM: 60}, timeout)
+	eventually(t, 5*time.Second, "the census counts the instance", func() bool { return stores[0].instances() == 1 })
 	admit := func() *consumer.Refusal {
 		start := time.Now()
 		tk, ref := regs[0].Admit(time.Now(), "alice", "fast", 1)
@@ -247,19 +258,43 @@ func TestConsumerLimitsOnLocalCountsWhileRedisIsDown(t *testing.T) {
 		}
 		return ref
 	}
-	for range 2 {
+	for range 10 {
 		if ref := admit(); ref != nil {
 			t.Fatalf("refused with Redis up: %s", ref.Message)
 		}
 	}
+	pl := &stores[0].consumerLimits("alice", consumer.DefaultPlan).b.places
 	p.setCut(true)
-	for i := range 4 {
-		if ref := admit(); ref != nil {
-			t.Errorf("request %d with Redis down: expected it admitted on local counts, refused: %s", i, ref.Message)
+	eventually(t, 2*time.Second, "no renewal in flight", func() bool {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		return pl.flight.done == nil
+	})
+	pl.mu.Lock()
+	free := int64(0)
+	for _, g := range pl.grants {
+		free += g.n - g.used
+	}
+	pl.mu.Unlock()
+	t.Logf("%d places held when Redis is cut", free)
+	stores[0].peers.Store(2) // the census as another instance's mark left it (no poll answers now)
+	if free == 0 || free > 20 {
+		t.Fatalf("expected the grant to hold a few places beyond the 10 used, holds %d", free)
+	}
+	admitted := int64(0)
+	var last *consumer.Refusal
+	for range 30 {
+		if ref := admit(); ref == nil {
+			admitted++
+		} else {
+			last = ref
 		}
 	}
-	if ref := admit(); ref == nil || ref.Limit != consumer.LimitRPM || ref.RetryAfter < 50*time.Second {
-		t.Errorf("expected the 7th request refused by the instance's own minute (rpm, about a minute), got %+v", ref)
+	if admitted != 20 {
+		t.Errorf("expected the minute's 20 left admitted with Redis down (%d of them the places held), and no more: %d", free, admitted)
+	}
+	if last == nil || last.Limit != consumer.LimitRPM || last.RetryAfter != time.Second {
+		t.Errorf("expected the requests beyond the share refused 429 rpm, Retry-After 1s, got %+v", last)
 	}
 }
 

@@ -48,6 +48,9 @@ type places struct {
 	full             time.Time // a renewal found the window spent until then
 	offFrom          time.Time // the first fallback to local state of an outage (offline.go)
 	report           string    // a report of it not yet confirmed
+	// A consumer's minute: what the instance admitted on its own counts
+	// and has not reported yet (outage.go).
+	offRequests, offTokens int64
 }
 
 func (p *places) want(now time.Time, tokens int64) {
@@ -110,6 +113,19 @@ func (p *places) ended(now time.Time, closing bool) (grant, bool) {
 	return g, true
 }
 
+// unused returns what the live grants hold unused (requests, tokens):
+// the instance's statement in the fleet's minute (declaredScript).
+func (p *places) unused(now time.Time) (requests, tokens int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, g := range p.grants {
+		if now.Before(g.until) {
+			requests, tokens = requests+max(g.n-g.used, 0), tokens+max(g.tokens-g.tokensUsed, 0)
+		}
+	}
+	return requests, tokens
+}
+
 // add keeps a grant, and uses a place of it when spend.
 func (p *places) add(g grant, spend bool, tokens int64) {
 	p.mu.Lock()
@@ -164,7 +180,9 @@ var errBusy = errors.New("fleet store busy")
 // reserve takes a place of b's grants for an attempt of tokens (see
 // Reserve): a zero wait when it holds one, else the wait and which limit
 // is full (limitRequests, limitTokens); errBusy when Redis did not answer
-// in time but is up, ErrUnavailable or the call's error when it is down.
+// in time but is up, or answers late (b.late: it is not asked on the
+// request path, the lease loop renews the grants), ErrUnavailable or the
+// call's error when it is down.
 func (b *binding) reserve(rpm, tpm, tokens int64) (time.Duration, int64, error) {
 	s := b.s
 	tokens = max(tokens, 0)
@@ -181,9 +199,13 @@ func (b *binding) reserve(rpm, tpm, tokens int64) (time.Duration, int64, error) 
 			return 0, 0, nil
 		}
 		if !s.available() {
-			s.obs.Fallback("reserve")
+			b.fallback()
 			p.offline(now)
 			return 0, 0, ErrUnavailable
+		}
+		if b.late.Load() {
+			s.kickLeases() // Redis answers late: the lease loop renews the grants, no request waits on it
+			return 0, 0, errBusy
 		}
 		flight, lead := p.join()
 		if lead {
@@ -192,9 +214,28 @@ func (b *binding) reserve(rpm, tpm, tokens int64) (time.Duration, int64, error) 
 		select {
 		case <-flight:
 		case <-ctx.Done():
-			s.obs.Error("reserve")
+			s.obs.Error(b.op())
+			b.late.Store(true)
 			return 0, 0, errBusy
 		}
+	}
+}
+
+// op names b's calls in metrics and logs: "consumer" for a consumer's
+// minute, "reserve" for a deployment's declared window.
+func (b *binding) op() string {
+	if b.st == nil {
+		return "consumer"
+	}
+	return "reserve"
+}
+
+// fallback counts a deployment's attempt decided on its local state; a
+// consumer's minute counts its own (consumerLimits.offline: admitted or
+// refused on the instance's share).
+func (b *binding) fallback() {
+	if b.st != nil {
+		b.s.obs.Fallback("reserve")
 	}
 }
 
@@ -217,11 +258,12 @@ func (b *binding) reserveGranted(ctx context.Context, rpm, tpm, tokens int64) (t
 	ok, wait, full, err := b.declare(ctx, rpm, tpm, 1, tokens, askR, askT+tokens, start, false)
 	if err != nil {
 		if s.busy(err, start) {
-			s.obs.Error("reserve")
+			s.obs.Error(b.op())
+			b.late.Store(true)
 			return 0, 0, errBusy
 		}
-		s.fail("reserve", err)
-		s.obs.Fallback("reserve")
+		s.fail(b.op(), err)
+		b.fallback()
 		p.offline(start)
 		return 0, 0, err
 	}
@@ -244,15 +286,23 @@ const (
 func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, askT int64, called time.Time, closing bool) (bool, time.Duration, int64, error) {
 	s := b.s
 	p := &b.places
+	if b.st == nil {
+		// What a consumer's instance admitted on its own counts enters the
+		// minute before it is granted more (outage.go).
+		if err := b.sendReport(ctx, b.report(called)); err != nil {
+			return false, 0, 0, err
+		}
+	}
 	back, give := p.ended(called, closing)
 	member := ""
 	if give {
 		member = back.member
 	}
 	id := s.nextToken()
+	unusedR, unusedT := p.unused(called)
 	res, err := declaredScript.Run(ctx, s.client, []string{b.logKey, b.tokensKey},
 		cmp.Or(b.window, capacity.DeclaredWindow).Milliseconds(), rpm, tpm, needR, needT, askR, askT, declaredUse.Milliseconds(),
-		id, member, back.used, back.tokensUsed).Int64Slice()
+		id, member, back.used, back.tokensUsed, b.placesRetry().Milliseconds(), unusedR, unusedT).Int64Slice()
 	if err == nil && len(res) != 5 {
 		err = errBadReply
 	}
@@ -260,6 +310,7 @@ func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, ask
 		return false, 0, 0, err
 	}
 	s.answered()
+	b.answeredLate(called)
 	if res[4] > 0 {
 		s.log.Warn("fleet store: malformed declared-limits entries replaced (not written by this router, or by a clock that runs ahead)",
 			zap.String("key", b.logKey), zap.Int64("entries", res[4]))
@@ -276,6 +327,18 @@ func (b *binding) declare(ctx context.Context, rpm, tpm, needR, needT, askR, ask
 		p.mu.Unlock()
 	}
 	return true, 0, 0, nil
+}
+
+// placesRetry is how soon a deployment's attempt refused while other
+// instances' grants in use would hold it tries again (leaseSliceRetry: a
+// request waits in its queue, within its deadline, for the places they
+// do not use); a consumer's minute answers its client's 429 with the
+// time until the minute frees (0: no retry).
+func (b *binding) placesRetry() time.Duration {
+	if b.st == nil {
+		return 0
+	}
+	return leaseSliceRetry
 }
 
 // upkeepPlaces renews b's grants while attempts ask (or gives back one that

@@ -37,7 +37,94 @@ const (
 	// leaseTick is how often the store looks at the slices (in memory)
 	// for one to renew or give back.
 	leaseTick = 50 * time.Millisecond
+	// leaseEntryTTL is how long an instance's statement of the slices it
+	// holds counts in the budget hash (each grant call renews it): an
+	// attempt another instance's slice would hold is told to try again
+	// in leaseSliceRetry, not to wait for the window, while it counts.
+	leaseEntryTTL   = 2 * leaseHorizon
+	leaseSliceRetry = time.Second
 )
+
+// A slice is stated with what the instance may spend of it before it
+// states it again (its allowance: its demand over leaseHorizon, what its
+// next renewal is sized for); the rest is parked. An instance spends no
+// more than its allowance until a later call states its slices again, and
+// nothing of them once its last such call is leaseEntryTTL old (measured
+// from when it was sent: the entry, renewed when the script ran, outlives
+// it on any clock): the script may then give what the stale entry parked
+// back to the window it was granted in, whether the instance died or only
+// lost Redis. What it may have spent of its allowance is not given back:
+// a slice being spent goes back no sooner than its window.
+
+// forfeited reports whether the slices are forfeited at now (the last call
+// that stated them leaseEntryTTL old or more); under l.mu.
+func (l *leaser) forfeited(now time.Time) bool {
+	return !l.stated.IsZero() && !now.Before(l.stated.Add(leaseEntryTTL))
+}
+
+// holding is what window i's slice holds at now (0 forfeited); under l.mu.
+func (l *leaser) holding(now time.Time, i int) int64 {
+	if l.forfeited(now) {
+		return 0
+	}
+	return l.w[i].left(now)
+}
+
+// spendable is what may be spent of window i's slice at now: what it
+// holds, within the allowance; under l.mu.
+func (l *leaser) spendable(now time.Time, i int) int64 {
+	return min(l.holding(now, i), max(l.w[i].allow, 0))
+}
+
+// stating returns what a call sent at now states of the slices (what they
+// hold, less what an attempt spends of them once the call lands: spend,
+// -1 none, of which miss is asked of the window) and their allowances,
+// and notes the call in flight.
+func (l *leaser) stating(now time.Time, spend, miss [2]int64) (held, allow [2]int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.w {
+		w := &l.w[i]
+		held[i] = w.left(now) // a forfeited slice too: the script takes it back unless its entry still counts
+		if spend[i] >= 0 && miss[i] >= 0 {
+			held[i] = max(held[i]-spend[i]+miss[i], 0)
+		}
+		allow[i] = w.demand.over(now, leaseHorizon)
+		w.flightSpent = 0
+	}
+	l.statedAllow, l.inCall = allow, true
+	return held, allow
+}
+
+// stated folds the end of the call in flight, sent at called: answered
+// (ok), its statement replaced the last one (the slices held, unless the
+// script took them back: kept false); else the allowances of both hold
+// (the call may have been applied); under l.mu.
+func (l *leaser) statedLocked(called time.Time, ok, kept bool) {
+	for i := range l.w {
+		w := &l.w[i]
+		a := l.statedAllow[i] - w.flightSpent
+		switch {
+		case ok && !kept:
+			w.granted, w.spent, w.allow = 0, 0, a
+		case ok:
+			w.allow = a
+		default:
+			w.allow = min(w.allow, a)
+		}
+	}
+	if ok {
+		l.stated = called
+	}
+	l.inCall = false
+}
+
+// callFailed ends the call in flight without an answer.
+func (l *leaser) callFailed() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.statedLocked(time.Time{}, false, false)
+}
 
 // demand is capacity.Demand in whole units.
 type demand struct{ capacity.Demand }
@@ -60,6 +147,13 @@ type slice struct {
 	// fleetLeft is what the window held unleased at the last grant.
 	fleetLeft int64
 	demand    demand
+	// bucket: the window refills continuously (bucket.go); expires is
+	// then the lease's end, which each grant moves later.
+	bucket bool
+	// allow is what may still be spent of the slice before the instance
+	// states it again (see leaser.stated); flightSpent, what was spent of
+	// it since the call in flight was sent.
+	allow, flightSpent int64
 }
 
 func (s *slice) left(now time.Time) int64 {
@@ -75,13 +169,17 @@ func (s *slice) same(reset int64, span time.Duration) bool {
 	return s.reset != 0 && 2*time.Duration(max(reset-s.reset, s.reset-reset))*time.Millisecond <= span
 }
 
-// grant folds a grant of window reset into the slice: the same window adds
-// to it, another replaces it.
-func (s *slice) grant(reset int64, span time.Duration, expires time.Time, n, fleetLeft int64) {
-	if !s.same(reset, span) {
+// grant folds a grant of window reset, made at called, into the slice:
+// the same window adds to it, another replaces it. A bucket's grant adds
+// to a slice whose lease has not ended (of the bucket, or of the fixed
+// window it proved to be); one that ended is spent or lost, never
+// revived (the fleet's count no longer holds it back).
+func (s *slice) grant(called time.Time, bucket bool, reset int64, span time.Duration, expires time.Time, n, fleetLeft int64) {
+	switch {
+	case bucket && !called.Before(s.expires), !bucket && !s.same(reset, span):
 		s.granted, s.spent = 0, 0
 	}
-	s.reset = reset
+	s.reset, s.bucket = reset, bucket
 	s.granted += n
 	s.expires, s.fleetLeft = expires, fleetLeft
 }
@@ -92,7 +190,22 @@ type leaser struct {
 	w         [2]slice
 	instances int
 	last      capacity.Budget // the windows as the last attempt knew them (for the background's calls)
+	lastAt    time.Time       // when
 	flight    inFlight        // the grant in flight
+	// wanted: an attempt decided without Redis (spendLate) lacked a
+	// slice; the background asks for one (upkeep) even of a window it
+	// holds none of.
+	wanted bool
+	// stated is when the last call that renewed this instance's statement
+	// of its slices (the budget hash's 'h:' entry, which counts
+	// leaseEntryTTL on Redis' clock) was sent, by the local clock: the
+	// slices are forfeited leaseEntryTTL after it, before the entry can
+	// expire, and what it parked goes back to the window then (see
+	// leaseScript). stating is the allowance the call in flight states
+	// (inCall).
+	stated      time.Time
+	statedAllow [2]int64
+	inCall      bool
 }
 
 // grantReply is leaseScript's reply.
@@ -103,7 +216,12 @@ type grantReply struct {
 	left, reset [2]int64 // each window's remainder unleased, and its reset (Redis' Unix ms)
 	granted     [2]int64
 	instances   int
-	now         int64 // Redis' clock (Unix ms)
+	now         int64   // Redis' clock (Unix ms)
+	bucket      [2]bool // the window is a bucket in the fleet's budget (bucket.go)
+	// kept: the call's statement renewed the instance's entry (or it held
+	// nothing); false, the entry had expired (its parked slices given
+	// back) or was gone, and the instance's slices are taken back.
+	kept bool
 }
 
 // want counts an attempt's need in the demand of each window, whether the
@@ -116,7 +234,14 @@ func (l *leaser) want(now time.Time, need [2]int64, bu capacity.Budget) {
 			l.w[i].demand.add(now, max(n, 1))
 		}
 	}
-	l.last = bu
+	l.last, l.lastAt = bu, now
+}
+
+// lastWant returns when the last attempt's windows were kept.
+func (l *leaser) lastWant() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastAt
 }
 
 // inFlight is the one call to Redis in flight for a leaser's slices or a
@@ -157,26 +282,50 @@ func (l *leaser) land() {
 	l.flight.land()
 }
 
-// apply folds a reply to a call made at called into the slices: each
-// window's end by the local clock is called plus what Redis' clock had
-// left of it (the instances' clocks do not matter).
-func (l *leaser) apply(called time.Time, rep grantReply) {
+// applyFor folds a grant for an attempt's need into the slices and spends
+// need from it in the same step (rep.ok), so that no other attempt's take
+// spends what was granted for this one in between (both then went out on
+// one unit: a window of 300 served 301); it reports whether the attempt
+// may go. The grant covers what the slices lacked of need when the call
+// was sent: an attempt that spent from them while it was in flight may
+// have left them short of need, and then this one does not go (its
+// caller looks again; what was granted stays in the slice), never on
+// units no grant gave (TestAGrantSpendsOnlyWhatTheSliceHolds: 500 spent
+// of 400 granted).
+func (l *leaser) applyFor(called time.Time, rep grantReply, need [2]int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.applyLocked(called, rep)
+	if !rep.ok {
+		return false
+	}
+	now := time.Now()
+	for i, n := range need {
+		if n >= 0 && rep.asked[i] && l.holding(now, i) < max(n, 1) {
+			return false
+		}
+	}
+	l.spendLocked(need)
+	return true
+}
+
+// applyLocked folds a reply to a call made at called into the slices,
+// under l.mu: each window's end by the local clock is called plus what
+// Redis' clock had left of it (the instances' clocks do not matter).
+func (l *leaser) applyLocked(called time.Time, rep grantReply) {
+	l.statedLocked(called, true, rep.kept)
 	l.instances = rep.instances
 	spans := [2]time.Duration{l.last.Requests.Span, l.last.Tokens.Span}
 	for i := range l.w {
 		if rep.asked[i] {
 			expires := called.Add(time.Duration(rep.reset[i]-rep.now) * time.Millisecond)
-			l.w[i].grant(rep.reset[i], spans[i], expires, rep.granted[i], rep.left[i])
+			l.w[i].grant(called, rep.bucket[i], rep.reset[i], spans[i], expires, rep.granted[i], rep.left[i])
 		}
 	}
 }
 
-// spend spends need from what was just granted for it.
-func (l *leaser) spend(now time.Time, need [2]int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// spendLocked spends need from what was just granted for it; under l.mu.
+func (l *leaser) spendLocked(need [2]int64) {
 	for i, n := range need {
 		if n > 0 {
 			l.w[i].spent += n
@@ -203,7 +352,7 @@ func (l *leaser) take(now time.Time, need [2]int64) (ok, low bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, n := range need {
-		if n >= 0 && l.w[i].left(now) < max(n, 1) {
+		if n >= 0 && l.spendable(now, i) < max(n, 1) {
 			return false, false
 		}
 	}
@@ -213,7 +362,11 @@ func (l *leaser) take(now time.Time, need [2]int64) (ok, low bool) {
 		}
 		w := &l.w[i]
 		w.spent += n
-		low = low || w.left(now) < w.demand.over(now, leaseLowWater)
+		w.allow -= n
+		if l.inCall {
+			w.flightSpent += n
+		}
+		low = low || l.spendable(now, i) < w.demand.over(now, leaseLowWater)
 	}
 	return true, low
 }
@@ -230,7 +383,7 @@ func (l *leaser) asks(now time.Time, need [2]int64) (miss, ask [2]int64) {
 			continue
 		}
 		w := &l.w[i]
-		miss[i] = max(max(n, 1)-w.left(now), 0)
+		miss[i] = max(max(n, 1)-l.holding(now, i), 0)
 		if miss[i] > 0 {
 			ask[i] = miss[i] + w.demand.over(now, leaseHorizon)
 		}
@@ -254,11 +407,22 @@ func (l *leaser) upkeep(now time.Time) (ask, give [2]int64, reset [2]int64) {
 		}
 		until := w.expires.Sub(now)
 		switch keep := w.demand.over(now, min(until, 2*leaseHorizon)); {
+		case w.bucket && until < leaseLowWater && left > 0:
+			// A bucket's lease ends with units left: renewed while they
+			// are in use, else they go back.
+			if w.demand.Rate(now)*capacity.DemandTau.Seconds() >= 0.5 {
+				ask[i] = w.demand.over(now, leaseHorizon)
+			} else {
+				give[i] = left
+			}
 		case l.renews(now, i, leaseLowWater):
 			ask[i] = w.demand.over(now, leaseHorizon)
 		case left > 2*keep, until < leaseHorizon && left-keep > max(keep/4, 0):
 			give[i] = left - keep
 		}
+	}
+	if l.wanted {
+		l.askWanted(now, &ask)
 	}
 	// One call renews both: the other window is topped up too when it
 	// holds less than half a slice.
@@ -270,6 +434,36 @@ func (l *leaser) upkeep(now time.Time) (ask, give [2]int64, reset [2]int64) {
 	return ask, give, reset
 }
 
+// askWanted asks, for an attempt that lacked a slice while Redis answers
+// late (wanted), a slice of each window the last attempt needs whose
+// slice holds less than leaseLowWater of demand, whatever the window held
+// at the last grant (it may be a new one); under l.mu.
+func (l *leaser) askWanted(now time.Time, ask *[2]int64) {
+	for i, w := range []capacity.BudgetWindow{l.last.Requests, l.last.Tokens} {
+		if ask[i] == 0 && w.Limit >= 0 && l.spendable(now, i) < l.w[i].demand.over(now, leaseLowWater) {
+			ask[i] = l.w[i].demand.over(now, leaseHorizon)
+		}
+	}
+}
+
+// lacking notes that an attempt of need lacked a slice while Redis answers
+// late (wanted: the background asks for one) and returns how long it is
+// refused: retry, or, for a window that held no more than its slice at the
+// last grant, until leaseSliceRetry or its end, whichever is sooner.
+func (l *leaser) lacking(now time.Time, need [2]int64, retry time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wanted = true
+	wait := retry
+	for i, n := range need {
+		w := &l.w[i]
+		if n >= 0 && l.spendable(now, i) < max(n, 1) && now.Before(w.expires) && w.fleetLeft <= 0 {
+			wait = max(wait, min(leaseSliceRetry, w.expires.Sub(now)))
+		}
+	}
+	return wait
+}
+
 // renews reports whether window i's slice, in use, holds less than its
 // demand over d (and the window has more to lease).
 func (l *leaser) renews(now time.Time, i int, d time.Duration) bool {
@@ -277,7 +471,7 @@ func (l *leaser) renews(now time.Time, i int, d time.Duration) bool {
 	if w.expires.IsZero() || !now.Before(w.expires) || w.fleetLeft <= 0 {
 		return false
 	}
-	return w.demand.Rate(now)*capacity.DemandTau.Seconds() >= 0.5 && w.left(now) < w.demand.over(now, min(d, w.expires.Sub(now)))
+	return w.demand.Rate(now)*capacity.DemandTau.Seconds() >= 0.5 && l.spendable(now, i) < w.demand.over(now, min(d, w.expires.Sub(now)))
 }
 
 // gave takes what is given back of window i's slice out of it, if the
@@ -303,7 +497,7 @@ func (l *leaser) held(now time.Time, need [2]int64) (time.Duration, bool) {
 	defer l.mu.Unlock()
 	wait := time.Duration(0)
 	for i, n := range need {
-		if n < 0 || l.w[i].left(now) >= max(n, 1) {
+		if n < 0 || l.spendable(now, i) >= max(n, 1) {
 			continue
 		}
 		if !now.Before(l.w[i].expires) {
@@ -324,7 +518,7 @@ func (l *leaser) budget(now time.Time, bu capacity.Budget) capacity.Budget {
 		bw := capacity.BudgetWindow{Limit: -1}
 		if w.Limit >= 0 && !l.w[i].expires.IsZero() {
 			sl := &l.w[i]
-			bw = capacity.BudgetWindow{Limit: w.Limit, Remaining: sl.fleetLeft + sl.left(now), Reset: sl.expires, Span: w.Span}
+			bw = capacity.BudgetWindow{Limit: w.Limit, Remaining: sl.fleetLeft + l.holding(now, i), Reset: sl.expires, Span: w.Span, Rate: w.Rate}
 		}
 		if i == 0 {
 			out.Requests = bw
@@ -366,7 +560,9 @@ func (s *Store) leaseLoop() {
 		}
 		for _, b := range s.snapshotConsumers() {
 			b.upkeepPlaces(time.Now(), false)
+			b.reportOffline(time.Now())
 		}
+		s.upkeepFlights(time.Now(), false)
 	}
 }
 
@@ -397,12 +593,17 @@ func (b *binding) upkeep(now time.Time, closing bool) {
 	ctx, cancel := b.bgContext(closing)
 	defer cancel()
 	called := time.Now()
-	rep, err := b.grant(ctx, bu, [2]int64{0, 0}, ask, give, reset)
+	rep, err := b.grant(ctx, bu, [2]int64{0, 0}, ask, give, reset, [2]int64{-1, -1})
 	if err != nil {
+		l.callFailed()
 		s.callFailed("spend", err, called)
 		return
 	}
-	l.apply(called, rep)
+	b.answeredLate(called)
+	l.mu.Lock()
+	l.wanted = false
+	l.applyLocked(called, rep)
+	l.mu.Unlock()
 }
 
 // bgContext bounds a background call by the store's background timeout.

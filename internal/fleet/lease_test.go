@@ -21,7 +21,8 @@ type fakeWindow struct{ left, reset int64 }
 
 func (f *fakeWindow) grant(l *leaser, called time.Time, need, ask, give [2]int64, active int) grantReply {
 	f.left += give[0]
-	rep := grantReply{asked: [2]bool{true, false}, reset: [2]int64{f.reset, 0}, instances: active, now: called.UnixMilli()}
+	l.stating(called, [2]int64{-1, -1}, need) // as binding.grant: the call states the slices
+	rep := grantReply{asked: [2]bool{true, false}, reset: [2]int64{f.reset, 0}, instances: active, now: called.UnixMilli(), kept: true}
 	if need[0] > 0 && f.left < need[0] {
 		rep.wait, rep.left = time.Until(time.UnixMilli(f.reset)), [2]int64{f.left, 0}
 		return rep
@@ -29,7 +30,7 @@ func (f *fakeWindow) grant(l *leaser, called time.Time, need, ask, give [2]int64
 	g := min(f.left, max(need[0], min(ask[0], f.left/(4*int64(active)))))
 	f.left -= g
 	rep.ok, rep.granted, rep.left = true, [2]int64{g, 0}, [2]int64{f.left, 0}
-	l.apply(called, rep)
+	l.applyFor(called, rep, need)
 	return rep
 }
 
@@ -53,7 +54,6 @@ func TestLeaserSizesFromDemandAndGivesBack(t *testing.T) {
 		} else {
 			miss, ask := l.asks(now, need)
 			if rep := f.grant(l, now, miss, ask, [2]int64{}, 1); rep.ok {
-				l.spend(now, need)
 				took++
 			}
 			grants++
@@ -116,37 +116,42 @@ func statedWindow(limit int64, span time.Duration) capacity.BudgetWindow {
 // attempt: at most 0.1 Redis commands per attempt, polls and all.
 func TestLeasedBudgetKeepsRedisOffTheRequestPath(t *testing.T) {
 	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
-		var hooks []*countHook
-		var ins []*instance
-		for range 2 {
-			in := newInstance(t, url, time.Second, 0, 0)
-			h := &countHook{}
-			in.store.client.AddHook(h)
-			hooks, ins = append(hooks, h), append(ins, in)
-		}
-		eventually(t, 5*time.Second, "the stores up", func() bool { return ins[0].store.Up() && ins[1].store.Up() })
-		w := statedWindow(100_000, time.Minute)
-		bu := capacity.Budget{Requests: w, Tokens: capacity.BudgetWindow{Limit: -1}}
-		before := hooks[0].n.Load() + hooks[1].n.Load()
-		const n = 800
-		served := 0
-		for i := range n {
-			in := ins[i%2]
-			wait, _, err := in.store.bindings[DeploymentID(testIdentity)].Spend(bu)
-			if err == nil && wait == 0 {
-				served++
-			}
-			time.Sleep(1250 * time.Microsecond)
-		}
-		cmds := hooks[0].n.Load() + hooks[1].n.Load() - before
-		t.Logf("%d Redis commands for %d attempts (%.3f per attempt)", cmds, n, float64(cmds)/n)
-		if served != n {
-			t.Errorf("expected all %d attempts served from a window of 100000, got %d", n, served)
-		}
-		if per := float64(cmds) / n; per > 0.1 {
-			t.Errorf("expected at most 0.1 Redis commands per attempt, got %.3f (%d for %d)", per, cmds, n)
-		}
+		bu := capacity.Budget{Requests: statedWindow(100_000, time.Minute), Tokens: capacity.BudgetWindow{Limit: -1}}
+		spendCountingCommands(t, url, bu)
 	})
+}
+
+// spendCountingCommands makes 800 attempts of bu, alternately on two
+// instances, 400 a second each, and fails unless all are served with at
+// most 0.1 Redis commands per attempt (polls and all).
+func spendCountingCommands(t *testing.T, url string, bu capacity.Budget) {
+	t.Helper()
+	var hooks []*countHook
+	var bs []*binding
+	for range 2 {
+		in := newInstance(t, url, time.Second, 0, 0)
+		h := &countHook{}
+		in.store.client.AddHook(h)
+		eventually(t, 5*time.Second, "the store up", in.store.Up)
+		hooks, bs = append(hooks, h), append(bs, in.store.bindings[DeploymentID(testIdentity)])
+	}
+	before := hooks[0].n.Load() + hooks[1].n.Load()
+	const n = 800
+	served := 0
+	for i := range n {
+		if wait, _, err := bs[i%2].Spend(bu); err == nil && wait == 0 {
+			served++
+		}
+		time.Sleep(1250 * time.Microsecond)
+	}
+	cmds := hooks[0].n.Load() + hooks[1].n.Load() - before
+	t.Logf("%d Redis commands for %d attempts (%.3f per attempt)", cmds, n, float64(cmds)/n)
+	if served != n {
+		t.Errorf("expected all %d attempts served, got %d", n, served)
+	}
+	if per := float64(cmds) / n; per > 0.1 {
+		t.Errorf("expected at most 0.1 Redis commands per attempt, got %.3f (%d for %d)", per, cmds, n)
+	}
 }
 
 // Eight instances at once, each spending as fast as it can from one stated
@@ -157,40 +162,63 @@ func TestLeasesNeverOverspendTheWindow(t *testing.T) {
 	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
 		bs := patientBindings(t, url, 8)
 		bu := capacity.Budget{Requests: statedWindow(300, 30*time.Second), Tokens: capacity.BudgetWindow{Limit: -1}}
-		var served atomic.Int64
-		var wg sync.WaitGroup
-		stop := time.Now().Add(1500 * time.Millisecond)
-		for k, b := range bs {
-			for range 4 {
-				wg.Go(func() {
-					for time.Now().Before(stop) {
-						if wait, _, err := b.Spend(bu); err == nil && wait == 0 {
-							served.Add(1)
-						} else if err != nil {
-							t.Errorf("instance %d: %v", k, err)
-							return
-						}
-						time.Sleep(time.Millisecond)
-					}
-				})
-			}
-		}
-		wg.Wait()
-		if got := served.Load(); got != 300 {
+		served, _ := spendAtOnce(t, bs, bu, 1500*time.Millisecond)
+		if got := served; got != 300 {
 			t.Errorf("expected exactly the window's 300 served by the fleet, got %d", got)
 		}
 	})
+}
+
+// spendAtOnce spends bu on each binding from 4 goroutines, an attempt a
+// millisecond each, for d, and returns how many were served and how long
+// it took.
+func spendAtOnce(t *testing.T, bs []*binding, bu capacity.Budget, d time.Duration) (int64, time.Duration) {
+	t.Helper()
+	var served atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(d)
+	for k, b := range bs {
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					if wait, _, err := b.Spend(bu); err == nil && wait == 0 {
+						served.Add(1)
+					} else if err != nil {
+						t.Errorf("instance %d: %v", k, err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return served.Load(), time.Since(start)
 }
 
 // An instance that holds a slice when Redis goes away spends that slice and
 // no more: then it refuses until the window ends, instead of deciding on
 // local state (which lets every instance spend the whole window again).
 func TestSliceOnlyWhileRedisIsDown(t *testing.T) {
+	bu := capacity.Budget{Requests: statedWindow(1000, time.Minute), Tokens: capacity.BudgetWindow{Limit: -1}}
+	sliceOnlyWhileRedisIsDown(t, bu, func(wait time.Duration) {
+		if wait < 50*time.Second {
+			t.Errorf("expected a refusal until the window ends (~60 s), got %v", wait)
+		}
+	})
+}
+
+// sliceOnlyWhileRedisIsDown spends one attempt of bu on an instance, kills
+// its Redis, and checks that it then spends what its slice holds and no
+// more: its next 20 attempts refused, each refusal's wait checked by
+// refusedFor, none decided on local state.
+func sliceOnlyWhileRedisIsDown(t *testing.T, bu capacity.Budget, refusedFor func(wait time.Duration)) {
+	t.Helper()
 	r := startRedis(t, freePort(t, 0, 0))
 	a := newInstance(t, r.URL(), time.Hour, 0, 0)
 	eventually(t, 5*time.Second, "the store up", a.store.Up)
 	b := a.store.bindings[DeploymentID(testIdentity)]
-	bu := capacity.Budget{Requests: statedWindow(1000, time.Minute), Tokens: capacity.BudgetWindow{Limit: -1}}
 	if wait, _, err := b.Spend(bu); err != nil || wait != 0 {
 		t.Fatalf("before the outage: wait %v, %v", wait, err)
 	}
@@ -211,9 +239,7 @@ func TestSliceOnlyWhileRedisIsDown(t *testing.T) {
 			served++
 		default:
 			refused++
-			if wait < 50*time.Second {
-				t.Errorf("expected a refusal until the window ends (~60 s), got %v", wait)
-			}
+			refusedFor(wait)
 		}
 	}
 	if served != held || refused != 20 {

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"cmp"
+	"context"
 	"strconv"
 	"time"
 
@@ -45,6 +47,9 @@ func (p *places) offline(now time.Time) {
 // of what b's state started since the fallback began ("" when nothing).
 func (b *binding) report(now time.Time) string {
 	p := &b.places
+	if b.st == nil {
+		return p.consumerReport(b.s.nextToken)
+	}
 	p.mu.Lock()
 	from, rep := p.offFrom, p.report
 	p.mu.Unlock()
@@ -70,10 +75,20 @@ func (b *binding) reportOffline(now time.Time) {
 	ctx, cancel := b.bgContext(false)
 	defer cancel()
 	start := time.Now()
+	if err := b.sendReport(ctx, rep); err != nil {
+		b.s.callFailed(b.op(), err, start)
+	}
+}
+
+// sendReport adds rep ("": none) to b's log, and forgets it once Redis
+// confirms it.
+func (b *binding) sendReport(ctx context.Context, rep string) error {
+	if rep == "" {
+		return nil
+	}
 	if err := offlineScript.Run(ctx, b.s.client, []string{b.logKey}, rep,
-		(capacity.DeclaredWindow + declaredUse).Milliseconds()).Err(); err != nil {
-		b.s.callFailed("reserve", err, start)
-		return
+		(cmp.Or(b.window, capacity.DeclaredWindow) + declaredUse).Milliseconds()).Err(); err != nil {
+		return err
 	}
 	p := &b.places
 	p.mu.Lock()
@@ -81,4 +96,5 @@ func (b *binding) reportOffline(now time.Time) {
 		p.report = ""
 	}
 	p.mu.Unlock()
+	return nil
 }

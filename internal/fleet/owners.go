@@ -15,8 +15,10 @@ import (
 // a continuation (previous_response_id) may reach any instance, and only
 // the deployment that made the response can serve it. Keys:
 // <prefix>resp:<hash of the response id>, holding "<deployment id>\n<its
-// name>" (the id empty for a response the router translated), expiring
-// with the provider's retention.
+// name>\n<its consumer's tag>" (the id empty for a response the router
+// translated; the tag, which the caller makes, empty without consumers;
+// a value of two lines, written before tags, has none), expiring with the
+// provider's retention.
 
 type ownerWrite struct {
 	key, value string
@@ -34,14 +36,15 @@ func (s *Store) ownerKey(responseID string) string {
 
 // RememberOwner records, for ttl, that the response responseID was made by
 // the deployment of identity (see DeploymentID; "" for a response no
-// provider keeps) named name. It is written in the background: the
-// request path does not wait for Redis.
-func (s *Store) RememberOwner(responseID, identity, name string, ttl time.Duration) {
+// provider keeps) named name, for the consumer of tag (the caller's
+// token of its consumer, one line, never a key; "" for none). It is
+// written in the background: the request path does not wait for Redis.
+func (s *Store) RememberOwner(responseID, identity, name, tag string, ttl time.Duration) {
 	id := ""
 	if identity != "" {
 		id = DeploymentID(identity)
 	}
-	s.queueWrite(ownerWrite{key: s.ownerKey(responseID), value: id + "\n" + name, ttl: ttl})
+	s.queueWrite(ownerWrite{key: s.ownerKey(responseID), value: id + "\n" + name + "\n" + tag, ttl: ttl})
 }
 
 // queueWrite hands w to the writer, which writes it with the owners.
@@ -63,12 +66,13 @@ func (s *Store) queueWrite(w ownerWrite) {
 }
 
 // Owner returns the deployment id (see DeploymentID; "" for a response no
-// provider keeps) and name of the deployment that made responseID,
-// ok false when the fleet does not know it or cannot tell (Redis slow or
-// down: bounded by Options.Timeout).
-func (s *Store) Owner(responseID string) (deploymentID, name string, ok bool) {
+// provider keeps) and name of the deployment that made responseID, and
+// its consumer's tag (RememberOwner), ok false when the fleet does not
+// know it or cannot tell (Redis slow or down: bounded by
+// Options.Timeout).
+func (s *Store) Owner(responseID string) (deploymentID, name, tag string, ok bool) {
 	if !s.available() {
-		return "", "", false
+		return "", "", "", false
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
@@ -77,19 +81,20 @@ func (s *Store) Owner(responseID string) (deploymentID, name string, ok bool) {
 	v, err := s.client.Get(ctx, key).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return "", "", false
+		return "", "", "", false
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):
 		s.replaceMalformed(ctx, key, "a key of the wrong type")
-		return "", "", false
+		return "", "", "", false
 	case err != nil:
 		s.callFailed("owner", err, start)
-		return "", "", false
+		return "", "", "", false
 	}
 	s.answered()
 	if deploymentID, name, ok = strings.Cut(v, "\n"); !ok {
 		s.replaceMalformed(ctx, key, "an owner without its deployment")
 	}
-	return deploymentID, name, ok
+	name, tag, _ = strings.Cut(name, "\n")
+	return deploymentID, name, tag, ok
 }
 
 // replaceMalformed logs once that key held what the router cannot have

@@ -24,13 +24,13 @@ func TestMalformedOwnerAndPendingKeysReplaced(t *testing.T) {
 		c.HSet(ctx, pending, "x", "1")
 		c.Set(ctx, shapeless, "no newline here", 0)
 		for range 2 {
-			if _, _, ok := a.store.Owner("resp_1"); ok {
+			if _, _, _, ok := a.store.Owner("resp_1"); ok {
 				t.Error("expected no owner from a key of the wrong type")
 			}
 			if _, ok, err := a.store.ClaimPending("resp_1"); ok || err != nil {
 				t.Errorf("expected no mark and no error from a key of the wrong type, got %v, %v", ok, err)
 			}
-			if _, _, ok := a.store.Owner("resp_2"); ok {
+			if _, _, _, ok := a.store.Owner("resp_2"); ok {
 				t.Error("expected no owner from a value without the router's shape")
 			}
 		}

@@ -54,7 +54,7 @@ func TestOwnerRememberedDuringOutageWrittenAfter(t *testing.T) {
 	eventually(t, 5*time.Second, "the store up", a.store.Up)
 	p.setCut(true)
 	eventually(t, 5*time.Second, "the store down", func() bool { return !a.store.Up() })
-	a.store.RememberOwner("resp_out", testIdentity, "p/up", time.Hour)
+	a.store.RememberOwner("resp_out", testIdentity, "p/up", "", time.Hour)
 	time.Sleep(200 * time.Millisecond) // the writer has run meanwhile
 	p.setCut(false)
 	eventually(t, 5*time.Second, "the store up again", a.store.Up)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,6 +73,7 @@ type Queue struct {
 	s                                *Store
 	key                              string
 	waiting, expires, living, tokens string
+	fair                             string // the consumers' fair tags (fair.go)
 
 	mu      sync.Mutex
 	joined  bool         // this instance joined it at least once
@@ -79,6 +81,22 @@ type Queue struct {
 	stale   []string     // to take out at the next poll: unconfirmed Leaves and Joins
 	pending []*queueCall // calls for the next batch (queue_batch.go)
 	sending bool         // a batch is in flight
+	// late: the last batch was answered after half the store's timeout,
+	// or timed out while Redis is up (load): the request path waits on
+	// Redis no more, a look is answered its member's last place (places)
+	// and a Join ErrUnavailable (the request takes its place in this
+	// instance's queue), both at once, and a probe goes in their stead,
+	// until a batch answers sooner (queue_batch.go). Each look waited
+	// again before, and a request looking every 20 ms waited 0.5 s on
+	// Redis in all for a timeout of 50 ms.
+	late atomic.Bool
+	// places are the places its looks and joins last answered, by member
+	// (under mu; a member leaves with its Leave): while Redis answers
+	// late, a look is answered its last place, so that the request goes
+	// on counting its place fleet-wide (a place it holds can only move up
+	// meanwhile), not this instance's share of the windows, which told
+	// requests the fleet could serve 429 early.
+	places map[string][2]int64
 }
 
 // Queue returns the fleet's queue of the model group name whose
@@ -98,7 +116,7 @@ func (s *Store) Queue(name string, identities []string) *Queue {
 		return q
 	}
 	base := s.prefix + "{q:" + key + "}:"
-	q := &Queue{s: s, key: key, waiting: base + "waiting", expires: base + "expires", living: base + "alive", tokens: base + "tokens"}
+	q := &Queue{s: s, key: key, waiting: base + "waiting", expires: base + "expires", living: base + "alive", tokens: base + "tokens", fair: base + "fair"}
 	s.queues[key] = q
 	return q
 }
@@ -115,7 +133,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- What the router cannot have written is replaced: a key of another type,
 -- an expiry or a lease beyond queueHorizon.
-for i, want in ipairs({'zset', 'zset', 'zset', 'hash'}) do
+for i, want in ipairs({'zset', 'zset', 'zset', 'hash', 'hash'}) do
   local ty = redis.call('TYPE', KEYS[i]).ok
   if ty ~= want and ty ~= 'none' then
     redis.call('DEL', KEYS[i])
@@ -161,7 +179,7 @@ local function keep(upto)
       upto = math.max(upto, tonumber(last))
     end
   end
-  for i = 1, 4 do
+  for i = 1, 5 do
     redis.call('PEXPIREAT', KEYS[i], upto)
   end
 end
@@ -214,7 +232,7 @@ keep(now)
 return 1
 `)
 
-func (q *Queue) keys() []string { return []string{q.waiting, q.expires, q.living, q.tokens} }
+func (q *Queue) keys() []string { return []string{q.waiting, q.expires, q.living, q.tokens, q.fair} }
 
 // placeScore orders waiting requests: a higher priority first, then the
 // earlier arrival (Unix ms; instances' clocks agree well enough for a
@@ -232,24 +250,77 @@ func placeScore(priority, maxPriority int, arrival time.Time) float64 {
 // ErrUnavailable (the store is down) or Redis' error: the caller counts its
 // place on local state alone.
 func (q *Queue) Join(priority, maxPriority int, arrival time.Time, order uint64, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error) {
+	return q.JoinAs("", 0, priority, maxPriority, arrival, order, wait, tokens, withTokens)
+}
+
+// JoinAs is Join for a request of consumer of weight (more than 0): its
+// place among its priority is its consumer's fair tag in the fleet
+// (fair.go), not its arrival. Weight 0 is Join (the consumer unused).
+func (q *Queue) JoinAs(consumer string, weight float64, priority, maxPriority int, arrival time.Time, order uint64, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error) {
+	j := []Joining{{Consumer: consumer, Weight: weight, Priority: priority, MaxPriority: maxPriority, Arrival: arrival, Order: order, Wait: wait, Tokens: tokens, WithTokens: withTokens}}
+	q.JoinAll(j)
+	return j[0].Member, j[0].Ahead, j[0].TokensAhead, j[0].Err
+}
+
+// Joining is one request of JoinAll: JoinAs' arguments, then its answer
+// (Member, Ahead, TokensAhead, or Err as Join's).
+type Joining struct {
+	Consumer              string
+	Weight                float64
+	Priority, MaxPriority int
+	Arrival               time.Time
+	Order                 uint64
+	Wait                  time.Duration
+	Tokens                int64
+	WithTokens            bool
+	// GiveBack gives the consumer's last turn back before the join tags
+	// it (a fair join): the request left the queue served to claim
+	// capacity and its claim was refused, so that it joins again with
+	// the turn it had, not a second one (router's take).
+	GiveBack           bool
+	Member             string
+	Ahead, TokensAhead int64
+	Err                error
+}
+
+// JoinAll is JoinAs for several requests in one step: they go in one script
+// call (queueBatchScript applies every join before it answers a place),
+// so each one's place counts the others before it, and a burst's joins
+// cost one round trip, not one each. Each is answered in place.
+func (q *Queue) JoinAll(joins []Joining) {
 	s := q.s
 	if !s.available() {
-		return "", 0, 0, ErrUnavailable
+		for i := range joins {
+			joins[i].Err = ErrUnavailable
+		}
+		return
 	}
-	// Fixed width: one instance's members of one millisecond sort in the
-	// order they arrived there; the join's number keeps a member that
-	// joins again apart from its earlier self (a stale Leave of that one
-	// must not take this one out).
-	member = fmt.Sprintf("%s-%016x-%x", s.origin, order, s.seq.Add(1))
 	q.mu.Lock()
 	q.joined = true
 	q.mu.Unlock()
-	c := &queueCall{kind: "j", member: member, score: placeScore(priority, maxPriority, arrival),
-		counts: max(wait, time.Millisecond).Milliseconds() + 1000, tokens: max(tokens, 0), withTokens: withTokens}
-	if err := q.call(c); err != nil {
-		return "", 0, 0, err
+	cs := make([]*queueCall, len(joins))
+	for i, j := range joins {
+		// Fixed width: one instance's members of one millisecond sort in
+		// the order they arrived there; the join's number keeps a member
+		// that joins again apart from its earlier self (a stale Leave of
+		// that one must not take this one out).
+		member := fmt.Sprintf("%s-%016x-%x", s.origin, j.Order, s.seq.Add(1))
+		c := &queueCall{kind: "j", member: member, score: placeScore(j.Priority, j.MaxPriority, j.Arrival),
+			counts: max(j.Wait, time.Millisecond).Milliseconds() + 1000, tokens: max(j.Tokens, 0), withTokens: j.WithTokens}
+		if j.Weight > 0 {
+			c.score, c.consumer, c.cost = placeBase(j.Priority, j.MaxPriority), fairID(j.Consumer), fairCost(j.Weight)
+			c.member = fairMember(member, c.consumer, c.cost)
+			if j.GiveBack {
+				c.kind = "r"
+			}
+		}
+		cs[i] = c
 	}
-	return member, c.ahead, c.tokensAhead, nil
+	for i, err := range q.callAll(cs) {
+		if joins[i].Err = err; err == nil {
+			joins[i].Member, joins[i].Ahead, joins[i].TokensAhead = cs[i].member, cs[i].ahead, cs[i].tokensAhead
+		}
+	}
 }
 
 // Ahead returns how many requests wait before member, fleet-wide, and
@@ -259,6 +330,15 @@ func (q *Queue) Ahead(member string, withTokens bool) (ahead, tokensAhead int64,
 	s := q.s
 	if !s.available() {
 		return 0, 0, ErrUnavailable
+	}
+	if q.late.Load() {
+		q.mu.Lock()
+		p, ok := q.places[member]
+		q.mu.Unlock()
+		if ok {
+			q.probe()
+			return p[0], p[1], nil
+		}
 	}
 	c := &queueCall{kind: "a", member: member, withTokens: withTokens}
 	if err := q.call(c); err != nil {
@@ -277,13 +357,34 @@ func flag(b bool) string {
 	return "0"
 }
 
-// Leave takes member out of the fleet's queue; when Redis does not
-// confirm it (or is known to be down), at the next poll that it answers.
-func (q *Queue) Leave(member string) {
+// Leave takes member out of the fleet's queue, in the next batch, without
+// waiting for Redis (a request that leaves goes on at once: Redis holds
+// none on its way out); when Redis does not confirm it (or is known to be
+// down), at the next renewal that it answers. Until it lands, the other
+// instances may count member both in the queue and in what it spends:
+// once too often, never too few. A fair member (JoinAs) that leaves the
+// head of its priority moves the priority's virtual time to its start:
+// it was served.
+func (q *Queue) Leave(member string) { q.leave(member, "l") }
+
+// LeaveUnserved is Leave for a request that leaves unserved (its
+// deadline, a 429, its client gone): a fair member's turn is given back,
+// as this instance's queue gives it (router/queue.go unspend).
+func (q *Queue) LeaveUnserved(member string) { q.leave(member, "u") }
+
+// leave sends a Leave of kind ("l", "u") of member.
+func (q *Queue) leave(member, kind string) {
 	q.mu.Lock()
 	q.members--
+	delete(q.places, member)
 	q.mu.Unlock()
-	_ = q.call(&queueCall{kind: "l", member: member}) // a failed one is taken out at the next renewal
+	if !q.s.available() {
+		q.mu.Lock()
+		q.stale = append(q.stale, member)
+		q.mu.Unlock()
+		return
+	}
+	q.enqueue(&queueCall{kind: kind, member: member})
 }
 
 // renewLoop renews this instance's leases every queueRenew (renewQueues).

@@ -54,6 +54,10 @@ func TestFleetQueueCountsPlacesAcrossInstances(t *testing.T) {
 		}
 		qb.Leave(urgent)
 		qa.Leave(first)
+		// A Leave is not waited for: the instance's next call follows it.
+		if _, _, err := qb.Ahead(urgent, false); !errors.Is(err, ErrNotQueued) {
+			t.Errorf("expected the urgent request out once its instance's next call is answered, got %v", err)
+		}
 		if n, tok, _ := qa.Ahead(third, true); n != 1 || tok != 10 {
 			t.Errorf("after two left: expected 1 ahead of the third (10 tokens), got %d (%d)", n, tok)
 		}
@@ -202,19 +206,19 @@ func TestOwnersAreShared(t *testing.T) {
 	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
 		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
 		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
-		a.store.RememberOwner("resp_1", testIdentity, "p/model", time.Minute)
-		a.store.RememberOwner("resp_2", "", "q/model", time.Minute)
+		a.store.RememberOwner("resp_1", testIdentity, "p/model", "tag-1", time.Minute)
+		a.store.RememberOwner("resp_2", "", "q/model", "", time.Minute)
 		eventually(t, 5*time.Second, "the owner written", func() bool {
-			_, _, ok := b.store.Owner("resp_2")
+			_, _, _, ok := b.store.Owner("resp_2")
 			return ok
 		})
-		if id, name, ok := b.store.Owner("resp_1"); !ok || id != DeploymentID(testIdentity) || name != "p/model" {
-			t.Errorf("expected resp_1 made by %s (p/model), got %q %q %v", DeploymentID(testIdentity), id, name, ok)
+		if id, name, tag, ok := b.store.Owner("resp_1"); !ok || id != DeploymentID(testIdentity) || name != "p/model" || tag != "tag-1" {
+			t.Errorf("expected resp_1 made by %s (p/model) for tag-1, got %q %q %q %v", DeploymentID(testIdentity), id, name, tag, ok)
 		}
-		if id, name, ok := b.store.Owner("resp_2"); !ok || id != "" || name != "q/model" {
-			t.Errorf("expected resp_2 translated by q/model, got %q %q %v", id, name, ok)
+		if id, name, tag, ok := b.store.Owner("resp_2"); !ok || id != "" || name != "q/model" || tag != "" {
+			t.Errorf("expected resp_2 translated by q/model, no tag, got %q %q %q %v", id, name, tag, ok)
 		}
-		if _, _, ok := b.store.Owner("resp_unknown"); ok {
+		if _, _, _, ok := b.store.Owner("resp_unknown"); ok {
 			t.Error("expected an unknown response unknown")
 		}
 	})

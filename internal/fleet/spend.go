@@ -80,9 +80,15 @@ func (s *Store) AddSpend(ctx context.Context, key string, usd float64, op capaci
 	start := time.Now()
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
+	return s.runTotal(ctx, start, addScript, "add", key, strconv.FormatFloat(usd, 'g', -1, 64), op.Writer, op.Seq, ttl.Milliseconds())
+}
+
+// runTotal runs script (the add or carry script, named name) on key's
+// total and its spent log with args, and returns the total it answers;
+// a failed call is recorded as the request path's (callFailed).
+func (s *Store) runTotal(ctx context.Context, start time.Time, script *redis.Script, name, key string, args ...any) (float64, error) {
 	k := s.spendKey(key)
-	str, err := addScript.Run(ctx, s.client, []string{k, spentKey(k)}, strconv.FormatFloat(usd, 'g', -1, 64),
-		op.Writer, op.Seq, ttl.Milliseconds()).Text()
+	str, err := script.Run(ctx, s.client, []string{k, spentKey(k)}, args...).Text()
 	if err != nil {
 		s.callFailed("spend", err, start)
 		return 0, err
@@ -91,7 +97,7 @@ func (s *Store) AddSpend(ctx context.Context, key string, usd float64, op capaci
 	total, err := strconv.ParseFloat(str, 64)
 	if err != nil {
 		s.obs.Error("spend")
-		return 0, fmt.Errorf("spend: the add script's total %q: %w", str, err)
+		return 0, fmt.Errorf("spend: the %s script's total %q: %w", name, str, err)
 	}
 	return total, nil
 }
@@ -146,6 +152,69 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 	return ok == 1, total, nil
 }
 
+// carryScript carries a window's total into another's (a budget's
+// period changed: capacity.SpendCarrier): it adds to the total what the
+// old window's total (read by the caller) has beyond what was carried
+// from it before, and keeps that in the writes applied, so that each
+// instance's carry adds only what the fleet spent since the last one
+// (the instances reload one by one, the later ones still spending in
+// the old window until then); a smaller one adds nothing. A total that
+// is not a number is replaced by 0 as none would be.
+//
+//	KEYS[1]  the total, KEYS[2] the writes applied
+//	ARGV[1]  the field of the old window, ARGV[2] its total (USD), ARGV[3] ttl (ms)
+//
+// It returns the total as a string.
+var carryScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and not tonumber(cur) then
+  redis.call('DEL', KEYS[1])
+end
+if redis.call('TYPE', KEYS[2]).ok ~= 'hash' then
+  redis.call('DEL', KEYS[2])
+end
+local o = tonumber(ARGV[2]) or 0
+local c = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') or 0
+local n
+if o > c then
+  n = redis.call('INCRBYFLOAT', KEYS[1], string.format('%.17g', o - c))
+  redis.call('HSET', KEYS[2], ARGV[1], string.format('%.17g', o))
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+else
+  n = tostring(tonumber(redis.call('GET', KEYS[1]) or '0') or 0)
+end
+return n
+`)
+
+// CarrySpend adds to key's total (which expires after ttl) what from's
+// total has beyond what was carried from it before, once per amount
+// however many instances carry it (capacity.SpendCarrier), and returns
+// key's total; ErrUnavailable when the store is down. from's total is
+// read first, then carried (the two keys may be in different hash slots
+// of a cluster): a carry that read less than an earlier one adds nothing.
+func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Duration) (float64, error) {
+	if !s.available() {
+		return 0, ErrUnavailable
+	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
+	f := s.spendKey(from)
+	old, err := s.client.Get(ctx, f).Float64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		old, err = 0, nil
+	case errors.As(err, new(*strconv.NumError)):
+		old, err = 0, nil // not a number: none, as the scripts take it
+	}
+	if err != nil {
+		s.callFailed("spend", err, start)
+		return 0, err
+	}
+	return s.runTotal(ctx, start, carryScript, "carry", key, "carry:"+f, strconv.FormatFloat(max(old, 0), 'g', -1, 64), ttl.Milliseconds())
+}
+
 // Spend returns key's total, 0 when there is none.
 func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 	if !s.available() {
@@ -171,60 +240,110 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 // end is leased an attempt at a time), and nothing when need does not fit. A total that is not a number (a hostile
 // or stray value) is replaced by 0 as none would be.
 //
-//	KEYS[1]  the total
-//	ARGV[1]  need, ARGV[2] ask, ARGV[3] the limit, ARGV[5] keep (USD),
-//	ARGV[4] ttl (ms)
+// It keeps, in the slices hash, each instance's slice as that instance
+// last stated it (what it held unspent, with this grant), as
+// "<USD>:<expiry, Unix ms on Redis' clock>", and answers what the other
+// instances' entries not yet expired add up to: what of the total may
+// still come back to the budget (an instance's slice is given back, or
+// spent, within spendLeaseIdle; an entry that is not renewed counts no
+// more after its ttl). An entry of another shape is dropped.
 //
-// It returns {slice granted, total}, as strings (Redis' replies truncate
-// Lua numbers to integers).
+//	KEYS[1]  the total, KEYS[2] the slices
+//	ARGV[1]  need, ARGV[2] ask, ARGV[3] the limit, ARGV[5] keep (USD),
+//	ARGV[4] ttl (ms), ARGV[6] the writer, ARGV[7] its slice before this
+//	grant (USD), ARGV[8] its entry's ttl (ms)
+//
+// It returns {slice granted, total, the others' slices}, as strings
+// (Redis' replies truncate Lua numbers to integers).
 var leaseSpendScript = redis.NewScript(`
 local total = tonumber(redis.call('GET', KEYS[1]) or '0')
 if total == nil then
   redis.call('DEL', KEYS[1])
   total = 0
 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local others = 0
+if redis.call('TYPE', KEYS[2]).ok ~= 'hash' then
+  redis.call('DEL', KEYS[2])
+end
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  local a, e = string.match(all[i + 1], '^([%d%.eE%+%-]+):(%d+)$')
+  a, e = tonumber(a), tonumber(e)
+  if not a or not e or e <= now or a < 0 or e > now + tonumber(ARGV[8]) then
+    redis.call('HDEL', KEYS[2], all[i])
+  elseif all[i] ~= ARGV[6] then
+    others = others + a
+  end
+end
+local function mine(g)
+  local m = tonumber(ARGV[7]) + g
+  if m > 0 then
+    redis.call('HSET', KEYS[2], ARGV[6], string.format('%.17g', m) .. ':' .. (now + tonumber(ARGV[8])))
+  else
+    redis.call('HDEL', KEYS[2], ARGV[6])
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
 local need, ask, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local room = limit - total
 if room <= 0 or need > room then
-  return {'0', tostring(total)}
+  mine(0)
+  return {'0', tostring(total), tostring(others)}
 end
 local g = need + math.max(math.min(ask - need, (room - need - tonumber(ARGV[5])) / 2), 0)
 if g <= 0 then
-  return {'0', tostring(total)}
+  mine(0)
+  return {'0', tostring(total), tostring(others)}
 end
 local gs = string.format('%.17g', g)
 local n = redis.call('INCRBYFLOAT', KEYS[1], gs)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {gs, n}
+mine(tonumber(gs))
+return {gs, n, tostring(others)}
 `)
 
-// LeaseSpend leases a slice of key's budget (capacity.SpendLeaser): it adds
-// to the total, which expires after ttl, need and, up to ask (USD), half of
-// what limit leaves beyond need and keep, and nothing when need does not fit; it returns the slice and the total;
+// slicesKey is the key of a spending's slices (leaseSpendScript), in
+// the spending's hash slot, as spentKey.
+func slicesKey(spendKey string) string {
+	return strings.TrimSuffix(spentKey(spendKey), ":applied") + ":slices"
+}
+
+// LeaseSpend leases a slice of key's budget (capacity.SpendLeaser): it
+// adds to the total, which expires after ttl, need and, up to ask (USD),
+// half of what limit leaves beyond need and keep, and nothing when need
+// does not fit; it returns the slice, the total and what the other
+// instances' slices held unspent as they last stated it. It records
+// writer's slice, held (USD) before the grant, for entryTTL.
 // ErrUnavailable when the store is down. It is bounded by Timeout.
-func (s *Store) LeaseSpend(ctx context.Context, key string, need, ask, keep, limit float64, ttl time.Duration) (float64, float64, error) {
+func (s *Store) LeaseSpend(ctx context.Context, l capacity.SpendLease) (capacity.SpendGrant, error) {
 	if !s.available() {
-		return 0, 0, ErrUnavailable
+		return capacity.SpendGrant{}, ErrUnavailable
 	}
 	start := time.Now()
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
-	res, err := leaseSpendScript.Run(ctx, s.client, []string{s.spendKey(key)}, strconv.FormatFloat(max(need, 0), 'g', -1, 64),
-		strconv.FormatFloat(max(ask, need, 0), 'g', -1, 64), strconv.FormatFloat(limit, 'g', -1, 64), ttl.Milliseconds(), strconv.FormatFloat(max(keep, 0), 'g', -1, 64)).StringSlice()
+	k := s.spendKey(l.Key)
+	f := func(v float64) string { return strconv.FormatFloat(max(v, 0), 'g', -1, 64) }
+	res, err := leaseSpendScript.Run(ctx, s.client, []string{k, slicesKey(k)}, f(l.Need), f(max(l.Ask, l.Need)),
+		strconv.FormatFloat(l.Limit, 'g', -1, 64), l.TTL.Milliseconds(), f(l.Keep), l.Writer, f(l.Held),
+		max(l.EntryTTL.Milliseconds(), 1)).StringSlice()
 	if err != nil {
 		s.callFailed("spend", err, start)
-		return 0, 0, err
+		return capacity.SpendGrant{}, err
 	}
 	s.answered()
-	if len(res) != 2 {
+	if len(res) != 3 {
 		s.obs.Error("spend")
-		return 0, 0, errors.New("spend: the lease script answered " + fmt.Sprint(res))
+		return capacity.SpendGrant{}, errors.New("spend: the lease script answered " + fmt.Sprint(res))
 	}
 	granted, err1 := strconv.ParseFloat(res[0], 64)
 	total, err2 := strconv.ParseFloat(res[1], 64)
-	if err := errors.Join(err1, err2); err != nil {
+	others, err3 := strconv.ParseFloat(res[2], 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
 		s.obs.Error("spend")
-		return 0, 0, fmt.Errorf("spend: the lease script's reply %q: %w", res, err)
+		return capacity.SpendGrant{}, fmt.Errorf("spend: the lease script's reply %q: %w", res, err)
 	}
-	return granted, total, nil
+	return capacity.SpendGrant{Granted: granted, Total: total, Others: others}, nil
 }

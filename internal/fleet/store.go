@@ -131,6 +131,7 @@ type Store struct {
 	obs                Observer
 	health             atomic.Int32
 	lastAnswer         atomic.Int64 // Unix ns of the request path's last answer from Redis (busy)
+	peers              atomic.Int64 // the instances the fleet's census last counted (census.go)
 	seq                atomic.Uint64
 	ctx                context.Context
 	cancel             context.CancelFunc
@@ -148,6 +149,7 @@ type Store struct {
 	closed             bool
 
 	consumers      map[string]*consumerLimits // consumers' fleet-wide minutes, by consumerID (consumers.go), under mu
+	budgets        map[string]*consumerBudget // consumers' fleet-wide budgets, by key (consumers.go), under mu
 	consumerWindow time.Duration              // their span: 0, capacity.DeclaredWindow (tests set it shorter)
 }
 
@@ -354,6 +356,7 @@ func (s *Store) close() error {
 		for _, b := range s.snapshotConsumers() {
 			b.upkeepPlaces(time.Now(), true)
 		}
+		s.upkeepFlights(time.Now(), true)
 		s.mu.Lock()
 		batch := s.pending
 		s.pending = map[*binding]*pending{}
@@ -362,12 +365,19 @@ func (s *Store) close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), s.bgTimeout)
 		s.closeQueues(ctx)
 		cancel()
+		s.leaveCensus()
 	}
 	return s.client.Close()
 }
 
 // answered records an answer from Redis on the request path.
 func (s *Store) answered() { s.lastAnswer.Store(time.Now().UnixNano()) }
+
+// late reports whether a call begun at start was answered late: after
+// half the store's timeout. The request path then waits on Redis for that
+// state (a deployment's slices, a queue's places) no more until a call
+// answers sooner.
+func (s *Store) late(start time.Time) bool { return time.Since(start) > s.timeout/2 }
 
 // busy reports whether err, a failed budget call begun at start, is a
 // timeout while Redis answered another call after start: a burst that
@@ -462,6 +472,9 @@ func (s *Store) pollLoop() {
 			}
 		} else if err := s.pollOnce(); err != nil {
 			s.fail("sync", err)
+		}
+		if s.health.Load() == healthUp {
+			s.census()
 		}
 		select {
 		case <-s.ctx.Done():

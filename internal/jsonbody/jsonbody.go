@@ -6,9 +6,11 @@ package jsonbody
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -174,12 +176,12 @@ func EachMember(b []byte, fn func(key []byte, vStart, vEnd int) bool) error {
 		if b[i] != '"' {
 			return ErrNotObject
 		}
-		kEnd := skipString(b, i)
+		kEnd, escaped := scanString(b, i)
 		if kEnd < 0 {
 			return ErrNotObject
 		}
 		name := b[i+1 : kEnd-1]
-		if bytes.IndexByte(name, '\\') >= 0 {
+		if escaped {
 			s, ok := String(b[i:kEnd])
 			if !ok {
 				return ErrNotObject
@@ -210,14 +212,50 @@ func SkipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index after the string starting at b[i] == '"',
-// or -1. It jumps from quote to quote (a vectorized search: prompts are
-// long strings); a quote after an odd run of backslashes is escaped.
+// or -1 (a quote after an odd run of backslashes is escaped).
 func skipString(b []byte, i int) int {
+	end, _ := scanString(b, i)
+	return end
+}
+
+// scanString is skipString, and whether the string holds a backslash. A
+// short string (a key, most of a chunk's values) is read eight bytes at a
+// time up to its quote; past 16 bytes without a quote or a backslash it
+// jumps from quote to quote (a vectorized search: prompts are long
+// strings), a quote after an odd run of backslashes being escaped.
+func scanString(b []byte, i int) (end int, escaped bool) {
 	j := i + 1
+	for words := 0; j < len(b); {
+		if j+8 <= len(b) {
+			if words == 2 {
+				return jumpString(b, i, j)
+			}
+			m := quoteOrBackslash(binary.LittleEndian.Uint64(b[j:]))
+			if m == 0 {
+				j, words = j+8, words+1
+				continue
+			}
+			j += bits.TrailingZeros64(m) / 8
+		}
+		switch b[j] {
+		case '"':
+			return j + 1, escaped
+		case '\\':
+			j, escaped = j+2, true
+		default:
+			j++
+		}
+	}
+	return -1, escaped
+}
+
+// jumpString is scanString from b[j] on, where b[i+1:j] holds neither a
+// quote nor a backslash.
+func jumpString(b []byte, i, j int) (end int, escaped bool) {
 	for {
 		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
-			return -1
+			return -1, bytes.IndexByte(b[i+1:], '\\') >= 0
 		}
 		j += k
 		n := 0
@@ -225,10 +263,33 @@ func skipString(b []byte, i int) int {
 			n++
 		}
 		if n%2 == 0 {
-			return j + 1
+			return j + 1, bytes.IndexByte(b[i+1:j], '\\') >= 0
 		}
 		j++
 	}
+}
+
+// Word-at-a-time byte tests (the SWAR idiom of "Bit Twiddling Hacks",
+// graphics.stanford.edu/~seander/bithacks.html): in each, the lowest set
+// bit is the high bit of the first byte of w that matches; bits above it
+// may be set without a match.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// zeroByte marks the bytes of w that are 0.
+func zeroByte(w uint64) uint64 { return (w - ones) &^ w & highs }
+
+// quoteOrBackslash marks the bytes of w that are '"' or '\\'.
+func quoteOrBackslash(w uint64) uint64 {
+	return zeroByte(w^(ones*'"')) | zeroByte(w^(ones*'\\'))
+}
+
+// stringSpecial marks the bytes of w that a string's check stops at: '"',
+// '\\' and control bytes (below 0x20).
+func stringSpecial(w uint64) uint64 {
+	return quoteOrBackslash(w) | (w-ones*0x20)&^w&highs
 }
 
 // skipValue returns the index after the JSON value starting at b[i], or -1.

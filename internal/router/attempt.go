@@ -55,6 +55,7 @@ type outcome struct {
 	native bool // the plan's format is the provider's own: error bodies are in it
 	stream *Stream
 	claim  capacity.Attempt // when it was sent (what a success speaks for), whether it is the probe
+	st     *capacity.State  // the state it claimed (Deployment.stateFor); nil: d.State
 	queue  *queue           // the group's queue, woken when the attempt ends
 	group  *Group           // the group it was made for
 	url    string           // the URL requested, for the logs: scheme, host and path (no query: it may hold a key)
@@ -72,15 +73,24 @@ type outcome struct {
 // holds and the request's cache prefixes (what its answer reports of the
 // prompt cache is recorded against them). Every attempt that goes out,
 // a hedge's too, is claimed through it.
-func (o *outcome) claimed(claim capacity.Attempt, g *Group, held holds, need capacity.Need) {
-	o.claim, o.queue, o.group, o.holds, o.prefixes = claim, &g.queue, g, held, need.Prefixes
+func (o *outcome) claimed(claim capacity.Attempt, st *capacity.State, g *Group, held holds, need capacity.Need) {
+	o.claim, o.st, o.queue, o.group, o.holds, o.prefixes = claim, st, &g.queue, g, held, need.Prefixes
+}
+
+// state is the capacity state the attempt claimed, observes and records
+// its latency in: its deployment's (Deployment.stateFor).
+func (o *outcome) state() *capacity.State {
+	if o.st != nil {
+		return o.st
+	}
+	return o.d.State
 }
 
 // release ends the attempt's claim on its deployment and its holds on
 // budgets (what its answer spent was settled before), and wakes the head
 // of its group's queue: capacity may be back.
 func (o *outcome) release(now time.Time) {
-	o.d.State.ReleaseAttempt(o.claim)
+	o.state().ReleaseAttempt(o.claim)
 	o.holds.release(now, o.d, o.group)
 	if o.queue != nil {
 		o.queue.kickHead()
@@ -202,9 +212,9 @@ func (a *attempt) fail(class provider.Class, err error) *outcome {
 // request sent to a hanging one would wait out its deadline).
 func (o *outcome) tookAtLeast(stream bool) {
 	if stream {
-		o.d.State.RecordAtLeast(0, o.took)
+		o.state().RecordAtLeast(0, o.took)
 	} else {
-		o.d.State.RecordAtLeast(o.took, 0)
+		o.state().RecordAtLeast(o.took, 0)
 	}
 }
 
@@ -248,7 +258,7 @@ func (a *attempt) answer(resp *http.Response) *outcome {
 		out.obs.Message = "untranslatable answer: " + err.Error()
 		return out
 	}
-	a.d.State.RecordLatency(out.took, 0)
+	out.state().RecordLatency(out.took, 0)
 	return out
 }
 
@@ -328,7 +338,7 @@ func (a *attempt) firstContent(resp *http.Response, req *Request) *outcome {
 		a.timer.Stop()
 		s.first = provider.Event{Name: ev.Name, Data: append([]byte(nil), ev.Data...)}
 		out.took = a.r.Clock.Now().Sub(a.began)
-		a.d.State.RecordLatency(0, out.took)
+		out.state().RecordLatency(0, out.took)
 		if a.r.Observer != nil {
 			a.r.Observer.FirstToken(a.d, out.took)
 		}

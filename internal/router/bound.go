@@ -78,7 +78,7 @@ func (r *Router) readers(g *Group, cands []scored, per []attemptState, me *waite
 	if k == 0 || k == len(cands) {
 		return cands
 	}
-	ahead, tokensAhead := g.queue.place(me)
+	ahead, tokensAhead := g.placeOf(me, req)
 	if canServe(g.Deployments, cands[:k], cands[k:], per, ahead, tokensAhead, req, need, now, deadline) {
 		return cands[:k]
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
+	"github.com/llmrouter/caddy-llm-router/internal/period"
 	"github.com/llmrouter/caddy-llm-router/provider"
 	"go.uber.org/zap"
 )
@@ -32,6 +33,23 @@ func worstCost(d *Deployment, req *Request) float64 {
 		out = min(out, max(d.ContextWindow-req.PromptTokens, 0))
 	}
 	return (float64(req.PromptTokens)*d.CostInput + float64(out)*d.CostOutput) / 1e6
+}
+
+// WorstCost is the most req may cost on any deployment of g, or of the
+// fallback groups it may use, that can take it (worstCost: its prompt
+// estimate and max_tokens at the deployment's prices), in USD: what a
+// consumer's budget holds of it until its answer is known. 0 when none
+// has prices.
+func (g *Group) WorstCost(req *Request) float64 {
+	usd := 0.0
+	for hop := range req.chain(g) {
+		for _, d := range hop.Deployments {
+			if req.servedBy(d) {
+				usd = max(usd, worstCost(d, req))
+			}
+		}
+	}
+	return usd
 }
 
 // holds are an attempt's holds on the budgets it is under, its
@@ -74,12 +92,12 @@ func (b *budgetRefusal) error(now time.Time) *Error {
 		return &Error{Status: http.StatusBadRequest, Class: provider.ClientError, Message: b.scope + ": this request's worst case of $" +
 			strconv.FormatFloat(b.usd, 'f', 6, 64) + " (its prompt, and max_tokens or " + strconv.Itoa(DefaultBudgetOutputTokens) +
 			" output tokens when it sets none) is more than the whole budget of $" + strconv.FormatFloat(l.USD, 'f', -1, 64) +
-			" per " + l.Period.String() + "; no renewal lets it through: set a smaller max_tokens"}
+			" per " + period.String(l.Period) + "; no renewal lets it through: set a smaller max_tokens"}
 	}
 	msg := capacity.BudgetMessage(b.spending.Limit(), b.until)
 	if over, _ := b.spending.Over(now); !over {
 		l := b.spending.Limit()
-		msg = "budget of $" + strconv.FormatFloat(l.USD, 'f', -1, 64) + " per " + l.Period.String() +
+		msg = "budget of $" + strconv.FormatFloat(l.USD, 'f', -1, 64) + " per " + period.String(l.Period) +
 			" has no room left for this request's worst case of $" + strconv.FormatFloat(b.usd, 'f', 6, 64) +
 			" (its prompt and max_tokens; it renews at " + b.until.UTC().Format("2006-01-02 15:04:05") + " UTC)"
 	}
@@ -138,7 +156,7 @@ func (r *Router) waitBudget(ctx context.Context, g *Group, me **waiter, req *Req
 	}
 	if *me == nil {
 		var limit int
-		if *me, limit = r.joinQueue(g, req, need, now, deadline); *me == nil {
+		if *me, limit = r.joinQueue(g, req, nil, need, now, deadline); *me == nil {
 			e := queueFullError(g, nil, limit, now)
 			e.RetryAfter = max(b.until.Sub(now), time.Second)
 			return e

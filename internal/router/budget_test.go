@@ -81,7 +81,7 @@ func checkBudgetRefusals(t *testing.T, results []*Result, served int, renews tim
 		case res.Err == nil && res.Status == 200:
 			ok++
 		case errors.As(res.Err, &e) && e.Status == 429 && res.Attempts == 0:
-			if !strings.Contains(e.Message, "budget of $0.01 per 1h0m0s") {
+			if !strings.Contains(e.Message, "budget of $0.01 per 1h") {
 				t.Errorf("expected the refusal to name the budget, got %q", e.Message)
 			}
 			if e.RetryAfter != renews {
@@ -286,7 +286,7 @@ func TestABudgetSmallerThanTheWorstCaseRefusesAtOnce(t *testing.T) {
 		res := r.ServeGroup(context.Background(), grp, budgetReq)
 		var e *Error
 		if !errors.As(res.Err, &e) || e.Status != http.StatusBadRequest || e.RetryAfter != 0 ||
-			!strings.Contains(e.Message, "more than the whole budget of $0.003 per 1h0m0s") || !strings.Contains(e.Message, "max_tokens") {
+			!strings.Contains(e.Message, "more than the whole budget of $0.003 per 1h") || !strings.Contains(e.Message, "max_tokens") {
 			t.Errorf("%s: expected a 400 naming the budget and max_tokens, with no Retry-After, got %d %+v", scope, res.Status, res.Err)
 		}
 		if n := s.calls.Load(); n != 0 || res.Attempts != 0 {

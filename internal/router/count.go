@@ -43,6 +43,19 @@ func (req *Request) servedByChain(g *Group) bool {
 	return false
 }
 
+// countsApart reports whether each deployment of group that counts tokens
+// (provider.TokenCounter) has a capacity state of its counts' own
+// (Deployment.CountState): its counts of tokens and its other requests
+// then share no capacity.
+func countsApart(group []*Deployment) bool {
+	for _, d := range group {
+		if _, ok := d.Provider.(provider.TokenCounter); ok && d.CountState == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // planOn asks d's provider for the plan of one attempt of req: a count's
 // (countPlan) when req counts tokens, else Provider.Plan's of the request
 // as d is sent it.

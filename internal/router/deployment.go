@@ -62,6 +62,13 @@ type Deployment struct {
 	// State is the deployment's capacity state, shared across requests and
 	// config reloads.
 	State *capacity.State
+	// CountState, when set, is the capacity state of its count_tokens
+	// requests (Request.CountTokens): Anthropic's token counting has rate
+	// limits of its own, separate from message creation's
+	// (docs.anthropic.com, "Token counting"), so a count's 429 and its
+	// headers speak of the counts alone, and neither cool nor re-window
+	// State. nil: counts share State.
+	CountState *capacity.State
 	// Secrets are values that must never leave the router (the provider's
 	// key): where a provider's answer echoes one (an error naming the key it
 	// got), whole or masked, it is redacted from what the router logs, keeps
@@ -73,6 +80,15 @@ type Deployment struct {
 	// is not asked for another (a replay it may still serve). It lasts as
 	// long as the Deployment: a config reload makes it anew.
 	refusesPrefill atomic.Bool
+}
+
+// stateFor is the capacity state req's attempts on d claim and observe:
+// CountState for a count of tokens (when set), else State.
+func (d *Deployment) stateFor(req *Request) *capacity.State {
+	if req.CountTokens && d.CountState != nil {
+		return d.CountState
+	}
+	return d.State
 }
 
 // Cost is what an answer that used u cost on d, in USD, as its provider

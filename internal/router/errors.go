@@ -80,7 +80,7 @@ func sizeError(group []*Deployment, w *walk, req *Request) *Error {
 		}
 		switch p := w.per[i]; {
 		case p.tooLarge:
-			_, l := d.State.FitsTokens(req.Tokens)
+			_, l := d.stateFor(req).FitsTokens(req.Tokens)
 			windows, limit = true, max(limit, l)
 		case p.tooSmall:
 			largest = max(largest, d.ContextWindow)
@@ -249,7 +249,7 @@ func (r *Router) finalError(w *walk, group []*Deployment, now time.Time, req *Re
 	}
 	earliest, allLimited := time.Time{}, true
 	for _, d := range group {
-		at, why := d.State.AvailableAt(now, req.Tokens)
+		at, why := d.stateFor(req).AvailableAt(now, req.Tokens)
 		if why != provider.RateLimited && why != provider.QuotaExhausted || !at.After(now) {
 			allLimited = false
 			continue

@@ -169,7 +169,7 @@ func fallbackLeft(g *Group, req *Request, need capacity.Need, now, deadline time
 			if !req.servedBy(d) || !req.fitsContext(d) {
 				continue
 			}
-			d.State.ReadFeaturesFor(&f, now, need, req.Stream)
+			d.stateFor(req).ReadFeaturesFor(&f, now, need, req.Stream)
 			if !f.Disabled && !f.TooLarge && f.At.Before(deadline) {
 				return true
 			}

@@ -78,7 +78,7 @@ func (r *Router) exchange(ctx context.Context, g *Group, req *Request, res *Resu
 			loser = h
 		}
 		loser.cancel(errHedgeLost)
-		r.drop(<-done, req.Stream)
+		r.drop(res, <-done, req.Stream)
 		buf = append(buf, first)
 	} else {
 		buf = append(buf, first, <-done) // the failure, then the other
@@ -134,13 +134,14 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 		a.finish()
 		return nil, -1 // no hedge its budgets cannot hold
 	}
-	claim, ok := d.State.AcquireFor(now, need)
+	st := d.stateFor(req)
+	claim, ok := st.AcquireFor(now, need)
 	if !ok {
 		held.release(now, d, g)
 		a.finish()
 		return nil, -1
 	}
-	a.out.claimed(claim, g, held, need)
+	a.out.claimed(claim, st, g, held, need)
 	a.out.span = startSpan(ctx, d, req, a.plan, res.Attempts+1, provider.OK, r.Clock.Now().Sub(res.lastEnd))
 	res.Attempts++
 	w.per[j].tried = true
@@ -152,6 +153,17 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 	return a, j
 }
 
+// lostHedge records the attempt of a hedged pair that the other one won
+// before it answered: its deployment is at least as slow as it ran (to
+// its first content, for a stream; capacity.State.RecordLostHedge).
+func (o *outcome) lostHedge(stream bool) {
+	if stream {
+		o.state().RecordLostHedge(0, o.took)
+	} else {
+		o.state().RecordLostHedge(o.took, 0)
+	}
+}
+
 // drop ends the attempt of a hedged pair that did not answer: an answer
 // that came anyway is observed (what it says of capacity is true, and it
 // spent what it used), one cut before it answered charged its prompt and
@@ -160,25 +172,27 @@ func (r *Router) hedge(ctx context.Context, g *Group, req *Request, res *Result,
 // One cancelled before it answered is a censored latency sample (stream:
 // of time to first content): its deployment took at least that long, so
 // that one slower than its peers stops ranking first.
-func (r *Router) drop(e exchanged, stream bool) {
+func (r *Router) drop(res *Result, e exchanged, stream bool) {
 	out := e.out
 	lost := errors.Is(context.Cause(e.a.ctx), errHedgeLost)
 	if lost && out.obs.Class != provider.OK {
-		out.tookAtLeast(stream)
+		out.lostHedge(stream)
 	}
 	if out.end == answered && !lost {
-		out.d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
+		out.state().ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 	}
 	if ok := out.end == answered && out.obs.Class == provider.OK; ok && out.stream == nil {
 		if u, stated := provider.UsageOf(out.format, out.body); stated {
 			r.spend(r.Clock.Now(), out.d, out.group, u, out.holds) // it answered, and was billed, even if too late
+			res.others = append(res.others, Leg{Deployment: out.d, Usage: u})
 		}
 	} else if lost {
-		r.chargeLeft(out) // cut while its provider worked
+		r.chargeLeft(res, out) // cut while its provider worked
 	}
 	if out.stream != nil {
 		out.stream.span = out.span // ended with it
 		out.stream.Close()
+		res.others = append(res.others, out.stream.Legs()...)
 		return
 	}
 	endSpan(out.span, provider.OK, "", provider.Usage{}, false, nil, "")

@@ -36,9 +36,14 @@ type Group struct {
 	// MaxQueued bounds how many of the group's requests wait in its queue
 	// on this instance: a request that would wait while it is full is
 	// answered 429 at once (queueFullError). 0: DefaultMaxQueued of the
-	// router's deadline and the group's deployments.
+	// router's deadline and the group's deployments, which takes past it
+	// every place the known windows serve before its deadline (joinQueue).
 	MaxQueued int
 	queue     queue
+	// observeMu orders the queue-length reports (observeQueue): two that
+	// read the length in one order and reported it in the other left the
+	// gauge at a length the queue no longer had (1 for an empty queue).
+	observeMu sync.Mutex
 	// waits and waited count the requests that waited in the queue and
 	// the time they spent there (nanoseconds).
 	waits, waited atomic.Int64
@@ -54,7 +59,9 @@ type Group struct {
 // matters where nothing bounds the forecast (a provider that states no
 // window): a deployment serving 10 requests a second for the whole
 // deadline is a generous figure for one account, and every waiting
-// request holds its body (up to max_body) and its connection.
+// request holds its body (up to max_body) and its connection. Past it, a
+// place the known windows serve in time still waits (joinQueue): the
+// forecast bounds that queue.
 func DefaultMaxQueued(deadline time.Duration, deployments int) int {
 	return max(MinMaxQueued, int(math.Ceil(deadline.Seconds()*DefaultQueuedPerSecond))*max(deployments, 1))
 }
@@ -85,21 +92,27 @@ func (g *Group) Waits() (n int64, total time.Duration) {
 // may fail (the store is unreachable): the instance then counts its own
 // queue against its share of the windows.
 type FleetQueue interface {
-	// Join adds a request waiting here, of priority (MinPriority to
-	// maxPriority) that arrived at arrival, waits at most wait and
-	// estimates tokens; order numbers this instance's requests of the
-	// group in the order they arrived, and orders those of one priority
-	// and arrival time as this instance's own queue does, so that its head
-	// is never counted behind requests queued after it here. The member
-	// names it, ahead is how many wait before it fleet-wide and
-	// tokensAhead (withTokens) their tokens.
-	Join(priority, maxPriority int, arrival time.Time, order uint64, wait time.Duration, tokens int64, withTokens bool) (member string, ahead, tokensAhead int64, err error)
+	// JoinAll adds requests waiting here (FleetJoin: each one's
+	// arguments) in one step, and answers each one in place: its member,
+	// and its place counting every other request there, the others of
+	// joins included. A Redis round trip for the lot, not one per request
+	// (joinFleet). A request of a consumer (Weight more than 0: consumers
+	// are configured) is placed among its priority by its consumer's fair
+	// share fleet-wide (weighted fair queueing, as this instance's queue:
+	// fairTag), not by arrival.
+	JoinAll(joins []FleetJoin)
 	// Ahead returns how many requests wait before member, fleet-wide, and
 	// (withTokens) their tokens; an error when the store cannot tell or no
 	// longer holds member (the request joins again at its next look).
 	Ahead(member string, withTokens bool) (ahead, tokensAhead int64, err error)
-	// Leave takes member out.
+	// Leave takes member out: it is served (its turn taken), or it joins
+	// again at its next look.
 	Leave(member string)
+	// LeaveUnserved takes member out of a request that leaves unserved
+	// (a 429, its deadline, its client gone, its fallback group): a
+	// consumer's turn in the fair order is given back, as this instance's
+	// queue gives it back (unspend).
+	LeaveUnserved(member string)
 }
 
 // Priorities: a request's priority is a number from MinPriority to
@@ -144,24 +157,37 @@ type queue struct {
 	// its priority, so that a place once counted only shrinks (but for
 	// higher priorities).
 	arrivals uint64
-	// joinMu is held across each Join of the fleet's queue (Group.Fleet),
-	// so that a request that joins it knows which of this instance's
-	// requests before it are not there yet (they join after it, and go
-	// before it in the fleet's order): its first place counts them too.
-	// Without it, a burst's requests that joined out of their order would
-	// each count fewer than are before it, and wait for a place they do
-	// not have instead of being told at once.
-	joinMu sync.Mutex
+	// joinMu guards joining and joinBusy: the requests that wait to join
+	// the fleet's queue (Group.Fleet) together, and whether a join is in
+	// flight (joinFleet).
+	joinMu   sync.Mutex
+	joining  []*fleetJoining
+	joinBusy bool
 	// latest is the latest arrival time: a request that joins later is
 	// given no earlier one (its clock was read before another's joined),
 	// so that arrival times and numbers agree, as the fleet's queue
 	// orders by the one, then the other.
 	latest time.Time
-	// vtime is the fair queueing's virtual time (the start tag of the
-	// last request served from the queue), and finish each consumer's
-	// last finish tag (fairTag).
-	vtime  float64
-	finish map[string]float64
+	// vtime is the fair queueing's virtual time of each priority (the
+	// start tag of the last request of that priority served from the
+	// queue), and finish each consumer's last finish tag at a priority
+	// (fairTag): each priority shares by weight among its own consumers,
+	// so that a higher priority's turns do not move a lower one's clock.
+	vtime  [MaxPriority + 1]float64
+	finish map[fairKey]float64
+	// sends is when each consumer's requests of a priority joined
+	// (fairDemand's forecast of those to come), kept as long as finish.
+	sends map[fairKey]*sending
+}
+
+// vslot is priority p's virtual time's index (a priority out of range
+// shares its nearest bound's).
+func vslot(p int) int { return min(max(p, MinPriority), MaxPriority) }
+
+// fairKey names a consumer's requests of one priority in the fair share.
+type fairKey struct {
+	priority int
+	consumer string
 }
 
 // waiter is one request in a queue.
@@ -177,9 +203,14 @@ type waiter struct {
 	served     bool
 	arrival    uint64
 	tokens     int64
-	reserve    float64
-	since      time.Time
-	deadline   time.Time
+	// counts: it is a count of tokens (Request.CountTokens), which waits
+	// for its deployments' CountState where they have one; apart: each
+	// of its group's deployments that counts has one, so that it and the
+	// other requests wait for capacity they do not share (separate).
+	counts, apart bool
+	reserve       float64
+	since         time.Time
+	deadline      time.Time
 	// late: the head found the forecast cannot serve it in time, and woke
 	// it to see for itself.
 	late atomic.Bool
@@ -210,6 +241,10 @@ type waiter struct {
 	joined                  bool
 	inFleet                 atomic.Bool // member is set (read by the others' joins)
 	fleetAhead, fleetTokens int64
+	// refused: it left the fleet's queue served to claim capacity and the
+	// claim was refused (take): its next join gives its consumer's turn
+	// back first (FleetJoin.GiveBack).
+	refused bool
 	// naps counts its short looks while those ahead fleet-wide take free
 	// capacity (fleetTurn).
 	naps int
@@ -239,34 +274,32 @@ func (a *waiter) before(b *waiter) bool {
 // that had nothing waiting starts at the virtual time, with no credit for
 // its idle time, so that its share went to the others meanwhile. One
 // consumer's requests keep their order of arrival; with a single consumer
-// (all requests anonymous, or fleet mode: joinQueue) the order is
-// arrival's.
+// (all requests anonymous) the order is arrival's. In fleet mode the
+// fleet's queue tags them the same way, fleet-wide (FleetQueue.JoinAs).
 func (q *queue) fairTag(w *waiter) {
 	if q.finish == nil {
-		q.finish = map[string]float64{}
+		q.finish = map[fairKey]float64{}
 	}
-	weight := w.weight
-	if !(weight > 0) {
-		weight = 1
-	}
-	w.start = max(q.vtime, q.finish[w.consumer])
-	w.end = w.start + 1/weight
-	q.finish[w.consumer] = w.end
+	k := fairKey{w.priority, w.consumer}
+	w.start = max(q.vtime[vslot(w.priority)], q.finish[k])
+	w.end = w.start + 1/weightOf(w.weight)
+	q.finish[k] = w.end
 }
 
-// served advances the virtual time to w's start (the head's when w went
-// past it): w leaves the queue to take capacity.
+// served advances the virtual time of w's priority to w's start (the
+// head's of that priority when w went past it): w leaves the queue to
+// take capacity.
 func (q *queue) served(w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w.served = true
 	at := w.start
-	if len(q.waiting) > 0 && q.waiting[0] != w {
+	if i := slices.IndexFunc(q.waiting, func(x *waiter) bool { return x.priority == w.priority }); i >= 0 && q.waiting[i] != w {
 		// It went past a blocked head (bypass): the virtual time is the
 		// head's, which is still to be served.
-		at = min(at, q.waiting[0].start)
+		at = min(at, q.waiting[i].start)
 	}
-	q.vtime = max(q.vtime, at)
+	q.vtime[vslot(w.priority)] = max(q.vtime[vslot(w.priority)], at)
 	q.forget()
 }
 
@@ -278,9 +311,14 @@ func (q *queue) forget() {
 	if len(q.finish) <= 2*len(q.waiting)+16 {
 		return
 	}
-	for c, f := range q.finish {
-		if f <= q.vtime {
-			delete(q.finish, c)
+	for k, f := range q.finish {
+		if f <= q.vtime[vslot(k.priority)] {
+			delete(q.finish, k)
+		}
+	}
+	for k := range q.sends {
+		if _, ok := q.finish[k]; !ok {
+			delete(q.sends, k)
 		}
 	}
 }
@@ -303,9 +341,12 @@ func (q *queue) first(w *waiter, p int) bool {
 }
 
 // headBlocked reports whether the head (not w) sleeps until after now for
-// capacity of its own, and the deployments it waits for (waitsFor): w may
-// take capacity of the others.
-func (q *queue) headBlocked(w *waiter, now time.Time) (uint64, bool) {
+// capacity of its own, and the deployments of group it waits for
+// (waitsFor) as a request behind it, a count of tokens or not (counts),
+// sees them: w may take capacity of the others, and of those whose
+// capacity it does not share with the head (a count of tokens and another
+// request, on a deployment whose counts have their own CountState).
+func (q *queue) headBlocked(w *waiter, counts bool, group []*Deployment, now time.Time) (uint64, bool) {
 	if q.n.Load() == 0 {
 		return 0, false
 	}
@@ -314,7 +355,16 @@ func (q *queue) headBlocked(w *waiter, now time.Time) (uint64, bool) {
 	if len(q.waiting) == 0 || q.waiting[0] == w || q.waiting[0].blockedUntil.Load() <= now.UnixNano() {
 		return 0, false
 	}
-	return q.waiting[0].waitsFor.Load(), true
+	head := q.waiting[0]
+	waitsFor := head.waitsFor.Load()
+	if head.counts != counts {
+		for i, d := range group[:min(len(group), 64)] {
+			if d.CountState != nil {
+				waitsFor &^= 1 << uint(i)
+			}
+		}
+	}
+	return waitsFor, true
 }
 
 // bypass keeps, of the ready candidates, those a request may take past a
@@ -345,6 +395,7 @@ func (q *queue) join(w *waiter, limit int) bool {
 	}
 	q.latest = w.since
 	q.fairTag(w)
+	q.arrived(w)
 	i, _ := slices.BinarySearchFunc(q.waiting, w, func(x, t *waiter) int {
 		if x.before(t) {
 			return -1
@@ -421,12 +472,13 @@ func (q *queue) unspend(w *waiter) bool {
 	if d <= 0 {
 		return false
 	}
-	if f, ok := q.finish[w.consumer]; ok && f >= w.end {
-		q.finish[w.consumer] = f - d
+	k := fairKey{w.priority, w.consumer}
+	if f, ok := q.finish[k]; ok && f >= w.end {
+		q.finish[k] = f - d
 	}
 	moved := false
 	for _, x := range q.waiting {
-		if x.consumer == w.consumer && x.start > w.start {
+		if x.consumer == w.consumer && x.priority == w.priority && x.start > w.start {
 			x.start, x.end, moved = x.start-d, x.end-d, true
 		}
 	}
@@ -476,25 +528,185 @@ func (q *queue) kickAllBut(w *waiter) {
 
 // place returns how many requests wait before w, and their tokens.
 func (q *queue) place(w *waiter) (ahead int64, tokens int64) {
-	return q.count(w, false)
+	return q.count(w, nil)
+}
+
+// placeOf is req's place in g's queue (place): me's when it waits; when
+// it has not joined (me nil), every waiting request it would join behind.
+// Either way those that wait for capacity req does not share (separate: a
+// count of tokens waiting for its own limit, for a Messages request) are
+// no demand on it.
+func (g *Group) placeOf(me *waiter, req *Request) (ahead int64, tokens int64) {
+	if me == nil {
+		me = &waiter{counts: req.CountTokens, apart: req.CountTokens && countsApart(g.Deployments)} // not in the queue: all before it
+	}
+	return g.queue.place(me)
 }
 
 // count counts the requests before w that are not taking capacity (place),
-// or, outsideFleet, only those of them not in the fleet's queue.
-func (q *queue) count(w *waiter, outsideFleet bool) (ahead int64, tokens int64) {
+// or, with outside (not nil), only those of them in it (outsideFleet).
+func (q *queue) count(w *waiter, outside map[*waiter]bool) (ahead int64, tokens int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, x := range q.waiting {
 		if x == w {
 			break
 		}
-		if x.taking.Load() || outsideFleet && x.inFleet.Load() {
+		if x.taking.Load() || outside != nil && !outside[x] || w != nil && separate(x, w) {
 			continue
 		}
 		ahead++
 		tokens += x.tokens
 	}
 	return ahead, tokens
+}
+
+// outsideFleet is the set of the waiting requests not in the fleet's
+// queue, those joining in batch excepted (the fleet's answer counts them).
+func (q *queue) outsideFleet(batch []*fleetJoining) map[*waiter]bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make(map[*waiter]bool, len(q.waiting))
+	for _, x := range q.waiting {
+		if !x.inFleet.Load() {
+			out[x] = true
+		}
+	}
+	for _, j := range batch {
+		delete(out, j.w)
+	}
+	return out
+}
+
+// separate reports whether waiters x and w wait for capacity they do not
+// share: one is a count of tokens apart (waiter.apart), the other not. One
+// is then no demand on what the other waits for, in its place or its
+// forecast.
+func separate(x, w *waiter) bool { return x.counts != w.counts && (x.apart || w.apart) }
+
+// fairDemand returns how many requests, and their tokens, the queue is
+// to serve up to and including w when the consumers waiting at w's
+// priority each take their weight's share (fairTag): those of a higher
+// priority before it, then w's consumer's own up to w (j of them), and
+// for each other consumer waiting at its priority j times its weight over
+// w's, the requests to come that the fair order puts before w, not only
+// those already before it; but a consumer that no longer sends (its last
+// arrival longer ago than twice its usual interval: keepsSending) has no
+// more to come than what it has waiting, a backlog that drains. With one
+// consumer waiting it is w's place plus one. Those taking capacity are
+// not counted; ahead and aheadTokens are w's place (place), read at the
+// same instant, now.
+func (q *queue) fairDemand(w *waiter, now time.Time) (ahead, aheadTokens, n, tokens int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var hi, hiTokens, own, ownTokens int64
+	others := map[string]*backlog{}
+	mine := false
+	for _, x := range q.waiting {
+		if x.taking.Load() && x != w || separate(x, w) {
+			continue
+		}
+		switch {
+		case x.priority > w.priority && !mine:
+			hi++
+			hiTokens += x.tokens
+		case x.priority != w.priority:
+		case x.consumer == w.consumer:
+			if !mine {
+				own++
+				ownTokens += x.tokens
+			}
+		default:
+			b := others[x.consumer]
+			if b == nil {
+				b = &backlog{}
+				others[x.consumer] = b
+			}
+			b.weight = weightOf(x.weight)
+			b.n++
+			b.tokens += x.tokens
+		}
+		if mine = mine || x == w; !mine {
+			ahead++
+			aheadTokens += x.tokens
+		}
+	}
+	nf, tf := float64(own), float64(ownTokens)
+	for who, b := range others {
+		scale := b.weight / weightOf(w.weight)
+		rn, rt := float64(own)*scale, float64(ownTokens)*scale
+		if !q.keepsSending(fairKey{w.priority, who}, now) {
+			rn, rt = min(rn, float64(b.n)), min(rt, float64(b.tokens))
+		}
+		nf, tf = nf+rn, tf+rt
+	}
+	return ahead, aheadTokens, hi + int64(math.Ceil(nf-1e-9)), hiTokens + int64(math.Ceil(tf-1e-9))
+}
+
+// backlog is what one consumer has waiting at a priority (fairDemand):
+// its weight, its requests and their tokens.
+type backlog struct {
+	weight    float64
+	n, tokens int64
+}
+
+// sending is when a consumer's requests of a priority joined the queue:
+// the last one, and a moving average of the intervals between them
+// (sendingWeight), over n arrivals.
+type sending struct {
+	last  time.Time
+	every time.Duration
+	n     int
+}
+
+// sendingWeight is a new interval's weight in sending.every.
+const sendingWeight = 0.25
+
+// arrived counts w's arrival in its consumer's sending, under q.mu.
+func (q *queue) arrived(w *waiter) {
+	if q.sends == nil {
+		q.sends = map[fairKey]*sending{}
+	}
+	k := fairKey{w.priority, w.consumer}
+	s := q.sends[k]
+	if s == nil {
+		s = &sending{}
+		q.sends[k] = s
+	}
+	switch gap := w.since.Sub(s.last); s.n {
+	case 0:
+	case 1:
+		s.every = gap
+	default:
+		s.every += time.Duration(sendingWeight * float64(gap-s.every))
+	}
+	s.last = w.since
+	s.n++
+}
+
+// keepsSending reports whether consumer k still sends at now, under q.mu:
+// its last arrival no longer ago than twice its usual interval, or too
+// few arrivals known to tell (then it is taken to keep sending, the
+// cautious side: its requests to come would push others past their
+// deadlines, and these are told at once).
+func (q *queue) keepsSending(k fairKey, now time.Time) bool {
+	s := q.sends[k]
+	return s == nil || s.n < 2 || now.Sub(s.last) <= 2*s.every
+}
+
+// weightOf is a waiter's weight in the fair share: 1 when unset.
+func weightOf(weight float64) float64 {
+	if !(weight > 0) {
+		return 1
+	}
+	return weight
+}
+
+// waited reports whether w slept in the queue at least once.
+func (w *waiter) waited() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.slept
 }
 
 // kick ends w's sleep, or the next one if it is not asleep.
@@ -546,9 +758,15 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 	// counted at most once (in the windows or in the place), never twice.
 	fleet := g.Fleet != nil
 	s := supplyOf(g.Deployments, cands, need.Reserve, now, deadline, fleet)
-	ahead, tokensAhead := g.queue.place(me) // here: it is the head when none is ahead
+	// Its place, and its consumer's share: what the other waiting
+	// consumers' weights take before it, those to come included
+	// (fairDemand), so that a request its share cannot serve in time is
+	// told now, not after its wait.
+	ahead, tokensAhead, n, tok := g.queue.fairDemand(me, now) // here: it is the head when none is ahead
 	fleetAhead, fleetTokens := ahead, tokensAhead
-	if fleet {
+	if fleet && !s.past(ahead+1, tokensAhead+me.tokens) {
+		// A place this instance's queue alone puts past the fleet's
+		// windows is told without asking the fleet's queue.
 		if n, tok, ok := r.fleetPlace(g, me, s.tokensBound, now, deadline); ok {
 			// Its place in the fleet, against the fleet's windows.
 			fleetAhead, fleetTokens = n, tok
@@ -557,18 +775,27 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 			s = supplyOf(g.Deployments, cands, need.Reserve, now, deadline, false)
 		}
 	}
-	if enough, known := s.serves(fleetAhead+1, fleetTokens+me.tokens); known && !enough {
+	if me.waited() {
+		// Once placed, its place decides: a consumer that sends now and
+		// then (below its share) must not push what already waits out.
+		n, tok = 0, 0
+	}
+	n, tok = max(n, fleetAhead+1), max(tok, fleetTokens+me.tokens)
+	if s.past(n, tok) {
 		r.debug("the request's place cannot be served before its deadline", zap.String("group", g.Name),
-			zap.Int64("ahead", fleetAhead), zap.Int64("requests_forecast", s.requests), zap.Int64("tokens_forecast", s.tokens),
+			zap.Int64("ahead", fleetAhead), zap.Int64("fair_demand", n), zap.Int64("requests_forecast", s.requests), zap.Int64("tokens_forecast", s.tokens),
 			zap.Duration("waited", now.Sub(me.since)), zap.Duration("left", deadline.Sub(now)))
-		return r.unservable(g.Deployments, cands, fleetAhead+1, fleetTokens+me.tokens, need.Reserve, now, deadline, fleet)
+		if ahead == 0 {
+			r.pruneTail(g, me, cands, now, fleetAhead, fleetTokens, fleet) // those behind it are further back still
+		}
+		return r.unservable(g.Deployments, cands, n, tok, need.Reserve, now, deadline, fleet)
 	}
 	me.late.Store(false)
 	if ahead == 0 {
-		r.pruneTail(g, cands, now)
+		r.pruneTail(g, me, cands, now, fleetAhead, fleetTokens, fleet)
 	}
 	if ahead > 0 || ready > 0 {
-		if waitsFor, blocked := g.queue.headBlocked(me, now); ready > 0 && blocked && bypass(cands, ready, waitsFor) > 0 {
+		if waitsFor, blocked := g.queue.headBlocked(me, me.counts, g.Deployments, now); ready > 0 && blocked && bypass(cands, ready, waitsFor) > 0 {
 			return nil // the head blocked meanwhile: this one may go now
 		}
 		return me.sleep(ctx, r.Clock, deadline.Sub(now))
@@ -600,25 +827,32 @@ func (r *Router) wait(ctx context.Context, g *Group, me *waiter, cands []scored,
 		me.wokeBehindFor = until
 		g.queue.kickAllBut(me) // those behind may have capacity the head cannot use
 	}
+	if fleet {
+		// Its place again shortly, and those behind it pruned from it.
+		wait = min(wait, fleetLook)
+	}
 	return me.sleep(ctx, r.Clock, wait)
 }
+
+// fleetLook is how often the head of a queue whose places are counted
+// fleet-wide looks at its place again while it waits: another
+// instance's requests that join before them (an earlier arrival, a higher
+// priority) push them back, past what the windows serve before their
+// deadlines, and they learn it from the head's look (pruneTail), not at the
+// next window.
+const fleetLook = 20 * time.Millisecond
 
 // fleetPlace returns how many requests wait before me in the fleet's queue
 // (g.Fleet), joining it first when me is not there (its first look, or its
 // member was refused or lost); ok false when the store cannot tell.
 func (r *Router) fleetPlace(g *Group, me *waiter, withTokens bool, now, deadline time.Time) (ahead, tokensAhead int64, ok bool) {
 	if me.member == "" {
-		g.queue.joinMu.Lock()
-		m, n, tok, err := g.Fleet.Join(me.priority, MaxPriority, me.since, me.arrival, deadline.Sub(now), me.tokens, withTokens)
-		if err != nil {
-			g.queue.joinMu.Unlock()
+		j := g.joinFleet(me, withTokens, deadline.Sub(now))
+		if j.Err != nil {
 			return 0, 0, false
 		}
-		me.inFleet.Store(true)
-		// Those before it here that are not in the fleet's queue yet.
-		out, outTokens := g.queue.count(me, true)
-		g.queue.joinMu.Unlock()
-		me.member, me.joined, me.fleetAhead, me.fleetTokens = m, true, n+out, tok+outTokens
+		me.member, me.joined, me.fleetAhead, me.fleetTokens = j.Member, true, j.Ahead, j.TokensAhead
+		me.refused = false // its turn given back with the join
 	}
 	if me.joined {
 		me.joined = false
@@ -626,7 +860,7 @@ func (r *Router) fleetPlace(g *Group, me *waiter, withTokens bool, now, deadline
 	}
 	n, tok, err := g.Fleet.Ahead(me.member, withTokens)
 	if err != nil {
-		leaveFleet(g, me) // it joins again at its next look
+		leaveFleet(g, me, false) // it joins again at its next look
 		return 0, 0, false
 	}
 	return n, tok, true
@@ -677,10 +911,15 @@ func (r *Router) fleetTurn(ctx context.Context, g *Group, me *waiter, free []sco
 	return false, me.sleep(ctx, r.Clock, at.Sub(now))
 }
 
-// leaveFleet takes me out of the fleet's queue, if it is there.
-func leaveFleet(g *Group, me *waiter) {
+// leaveFleet takes me out of the fleet's queue, if it is there; unserved:
+// it leaves without its turn (FleetQueue.LeaveUnserved).
+func leaveFleet(g *Group, me *waiter, unserved bool) {
 	if me.member != "" {
-		g.Fleet.Leave(me.member)
+		if unserved {
+			g.Fleet.LeaveUnserved(me.member)
+		} else {
+			g.Fleet.Leave(me.member)
+		}
 		me.member, me.joined = "", false
 		me.inFleet.Store(false)
 	}
@@ -698,16 +937,21 @@ func (r *Router) notBackInTime(g *Group, cands []scored, first scored, back time
 
 // pruneTail wakes, from the back of the queue, the waiting requests the
 // forecast can no longer serve before their deadlines (another instance of
-// a fleet took its share, a window was smaller than stated), so that they
-// get their 429 now rather than at their deadline. The head calls it each
-// time it looks; it stops at the first request that can still be served.
-func (r *Router) pruneTail(g *Group, cands []scored, now time.Time) {
+// a fleet took its share, or its requests joined before them; a window was
+// smaller than stated), so that they get their 429 now rather than at
+// their deadline. The head calls it each time it looks, with its own place:
+// ahead requests of tokensAhead tokens before it, fleet-wide and against
+// the fleet's whole windows when fleet (those behind it are at least that
+// far back, and those between them further); it stops at the first request
+// that can still be served. Those that wait for capacity the head does
+// not share (separate) are neither counted nor woken.
+func (r *Router) pruneTail(g *Group, head *waiter, cands []scored, now time.Time, ahead, tokensAhead int64, fleet bool) {
 	q := &g.queue
 	if q.n.Load() < 2 {
 		return
 	}
 	q.mu.Lock()
-	waiting := slices.DeleteFunc(slices.Clone(q.waiting), func(x *waiter) bool { return x.taking.Load() })
+	waiting := slices.DeleteFunc(slices.Clone(q.waiting), func(x *waiter) bool { return x.taking.Load() || separate(x, head) })
 	q.mu.Unlock()
 	tokens := make([]int64, len(waiting)+1) // tokens[i]: of those before i
 	for i, w := range waiting {
@@ -718,7 +962,7 @@ func (r *Router) pruneTail(g *Group, cands []scored, now time.Time) {
 		if w.late.Load() {
 			continue
 		}
-		if !r.forecastLate(g.Deployments, cands, int64(i+1), tokens[i+1], w.reserve, now, w.deadline) {
+		if !forecastLate(g.Deployments, cands, ahead+int64(i+1), tokensAhead+tokens[i+1], w.reserve, now, w.deadline, fleet) {
 			return
 		}
 		w.late.Store(true)
@@ -737,14 +981,19 @@ type supply struct {
 // until until, less each one's latency (so that an attempt started then
 // still answers in time), leaving reserve unspent: this instance's share
 // of them, or the fleet's whole windows (fleet: for a place counted
-// fleet-wide).
+// fleet-wide). A count of tokens's candidates are forecast from their
+// CountState where they have one (scored.counts), as they claim it.
 func supplyOf(group []*Deployment, cands []scored, reserve float64, now, until time.Time, fleet bool) supply {
 	s := supply{requestsBound: true, tokensBound: true}
 	for _, c := range cands {
 		end := until.Add(-seconds(c.f.Latency))
-		forecast := group[c.i].State.Forecast
+		st := group[c.i].State
+		if c.counts {
+			st = group[c.i].CountState
+		}
+		forecast := st.Forecast
 		if fleet {
-			forecast = group[c.i].State.ForecastFleet
+			forecast = st.ForecastFleet
 		}
 		fr, ft := forecast(now, end, reserve)
 		if fr < 0 {
@@ -769,6 +1018,13 @@ func (s supply) serves(n, tokens int64) (enough, known bool) {
 	return (!s.requestsBound || s.requests >= n) && (!s.tokensBound || s.tokens >= tokens), true
 }
 
+// past reports whether the windows bound the supply and n requests of
+// tokens tokens do not fit it.
+func (s supply) past(n, tokens int64) bool {
+	enough, known := s.serves(n, tokens)
+	return known && !enough
+}
+
 // forecast reports whether the candidates' known windows (the fleet's
 // whole windows, fleet) let n requests of tokens tokens start from now
 // until until (enough), and whether they bound it at all (known).
@@ -776,11 +1032,11 @@ func forecast(group []*Deployment, cands []scored, n, tokens int64, reserve floa
 	return supplyOf(group, cands, reserve, now, until, fleet).serves(n, tokens)
 }
 
-// forecastLate reports whether the known windows cannot serve n requests
-// of tokens tokens before the deadline.
-func (r *Router) forecastLate(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, deadline time.Time) bool {
-	enough, known := forecast(group, cands, n, tokens, reserve, now, deadline, false)
-	return known && !enough
+// forecastLate reports whether the known windows (the fleet's whole
+// windows, fleet) cannot serve n requests of tokens tokens before the
+// deadline.
+func forecastLate(group []*Deployment, cands []scored, n, tokens int64, reserve float64, now, deadline time.Time, fleet bool) bool {
+	return supplyOf(group, cands, reserve, now, deadline, fleet).past(n, tokens)
 }
 
 // unservable is the answer to a request whose place in the queue cannot be

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -110,5 +111,46 @@ func TestAFullQueueOfBusyDeploymentsSaysNoRetryAfter(t *testing.T) {
 	limited := scored{f: capacity.Features{At: now.Add(7 * time.Second), Why: provider.RateLimited}}
 	if e := queueFullError(g, []scored{limited}, 2, now); e.RetryAfter != 7*time.Second {
 		t.Errorf("rate-limited: expected Retry-After 7 s, got %v", e.RetryAfter)
+	}
+}
+
+// The default bound never refuses a place the known windows serve in
+// time: a burst of 700 on 200 per 10 s, deadline 25 s, is served as the
+// ideal scheduler would (200 now, 200 at 10 s, 200 at 20 s) although 400
+// wait, above DefaultMaxQueued(25 s, 1) = 250; the last 100 are told at
+// once that their place cannot be served before the deadline (not that
+// the queue is full). On the old bound 250 were told the queue is full
+// and the third window served 50 (issue 30's 2,000-request burst served
+// 400 of 600 so).
+func TestTheDefaultBoundKeepsWhatTheWindowsServe(t *testing.T) {
+	r, g, p, c := limitedGroupOf(t, 200)
+	start := c.Now()
+	out := make([]served, 700)
+	errs := make([]*Error, len(out))
+	simulate(t, c, len(out), func(i int) {
+		res := r.ServeGroup(context.Background(), g, userReq(strconv.Itoa(i), DefaultPriority))
+		out[i] = outcomeOf(res, c.Now().Sub(start))
+		errs[i], _ = res.Err.(*Error)
+	})
+	byWindow := map[time.Duration]int{}
+	told, full, late, other := 0, 0, 0, 0
+	for i, o := range out {
+		switch {
+		case o.status == 200:
+			byWindow[o.at/(10*time.Second)*(10*time.Second)]++
+		case o.status == 429 && strings.Contains(errs[i].Message, "full"):
+			full++
+		case o.status == 429 && o.at == 0 && o.retry >= 25*time.Second:
+			told++
+		case o.status == 429:
+			late++
+		default:
+			other++
+		}
+	}
+	want := map[time.Duration]int{0: 200, 10 * time.Second: 200, 20 * time.Second: 200}
+	if !maps.Equal(byWindow, want) || told != 100 || p.got429 != 0 {
+		t.Errorf("expected 200 served in each of the three windows and 100 told at once that their place cannot be served (Retry-After at the window after the deadline), no upstream 429; "+
+			"got %v served, %d told so, %d told the queue is full, %d 429s late or without Retry-After, %d other, %d upstream 429s", byWindow, told, full, late, other, p.got429)
 	}
 }

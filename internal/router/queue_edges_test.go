@@ -99,11 +99,11 @@ func TestHeadBlockedUntilItsWakeUp(t *testing.T) {
 	me := cJoinC(g, now, now.Add(time.Minute), 10)
 	head.waitsFor.Store(1)
 	head.blockedUntil.Store(now.UnixNano())
-	if _, blocked := g.queue.headBlocked(me, now); blocked {
+	if _, blocked := g.queue.headBlocked(me, false, g.Deployments, now); blocked {
 		t.Error("a head waking now: expected it not blocked")
 	}
 	head.blockedUntil.Store(now.Add(time.Nanosecond).UnixNano())
-	if waitsFor, blocked := g.queue.headBlocked(me, now); !blocked || waitsFor != 1 {
+	if waitsFor, blocked := g.queue.headBlocked(me, false, g.Deployments, now); !blocked || waitsFor != 1 {
 		t.Errorf("a head waking later: expected it blocked for deployment 0, got %v %b", blocked, waitsFor)
 	}
 }
@@ -294,7 +294,7 @@ func TestPruningSparesTheHead(t *testing.T) {
 	head := cJoinC(g, now, now.Add(time.Second), 10)
 	second := cJoinC(g, now, now.Add(time.Second), 10)
 	third := cJoinC(g, now, now.Add(time.Second), 10)
-	r.pruneTail(g, []scored{cCandC(0, now.Add(10*time.Second), provider.RateLimited, 0)}, now)
+	r.pruneTail(g, head, []scored{cCandC(0, now.Add(10*time.Second), provider.RateLimited, 0)}, now, 0, 0, false)
 	if head.late.Load() || cKickedC(head) {
 		t.Error("expected the head neither marked late nor woken")
 	}
@@ -310,9 +310,9 @@ func TestPruningCountsTokensAhead(t *testing.T) {
 	r, g, c := cRouterC(1)
 	now := c.Now()
 	cTokensC(t, r, g.Deployments[0], now, 1000, 500, 10*time.Second)
-	cJoinC(g, now, now.Add(25*time.Second), 400)
+	head := cJoinC(g, now, now.Add(25*time.Second), 400)
 	tail := cJoinC(g, now, now.Add(time.Second), 400)
-	r.pruneTail(g, []scored{cCandC(0, now, provider.OK, 0)}, now)
+	r.pruneTail(g, head, []scored{cCandC(0, now, provider.OK, 0)}, now, 0, 0, false)
 	if !tail.late.Load() {
 		t.Error("expected the tail marked late (800 tokens before its deadline, 500 left)")
 	}

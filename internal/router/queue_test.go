@@ -276,8 +276,14 @@ func manualGroup(c *manualClock, t http.RoundTripper, deadline time.Duration) (*
 // start of the next window.
 func limitedGroup(t *testing.T) (*Router, *Group, *windowed, *manualClock) {
 	t.Helper()
+	return limitedGroupOf(t, 10)
+}
+
+// limitedGroupOf is limitedGroup on a window of limit requests per 10 s.
+func limitedGroupOf(t *testing.T, limit int) (*Router, *Group, *windowed, *manualClock) {
+	t.Helper()
 	c := newManualClock()
-	p := &windowed{c: c, limit: 10, span: 10 * time.Second}
+	p := &windowed{c: c, limit: limit, span: 10 * time.Second}
 	r, g := manualGroup(c, p, 25*time.Second)
 	if res := r.ServeGroup(context.Background(), g, chatReq); res.Err != nil {
 		t.Fatalf("warm-up: %v", res.Err)
@@ -512,33 +518,53 @@ func TestOpenLoopArrivalsAreToldAtOnce(t *testing.T) {
 // fakeFleetQueue is a fleet's queue with others' requests in it: each
 // member's place is others plus this instance's members before it.
 type fakeFleetQueue struct {
-	mu      sync.Mutex
-	others  int64
-	members []string
-	fail    bool
-	left    int
-	seq     int
+	mu       sync.Mutex
+	others   int64
+	members  []string
+	fail     bool
+	left     int // unserved of them by LeaveUnserved
+	unserved int
+	seq      int
 	// sweep: every Ahead finds its member gone (its instance missed
 	// heartbeats); joins counts the Joins.
 	sweep       bool
 	joins, lost int
+	// consumers are the consumers and weights the Joins named;
+	// giveBacks counts the Joins that gave their consumer's turn back
+	// (FleetJoin.GiveBack).
+	consumers []string
+	giveBacks int
 }
 
-func (q *fakeFleetQueue) Join(priority, maxPriority int, arrival time.Time, order uint64, wait time.Duration, tokens int64, withTokens bool) (string, int64, int64, error) {
+// JoinAll puts every join in place, then answers each one's place.
+func (q *fakeFleetQueue) JoinAll(joins []FleetJoin) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.fail {
-		return "", 0, 0, errors.New("store down")
+	for k := range joins {
+		j := &joins[k]
+		if q.fail {
+			j.Err = errors.New("store down")
+			continue
+		}
+		q.seq++
+		q.joins++
+		if j.GiveBack {
+			q.giveBacks++
+		}
+		q.consumers = append(q.consumers, fmt.Sprintf("%s:%v", j.Consumer, j.Weight))
+		// In place as the fleet's queue orders them: by priority, arrival,
+		// then the instance's own order (the tests' priorities are one).
+		j.Member = fmt.Sprintf("m-%020d-%016x-%d", j.Arrival.UnixNano(), j.Order, q.seq)
+		i, _ := slices.BinarySearch(q.members, j.Member)
+		q.members = slices.Insert(q.members, i, j.Member)
 	}
-	q.seq++
-	q.joins++
-	// In place as the fleet's queue orders them: by priority, arrival,
-	// then the instance's own order (the tests' priorities are one).
-	m := fmt.Sprintf("m-%020d-%016x-%d", arrival.UnixNano(), order, q.seq)
-	i, _ := slices.BinarySearch(q.members, m)
-	q.members = slices.Insert(q.members, i, m)
-	n := q.others + int64(i)
-	return m, n, 10 * n, nil
+	for k := range joins {
+		if j := &joins[k]; j.Err == nil {
+			i, _ := slices.BinarySearch(q.members, j.Member)
+			j.Ahead = q.others + int64(i)
+			j.TokensAhead = 10 * j.Ahead
+		}
+	}
 }
 
 func (q *fakeFleetQueue) Ahead(member string, withTokens bool) (int64, int64, error) {
@@ -567,6 +593,13 @@ func (q *fakeFleetQueue) Leave(member string) {
 		q.members = slices.Delete(q.members, i, i+1)
 		q.left++
 	}
+}
+
+func (q *fakeFleetQueue) LeaveUnserved(member string) {
+	q.Leave(member)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.unserved++
 }
 
 // Fleet mode: a place is counted in the fleet's queue, against the fleet's
@@ -978,7 +1011,7 @@ func TestAFirstFleetPlaceCountsThoseNotJoinedYet(t *testing.T) {
 	if !ok || n != 5 || tok != 50 {
 		t.Errorf("expected 5 before it (3 of other instances, 2 of its own), 50 tokens, got %d and %d (%v)", n, tok, ok)
 	}
-	leaveFleet(g, joined)
+	leaveFleet(g, joined, false)
 	if joined.inFleet.Load() || len(fq.members) != 1 {
 		t.Errorf("a request that left the fleet's queue is no longer in it: %v, %d members", joined.inFleet.Load(), len(fq.members))
 	}

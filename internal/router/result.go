@@ -52,6 +52,10 @@ type Result struct {
 	Usage       provider.Usage
 	UsageStated bool
 
+	// others are what the request's attempts that are not its answer were
+	// charged (Charged).
+	others []Leg
+
 	// lastEnd is when the request's last attempt ended (or it began):
 	// what a trace tells as the wait before the next.
 	lastEnd time.Time
@@ -102,3 +106,13 @@ func (res *Result) passOn(o *outcome, w *walk) *Result {
 	res.Error = &obs
 	return res.end(w)
 }
+
+// Charged returns what the request's attempts that are not its answer
+// were charged on their deployments, as their budgets were: one the
+// router left before its answer (its client gone, its deadline past, a
+// hedge's loser), its prompt and max_tokens (the provider billed the
+// prompt and went on generating: PROVIDERS.md, "Billing"); a hedge's
+// loser that answered anyway, its stated usage; a hedge's losing stream,
+// what Stream.Legs charges it. The answer's own usage is Usage or
+// Stream.Usage; none when nothing else was charged.
+func (res *Result) Charged() []Leg { return res.others }

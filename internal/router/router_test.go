@@ -28,6 +28,7 @@ type fakeClock struct {
 	now    time.Time
 	sleeps []time.Duration
 	timers []*fakeTimer
+	firing sync.WaitGroup // the timers' functions that run
 }
 
 func newFakeClock() *fakeClock {
@@ -103,10 +104,18 @@ func (c *fakeClock) fire() {
 		}
 	}
 	c.mu.Unlock()
+	c.firing.Add(len(due))
 	for _, f := range due {
-		go f()
+		go func() {
+			defer c.firing.Done()
+			f()
+		}()
 	}
 }
+
+// Settle waits until the functions of the timers the clock has passed
+// have returned.
+func (c *fakeClock) Settle() { c.firing.Wait() }
 
 func (c *fakeClock) Sleeps() []time.Duration {
 	c.mu.Lock()

@@ -20,7 +20,8 @@ import (
 //	  - L: (fastest + 0.1 s) / (this + 0.1 s), over the EWMA of time to first
 //	    token for a stream, of total latency otherwise (0.1 s softens noise);
 //	    an attempt that lost a hedge counts as at least as slow as the time
-//	    it ran (capacity.State.RecordAtLeast);
+//	    it ran (capacity.State.RecordLostHedge), one cut by a timeout
+//	    as a sample of that time would (RecordAtLeast);
 //	  - R: the time-decayed success rate (half-life 5 min, one virtual success);
 //	  - Q: the configured quality;
 //	  - K: the smallest share left of any known rate-limit window (stated by
@@ -52,6 +53,9 @@ type scored struct {
 	f     capacity.Features
 	cost  float64 // estimated USD for this request; 0 = unknown price
 	score float64
+	// counts: f is of the deployment's CountState (a count of tokens,
+	// Deployment.stateFor), which its forecasts read too.
+	counts bool
 }
 
 // estimateCost returns the request's estimated USD on d (0 if unpriced).

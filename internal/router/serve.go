@@ -3,6 +3,7 @@ package router
 import (
 	"cmp"
 	"context"
+	"math"
 	"time"
 
 	"go.uber.org/zap"
@@ -57,12 +58,13 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 	group := g.Deployments
 	need := capacity.Need{Tokens: req.Tokens, Output: req.OutputTokens, Prefixes: req.CachePrefixes(),
 		Reserve: r.Reserve.share(req.Priority)}
-	if err := r.groupBudget(g, req, need, r.Clock.Now(), deadline); err != nil {
+	now := r.Clock.Now() // one clock read for every deployment's budget, not one each
+	if err := r.groupBudget(g, req, need, now, deadline); err != nil {
 		r.debug("the group's budget cannot hold the request", zap.String("group", g.Name), zap.String("why", err.Message))
 		return res.fail(err, w)
 	}
 	for _, d := range group {
-		r.checkBudget(d, r.Clock.Now())
+		r.checkBudget(d, now)
 	}
 	var me *waiter // while the request waits in g's queue
 	defer func() {
@@ -106,7 +108,7 @@ func (r *Router) serve(ctx context.Context, g *Group, req *Request, res *Result,
 			// Others wait before it: it may go only past a head blocked for
 			// capacity of its own, to deployments that head does not wait for.
 			ready = 0
-			if waitsFor, blocked := g.queue.headBlocked(me, now); blocked {
+			if waitsFor, blocked := g.queue.headBlocked(me, req.CountTokens, group, now); blocked {
 				ready = bypass(cands, free, waitsFor)
 			}
 		}
@@ -159,7 +161,7 @@ func (r *Router) await(ctx context.Context, g *Group, me **waiter, req *Request,
 	}
 	if *me == nil {
 		var limit int
-		if *me, limit = r.joinQueue(g, req, need, now, deadline); *me == nil {
+		if *me, limit = r.joinQueue(g, req, cands, need, now, deadline); *me == nil {
 			return queueFullError(g, cands, limit, now)
 		}
 		// Its tiers and its turn again, from its place: others
@@ -167,7 +169,7 @@ func (r *Router) await(ctx context.Context, g *Group, me **waiter, req *Request,
 		return nil
 	}
 	if err := r.wait(ctx, g, *me, cands, free, w, need, now, deadline); err != nil {
-		if _, late := err.(*Error); late && !retry && !w.widen && !fallbackLeft(g, req, need, now, deadline) {
+		if _, late := err.(*Error); late && !retry && !w.widen && !fallbackLeft(g, req, need, now, deadline) && widens(g, w, req, need, now, deadline) {
 			// Those it has not tried cannot serve it before its
 			// deadline, and no fallback group is left: those it
 			// failed on may.
@@ -177,6 +179,20 @@ func (r *Router) await(ctx context.Context, g *Group, me **waiter, req *Request,
 		return err
 	}
 	return nil
+}
+
+// widens reports whether widening w (w.widen) adds candidates: deployments
+// the request failed on, or that cool past its deadline. When it adds
+// none, the late answer stands: a second look would give it again, a round
+// trip to the fleet's queue later.
+func widens(g *Group, w *walk, req *Request, need capacity.Need, now, deadline time.Time) bool {
+	var buf [16]scored
+	narrow, _ := candidates(buf[:0], g.Deployments, w, now, deadline, req, need)
+	n := len(narrow)
+	w.widen = true
+	wide, _ := candidates(buf[:0], g.Deployments, w, now, deadline, req, need)
+	w.widen = false
+	return len(wide) > n
 }
 
 // choose returns the index in group of the deployment to try among the
@@ -242,16 +258,23 @@ func (r *Router) take(ctx context.Context, g *Group, me **waiter, req *Request, 
 	a.out.holds = held
 	// Claimed only for an attempt that goes out: a request the
 	// provider cannot express spends none of its windows.
+	left := false
 	if *me != nil {
 		(*me).taking.Store(true)
 		// Out of the fleet's queue before it spends, as out of this
 		// instance's places (taking): never counted twice.
-		leaveFleet(g, *me)
+		left = (*me).member != ""
+		leaveFleet(g, *me, false)
 	}
-	claim, ok := d.State.AcquireFor(now, need)
+	st := d.stateFor(req)
+	claim, ok := st.AcquireFor(now, need)
 	if !ok {
 		if *me != nil {
-			(*me).taking.Store(false) // back in its place (in the fleet's at its next look)
+			// Back in its place with its fair tag (in the fleet's at its
+			// next look, which gives back the turn its served leave took:
+			// one turn charged for one request served).
+			(*me).taking.Store(false)
+			(*me).refused = (*me).refused || left
 		}
 		held.release(now, d, g)
 		a.finish()
@@ -262,7 +285,7 @@ func (r *Router) take(ctx context.Context, g *Group, me **waiter, req *Request, 
 		w.waited += r.leaveQueue(g, *me) // its turn came: the next one may look
 		*me = nil
 	}
-	a.out.claimed(claim, g, held, need)
+	a.out.claimed(claim, st, g, held, need)
 	return true, nil
 }
 
@@ -284,7 +307,7 @@ func (r *Router) send(ctx context.Context, g *Group, req *Request, res *Result, 
 	outs := r.exchange(ctx, g, req, res, w, i, a, need, deadline, xbuf[:0])
 	res.lastEnd = r.Clock.Now()
 	if last := cmp.Or(w.last, w.prior); last != nil {
-		last.d.State.RecordFailover(last.obs.Class)
+		last.state().RecordFailover(last.obs.Class)
 		if r.Observer != nil {
 			r.Observer.Failover(last.d, last.obs.Class)
 		}
@@ -300,19 +323,38 @@ func (r *Router) send(ctx context.Context, g *Group, req *Request, res *Result, 
 
 // joinQueue puts req in this instance's queue of g unless it is full
 // (the fleet's queue at its first look: wait) and returns its place; nil
-// and the queue's bound (max_queued) when it is full.
-func (r *Router) joinQueue(g *Group, req *Request, need capacity.Need, now, deadline time.Time) (*waiter, int) {
-	me := &waiter{priority: req.Priority, tokens: req.Tokens, reserve: need.Reserve, since: now, deadline: deadline}
-	if g.Fleet == nil {
-		// The fleet's queue orders by arrival alone: so does this one then.
+// and the queue's bound (max_queued) when it is full. The default bound
+// holds while nothing known bounds what cands serve (windowsBound): where
+// their windows are known, the forecast bounds the queue, and tells each
+// place it cannot serve before its deadline at its first look.
+func (r *Router) joinQueue(g *Group, req *Request, cands []scored, need capacity.Need, now, deadline time.Time) (*waiter, int) {
+	me := &waiter{priority: req.Priority, tokens: req.Tokens, counts: req.CountTokens, reserve: need.Reserve, since: now, deadline: deadline}
+	me.apart = req.CountTokens && countsApart(g.Deployments)
+	if g.Fleet == nil || req.Weight > 0 {
+		// Consumers (a weight): the fleet's queue orders by their fair share too (FleetQueue.JoinAs).
 		me.consumer, me.weight = req.Consumer, req.Weight
 	}
-	if limit := g.maxQueued(r.Deadline); !g.queue.join(me, limit) {
+	limit := g.maxQueued(r.Deadline)
+	joined := g.queue.join(me, limit)
+	if !joined && g.MaxQueued == 0 && windowsBound(g, cands, need, now, deadline) {
+		joined = g.queue.join(me, math.MaxInt)
+	}
+	if !joined {
 		r.debug("the group's queue is full", zap.String("group", g.Name), zap.Int("max_queued", limit))
 		return nil, limit
 	}
 	r.observeQueue(g)
 	return me, 0
+}
+
+// windowsBound reports whether the known windows of cands (the fleet's,
+// in fleet mode) bound what they serve before deadline.
+func windowsBound(g *Group, cands []scored, need capacity.Need, now, deadline time.Time) bool {
+	if len(cands) == 0 {
+		return false
+	}
+	_, known := forecast(g.Deployments, cands, 1, 0, need.Reserve, now, deadline, g.Fleet != nil)
+	return known
 }
 
 // awaitingProbe returns the first candidate whose half-open circuit waits
@@ -333,7 +375,15 @@ func awaitingProbe(cands []scored) int {
 // when it did not).
 func (r *Router) leaveQueue(g *Group, me *waiter) (waited time.Duration) {
 	g.queue.leave(me)
-	leaveFleet(g, me)
+	if !me.served && me.refused && me.member == "" && me.weight > 0 && g.Fleet != nil {
+		// Its claim refused after its served leave, and gone unserved
+		// before it joined again: its turn back, by a join that gives
+		// the served leave's back (FleetJoin.GiveBack), left unserved.
+		if j := g.joinFleet(me, false, time.Second); j.Err == nil {
+			me.member = j.Member
+		}
+	}
+	leaveFleet(g, me, !me.served)
 	me.mu.Lock()
 	slept := me.slept
 	me.mu.Unlock()
@@ -345,14 +395,17 @@ func (r *Router) leaveQueue(g *Group, me *waiter) (waited time.Duration) {
 			r.Observer.QueueWait(g, waited)
 		}
 	}
-	if r.Observer != nil {
-		r.Observer.Queue(g, g.Queued())
-	}
+	r.observeQueue(g)
 	return waited
 }
 
+// observeQueue reports g's queue length, read and reported under
+// g.observeMu, so that the last report is of the length after every
+// join and leave before it.
 func (r *Router) observeQueue(g *Group) {
 	if r.Observer != nil {
+		g.observeMu.Lock()
+		defer g.observeMu.Unlock()
 		r.Observer.Queue(g, g.Queued())
 	}
 }
@@ -370,7 +423,7 @@ func (r *Router) settle(res *Result, w *walk, req *Request, i int, out *outcome)
 	if r.Observer != nil {
 		r.Observer.Attempt(d, class, out.took)
 	}
-	observed := d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
+	observed := out.state().ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 	if observed.Learned && out.queue != nil {
 		out.queue.kickAllBut(nil) // forecasts that could not tell may now
 	}
@@ -414,10 +467,10 @@ func (r *Router) cutShort(res *Result, w *walk, out *outcome) {
 		// It ran out most of the request's deadline without an
 		// answer: a hang, a failure as a timeout is (by default no
 		// timeout is set, and the deadline is the only bound).
-		out.d.State.ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
+		out.state().ObserveAttempt(out.claim, r.Clock.Now(), out.obs, r.Policy)
 	}
 	if out.stream == nil {
-		r.chargeLeft(out)
+		r.chargeLeft(res, out)
 		out.release(r.Clock.Now()) // the attempt ended unobserved
 	}
 	endSpan(out.span, provider.Transport, map[ending]string{clientGone: "the client went away", pastDeadline: "the request's deadline passed"}[out.end],
@@ -522,9 +575,9 @@ func candidates(buf []scored, group []*Deployment, w *walk, now, deadline time.T
 				per[i].tooSmall = true // the pre-check: it cannot take the request
 				continue
 			}
-			cands = append(cands, scored{i: i, cost: estimateCost(d, req)})
+			cands = append(cands, scored{i: i, cost: estimateCost(d, req), counts: req.CountTokens && d.CountState != nil})
 			f := &cands[len(cands)-1].f
-			d.State.ReadFeaturesFor(f, now, need, req.Stream)
+			d.stateFor(req).ReadFeaturesFor(f, now, need, req.Stream)
 			per[i].tooLarge = per[i].tooLarge || f.TooLarge // no wait would let it through there
 			if f.Disabled || f.TooLarge || !retry && !f.At.Before(deadline) {
 				cands = cands[:len(cands)-1] // drained by an operator, too large, or a retry

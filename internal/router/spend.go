@@ -42,9 +42,10 @@ func (r *Router) spend(now time.Time, d *Deployment, g *Group, u provider.Usage,
 // charged, as a stream left so is (Stream.charge): its prompt and
 // max_tokens (out.left). Its provider billed the prompt and may have
 // generated on (PROVIDERS.md: Billing).
-func (r *Router) chargeLeft(out *outcome) {
+func (r *Router) chargeLeft(res *Result, out *outcome) {
 	if out.stream == nil && out.left != (provider.Usage{}) {
 		r.spend(r.Clock.Now(), out.d, out.group, out.left, out.holds)
+		res.others = append(res.others, Leg{Deployment: out.d, Usage: out.left})
 	}
 }
 

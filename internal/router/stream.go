@@ -118,7 +118,7 @@ type leg struct {
 	wait   *waitFlush // the body as in reads it
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	idle   Timer // idle_timeout between content events, made by the first Relay wait
+	idle   *idleWatch // idle_timeout between content events, made by the first Relay wait
 	// idleLeft is what is left of idle_timeout since the last content.
 	idleLeft time.Duration
 	// usage reads the usage of what is relayed, in the stream's format.
@@ -259,7 +259,7 @@ func (s *Stream) closeCharged(u provider.Usage, ok bool) {
 		s.queue.kickHead() // capacity may be back
 	}
 	if s.idle != nil {
-		s.idle.Stop()
+		s.idle.stop()
 	}
 	s.cancel(nil)
 	s.body.Close()
@@ -492,21 +492,19 @@ func (s *Stream) next() (provider.Event, provider.EventKind, provider.Observatio
 		s.idleLeft = idle
 	}
 	if s.idle == nil {
-		// The timer belongs to this leg: it cancels this leg's attempt
+		// The watch belongs to this leg: it cancels this leg's attempt
 		// even if it fires after a resume put another leg in its place.
-		cancel := s.cancel
-		s.idle = s.r.Clock.AfterFunc(s.idleLeft, func() { cancel(errIdleTimeout) })
-	} else {
-		s.idle.Reset(s.idleLeft)
+		s.idle = newIdleWatch(s.r.Clock, s.cancel, s.idleLeft)
 	}
 	began := s.r.Clock.Now()
+	s.idle.begin(began, s.idleLeft)
 	ev, kind, obs, err := s.in.Next()
-	s.idle.Stop()
 	if (kind == provider.EventData || kind == provider.EventFinal) && !s.owes() {
 		s.idleLeft = idle
 	} else if s.idleLeft -= s.r.Clock.Now().Sub(began); s.idleLeft <= 0 {
 		s.idleLeft = time.Nanosecond // spent: the next wait ends at once
 	}
+	s.idle.end(s.idleLeft)
 	return ev, kind, obs, err
 }
 

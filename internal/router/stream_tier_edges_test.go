@@ -165,43 +165,6 @@ func TestNoIdleTimeoutNeverCuts(t *testing.T) {
 	}
 }
 
-// Keep-alives do not restart the idle clock: the wait after one is what
-// was left of idle_timeout, and once it is spent (exactly) the next wait
-// ends at once. Content restarts it.
-func TestIdleTimeLeftAfterKeepAlives(t *testing.T) {
-	c := &recClockE{fakeClock: newFakeClock()}
-	d := deployment("a", &script{replies: []func(*http.Request) (*http.Response, error){func(req *http.Request) (*http.Response, error) {
-		return streamOfE(&readsE{steps: []func() ([]byte, error){
-			func() ([]byte, error) { return evE(chunk), nil },
-			func() ([]byte, error) { c.Advance(10 * time.Second); return evE(": keep-alive"), nil },
-			func() ([]byte, error) { c.Advance(20 * time.Second); return evE(": keep-alive"), nil },
-			func() ([]byte, error) { return append(append(evE(chunk), evE(final)...), evE("data: [DONE]")...), nil },
-		}}, req)
-	}}})
-	d.IdleTimeout, d.TTFTTimeout, d.Timeout = 30*time.Second, time.Hour, time.Hour
-	r := newRouter(c.fakeClock)
-	r.Clock = c
-	r.Deadline = 2 * time.Hour
-	r.Resume = ResumeOff
-	res := r.Serve(context.Background(), []*Deployment{d}, &Request{Request: wire(chatReq.Body, true)})
-	if res.Stream == nil {
-		t.Fatalf("expected a stream, got %v", res.Err)
-	}
-	relay(t, res.Stream)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	// The attempt's own timer (an hour), then the idle waits.
-	want := []time.Duration{time.Hour, 30 * time.Second, 20 * time.Second, time.Nanosecond, 30 * time.Second}
-	if len(c.waits) < len(want) {
-		t.Fatalf("expected timers %v, got %v", want, c.waits)
-	}
-	for i, w := range want {
-		if c.waits[i] != w {
-			t.Fatalf("expected timers %v..., got %v", want, c.waits)
-		}
-	}
-}
-
 // RealClock.Sleep of nothing returns at once, with the context's error
 // when the client already left; a positive sleep ends when the context
 // does, with its error.

@@ -35,8 +35,9 @@ func (r *Router) tiered(g *Group, cands []scored, per []attemptState, me *waiter
 		return cands
 	}
 	// Its place: those before it when it waits, every waiting request
-	// when it has not joined the queue yet (it would join behind them).
-	ahead, tokensAhead := g.queue.place(me)
+	// when it has not joined the queue yet (it would join behind them),
+	// but those waiting for capacity it does not share (placeOf).
+	ahead, tokensAhead := g.placeOf(me, req)
 	for t := lowest; t < highest; t = nextTier(group, cands, t) {
 		// The candidates of tier t or lower, to the front.
 		k := 0

@@ -154,7 +154,7 @@ func TestBudgets(t *testing.T) {
 	}
 	snap := group[0].State.Snapshot(clock.Now())
 	if !snap.BudgetSpentUntil.Equal(time.Date(2025, 8, 21, 13, 0, 0, 0, time.UTC)) || *snap.LastClass != provider.QuotaExhausted ||
-		!strings.Contains(snap.LastMessage, "budget of $3 per 1h0m0s spent") || snap.Circuit != capacity.Closed {
+		!strings.Contains(snap.LastMessage, "budget of $3 per 1h spent") || snap.Circuit != capacity.Closed {
 		t.Errorf("a after its budget: %+v", snap)
 	}
 	// Raised (a reload): a is back at the next request.

@@ -40,7 +40,74 @@ type setup struct {
 // their kind: make sim reports them and does not fail for them, but fails
 // when one passes on every seed (take it out of the list then). The
 // integration engineer empties it as the fixes land.
+//
+// rounded-resets and token-window cannot pass on every seed, whatever the
+// router does with what it reads (twins_test.go checks the premises): the
+// burst arrives 11 s after the warm-up, and every request it cannot serve
+// must be told within 50 ms, before its first answer (90 ms at least);
+// until then the router has read one statement, the warm-up's, which a
+// twin world states byte for byte while its ideal differs:
+//   - rounded-resets, aligned (seeds 1, 2, 8, 13, 16, 17, 18 of 20): the
+//     warm-up, sent at midnight, is at an aligned window's boundary and
+//     states "10", 9 left, as the first request of a window from the first
+//     request does. Aligned, the burst at 11.1 s is served at 11.1, 20, 30
+//     and 40 s, 40 by its 30 s deadline; from the first request, at 11.1,
+//     21.1 and 31.1 s, and the next window starts at the deadline: 30. At
+//     11.15 s a router must have told 20 requests (aligned) or 30 (from
+//     the first), the same decision on the same wire: it fails one of the
+//     two shapes, which the scenario draws alike.
+//   - token-window, aligned (seeds 3, 4, 6, 8, 11, 14): the same with
+//     949-token requests, four to a 4,000-token window, 20 s deadline: 12
+//     aligned, 8 from the first request.
+//   - token-window, bucket, Anthropic (seeds 5, 12, 13, 16): a reset is an
+//     instant in whole seconds: "3051 left, full at 00:00:03" is a bucket
+//     of 4,000 per 10 s (949 tokens in 2.37 s) as well as one of 4,000 per
+//     12.5 s (2.97 s), which serves 10 of the burst, not 12.
+//   - token-window, bucket, OpenAI (seeds 7, 20; they pass): "3051 left,
+//     2.373s" is a bucket's 949 tokens at 400 a second, and the first
+//     request of a window of 4,000 per 2.3725 s that starts with it, which
+//     serves all 30. Within the shapes PROVIDERS.md names (buckets, fixed
+//     windows aligned to clock minutes) it is a bucket's: its reset falls
+//     between two whole seconds, where no window aligned to the clock
+//     ends, and the router forecasts it as the bucket it implies
+//     (capacity's offTheClock); a window from its first request so
+//     stated is forecast short until its next statement.
 var knownFailing = map[string]int{
+	// window-roll cannot pass on every seed either: until the burst's
+	// first answer (1.8 s at least with 2 s answers, 18 s with 20 s) the
+	// router has read the warm-up's statement alone, and must tell every
+	// request it cannot serve within 50 ms; a twin world states the
+	// warm-up byte for byte with another ideal:
+	//   - 2 s answers, one deployment, aligned (seeds 4, 13 of 20): "9
+	//     left, 10s" at midnight is an aligned window's and a window's
+	//     from its first request. Aligned, the burst at 13 s is served in
+	//     the windows at 13, 20, 30 and 40 s (the last reached by 41.9 s
+	//     from the statements, answered by 44.1 s, before the 45 s
+	//     deadline): 40, 20 told at once. From the first request: at 13,
+	//     23, 33 and 43 s, whose answers end at the deadline: 30, 30 told.
+	//     So a scheduler that sees only the wire serves 30 here or tells
+	//     10 late in the twin; the 40 is not reachable on both.
+	//   - 20 s answers on a bucket (seeds 14, 21, 33, 42 of 50; 38 at
+	//     2 s; 19 at 100 ms): "9 left, 1s" is a bucket's of one a second
+	//     (37 served; 39 with 100 ms answers) and a window's of 10 per
+	//     second from its first request (60; twins_test.go). The router
+	//     paces at the bucket's rate (no upstream 429, 37-38 served) and
+	//     tells the rest as its forecast learns, not at once: with 100
+	//     ms answers when the burst's answers prove the bucket (93 ms).
+	//   - 20 s answers on a fixed window (seeds 25, 26, 46, 47, 49): "9
+	//     left, 10s" is a window's of 10 per 10 s (30) and a bucket's of
+	//     10 per 100 s (13); paced as the bucket until the burst's answers
+	//     prove it fixed (20 s later), then holding what a span allows
+	//     whatever the windows' phase (aligned or from the first request:
+	//     the proof does not say) until an answer to a paced attempt
+	//     does, the router serves 20-21 (12 paced to that answer).
+	//   - Anthropic's 20 s answers (seeds 11, 23, 50; 28, 35 with two
+	//     deployments): every instant is read after it passed. "9 left,
+	//     reset 00:00:10" from the warm-up at midnight, then "00:00:40"
+	//     for the burst at 32 s, are a 10 s window's aligned (40 served:
+	//     30, 40, 50 and 60 s) and a 30 s window's (20: 30 and 40 s, the
+	//     next at 70 s is past the deadline); a bucket's "full at
+	//     00:00:01" (37) is a 30 s window's too. The router serves 20.
 	"window-roll":    1,
 	"rounded-resets": 1,
 	"token-window":   2,

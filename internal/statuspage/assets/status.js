@@ -233,7 +233,8 @@
     return el("table", null, el("thead", null, head), body);
   }
 
-  // consumers is the table of the consumers with limits (consumers.go);
+  // consumers is the table of the consumers that asked of late, on a plan
+  // or on none (consumers.go);
   // the section stays hidden while there is none.
   function consumers(list) {
     var head = el("tr", null, el("th", { scope: "col" }, "Consumer"), el("th", { scope: "col" }, "Plan (weight)"),
@@ -243,7 +244,7 @@
     list.forEach(function (c) {
       var of = function (v, limit) { return num(v) + (limit ? " / " + num(limit) : ""); };
       body.appendChild(el("tr", { "data-consumer": c.consumer }, el("th", { scope: "row" }, c.consumer || "(anonymous)"),
-        el("td", null, c.plan + " (" + c.weight + ")"),
+        el("td", null, (c.plan || "no plan") + " (" + c.weight + ")"),
         el("td", null, field("requests_last_minute", c.requests_last_minute, of(c.requests_last_minute, c.rpm))),
         el("td", null, field("tokens_last_minute", c.tokens_last_minute, of(c.tokens_last_minute, c.tpm))),
         el("td", null, field("in_flight", c.in_flight, of(c.in_flight, c.concurrent))),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/llmrouter/caddy-llm-router/internal/excerpt"
 	"github.com/llmrouter/caddy-llm-router/internal/wire/chat"
 
 	"github.com/llmrouter/caddy-llm-router/internal/jsonbody"
@@ -69,7 +70,7 @@ func ToChatAnswer(body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("reading anthropic message: %w", err)
 	}
 	if r.Error != nil {
-		return nil, fmt.Errorf("anthropic answered an error: %s: %s", r.Error.Type, truncate(r.Error.Message, 200))
+		return nil, fmt.Errorf("anthropic answered an error: %s: %s", r.Error.Type, excerpt.Of(r.Error.Message, 200))
 	}
 	if r.Type != "message" || r.Content == nil {
 		return nil, errors.New("anthropic answer is not a message")
@@ -168,11 +169,4 @@ func callID(id string) string {
 		return chat.NewID("toolu_")
 	}
 	return ToolID(id)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -1,0 +1,125 @@
+package capacity
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// fakeLeaser is a fleet's shared totals that lease slices as fleet mode's
+// leaseSpendScript does (internal/fleet/spend.go), in float64 as Redis'
+// Lua computes: need and, up to ask, half of what limit leaves beyond
+// need and keep; it keeps each writer's slice as stated (with no expiry)
+// and answers the others'.
+type fakeLeaser struct {
+	fakeSpendStore
+	calls  int
+	slices map[string]float64 // writer -> slice as it last stated it
+}
+
+func (f *fakeLeaser) LeaseSpend(_ context.Context, l SpendLease) (SpendGrant, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.slices == nil {
+		f.slices = map[string]float64{}
+	}
+	others := 0.0
+	for w, v := range f.slices {
+		if w != l.Writer {
+			others += v
+		}
+	}
+	total := f.totals[l.Key]
+	room := l.Limit - total
+	g := 0.0
+	if room > 0 && l.Need <= room {
+		g = max(l.Need+max(min(l.Ask-l.Need, (room-l.Need-l.Keep)/2), 0), 0)
+	}
+	f.slices[l.Writer] = l.Held + g
+	if g <= 0 {
+		return SpendGrant{Total: total, Others: others}, nil
+	}
+	g, _ = strconv.ParseFloat(strconv.FormatFloat(g, 'g', 17, 64), 64)
+	f.totals[l.Key], _ = strconv.ParseFloat(strconv.FormatFloat(total+g, 'f', 17, 64), 64) // INCRBYFLOAT's reply: %.17Lf
+	return SpendGrant{Granted: g, Total: f.totals[l.Key], Others: others}, nil
+}
+
+// settled waits until s has no renewal under way.
+func settled(t *testing.T, s *Spending) {
+	t.Helper()
+	for range 500 {
+		s.mu.Lock()
+		busy := s.leasing
+		s.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("a renewal never landed")
+}
+
+// Two instances lease a budget of $0.01 that holds two attempts of
+// $0.005: the first instance's slice and a renewal leave it a few 1e-12
+// USD (the script's margin for rounding), and its second attempt leases
+// what that lacks. A slice granted for an attempt's need holds the
+// attempt, whatever the float sum of the two gives (it came to
+// 0.004999999999999999 < 0.005, refusing the attempt and stranding the
+// budget's second half on an instance that could not use it: 1 attempt
+// served of 2).
+func TestLeasedSliceForANeedHoldsIt(t *testing.T) {
+	store := &fakeLeaser{fakeSpendStore: fakeSpendStore{totals: map[string]float64{}}}
+	limit := SpendLimit{USD: 0.01, Period: time.Hour}
+	a, b := NewSpending(limit, store, "budget:g"), NewSpending(limit, store, "budget:g")
+	now := time.Unix(1700000000, 0)
+	if _, ok, _ := a.Hold(now, 0.005); !ok {
+		t.Fatal("expected the first attempt held")
+	}
+	settled(t, a)
+	_, ok, _ := a.Hold(now, 0.005)
+	_, okB, _ := b.Hold(now, 0.005)
+	settled(t, a)
+	total := store.totals[a.storeKey(a.index(now))]
+	if !ok || okB {
+		t.Errorf("expected the second attempt held by a and b refused (the budget holds 2), got a %v b %v (total %.17g, a's slice %g)", ok, okB, total, a.lease)
+	}
+	if math.Abs(total-0.01) > 1e-9 {
+		t.Errorf("expected the fleet's total $0.01, got %.17g", total)
+	}
+}
+
+// Two instances hold the last of a budget of $0.01 in fractions neither
+// can use: a holds $0.005 of its slice unspent, b $0.002 (each attempt
+// cost less than it held), and nothing is unleased. a's attempt of $0.006
+// is refused; its slice, which cannot hold the attempt, goes back to the
+// budget then, so that b's attempt of $0.006 fits what b holds and what a
+// gave back (both were refused, each waiting for the other's fraction,
+// with $0.007 of the budget unspent).
+func TestARefusedSliceGoesBackForAnother(t *testing.T) {
+	store := &fakeLeaser{fakeSpendStore: fakeSpendStore{totals: map[string]float64{}}}
+	limit := SpendLimit{USD: 0.01, Period: time.Hour}
+	a, b := NewSpending(limit, store, "budget:g"), NewSpending(limit, store, "budget:g")
+	now := time.Unix(1700000000, 0)
+	ha, ok, _ := a.Hold(now, 0.006)
+	if !ok {
+		t.Fatal("expected a's first attempt held")
+	}
+	settled(t, a)
+	a.Settle(now, ha, 0.001)
+	hb, ok, _ := b.Hold(now, 0.004)
+	if !ok {
+		t.Fatal("expected b's first attempt held")
+	}
+	settled(t, b)
+	b.Settle(now, hb, 0.002)
+	if _, ok, _ := a.Hold(now, 0.006); ok {
+		t.Fatalf("expected a's $0.006 refused (a holds %g, b %g)", a.lease, b.lease)
+	}
+	settled(t, a)
+	if _, ok, _ := b.Hold(now, 0.006); !ok {
+		t.Errorf("expected b's $0.006 held from its slice and what a could not use (a holds %g, b %g, total %g)", a.lease, b.lease, store.totals[a.storeKey(a.index(now))])
+	}
+}

@@ -1,0 +1,24 @@
+// Package period says a budget's period as a config writes it: the
+// shortest form of a time.Duration that time.ParseDuration and Caddy's
+// duration parser read back, "24h" and "1h30m" where Go says "24h0m0s"
+// and "1h30m0s".
+package period
+
+import (
+	"strings"
+	"time"
+)
+
+// String is d without Go's trailing zero units: 24h0m0s is "24h", 1h30m0s
+// "1h30m", 2m0s "2m"; a duration with seconds (1h0m30s, 1.5s, 500ms) is
+// Go's own form.
+func String(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

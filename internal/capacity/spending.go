@@ -105,14 +105,17 @@ type Spending struct {
 	looked   time.Time
 	// lease is, with a SpendLeaser, what this instance leased of the
 	// window (in the store's total) and neither holds nor spent.
-	lease    float64
-	inSlice  float64 // what the holds taken from the slice in the window and not settled hold (USD)
-	demand   Demand
-	others   float64 // the other instances' slices as the last lease call told them
-	leasing  bool    // a renewal is under way
-	watching bool    // an idle check is scheduled
-	idle     int64   // holds taken from the slice (the idle check's clock)
-	attempt  float64 // the last hold taken from the slice (USD)
+	lease   float64
+	inSlice float64 // what the holds taken from the slice in the window and not settled hold (USD)
+	demand  Demand
+	others  float64 // the other instances' slices as the last lease call told them
+	// othersInFlight is what the other instances' holds in flight held
+	// as the last lease call told (SpendGrant.OthersInFlight).
+	othersInFlight float64
+	leasing        bool    // a renewal is under way
+	watching       bool    // an idle check is scheduled
+	idle           int64   // holds taken from the slice (the idle check's clock)
+	attempt        float64 // the last hold taken from the slice (USD)
 
 	writer   string   // this Spending's name in its SpendOps
 	seq      int64    // the last SpendOp's Seq
@@ -202,7 +205,7 @@ func (s *Spending) SetLimit(l SpendLimit) {
 		// they cost is spent in the new one.
 		s.carry, s.held = s.limit.Period, 0
 	default:
-		s.window, s.shared, s.spent, s.held, s.looked, s.op, s.lease, s.others = 0, 0, 0, 0, time.Time{}, nil, 0, 0
+		s.window, s.shared, s.spent, s.held, s.looked, s.op, s.lease, s.others, s.othersInFlight = 0, 0, 0, 0, time.Time{}, nil, 0, 0, 0
 	}
 	s.limit = l
 }
@@ -231,7 +234,7 @@ func (s *Spending) roll(now time.Time) int64 {
 		if old != s.window {
 			// The old window had ended: nothing this instance counted
 			// is of the old period's window of now.
-			s.shared, s.spent, s.held, s.op, s.lease, s.inSlice, s.others = 0, 0, 0, nil, 0, 0, 0
+			s.shared, s.spent, s.held, s.op, s.lease, s.inSlice, s.others, s.othersInFlight = 0, 0, 0, nil, 0, 0, 0, 0
 		}
 		if _, ok := s.store.(SpendCarrier); ok {
 			// The store's total of the old period's window of now is
@@ -242,7 +245,7 @@ func (s *Spending) roll(now time.Time) int64 {
 			// what they cost is spent in the new one). Until the carry
 			// lands, the total last seen counts (shared).
 			s.spent -= s.lease + s.inSlice
-			s.lease, s.inSlice, s.others, s.looked = 0, 0, 0, time.Time{}
+			s.lease, s.inSlice, s.others, s.othersInFlight, s.looked = 0, 0, 0, 0, time.Time{}
 			s.carryFrom = s.storeKeyOf(s.carry, old)
 			if s.op != nil {
 				s.op.window = -1 // a write to the old window, sent before the carry
@@ -253,8 +256,8 @@ func (s *Spending) roll(now time.Time) int64 {
 	}
 	if i := s.index(now); i > s.window {
 		s.window, s.shared, s.spent, s.held, s.looked = i, 0, 0, 0, time.Time{}
-		s.op, s.lease, s.inSlice, s.others = nil, 0, 0, 0 // what the ended window did not write is dropped, its slice with its key
-		s.carryFrom = ""                                  // the new period's window carried into has ended too
+		s.op, s.lease, s.inSlice, s.others, s.othersInFlight = nil, 0, 0, 0, 0 // what the ended window did not write is dropped, its slice with its key
+		s.carryFrom = ""                                                       // the new period's window carried into has ended too
 	}
 	return s.window
 }

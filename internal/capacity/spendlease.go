@@ -31,6 +31,9 @@ type SpendLease struct {
 	Writer   string
 	Held     float64
 	EntryTTL time.Duration
+	// InFlight is what its holds in flight hold (USD), recorded apart
+	// for EntryTTL: they settle at their answers' cost, no more.
+	InFlight float64
 }
 
 // SpendGrant is LeaseSpend's answer: the slice granted, the key's total
@@ -39,6 +42,10 @@ type SpendLease struct {
 // come back (given back, or spent, within spendLeaseIdle).
 type SpendGrant struct {
 	Granted, Total, Others float64
+	// OthersInFlight is what the other writers' holds in flight held
+	// (USD) as they last recorded them (SpendLease.InFlight), within
+	// their EntryTTL: what of the total may come back when they settle.
+	OthersInFlight float64
 }
 
 // Lease sizing of a Spending on a SpendLeaser: a slice holds its recent
@@ -136,7 +143,7 @@ func (s *Spending) leased(i int64, g SpendGrant, now time.Time) {
 		return
 	}
 	s.lease += g.Granted
-	s.others = max(g.Others, 0)
+	s.others, s.othersInFlight = max(g.Others, 0), max(g.OthersInFlight, 0)
 	s.learn(i, g.Total, now)
 }
 
@@ -144,6 +151,24 @@ func (s *Spending) leased(i int64, g SpendGrant, now time.Time) {
 // instances' slices (as they last recorded them) came back; under s.mu.
 func (s *Spending) othersHold(usd float64) bool {
 	return s.others > 0 && s.leaser() != nil && usd <= s.room()+s.others
+}
+
+// HoldsInFlightWouldHold reports whether a hold of usd that the budget
+// has no room for at now would fit once the holds in flight settle (at
+// their answers' cost, no more than they hold): this instance's, and the
+// fleet's as its instances last recorded them (SpendGrant.OthersInFlight)
+// with the slices that may come back. False when nothing is held: the
+// budget is spent (or promised to slices) and only its renewal helps. A
+// nil Spending holds nothing.
+func (s *Spending) HoldsInFlightWouldHold(now time.Time, usd float64) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	held := s.held + s.inSlice + s.othersInFlight
+	return held > 0 && amount(usd) <= s.room()+s.lease+s.othersLeased()+held
 }
 
 // refusedUntil is until when a hold of usd refused in window i is
@@ -179,10 +204,10 @@ func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit floa
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	s.mu.Lock()
-	held, key, ttl := s.lease, s.storeKey(i), s.limit.Period+time.Minute // a reload may change the period meanwhile
+	held, inFlight, key, ttl := s.lease, s.inSlice, s.storeKey(i), s.limit.Period+time.Minute // a reload may change the period meanwhile
 	s.mu.Unlock()
 	g, err := l.LeaseSpend(ctx, SpendLease{Key: key, Need: need, Ask: ask, Keep: keep, Limit: limit,
-		TTL: ttl, Writer: s.writer, Held: held, EntryTTL: spendSliceEntry})
+		TTL: ttl, Writer: s.writer, Held: held, EntryTTL: spendSliceEntry, InFlight: inFlight})
 	if err == nil && g.Granted > 0 {
 		s.watchIdle()
 	}

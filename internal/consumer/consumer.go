@@ -173,7 +173,8 @@ type Budget interface {
 	// as on one instance) and no less than a millionth of a USD: settle
 	// spends what the request cost (USD) at its end and gives the hold
 	// back; settle is nil when the budget has nothing left, and until is
-	// when its window renews.
+	// when its window renews, or sooner when what the fleet holds for
+	// requests in flight would make room once they settle (retry then).
 	Hold(now time.Time, usd float64) (settle func(now time.Time, usd float64), until time.Time)
 	// Spend spends usd at now with no hold (an answer found done after
 	// its request ended).
@@ -398,6 +399,13 @@ func (r *Registry) admitFleet(now time.Time, p *Plan, t *Ticket, consumer string
 	return ref
 }
 
+// windowEnd is when the budget window of period per holding now ends
+// (windows are aligned to the Unix epoch, as budget windows are: a day's
+// ends at midnight UTC).
+func windowEnd(now time.Time, per time.Duration) time.Time {
+	return time.Unix(0, (now.UnixNano()/int64(per)+1)*int64(per))
+}
+
 // fleetRecheck is the Retry-After of a refusal for a fleet that did not
 // answer in time.
 const fleetRecheck = time.Second
@@ -415,8 +423,12 @@ func (r *Registry) takeFleet(now time.Time, p *Plan, t *Ticket, consumer string,
 		var until time.Time
 		// Its worst case, as held here (0 when unknown: its usual cost).
 		if t.settle, until = r.fleet.Budget(consumer, p.Name, p.BudgetUSD, p.BudgetPer).Hold(now, t.hold); t.settle == nil {
-			return &Refusal{Status: http.StatusTooManyRequests, Limit: LimitBudget, RetryAfter: max(until.Sub(now), time.Second),
-				Message: fmt.Sprintf("the fleet's instances spent its %.4g USD per %s, or hold the rest for their requests in flight (each its worst case, held until it is answered); it renews at %s", p.BudgetUSD, period.String(p.BudgetPer), until.UTC().Format(time.RFC3339))}
+			ref := &Refusal{Status: http.StatusTooManyRequests, Limit: LimitBudget, RetryAfter: max(until.Sub(now), time.Second),
+				Message: fmt.Sprintf("the fleet's instances spent its %.4g USD per %s; it renews at %s", p.BudgetUSD, period.String(p.BudgetPer), until.UTC().Format(time.RFC3339))}
+			if until.Before(windowEnd(now, p.BudgetPer)) {
+				ref.Message = fmt.Sprintf("the fleet's instances hold what is left of its %.4g USD per %s, in slices or for its requests in flight (each its worst case until it is answered at its cost), which come back soon", p.BudgetUSD, period.String(p.BudgetPer))
+			}
+			return ref
 		}
 	}
 	if p.RPM == 0 && p.TPM == 0 {

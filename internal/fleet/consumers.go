@@ -213,6 +213,11 @@ const (
 	costWeight = 0.2
 )
 
+// holdsRecheck is how soon a hold refused while the fleet's holds in
+// flight would make room for it is worth trying again (Hold's until):
+// they settle as their answers come, at no more than they hold.
+const holdsRecheck = time.Second
+
 // Hold holds usd at now from the fleet's budget: a request's worst case,
 // no more than what the budget has left (the request that takes its last
 // is admitted and served whole, as by a consumer's budget on one
@@ -220,7 +225,8 @@ const (
 // on this instance; at least minHold. settle spends what the request cost
 // and gives the hold back; nil when the budget has nothing left, with the
 // instant its window renews (or when other instances' slices may come
-// back). A worst case refused for more than the fleet had left (this
+// back, or holdsRecheck from now when the holds in flight would make
+// room once they settle). A worst case refused for more than the fleet had left (this
 // instance's knowledge of it was old) is held again at what is left, once.
 func (b *consumerBudget) Hold(now time.Time, usd float64) (settle func(time.Time, float64), until time.Time) {
 	worst := usd > 0
@@ -229,13 +235,18 @@ func (b *consumerBudget) Hold(now time.Time, usd float64) (settle func(time.Time
 		usd = b.cost
 		b.mu.Unlock()
 	}
-	h, ok, until := b.sp.Hold(now, b.capped(now, usd, worst))
+	hold := b.capped(now, usd, worst)
+	h, ok, until := b.sp.Hold(now, hold)
 	if !ok && worst {
 		if left := b.sp.Left(now); left >= minHold && left < usd {
+			hold = left
 			h, ok, until = b.sp.Hold(now, left)
 		}
 	}
 	if !ok {
+		if retry := now.Add(holdsRecheck); retry.Before(until) && b.sp.HoldsInFlightWouldHold(now, hold) {
+			until = retry // not spent: held for requests in flight, which settle at their cost
+		}
 		return nil, until
 	}
 	return func(at time.Time, cost float64) {

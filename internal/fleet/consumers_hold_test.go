@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -30,5 +31,51 @@ func TestConsumerBudgetHoldsTheWorstCaseAcrossTheFleet(t *testing.T) {
 		t.Errorf("expected the budget to admit again once the first settled, got %s", ref.Message)
 	} else {
 		tk.Done(time.Now(), 0.01)
+	}
+}
+
+// A refusal for holds in flight tells the wait for holds, not for the
+// window: on budget 0.20 USD per 24 hours over two instances, a request
+// holding its worst case of 0.17 USD in flight on one instance leaves
+// 0.03, which the next request (worst case 0.05, on the other instance)
+// holds; a third is refused on either instance (the budget is not spent:
+// the holds settle at their answers' cost), with a
+// Retry-After of seconds (the refusal once said the window's end, up to
+// 24 hours) and a message that names the holds. Once the fleet has spent
+// the budget the refusal is until the window renews (for a request
+// larger than what the instances' slices last recorded: a slice spent
+// since counts as one that may come back until its instance leases again
+// or its entry expires, spendSliceEntry).
+func TestAConsumerRefusedForHoldsIsToldTheirWait(t *testing.T) {
+	regs := fleetRegistries(t, realRedisURL(t), 2, consumer.Plan{Name: "team", BudgetUSD: 0.20, BudgetPer: 24 * time.Hour})
+	first, ref := regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.17)
+	if ref != nil {
+		t.Fatalf("expected the first request admitted into an unspent budget, got %s", ref.Message)
+	}
+	second, ref := regs[1].AdmitHolding(time.Now(), "alice", "fast", 10, 0.05)
+	if ref != nil {
+		t.Fatalf("expected the second request admitted (it holds the 0.03 left), got %s", ref.Message)
+	}
+	for i, r := range regs {
+		_, ref := r.AdmitHolding(time.Now(), "alice", "fast", 10, 0.05)
+		if ref == nil || ref.Limit != consumer.LimitBudget {
+			t.Fatalf("instance %d: expected a refusal for the budget while all of it is held, got %+v", i, ref)
+		}
+		t.Logf("instance %d: Retry-After %v: %s", i, ref.RetryAfter, ref.Message)
+		if ref.RetryAfter <= 0 || ref.RetryAfter > 5*time.Second || !strings.Contains(ref.Message, "come back") {
+			t.Errorf("instance %d: expected a Retry-After of seconds for holds in flight, and a message naming them; got %v: %s", i, ref.RetryAfter, ref.Message)
+		}
+	}
+	first.Done(time.Now(), 0.17) // their answers cost their holds: the whole budget
+	second.Done(time.Now(), 0.03)
+	for i, r := range regs {
+		_, ref := r.AdmitHolding(time.Now(), "alice", "fast", 10, 0.05)
+		if ref == nil || ref.Limit != consumer.LimitBudget {
+			t.Fatalf("instance %d: expected a refusal for a spent budget, got %+v", i, ref)
+		}
+		end := time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)
+		if got := time.Now().Add(ref.RetryAfter); got.Before(end.Add(-5*time.Second)) || strings.Contains(ref.Message, "come back") {
+			t.Errorf("instance %d: expected a spent budget refused until the window renews (%s), got Retry-After %v: %s", i, end, ref.RetryAfter, ref.Message)
+		}
 	}
 }

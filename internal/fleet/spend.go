@@ -246,15 +246,19 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 // instances' entries not yet expired add up to: what of the total may
 // still come back to the budget (an instance's slice is given back, or
 // spent, within spendLeaseIdle; an entry that is not renewed counts no
-// more after its ttl). An entry of another shape is dropped.
+// more after its ttl). Beside it, under "<writer>#held" in the same
+// shape, it keeps what the instance's holds in flight hold (they settle
+// at their answers' cost, no more), and answers the others' sum of those
+// apart. An entry of another shape is dropped.
 //
 //	KEYS[1]  the total, KEYS[2] the slices
 //	ARGV[1]  need, ARGV[2] ask, ARGV[3] the limit, ARGV[5] keep (USD),
 //	ARGV[4] ttl (ms), ARGV[6] the writer, ARGV[7] its slice before this
-//	grant (USD), ARGV[8] its entry's ttl (ms)
+//	grant (USD), ARGV[8] its entry's ttl (ms), ARGV[9] its holds in
+//	flight (USD)
 //
-// It returns {slice granted, total, the others' slices}, as strings
-// (Redis' replies truncate Lua numbers to integers).
+// It returns {slice granted, total, the others' slices, the others'
+// holds}, as strings (Redis' replies truncate Lua numbers to integers).
 var leaseSpendScript = redis.NewScript(`
 local total = tonumber(redis.call('GET', KEYS[1]) or '0')
 if total == nil then
@@ -263,45 +267,53 @@ if total == nil then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local others = 0
+local others, held = 0, 0
 if redis.call('TYPE', KEYS[2]).ok ~= 'hash' then
   redis.call('DEL', KEYS[2])
 end
+local heldField = ARGV[6] .. '#held'
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
   local a, e = string.match(all[i + 1], '^([%d%.eE%+%-]+):(%d+)$')
   a, e = tonumber(a), tonumber(e)
   if not a or not e or e <= now or a < 0 or e > now + tonumber(ARGV[8]) then
     redis.call('HDEL', KEYS[2], all[i])
-  elseif all[i] ~= ARGV[6] then
-    others = others + a
+  elseif all[i] ~= ARGV[6] and all[i] ~= heldField then
+    if string.sub(all[i], -5) == '#held' then
+      held = held + a
+    else
+      others = others + a
+    end
+  end
+end
+local function entry(field, m)
+  if m > 0 then
+    redis.call('HSET', KEYS[2], field, string.format('%.17g', m) .. ':' .. (now + tonumber(ARGV[8])))
+  else
+    redis.call('HDEL', KEYS[2], field)
   end
 end
 local function mine(g)
-  local m = tonumber(ARGV[7]) + g
-  if m > 0 then
-    redis.call('HSET', KEYS[2], ARGV[6], string.format('%.17g', m) .. ':' .. (now + tonumber(ARGV[8])))
-  else
-    redis.call('HDEL', KEYS[2], ARGV[6])
-  end
+  entry(ARGV[6], tonumber(ARGV[7]) + g)
+  entry(heldField, tonumber(ARGV[9]) or 0)
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
 local need, ask, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local room = limit - total
 if room <= 0 or need > room then
   mine(0)
-  return {'0', tostring(total), tostring(others)}
+  return {'0', tostring(total), tostring(others), tostring(held)}
 end
 local g = need + math.max(math.min(ask - need, (room - need - tonumber(ARGV[5])) / 2), 0)
 if g <= 0 then
   mine(0)
-  return {'0', tostring(total), tostring(others)}
+  return {'0', tostring(total), tostring(others), tostring(held)}
 end
 local gs = string.format('%.17g', g)
 local n = redis.call('INCRBYFLOAT', KEYS[1], gs)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 mine(tonumber(gs))
-return {gs, n, tostring(others)}
+return {gs, n, tostring(others), tostring(held)}
 `)
 
 // slicesKey is the key of a spending's slices (leaseSpendScript), in
@@ -328,22 +340,23 @@ func (s *Store) LeaseSpend(ctx context.Context, l capacity.SpendLease) (capacity
 	f := func(v float64) string { return strconv.FormatFloat(max(v, 0), 'g', -1, 64) }
 	res, err := leaseSpendScript.Run(ctx, s.client, []string{k, slicesKey(k)}, f(l.Need), f(max(l.Ask, l.Need)),
 		strconv.FormatFloat(l.Limit, 'g', -1, 64), l.TTL.Milliseconds(), f(l.Keep), l.Writer, f(l.Held),
-		max(l.EntryTTL.Milliseconds(), 1)).StringSlice()
+		max(l.EntryTTL.Milliseconds(), 1), f(l.InFlight)).StringSlice()
 	if err != nil {
 		s.callFailed("spend", err, start)
 		return capacity.SpendGrant{}, err
 	}
 	s.answered()
-	if len(res) != 3 {
+	if len(res) != 4 {
 		s.obs.Error("spend")
 		return capacity.SpendGrant{}, errors.New("spend: the lease script answered " + fmt.Sprint(res))
 	}
 	granted, err1 := strconv.ParseFloat(res[0], 64)
 	total, err2 := strconv.ParseFloat(res[1], 64)
 	others, err3 := strconv.ParseFloat(res[2], 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	held, err4 := strconv.ParseFloat(res[3], 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		s.obs.Error("spend")
 		return capacity.SpendGrant{}, fmt.Errorf("spend: the lease script's reply %q: %w", res, err)
 	}
-	return capacity.SpendGrant{Granted: granted, Total: total, Others: others}, nil
+	return capacity.SpendGrant{Granted: granted, Total: total, Others: others, OthersInFlight: held}, nil
 }

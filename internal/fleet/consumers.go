@@ -1,10 +1,14 @@
 package fleet
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
@@ -192,7 +196,8 @@ func (s *Store) Budget(name, plan string, usd float64, per time.Duration) consum
 	if s.budgets == nil || len(s.budgets) >= maxConsumerBindings {
 		s.budgets = map[string]*consumerBudget{} // the forgotten give their slices back once idle (capacity's spendLeaseIdle)
 	}
-	b := &consumerBudget{sp: capacity.NewSpendingByPeriod(limit, s, key)} // keys as before: consumer:<id>:<period>:<window>
+	b := &consumerBudget{sp: capacity.NewSpendingByPeriod(limit, s, key), // keys as before: consumer:<id>:<period>:<window>
+		store: s, crossKey: s.prefix + "{c:" + consumerID(name, plan) + "}:crossed:"}
 	s.budgets[key] = b
 	return b
 }
@@ -202,6 +207,10 @@ type consumerBudget struct {
 	sp   *capacity.Spending
 	mu   sync.Mutex
 	cost float64 // what its requests cost, weighted (USD): the hold of one of unknown cost
+	// store and crossKey (<prefix>{c:<id>}:crossed:, then the period and
+	// the window's index) claim the window's one crossing (claimCrossing).
+	store    *Store
+	crossKey string
 }
 
 // Hold bounds of a consumer's budget: the least a hold takes (USD: the
@@ -243,16 +252,108 @@ func (b *consumerBudget) Hold(now time.Time, usd float64) (settle func(time.Time
 			h, ok, until = b.sp.Hold(now, left)
 		}
 	}
+	if ok && worst && hold < usd && !b.claimCrossing(now) {
+		b.sp.Settle(now, h, 0) // another request took the window's crossing
+		ok, hold = false, usd
+	}
 	if !ok {
 		if retry := now.Add(holdsRecheck); retry.Before(until) && b.sp.HoldsInFlightWouldHold(now, hold) {
 			until = retry // not spent: held for requests in flight, which settle at their cost
 		}
 		return nil, until
 	}
+	if worst && hold < usd {
+		return func(at time.Time, cost float64) {
+			b.learn(cost)
+			b.sp.Settle(at, h, cost)
+			if cost <= hold {
+				b.unclaimCrossing(now) // it did not cross: the window may still take one
+			}
+		}, until
+	}
 	return func(at time.Time, cost float64) {
 		b.learn(cost)
 		b.sp.Settle(at, h, cost)
 	}, until
+}
+
+// A crossing is the request a budget admits with less left than its
+// worst case (its hold capped at what is left, consumerBudget.Hold): its
+// answer may cost more, and is served whole, as the last request of a
+// consumer's budget is on one instance. Each instance would otherwise
+// admit one, from the last of its own slice while others still held
+// theirs (8 answers of 0.03 USD on a budget of 0.20 over two instances,
+// one instance's 7: TestTheFleetAdmitsOneCrossingAnswerConcurrently), so
+// the fleet admits one per window: a crossing claims the window's key
+// (SET NX, expiring a minute after the window), and gives it back when
+// its answer cost no more than it held. While Redis does not answer
+// within the store's timeout, an instance decides alone (one crossing
+// each, as before).
+
+// claimCrossing claims the crossing of the budget's window at now for a
+// request: false when another request holds it.
+func (b *consumerBudget) claimCrossing(now time.Time) bool {
+	s := b.store
+	key, ttl := b.crossingKey(now)
+	if !s.available() {
+		return true // alone: what this instance knows decides
+	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(s.ctx)
+	defer cancel()
+	n, err := claimCrossingScript.Run(ctx, s.client, []string{key}, max(ttl.Milliseconds(), 1)).Int()
+	if err != nil {
+		s.callFailed("spend", err, start)
+		return true
+	}
+	s.answered()
+	return n == 1
+}
+
+// claimCrossingScript claims a window's crossing: 1 when it set the key
+// (expiring after ARGV[1] ms), 0 when another request holds it. A key
+// that would outlive the window by more than a minute (no expiry, or a
+// longer one: a stray or hostile value; an instance's own claim expires
+// within ms of what another computes, whose clock may run a little
+// apart) is replaced, so that nothing written there blocks the crossing
+// past its window.
+var claimCrossingScript = redis.NewScript(`
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 or ttl > tonumber(ARGV[1]) + 60000 then
+  redis.call('DEL', KEYS[1])
+end
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+  return 1
+end
+return 0
+`)
+
+// unclaimCrossing gives the crossing of the window holding at back, in
+// the background (a request that claimed it cost no more than it held).
+func (b *consumerBudget) unclaimCrossing(at time.Time) {
+	s := b.store
+	key, _ := b.crossingKey(at)
+	if !s.available() {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)
+		defer cancel()
+		if err := s.client.Del(ctx, key).Err(); err != nil {
+			s.callFailed("spend", err, time.Now())
+		}
+	}()
+}
+
+// crossingKey is the key of the crossing of the budget's window at now,
+// and its expiry: a minute after the window ends.
+func (b *consumerBudget) crossingKey(now time.Time) (string, time.Duration) {
+	per := b.sp.Limit().Period
+	i := now.UnixNano() / int64(per)
+	end := time.Unix(0, (i+1)*int64(per))
+	return b.crossKey + per.String() + ":" + strconv.FormatInt(i, 10), end.Sub(now) + time.Minute
 }
 
 // capped is the hold of usd at now: a worst case no more than what the

@@ -1,9 +1,15 @@
 package fleet
 
 import (
+	"context"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
 )
@@ -77,5 +83,106 @@ func TestAConsumerRefusedForHoldsIsToldTheirWait(t *testing.T) {
 		if got := time.Now().Add(ref.RetryAfter); got.Before(end.Add(-5*time.Second)) || strings.Contains(ref.Message, "come back") {
 			t.Errorf("instance %d: expected a spent budget refused until the window renews (%s), got Retry-After %v: %s", i, end, ref.RetryAfter, ref.Message)
 		}
+	}
+}
+
+// The fleet admits one crossing answer, as one instance does: on budget
+// 0.20 USD per 24 hours over two instances, requests of worst case (and
+// cost) 0.03 USD, alternating between the instances and each answered
+// before the next, are admitted while the fleet's budget has room, and
+// the one that takes its last (0.02 left) is served whole: 7 answers,
+// 0.21 USD, on one instance or two (the fleet's one crossing is not
+// refused as taken).
+func TestTheFleetAdmitsOneCrossingAnswer(t *testing.T) {
+	regs := fleetRegistries(t, realRedisURL(t), 2, consumer.Plan{Name: "team", BudgetUSD: 0.20, BudgetPer: 24 * time.Hour})
+	admitted := 0
+	for i := range 40 {
+		tk, ref := regs[i%2].AdmitHolding(time.Now(), "alice", "fast", 10, 0.03)
+		if ref != nil {
+			if ref.Limit != consumer.LimitBudget {
+				t.Fatalf("request %d: expected a refusal for the budget, got %+v", i, ref)
+			}
+			continue
+		}
+		admitted++
+		tk.Done(time.Now(), 0.03)
+	}
+	if admitted != 7 {
+		t.Errorf("expected 7 answers of 0.03 USD admitted on a budget of 0.20 (the 7th takes its last), got %d (%.2f USD)", admitted, float64(admitted)*0.03)
+	}
+}
+
+// The same with requests in flight on both instances (8 clients, 10 ms
+// answers, for a second): an instance that admits the last of its own
+// slice while another still holds its own takes no second crossing
+// (each took one in 2 of 5 runs: 8 answers, 0.24 USD).
+func TestTheFleetAdmitsOneCrossingAnswerConcurrently(t *testing.T) {
+	regs := fleetRegistries(t, realRedisURL(t), 2, consumer.Plan{Name: "team", BudgetUSD: 0.20, BudgetPer: 24 * time.Hour})
+	var admitted atomic.Int32
+	var wg sync.WaitGroup
+	until := time.Now().Add(time.Second)
+	for g := range 8 {
+		wg.Go(func() {
+			for time.Now().Before(until) {
+				tk, ref := regs[g%2].AdmitHolding(time.Now(), "alice", "fast", 10, 0.03)
+				if ref != nil {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				admitted.Add(1)
+				time.Sleep(10 * time.Millisecond)
+				tk.Done(time.Now(), 0.03)
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 7 {
+		t.Errorf("expected 7 answers of 0.03 USD admitted on a budget of 0.20 (the 7th takes its last), got %d (%.2f USD)", n, float64(n)*0.03)
+	}
+}
+
+// Values the router did not write, in the keys a consumer's budget reads
+// (its slices' hash, with entries of holds in flight of every wrong shape
+// or a far expiry, and a crossing key without expiry), neither block the
+// window's crossing nor count as holds that may come back: on budget 0.20
+// USD per 24 hours, a request of worst case 0.30 is admitted (it takes
+// the whole budget, the crossing), and once its answer cost 0.30 the next
+// is told the window's end; the hostile entries are gone.
+func TestHostileCrossingAndHeldValues(t *testing.T) {
+	url := realRedisURL(t)
+	regs, stores := fleetRegistriesOn(t, url, 1, consumer.Plan{Name: "team", BudgetUSD: 0.20, BudgetPer: 24 * time.Hour}, 2*time.Second)
+	opt, _ := redis.ParseURL(url)
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx := context.Background()
+	now := time.Now()
+	per := 24 * time.Hour
+	i := now.UnixNano() / int64(per)
+	id := consumerID("alice", consumer.DefaultPlan)
+	slices := slicesKey(stores[0].spendKey("consumer:" + id + ":" + per.String() + ":" + strconv.FormatInt(i, 10)))
+	far := strconv.FormatInt(time.Now().Add(24*time.Hour).UnixMilli(), 10)
+	if err := c.HSet(ctx, slices, "x#held", "junk", "y#held", "-5:"+far, "z#held", "0.5:"+far, "w#held", "NaN:1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cross := stores[0].prefix + "{c:" + id + "}:crossed:" + per.String() + ":" + strconv.FormatInt(i, 10)
+	if err := c.Set(ctx, cross, "hostile", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tk, ref := regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.30)
+	if ref != nil {
+		t.Fatalf("expected the crossing admitted past a crossing key without expiry, got %s", ref.Message)
+	}
+	tk.Done(time.Now(), 0.30)
+	_, ref = regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.01)
+	if ref == nil || ref.RetryAfter < time.Minute {
+		t.Errorf("expected a spent budget told the window's end (no hostile entry counted as a hold), got %+v", ref)
+	}
+	for _, f := range []string{"x#held", "y#held", "z#held", "w#held"} {
+		if c.HExists(ctx, slices, f).Val() {
+			t.Errorf("expected the hostile entry %s dropped", f)
+		}
+	}
+	if ttl := c.PTTL(ctx, cross).Val(); ttl <= 0 || ttl > 25*time.Hour {
+		t.Errorf("expected the crossing key to expire with its window, PTTL %v", ttl)
 	}
 }

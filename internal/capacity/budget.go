@@ -141,9 +141,10 @@ type window struct {
 	share    float64
 	own      int64
 	ownReset time.Time
-	// offline is this instance's share of a bucket's rate while the
-	// fleet cannot answer (0: none; see unanswered); fleetN is how many
-	// instances spent the fleet's bucket at its last answer.
+	// offline is this instance's share of a bucket's rate, or of a
+	// fixed window that renews, while the fleet cannot answer (0: none;
+	// see unanswered); fleetN is how many instances spent the fleet's
+	// window at its last answer.
 	offline float64
 	fleetN  int
 	// spanSeen is the longest reset stated since the window last rolled
@@ -700,7 +701,11 @@ func (w *window) current(now time.Time) int64 {
 		// A bucket's as well: what its rate refilled since the last count.
 		return min(max(w.limit-w.carry, 0), satAdd(w.remaining, int64(min(w.pace*now.Sub(w.at).Seconds(), math.MaxInt64/4))))
 	case w.limit >= 0:
-		return max(w.limit-w.carry, 0) // a new window, full
+		full := max(w.limit-w.carry, 0) // a new window, full
+		if w.offline > 0 {
+			return int64(float64(full) * w.offline) // renewed while the fleet cannot answer: a share (unanswered)
+		}
+		return full
 	}
 	return provider.Unknown
 }

@@ -130,6 +130,7 @@ func (w *window) spentFleet(now time.Time, left BudgetWindow, n int64, instances
 	if left.Limit < 0 || left.Reset.IsZero() || w.refilling() {
 		return
 	}
+	w.offline, w.fleetN = 0, instances // the fleet answers: its count, not a share of a renewal (unanswered)
 	equal := 1 / float64(max(instances, 1))
 	if w.share == 0 {
 		w.share = equal // an equal share, until learned
@@ -166,10 +167,20 @@ const minShare = 0.05
 // refills here at this instance's equal share of its rate, among the
 // instances that spent it lately, until the fleet answers again
 // (spentFleet), so that the instances cut off from Redis do not each
-// spend the whole refill. A lone instance, and a fixed window, go on as
-// they know them.
+// spend the whole refill. A fixed window goes on as it is known, but
+// one that renews before the fleet answers again is this instance's
+// equal share of the limit (current), not the whole limit, which each
+// cut-off instance would spend at once (trial38: a Redis killed
+// mid-burst drew 7-18 upstream 429s when the window renewed during the
+// outage). A lone instance goes on as it knows them.
 func (w *window) unanswered(now time.Time) {
-	if !w.refilling() || w.offline > 0 || w.fleetN <= 1 {
+	if w.offline > 0 || w.fleetN <= 1 {
+		return
+	}
+	if !w.refilling() {
+		if w.limit > 0 && !w.reset.IsZero() {
+			w.offline = 1 / float64(w.fleetN)
+		}
 		return
 	}
 	w.offline = 1 / float64(w.fleetN)

@@ -87,3 +87,49 @@ func TestAFleetBucketsLocalForecastIsItsShare(t *testing.T) {
 		t.Errorf("expected this instance's forecast to be half of the fleet's %d (two instances), got %d", whole, local)
 	}
 }
+
+// A fixed window that renews while the fleet cannot answer (Redis down,
+// the instance holding no slice of the new window) is this instance's
+// equal share of the limit among the instances that spent it lately, not
+// the whole limit, which each cut-off instance would spend at once (a
+// Redis killed mid-burst drew 7-18 upstream 429s when the window renewed
+// during the outage, trial38); once the fleet answers again, its count
+// stands.
+func TestAFixedWindowRenewedWhileTheFleetCannotAnswerIsAShare(t *testing.T) {
+	s := NewState()
+	ok := provider.NewObservation(provider.OK)
+	ok.Requests = provider.Window{Limit: 100, Remaining: 99, Reset: 10 * time.Second}
+	s.Observe(t0, ok, DefaultPolicy)
+	f := &fakeFleet{}
+	s.SetFleet(f)
+	now := t0.Add(time.Second)
+	f.left = Budget{Requests: BudgetWindow{Limit: 100, Remaining: 40, Reset: t0.Add(10 * time.Second), Span: 10 * time.Second},
+		Tokens: BudgetWindow{Limit: provider.Unknown}, Instances: 2}
+	if !s.Acquire(now, 0) {
+		t.Fatal("expected the first attempt to go")
+	}
+	s.Release()
+	f.err = errors.New("redis down")
+	later := t0.Add(12 * time.Second) // the window renewed at 10 s
+	served := 0
+	for range 100 {
+		if s.Acquire(later, 0) {
+			served++
+			s.Release()
+		}
+	}
+	if served != 50 {
+		t.Errorf("expected half of the renewed window (50) while the fleet cannot answer, got %d", served)
+	}
+	// Once the fleet answers again, the next renewal is the whole limit
+	// (the fleet's budget decides it).
+	f.err = nil
+	f.left.Requests = BudgetWindow{Limit: 100, Remaining: 60, Reset: t0.Add(32 * time.Second), Span: 10 * time.Second}
+	if !s.Acquire(t0.Add(23*time.Second), 0) {
+		t.Fatal("expected an attempt in the next window")
+	}
+	s.Release()
+	if got := s.requests.current(t0.Add(33 * time.Second)); got != 100 {
+		t.Errorf("expected the window after the fleet answered renewed whole (100), got %d", got)
+	}
+}

@@ -336,7 +336,15 @@ func (b *consumerBudget) unclaimCrossing(at time.Time) {
 	if !s.available() {
 		return
 	}
-	s.wg.Add(1)
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		s.wg.Add(1) // under s.mu, as close sets closed before it waits
+	}
+	s.mu.Unlock()
+	if closed {
+		return
+	}
 	go func() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, s.bgTimeout)

@@ -424,7 +424,7 @@ func (r *Registry) takeFleet(now time.Time, p *Plan, t *Ticket, consumer string,
 		// Its worst case, as held here (0 when unknown: its usual cost).
 		if t.settle, until = r.fleet.Budget(consumer, p.Name, p.BudgetUSD, p.BudgetPer).Hold(now, t.hold); t.settle == nil {
 			ref := &Refusal{Status: http.StatusTooManyRequests, Limit: LimitBudget, RetryAfter: max(until.Sub(now), time.Second),
-				Message: fmt.Sprintf("the fleet's instances spent its %.4g USD per %s; it renews at %s", p.BudgetUSD, period.String(p.BudgetPer), until.UTC().Format(time.RFC3339))}
+				Message: fmt.Sprintf("the fleet's instances spent its %.4g USD per %s, or hold the rest for their requests in flight (each its worst case, held until it is answered; another instance's holds are known to this one from its next lease); it renews at %s", p.BudgetUSD, period.String(p.BudgetPer), until.UTC().Format(time.RFC3339))}
 			if until.Before(windowEnd(now, p.BudgetPer)) {
 				ref.Message = fmt.Sprintf("what is left of its %.4g USD per %s is held by the fleet's instances, in slices or for its requests in flight (each its worst case until it is answered at its cost), which come back soon", p.BudgetUSD, period.String(p.BudgetPer))
 			}

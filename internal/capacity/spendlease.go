@@ -153,6 +153,22 @@ func (s *Spending) othersHold(usd float64) bool {
 	return s.others > 0 && s.leaser() != nil && usd <= s.room()+s.others
 }
 
+// GiveBack returns what this instance's slice holds unspent to the
+// fleet's budget at now (a negative spend, flushed), as a refused
+// attempt's slice goes back (leaseFor): another instance's attempt may
+// use it. Nothing without a SpendLeaser or a slice.
+func (s *Spending) GiveBack(now time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	gave := s.giveBack(0)
+	s.mu.Unlock()
+	if gave {
+		s.flush(now)
+	}
+}
+
 // HoldsInFlightWouldHold reports whether a hold of usd that the budget
 // has no room for at now would fit once the holds in flight settle (at
 // their answers' cost, no more than they hold): this instance's, and the

@@ -254,6 +254,7 @@ func (b *consumerBudget) Hold(now time.Time, usd float64) (settle func(time.Time
 	}
 	if ok && worst && hold < usd && !b.claimCrossing(now) {
 		b.sp.Settle(now, h, 0) // another request took the window's crossing
+		b.sp.GiveBack(now)     // the slice it cannot use goes back, for another instance's attempt
 		ok, hold = false, usd
 	}
 	if !ok {

@@ -399,13 +399,6 @@ func (r *Registry) admitFleet(now time.Time, p *Plan, t *Ticket, consumer string
 	return ref
 }
 
-// windowEnd is when the budget window of period per holding now ends
-// (windows are aligned to the Unix epoch, as budget windows are: a day's
-// ends at midnight UTC).
-func windowEnd(now time.Time, per time.Duration) time.Time {
-	return time.Unix(0, (now.UnixNano()/int64(per)+1)*int64(per))
-}
-
 // fleetRecheck is the Retry-After of a refusal for a fleet that did not
 // answer in time.
 const fleetRecheck = time.Second
@@ -425,7 +418,7 @@ func (r *Registry) takeFleet(now time.Time, p *Plan, t *Ticket, consumer string,
 		if t.settle, until = r.fleet.Budget(consumer, p.Name, p.BudgetUSD, p.BudgetPer).Hold(now, t.hold); t.settle == nil {
 			ref := &Refusal{Status: http.StatusTooManyRequests, Limit: LimitBudget, RetryAfter: max(until.Sub(now), time.Second),
 				Message: fmt.Sprintf("the fleet's instances spent its %.4g USD per %s, or hold the rest for their requests in flight (each its worst case, held until it is answered; another instance's holds are known to this one from its next lease); it renews at %s", p.BudgetUSD, period.String(p.BudgetPer), until.UTC().Format(time.RFC3339))}
-			if until.Before(windowEnd(now, p.BudgetPer)) {
+			if _, end := period.Window(now, p.BudgetPer); until.Before(end) {
 				ref.Message = fmt.Sprintf("what is left of its %.4g USD per %s is held by the fleet's instances, in slices or for its requests in flight (each its worst case until it is answered at its cost), which come back soon", p.BudgetUSD, period.String(p.BudgetPer))
 			}
 			return ref

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
+	"github.com/llmrouter/caddy-llm-router/internal/period"
 )
 
 // Consumers' limits across the fleet. A consumer's rpm and tpm are one
@@ -360,8 +361,7 @@ func (b *consumerBudget) unclaimCrossing(at time.Time) {
 // and its expiry: a minute after the window ends.
 func (b *consumerBudget) crossingKey(now time.Time) (string, time.Duration) {
 	per := b.sp.Limit().Period
-	i := now.UnixNano() / int64(per)
-	end := time.Unix(0, (i+1)*int64(per))
+	i, end := period.Window(now, per)
 	return b.crossKey + per.String() + ":" + strconv.FormatInt(i, 10), end.Sub(now) + time.Minute
 }
 

@@ -22,3 +22,11 @@ func String(d time.Duration) string {
 	}
 	return s
 }
+
+// Window is the budget window of period per that holds now: its index
+// (windows are aligned to the Unix epoch: a day's starts at 00:00 UTC)
+// and when it ends. per must be positive.
+func Window(now time.Time, per time.Duration) (index int64, end time.Time) {
+	index = now.UnixNano() / int64(per)
+	return index, time.Unix(0, (index+1)*int64(per))
+}

@@ -20,3 +20,15 @@ func TestStringIsTheShortForm(t *testing.T) {
 		}
 	}
 }
+
+// A day's budget window ends at midnight UTC, an hour's on the hour.
+func TestWindowIsAlignedToTheEpoch(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 17, 0, 0, time.UTC)
+	if _, end := Window(now, 24*time.Hour); !end.Equal(time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("a day's window at %v ends at %v, want midnight UTC", now, end)
+	}
+	i, end := Window(now, time.Hour)
+	if !end.Equal(time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC)) || i != now.Unix()/3600 {
+		t.Errorf("an hour's window at %v: index %d, end %v", now, i, end)
+	}
+}

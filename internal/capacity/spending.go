@@ -215,7 +215,26 @@ func (s *Spending) index(now time.Time) int64 { return now.UnixNano() / int64(s.
 // resetAt is when the window of index i ends.
 func (s *Spending) resetAt(i int64) time.Time { return time.Unix(0, (i+1)*int64(s.limit.Period)) }
 
-func (s *Spending) storeKey(i int64) string { return s.storeKeyOf(s.limit.Period, i) }
+// storeKey is the store's key of window i of the period the current
+// window counts in (counted); under s.mu.
+func (s *Spending) storeKey(i int64) string { return s.storeKeyOf(s.counted(), i) }
+
+// storeTTL is how long the store keeps a key of the current window's
+// period: the period and a minute; under s.mu.
+func (s *Spending) storeTTL() time.Duration { return s.counted() + time.Minute }
+
+// counted is the period the current window (s.window) counts in: the
+// old one after SetLimit changed it, until the next look rolls into the
+// new one; under s.mu. A call made for a window of the old period (a
+// slice renewed in the background, a write retried) writes to that
+// window's key, which the carry counts in the new one: with the new
+// period's key for the old index it would write to another window.
+func (s *Spending) counted() time.Duration {
+	if s.carry > 0 {
+		return s.carry
+	}
+	return s.limit.Period
+}
 
 // storeKeyOf is the store's key of window i of period per.
 func (s *Spending) storeKeyOf(per time.Duration, i int64) string {
@@ -310,7 +329,7 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 			return h, ok, until
 		}
 	}
-	store, limit, key, ttl := s.store, s.storeLimit(), s.storeKey(i), s.limit.Period+time.Minute
+	store, limit, key, ttl := s.store, s.storeLimit(), s.storeKey(i), s.storeTTL()
 	if store == nil {
 		ok = s.holdHere(h)
 		s.mu.Unlock()
@@ -444,7 +463,7 @@ func (s *Spending) flush(now time.Time) {
 			s.seq++
 			s.op = &spendOp{SpendOp: SpendOp{Writer: s.writer, Seq: s.seq}, usd: s.spent, window: s.window, key: s.storeKey(s.window)}
 		}
-		op, store, ttl := *s.op, s.store, s.limit.Period+time.Minute
+		op, store, ttl := *s.op, s.store, s.storeTTL()
 		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		total, err := store.AddSpend(ctx, op.key, op.usd, op.SpendOp, ttl)
@@ -471,7 +490,7 @@ func (s *Spending) carryOver(now time.Time) bool {
 		return true
 	}
 	from, i := s.carryFrom, s.window
-	key, ttl := s.storeKey(i), s.limit.Period+time.Minute
+	key, ttl := s.storeKey(i), s.storeTTL()
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	total, err := c.CarrySpend(ctx, from, key, ttl)

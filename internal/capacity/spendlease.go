@@ -220,7 +220,7 @@ func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit floa
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	s.mu.Lock()
-	held, inFlight, key, ttl := s.lease, s.inSlice, s.storeKey(i), s.limit.Period+time.Minute // a reload may change the period meanwhile
+	held, inFlight, key, ttl := s.lease, s.inSlice, s.storeKey(i), s.storeTTL() // of window i's period, which a reload may change meanwhile (counted)
 	s.mu.Unlock()
 	g, err := l.LeaseSpend(ctx, SpendLease{Key: key, Need: need, Ask: ask, Keep: keep, Limit: limit,
 		TTL: ttl, Writer: s.writer, Held: held, EntryTTL: spendSliceEntry, InFlight: inFlight})

@@ -123,3 +123,60 @@ func TestARefusedSliceGoesBackForAnother(t *testing.T) {
 		t.Errorf("expected b's $0.006 held from its slice and what a could not use (a holds %g, b %g, total %g)", a.lease, b.lease, store.totals[a.storeKey(a.index(now))])
 	}
 }
+
+// fakeCarrier is a fakeLeaser that carries a window's total into another
+// as fleet mode's carryScript does: what from's total has beyond what
+// was carried from it before.
+type fakeCarrier struct {
+	fakeLeaser
+	carried map[string]float64 // from -> its total last carried
+}
+
+func (f *fakeCarrier) CarrySpend(_ context.Context, from, key string, _ time.Duration) (float64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o := f.totals[from]; o > f.carried[from] {
+		f.totals[key] += o - f.carried[from]
+		f.carried[from] = o
+	}
+	return f.totals[key], nil
+}
+
+// A slice renewed in the background for a window of the old period
+// (its hold taken before a reload changed the budget's period, its
+// lease call answered after) is leased from that window, whose total
+// the new period's window carries: with the new period's key for the
+// old window's index it was leased from a window no one spends in
+// (empty: granted in full) and then given back to the new one, which
+// lost what it gave back ($8.25 counted of $9.5 spent, and $0.6 held
+// past the budget, in fleet's TestAFleetBudgetPeriodChangeKeepsTheSpend,
+// 1 run in 20).
+func TestASliceRenewedAcrossAReloadIsOfItsWindow(t *testing.T) {
+	store := &fakeCarrier{fakeLeaser: fakeLeaser{fakeSpendStore: fakeSpendStore{totals: map[string]float64{}}}, carried: map[string]float64{}}
+	day, half := SpendLimit{USD: 10, Period: 24 * time.Hour}, SpendLimit{USD: 10, Period: 12 * time.Hour}
+	s := NewSpendingByPeriod(day, store, "consumer:alice")
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	h, ok, _ := s.Hold(at, 9.5)
+	if !ok {
+		t.Fatal("$9.5 of $10: refused")
+	}
+	settled(t, s)
+	old := s.index(at)
+	s.SetLimit(half) // the reload lands while a renewal of the old window is under way
+	s.mu.Lock()
+	s.leasing = true
+	s.mu.Unlock()
+	s.renew(at, old)
+	s.Settle(at.Add(time.Minute), h, 9.5)
+	if r := s.Report(at.Add(time.Minute)); r == nil || math.Abs(r.SpentUSD-9.5) > 1e-6 {
+		t.Errorf("expected $9.5 spent in the new period's window, got %+v (totals %v)", r, store.totals)
+	}
+	if _, ok, _ := s.Hold(at.Add(2*time.Minute), 0.6); ok {
+		t.Errorf("$0.6 held with $9.5 of $10 spent (totals %v)", store.totals)
+	}
+	for k := range store.totals {
+		if k != s.storeKeyOf(24*time.Hour, old) && k != s.storeKeyOf(12*time.Hour, s.index(at)) {
+			t.Errorf("a write to %s, a window neither period's budget spends in", k)
+		}
+	}
+}

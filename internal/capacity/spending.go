@@ -116,6 +116,13 @@ type Spending struct {
 	watching       bool    // an idle check is scheduled
 	idle           int64   // holds taken from the slice (the idle check's clock)
 	attempt        float64 // the last hold taken from the slice (USD)
+	// recorded is what the store records of this instance (its slice and
+	// its holds in flight, USD) as of its last lease call in window
+	// recordedIn; refreshing, a refresh of a stale record is scheduled
+	// (refreshRecord).
+	recorded   [2]float64
+	recordedIn int64
+	refreshing bool
 
 	writer   string   // this Spending's name in its SpendOps
 	seq      int64    // the last SpendOp's Seq
@@ -419,6 +426,7 @@ func (s *Spending) Settle(now time.Time, h *Hold, usd float64) (over bool, until
 		case h.leased:
 			s.inSlice = max(0, s.inSlice-h.usd)
 			delta = s.settleLeased(h, usd)
+			s.refreshRecord()
 		case h.shared:
 			delta -= h.usd
 		default:

@@ -224,6 +224,11 @@ func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit floa
 	s.mu.Unlock()
 	g, err := l.LeaseSpend(ctx, SpendLease{Key: key, Need: need, Ask: ask, Keep: keep, Limit: limit,
 		TTL: ttl, Writer: s.writer, Held: held, EntryTTL: spendSliceEntry, InFlight: inFlight})
+	if err == nil {
+		s.mu.Lock()
+		s.recorded, s.recordedIn = [2]float64{held + g.Granted, inFlight}, i
+		s.mu.Unlock()
+	}
 	if err == nil && g.Granted > 0 {
 		s.watchIdle()
 	}
@@ -273,6 +278,7 @@ func (s *Spending) giveBack(keep float64) bool {
 	}
 	s.lease -= give
 	s.spent -= give
+	s.refreshRecord()
 	return true
 }
 
@@ -313,4 +319,50 @@ func (s *Spending) watchIdle() {
 		}
 	}
 	time.AfterFunc(spendLeaseIdle, check)
+}
+
+// refreshRecord schedules, when the store's record of this instance (its
+// slice and its holds in flight, as of its last lease call) holds more
+// than they do now (a hold settled from the slice spent some of it, a
+// slice went back), a lease call that asks for nothing in
+// spendSliceRetry, which records them as they are then: the other
+// instances take a record for what may come back to the budget, and one
+// that is spent would make them tell a refusal to retry in a second
+// (refusedUntil, HoldsInFlightWouldHold) until this instance leased
+// again or its entry expired (spendSliceEntry). At most one call per
+// spendSliceRetry, in the background; under s.mu.
+func (s *Spending) refreshRecord() {
+	if s.refreshing || s.leaser() == nil || !s.recordStale() {
+		return
+	}
+	s.refreshing = true
+	time.AfterFunc(spendSliceRetry, func() {
+		s.mu.Lock()
+		s.refreshing = false
+		l, i, limit, stale := s.leaser(), s.window, s.storeLimit(), s.recordStale()
+		s.mu.Unlock()
+		if !stale || l == nil {
+			return
+		}
+		g, err := s.callLease(l, i, 0, 0, 0, limit)
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.window == i { // as leased does, but the look's clock is the callers' (their now)
+			s.lease += g.Granted
+			s.others, s.othersInFlight, s.shared = max(g.Others, 0), max(g.OthersInFlight, 0), g.Total
+		}
+	})
+}
+
+// recordStale reports whether the store's record of this instance, in
+// the current window, holds more than its slice and holds in flight do
+// (a hold taken from the slice moves what it holds from one to the
+// other: the two together may come back); under s.mu.
+func (s *Spending) recordStale() bool {
+	margin := s.limit.USD * 1e-9
+	return s.recordedIn == s.window && s.carry == 0 &&
+		s.recorded[0]+s.recorded[1] > s.lease+s.inSlice+margin
 }

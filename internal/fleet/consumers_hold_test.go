@@ -49,9 +49,8 @@ func TestConsumerBudgetHoldsTheWorstCaseAcrossTheFleet(t *testing.T) {
 // Retry-After of seconds (the refusal once said the window's end, up to
 // 24 hours) and a message that names the holds. Once the fleet has spent
 // the budget the refusal is until the window renews (for a request
-// larger than what the instances' slices last recorded: a slice spent
-// since counts as one that may come back until its instance leases again
-// or its entry expires, spendSliceEntry).
+// larger than what the instances' slices last recorded; a smaller one
+// once they record anew: TestASpentBudgetIsToldItsWindowSoon).
 func TestAConsumerRefusedForHoldsIsToldTheirWait(t *testing.T) {
 	regs := fleetRegistries(t, realRedisURL(t), 2, consumer.Plan{Name: "team", BudgetUSD: 0.20, BudgetPer: 24 * time.Hour})
 	first, ref := regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.17)
@@ -184,5 +183,46 @@ func TestHostileCrossingAndHeldValues(t *testing.T) {
 	}
 	if ttl := c.PTTL(ctx, cross).Val(); ttl <= 0 || ttl > 25*time.Hour {
 		t.Errorf("expected the crossing key to expire with its window, PTTL %v", ttl)
+	}
+}
+
+// A spent budget is told its window's end soon after the answers that
+// spent it, whatever the request: on budget 0.20 USD per 24 hours over
+// two instances, answers of 0.17 and 0.03 USD (each its worst case)
+// spend it; a request of 0.01 USD, less than what the instances' records
+// of their slices and holds said when they leased, is told the window's
+// end on both within spendSliceRetry and a call (each instance records
+// its slice and holds anew once they hold less than its record said).
+// Before, a record stayed until its instance leased again or its entry
+// expired: "retry in 1 s" for 13 s.
+func TestASpentBudgetIsToldItsWindowSoon(t *testing.T) {
+	regs := fleetRegistries(t, realRedisURL(t), 2, consumer.Plan{Name: "team", BudgetUSD: 0.20, BudgetPer: 24 * time.Hour})
+	first, ref := regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.17)
+	if ref != nil {
+		t.Fatalf("expected the first request admitted into an unspent budget, got %s", ref.Message)
+	}
+	second, ref := regs[1].AdmitHolding(time.Now(), "alice", "fast", 10, 0.03)
+	if ref != nil {
+		t.Fatalf("expected the second request admitted (it holds the 0.03 left), got %s", ref.Message)
+	}
+	time.Sleep(100 * time.Millisecond) // the answers take a moment: each instance records its holds in flight meanwhile
+	first.Done(time.Now(), 0.17)
+	second.Done(time.Now(), 0.03)
+	spent := time.Now()
+	end := time.Now().Truncate(24 * time.Hour).Add(24 * time.Hour)
+	for i, r := range regs {
+		var last *consumer.Refusal
+		eventually(t, 3*time.Second, "a spent budget told the window's end", func() bool {
+			_, last = r.AdmitHolding(time.Now(), "alice", "fast", 10, 0.01)
+			if last == nil || last.Limit != consumer.LimitBudget {
+				t.Fatalf("instance %d: expected a refusal for a spent budget, got %+v", i, last)
+			}
+			if time.Now().Add(last.RetryAfter).Before(end.Add(-5 * time.Second)) {
+				time.Sleep(50 * time.Millisecond)
+				return false
+			}
+			return true
+		})
+		t.Logf("instance %d: told Retry-After %v, %v after the budget was spent: %s", i, last.RetryAfter.Round(time.Second), time.Since(spent).Round(time.Millisecond), last.Message)
 	}
 }

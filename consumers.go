@@ -484,17 +484,27 @@ type consumerStatus = consumer.Usage
 // liveConsumers lists the tracked consumers of every live handler (the
 // named ones that asked of late, on a plan or on none), each at its
 // router's clock, sorted by name.
+// The reports are taken after live's lock is released: in fleet mode a
+// report reads the fleet's budgets from Redis (consumer.FleetReporter).
 func liveConsumers() []consumerStatus {
+	type source struct {
+		reg *consumer.Registry
+		now time.Time
+	}
+	var sources []source
 	live.Lock()
-	defer live.Unlock()
-	out := []consumerStatus{}
 	seen := map[*consumer.Counts]bool{}
 	for h := range live.handlers {
 		reg := h.Consumers.registry
 		if counts := reg.Counts(); counts != nil && !seen[counts] { // handlers share them (consumerCounts)
 			seen[counts] = true
-			out = append(out, reg.Report(h.router.Clock.Now())...)
+			sources = append(sources, source{reg, h.router.Clock.Now()})
 		}
+	}
+	live.Unlock()
+	out := []consumerStatus{}
+	for _, src := range sources {
+		out = append(out, src.reg.Report(src.now)...)
 	}
 	slices.SortStableFunc(out, func(a, b consumerStatus) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return out

@@ -222,6 +222,17 @@ func (s *Spending) index(now time.Time) int64 { return now.UnixNano() / int64(s.
 // resetAt is when the window of index i ends.
 func (s *Spending) resetAt(i int64) time.Time { return time.Unix(0, (i+1)*int64(s.limit.Period)) }
 
+// StoreKey returns the store's key of the window of now (the key a
+// SpendStore is called with for it; "" for a nil Spending).
+func (s *Spending) StoreKey(now time.Time) string {
+	if s == nil {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.storeKey(s.roll(now))
+}
+
 // storeKey is the store's key of window i of the period the current
 // window counts in (counted); under s.mu.
 func (s *Spending) storeKey(i int64) string { return s.storeKeyOf(s.counted(), i) }

@@ -493,6 +493,10 @@ type Usage struct {
 	InFlight int     `json:"in_flight"`
 	SpentUSD float64 `json:"spent_usd"`
 	HeldUSD  float64 `json:"held_usd,omitempty"`
+	// FleetWide says SpentUSD and HeldUSD are the fleet's (fleet mode,
+	// read from Redis for the report), not this instance's alone; the
+	// other figures are this instance's.
+	FleetWide bool `json:"fleet_wide,omitempty"`
 	// Limits are the plan's (0: none).
 	RPM        int64   `json:"rpm,omitempty"`
 	TPM        int64   `json:"tpm,omitempty"`
@@ -504,15 +508,19 @@ type Usage struct {
 // Report returns the use of every tracked consumer at now on its plan in
 // this config (PlanOf: after a reload that moved it, its new plan, not
 // the one its last admitted request had), sorted by name; a consumer on
-// no plan is listed with Plan "" and no limits.
+// no plan is listed with Plan "" and no limits. In fleet mode, with a
+// Fleet that is a FleetReporter, a budget's spend and holds are the
+// fleet's (FleetWide), read from it once for all of them after the
+// counts are taken; this instance's when it does not answer.
 func (r *Registry) Report(now time.Time) []Usage {
 	if r == nil {
 		return nil
 	}
 	c := r.counts
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	out := make([]Usage, 0, len(c.use))
+	var budgets []BudgetRef
+	var at []int
 	for who, u := range c.use {
 		p := r.planOrNone(who)
 		if p == nil {
@@ -520,6 +528,18 @@ func (r *Registry) Report(now time.Time) []Usage {
 		}
 		u.plan = p // as its next admission would (Counts.of)
 		out = append(out, u.report(who, now))
+		if p.BudgetUSD > 0 {
+			budgets = append(budgets, BudgetRef{Consumer: who, Plan: p.Name, USD: p.BudgetUSD, Per: p.BudgetPer})
+			at = append(at, len(out)-1)
+		}
+	}
+	c.mu.Unlock()
+	if fr, ok := r.fleet.(FleetReporter); ok && len(budgets) > 0 {
+		if figs, err := fr.ReportBudgets(now, budgets); err == nil && len(figs) == len(budgets) {
+			for k, i := range at {
+				out[i].SpentUSD, out[i].HeldUSD, out[i].FleetWide = figs[k].SpentUSD, figs[k].HeldUSD, true
+			}
+		}
 	}
 	slices.SortFunc(out, func(a, b Usage) int {
 		if a.Consumer < b.Consumer {
@@ -528,4 +548,26 @@ func (r *Registry) Report(now time.Time) []Usage {
 		return 1
 	})
 	return out
+}
+
+// FleetReporter is a Fleet that reports its consumers' budgets (the
+// admin API's and the status page's figures, not the request path's).
+type FleetReporter interface {
+	// ReportBudgets returns, for each of budgets in order, what the
+	// whole fleet spent of it in its window of now and what its requests
+	// in flight hold (USD), in one call bounded by the fleet's timeout;
+	// an error when the fleet does not answer.
+	ReportBudgets(now time.Time, budgets []BudgetRef) ([]BudgetFigures, error)
+}
+
+// BudgetRef names a consumer's budget on a plan: USD per Per.
+type BudgetRef struct {
+	Consumer, Plan string
+	USD            float64
+	Per            time.Duration
+}
+
+// BudgetFigures are a budget's spend and holds across a fleet (USD).
+type BudgetFigures struct {
+	SpentUSD, HeldUSD float64
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -392,3 +395,68 @@ func (b *consumerBudget) learn(cost float64) {
 
 // Spend spends usd at now with no hold (an answer found done later).
 func (b *consumerBudget) Spend(now time.Time, usd float64) { b.sp.Add(now, usd) }
+
+// ReportBudgets implements consumer.FleetReporter: for each budget, what
+// the fleet spent in the window of now and what its requests in flight
+// hold (USD), from the budget's total and its slices' records
+// (leaseSpendScript): the total counts the instances' slices, spent or
+// not, so what their records say they hold unspent is taken off it, and
+// what they say their holds in flight hold is the holds (a record is at
+// most about a second stale once it holds more than its instance does:
+// capacity's refreshRecord). One pipelined round trip of two reads per
+// budget, bounded by the store's timeout; ErrUnavailable when the store
+// is down.
+func (s *Store) ReportBudgets(now time.Time, budgets []consumer.BudgetRef) ([]consumer.BudgetFigures, error) {
+	if !s.available() {
+		return nil, ErrUnavailable
+	}
+	ctx, cancel := s.requestCtx(s.ctx)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	totals, entries := make([]*redis.StringCmd, len(budgets)), make([]*redis.MapStringStringCmd, len(budgets))
+	for i, b := range budgets {
+		k := s.spendKey(s.Budget(b.Consumer, b.Plan, b.USD, b.Per).(*consumerBudget).sp.StoreKey(now))
+		totals[i], entries[i] = pipe.Get(ctx, k), pipe.HGetAll(ctx, slicesKey(k))
+	}
+	start := time.Now()
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		s.callFailed("spend", err, start)
+		return nil, err
+	}
+	s.answered()
+	out := make([]consumer.BudgetFigures, len(budgets))
+	nowMS := time.Now().UnixMilli() // the records' expiries are on Redis' clock; a skew of ms against their seconds
+	for i := range budgets {
+		total, _ := totals[i].Float64() // none, or not a number: 0, as the scripts take it
+		var unspent, held float64
+		for field, v := range entries[i].Val() {
+			a, e, ok := sliceEntry(v)
+			if !ok || e <= nowMS {
+				continue
+			}
+			if strings.HasSuffix(field, "#held") {
+				held += a
+			} else {
+				unspent += a
+			}
+		}
+		out[i] = consumer.BudgetFigures{SpentUSD: capacity.RoundUSD(max(total-unspent-held, 0)), HeldUSD: capacity.RoundUSD(min(held, max(total-unspent, 0)))}
+	}
+	return out, nil
+}
+
+// sliceEntry parses a slices' record, "<USD>:<expiry, Unix ms>", as
+// leaseSpendScript writes it; ok is false for any other shape or a
+// negative amount (the script drops those).
+func sliceEntry(v string) (usd float64, expiry int64, ok bool) {
+	a, e, found := strings.Cut(v, ":")
+	if !found {
+		return 0, 0, false
+	}
+	usd, err1 := strconv.ParseFloat(a, 64)
+	expiry, err2 := strconv.ParseInt(e, 10, 64)
+	if err1 != nil || err2 != nil || !(usd >= 0) || math.IsInf(usd, 0) {
+		return 0, 0, false
+	}
+	return usd, expiry, true
+}

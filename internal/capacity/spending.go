@@ -50,6 +50,12 @@ type SpendCarrier interface {
 	// key's total. Each instance that changes the period carries, after
 	// its own writes to from: the total carried is from's largest seen.
 	CarrySpend(ctx context.Context, from, key string, ttl time.Duration) (float64, error)
+	// SpendPeriods records per as a period in use of the budget whose
+	// keys start with base, for ttl, and returns the other periods
+	// recorded and not expired: a Spending started with a new period (a
+	// restart, not a reload: SetLimit) carries their windows of now into
+	// its own, as a reload does.
+	SpendPeriods(ctx context.Context, base string, per, ttl time.Duration) ([]time.Duration, error)
 }
 
 // SpendOp names a write to a SpendStore: its writer (one Spending of one
@@ -97,6 +103,18 @@ type Spending struct {
 	// the store's key of the old period's window whose total is still to
 	// be carried into the current window's (flush); "" when none.
 	carryFrom string
+	carryMore []string // the other windows to carry after carryFrom (registerPeriods)
+	// periodsIn is the window (its index + 1) in which this Spending last
+	// recorded its period in the store (SpendCarrier.SpendPeriods), 0
+	// none; periodsDone, it did once (and carried the other periods'
+	// windows then).
+	periodsIn   int64
+	periodsDone bool
+	// carriedOld is the old period's window (its index + 1) a reload
+	// rolled past and carries (0: none); leaseCalls counts the lease
+	// calls in flight, which the carry waits for (carryOver).
+	carriedOld int64
+	leaseCalls int
 	// byPeriod names the period in the store's keys (NewSpendingByPeriod).
 	byPeriod bool
 	shared   float64 // in it: the fleet's total (spent and held) as the store last stated it
@@ -283,7 +301,7 @@ func (s *Spending) roll(now time.Time) int64 {
 			// lands, the total last seen counts (shared).
 			s.spent -= s.lease + s.inSlice
 			s.lease, s.inSlice, s.others, s.othersInFlight, s.looked = 0, 0, 0, 0, time.Time{}
-			s.carryFrom = s.storeKeyOf(s.carry, old)
+			s.carryFrom, s.carryMore, s.carriedOld = s.storeKeyOf(s.carry, old), nil, old+1
 			if s.op != nil {
 				s.op.window = -1 // a write to the old window, sent before the carry
 			}
@@ -294,7 +312,7 @@ func (s *Spending) roll(now time.Time) int64 {
 	if i := s.index(now); i > s.window {
 		s.window, s.shared, s.spent, s.held, s.looked = i, 0, 0, 0, time.Time{}
 		s.op, s.lease, s.inSlice, s.others, s.othersInFlight = nil, 0, 0, 0, 0 // what the ended window did not write is dropped, its slice with its key
-		s.carryFrom = ""                                                       // the new period's window carried into has ended too
+		s.carryFrom, s.carryMore = "", nil                                     // the new period's window carried into has ended too
 	}
 	return s.window
 }
@@ -330,16 +348,24 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 	i := s.roll(now)
 	until = s.resetAt(i)
 	h = &Hold{usd: usd, window: i}
-	if s.carryFrom != "" && s.store != nil {
-		// The old period's total is carried first (flush): a slice or a
-		// hold of the new window before it would not count it.
+	if s.carryFrom != "" || s.firstLook() {
+		// The old period's total is carried first (flush), as other
+		// periods of the budget in use when this Spending started are: a
+		// slice or a hold of the new window before it would not count it.
 		s.mu.Unlock()
 		s.flush(now)
 		s.mu.Lock()
+		// Another hold's flush may be carrying (flush is one at a time):
+		// it lands within storeTimeout, or the store did not answer.
+		for wait := time.Now().Add(storeTimeout); (s.carryFrom != "" || s.firstLook()) && s.flushing && time.Now().Before(wait); {
+			s.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			s.mu.Lock()
+		}
 		i = s.roll(now)
 		until = s.resetAt(i)
 		h.window = i
-		if s.carryFrom != "" { // the store did not answer: what this instance knows decides
+		if s.carryFrom != "" || s.firstLook() { // the store did not answer: what this instance knows decides
 			if ok = s.holdHere(h); !ok {
 				h = nil
 			}
@@ -466,6 +492,15 @@ func (s *Spending) flush(now time.Time) {
 	s.flushing = true
 	defer func() { s.flushing = false }()
 	for {
+		if s.op == nil && s.carryFrom == "" && s.unrecorded() {
+			// The period is recorded in use in each window; the first
+			// time, the other periods' windows of now are carried.
+			if !s.recordPeriod(now) {
+				s.retryLater()
+				return
+			}
+			continue
+		}
 		if s.op == nil && s.carryFrom != "" {
 			// A new period's window: the old one's total is carried
 			// into it first, after this instance's writes to the old one.
@@ -508,6 +543,14 @@ func (s *Spending) carryOver(now time.Time) bool {
 		s.carryFrom = ""
 		return true
 	}
+	// A lease call of this instance in flight to the old window lands
+	// there first, so that the carry counts its grant (which goes back to
+	// the new window when it lands: leased), within storeTimeout.
+	for wait := time.Now().Add(storeTimeout); s.leaseCalls > 0 && time.Now().Before(wait); {
+		s.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		s.mu.Lock()
+	}
 	from, i := s.carryFrom, s.window
 	key, ttl := s.storeKey(i), s.storeTTL()
 	s.mu.Unlock()
@@ -520,7 +563,62 @@ func (s *Spending) carryOver(now time.Time) bool {
 	}
 	if s.carryFrom == from && s.window == i {
 		s.carryFrom = ""
+		if len(s.carryMore) > 0 {
+			s.carryFrom, s.carryMore = s.carryMore[0], s.carryMore[1:]
+		}
 		s.learn(i, total, now)
+	}
+	return true
+}
+
+// unrecorded reports whether this Spending's period is still to be
+// recorded in the store in the current window (a SpendCarrier); under
+// s.mu.
+func (s *Spending) unrecorded() bool {
+	_, ok := s.store.(SpendCarrier)
+	return ok && s.limit.Period > 0 && s.carry == 0 && s.periodsIn != s.window+1
+}
+
+// firstLook reports whether this Spending has never recorded its period
+// in the store (and so not carried the other periods in use); under s.mu.
+func (s *Spending) firstLook() bool { return !s.periodsDone && s.unrecorded() }
+
+// recordPeriod records the period in use in the store for the current
+// window (SpendCarrier.SpendPeriods: a period and a minute), and the
+// first time carries the window of now of every other period recorded
+// (carryFrom, carryMore: a restart that changed the period forgives
+// nothing, as a reload does not); it reports whether the store answered;
+// under s.mu, which it releases for the call. now zero (a retry): the
+// current window's start.
+func (s *Spending) recordPeriod(now time.Time) bool {
+	c := s.store.(SpendCarrier)
+	per, i, first := s.limit.Period, s.window, !s.periodsDone
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	others, err := c.SpendPeriods(ctx, s.key, per, per+time.Minute)
+	cancel()
+	s.mu.Lock()
+	if err != nil {
+		return false
+	}
+	if s.window != i || s.limit.Period != per || s.carry != 0 {
+		return true // rolled or reloaded meanwhile: the next turn decides
+	}
+	s.periodsIn = i + 1
+	if first {
+		s.periodsDone = true
+		at := now
+		if at.IsZero() || s.index(at) != i {
+			at = time.Unix(0, i*int64(per))
+		}
+		for _, q := range others {
+			if q > 0 && q != per {
+				s.carryMore = append(s.carryMore, s.storeKeyOf(q, at.UnixNano()/int64(q)))
+			}
+		}
+		if s.carryFrom == "" && len(s.carryMore) > 0 {
+			s.carryFrom, s.carryMore = s.carryMore[0], s.carryMore[1:]
+		}
 	}
 	return true
 }
@@ -615,7 +713,7 @@ func (s *Spending) look(now time.Time) int64 {
 	if look {
 		s.looked = now // one look at a time
 	}
-	store, kept := s.store, s.spent != 0 || s.op != nil || s.carryFrom != ""
+	store, kept := s.store, s.spent != 0 || s.op != nil || s.carryFrom != "" || s.unrecorded()
 	s.mu.Unlock()
 	if look && kept {
 		s.flush(now) // what is kept here first: the total read then has it

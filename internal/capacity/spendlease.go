@@ -2,8 +2,13 @@ package capacity
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// errWindowGone is a lease call's for a window this instance no longer
+// counts: it is not sent.
+var errWindowGone = errors.New("spend: the window rolled before the lease call")
 
 // SpendLeaser is a SpendStore that leases slices of a budget (fleet mode's
 // Redis): a Spending whose store is one holds and settles its attempts
@@ -115,8 +120,11 @@ func (s *Spending) leaseFor(now time.Time, l SpendLeaser, h *Hold) (ok, answered
 	g, err := s.callLease(l, i, need, need+s.demandOver(now), h.usd, limit)
 	s.mu.Lock()
 	if err != nil || s.window != i {
+		if err == nil {
+			s.leased(i, g, now) // a grant of a window rolled past: given back if a reload's carry counts it
+		}
 		s.mu.Unlock()
-		return false, err == nil
+		return false, err == nil && !errors.Is(err, errWindowGone)
 	}
 	s.leased(i, g, now)
 	if s.holdLeased(now, h) {
@@ -138,8 +146,17 @@ func (s *Spending) leaseFor(now time.Time, l SpendLeaser, h *Hold) (ok, answered
 }
 
 // leased folds a grant of window i into the slice; under s.mu.
+//
+// A grant of the old period's window that lands after a reload rolled
+// past it (a lease call in flight across the reload) is in that window's
+// total, which the carry counts in the new window as spent (the carry
+// waits for this instance's lease calls in flight: carryOver): it goes
+// back to the new one, as the slice held at the reload does (roll).
 func (s *Spending) leased(i int64, g SpendGrant, now time.Time) {
 	if s.window != i {
+		if g.Granted > 0 && s.carriedOld == i+1 {
+			s.spent -= g.Granted
+		}
 		return
 	}
 	s.lease += g.Granted
@@ -220,15 +237,21 @@ func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit floa
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	s.mu.Lock()
+	if s.window != i { // a renewal of a window this instance no longer counts (it ended, or a reload rolled past it)
+		s.mu.Unlock()
+		return SpendGrant{}, errWindowGone
+	}
 	held, inFlight, key, ttl := s.lease, s.inSlice, s.storeKey(i), s.storeTTL() // of window i's period, which a reload may change meanwhile (counted)
+	s.leaseCalls++
 	s.mu.Unlock()
 	g, err := l.LeaseSpend(ctx, SpendLease{Key: key, Need: need, Ask: ask, Keep: keep, Limit: limit,
 		TTL: ttl, Writer: s.writer, Held: held, EntryTTL: spendSliceEntry, InFlight: inFlight})
+	s.mu.Lock()
+	s.leaseCalls--
 	if err == nil {
-		s.mu.Lock()
 		s.recorded, s.recordedIn = [2]float64{held + g.Granted, inFlight}, i
-		s.mu.Unlock()
 	}
+	s.mu.Unlock()
 	if err == nil && g.Granted > 0 {
 		s.watchIdle()
 	}

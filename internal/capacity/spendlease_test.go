@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -129,7 +130,24 @@ func TestARefusedSliceGoesBackForAnother(t *testing.T) {
 // was carried from it before.
 type fakeCarrier struct {
 	fakeLeaser
-	carried map[string]float64 // from -> its total last carried
+	carried map[string]float64       // from -> its total last carried
+	periods map[string]time.Duration // base -> the periods recorded (no expiry)
+}
+
+func (f *fakeCarrier) SpendPeriods(_ context.Context, base string, per, _ time.Duration) ([]time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.periods == nil {
+		f.periods = map[string]time.Duration{}
+	}
+	var out []time.Duration
+	for k, d := range f.periods {
+		if strings.HasPrefix(k, base+"|") && d != per {
+			out = append(out, d)
+		}
+	}
+	f.periods[base+"|"+per.String()] = per
+	return out, nil
 }
 
 func (f *fakeCarrier) CarrySpend(_ context.Context, from, key string, _ time.Duration) (float64, error) {
@@ -178,5 +196,75 @@ func TestASliceRenewedAcrossAReloadIsOfItsWindow(t *testing.T) {
 		if k != s.storeKeyOf(24*time.Hour, old) && k != s.storeKeyOf(12*time.Hour, s.index(at)) {
 			t.Errorf("a write to %s, a window neither period's budget spends in", k)
 		}
+	}
+}
+
+// gatedCarrier is a fakeCarrier whose next lease call, once armed, waits
+// for the gate (a call in flight).
+type gatedCarrier struct {
+	*fakeCarrier
+	armed   chan struct{} // closed by the armed call on entering
+	gate    chan struct{}
+	pending bool
+}
+
+func (g *gatedCarrier) LeaseSpend(ctx context.Context, l SpendLease) (SpendGrant, error) {
+	g.mu.Lock()
+	wait := g.pending
+	g.pending = false
+	g.mu.Unlock()
+	if wait {
+		close(g.armed)
+		<-g.gate
+	}
+	return g.fakeCarrier.LeaseSpend(ctx, l)
+}
+
+// A renewal in flight when a reload changes the period lands in the old
+// window, before the carry (which waits for it), and what it granted
+// goes back to the new window, as the slice held at the reload does:
+// the new window counts what was spent ($9.5), not the grant too.
+// Before, the grant was dropped (the window had rolled) and counted as
+// spent in the new window by the carry.
+func TestAGrantInFlightAcrossAReloadGoesBack(t *testing.T) {
+	fc := &fakeCarrier{fakeLeaser: fakeLeaser{fakeSpendStore: fakeSpendStore{totals: map[string]float64{}}}, carried: map[string]float64{}}
+	store := &gatedCarrier{fakeCarrier: fc, armed: make(chan struct{}), gate: make(chan struct{})}
+	day, half := SpendLimit{USD: 20, Period: 24 * time.Hour}, SpendLimit{USD: 20, Period: 12 * time.Hour}
+	s := NewSpendingByPeriod(day, store, "consumer:alice")
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	h, ok, _ := s.Hold(at, 9.5)
+	if !ok {
+		t.Fatal("$9.5 of $20: refused")
+	}
+	settled(t, s)
+	s.Settle(at, h, 9.5)
+	s.GiveBack(at)
+	store.mu.Lock()
+	store.pending = true
+	store.mu.Unlock()
+	s.mu.Lock()
+	s.leasing = true
+	s.mu.Unlock()
+	renewed := make(chan struct{})
+	go func() { s.renew(at, s.index(at)); close(renewed) }()
+	<-store.armed // the renewal's call is in flight
+	s.SetLimit(half)
+	held := make(chan bool)
+	go func() {
+		h, ok, _ := s.Hold(at.Add(time.Minute), 0.5)
+		if ok {
+			s.Settle(at.Add(time.Minute), h, 0)
+		}
+		held <- ok
+	}()
+	time.Sleep(20 * time.Millisecond) // the hold's carry waits for the call
+	close(store.gate)
+	<-renewed
+	if !<-held {
+		t.Fatal("$0.5 with $9.5 of $20 spent: refused")
+	}
+	s.GiveBack(at.Add(time.Minute))
+	if r := s.Report(at.Add(time.Minute)); r == nil || math.Abs(r.SpentUSD-9.5) > 1e-6 {
+		t.Errorf("expected $9.5 counted in the new period's window, got %+v (totals %v)", r, fc.totals)
 	}
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +135,180 @@ func TestAFleetBudgetPeriodChangeKeepsTheSpend(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A restart that changes a budget's period, 24h to 12h at 10:00 UTC (a
+// rolling restart: instances stop and start with the new config, none
+// reloads), forgives nothing either: $8.5 of $10 spent on instance a
+// before it stopped counts on a2, started in its place with per 12h ($2
+// refused, $1.5 held); $0.5 that b, still on per 24h, spends after a2
+// started counts on c, started after it ($0.01 refused past the budget);
+// and a restart with the same period carries nothing twice. A
+// consumer's budget and a deployment's alike. Before, a2 started an
+// empty window: $2 held with $8.5 spent.
+func TestARestartWithANewPeriodKeepsTheSpend(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	day := capacity.SpendLimit{USD: 10, Period: 24 * time.Hour}
+	half := capacity.SpendLimit{USD: 10, Period: 12 * time.Hour}
+	for _, kind := range []string{"consumer", "deployment"} {
+		t.Run(kind, func(t *testing.T) {
+			backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+				budget := func(in *instance, l capacity.SpendLimit) *capacity.Spending {
+					if kind == "consumer" {
+						return in.store.Budget("alice", "team", l.USD, l.Period).(*consumerBudget).sp
+					}
+					return capacity.NewSpending(l, in.store, "budget:group|paid")
+				}
+				spend := func(name string, s *capacity.Spending, now time.Time, usd float64) {
+					t.Helper()
+					h, ok, _ := s.Hold(now, usd)
+					if !ok {
+						t.Fatalf("%s: $%g refused", name, usd)
+					}
+					s.Settle(now, h, usd)
+				}
+				a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+				eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+				sa, sb := budget(a, day), budget(b, day)
+				spend("a", sa, at, 8.5)
+				sb.Report(at)   // b's budget in use before a restarts
+				a.store.Close() // a stops: its slice's unspent part stays counted until its record expires
+				a2 := newInstance(t, url, time.Hour, 0, 0)
+				eventually(t, 5*time.Second, "a2's store up", a2.store.Up)
+				sa2 := budget(a2, half)
+				if h, ok, _ := sa2.Hold(at.Add(time.Minute), 2); ok {
+					sa2.Settle(at.Add(time.Minute), h, 0)
+					t.Fatalf("a2, restarted with per 12h: $2 held with $8.5 of $10 spent: the restart forgave the spend (%+v)", sa2.Report(at.Add(time.Minute)))
+				}
+				if r := sa2.Report(at.Add(time.Minute)); r == nil || r.SpentUSD < 8.5-1e-6 {
+					t.Errorf("a2: expected at least $8.5 counted in the new period's window, got %+v", r)
+				}
+				spend("b, still per 24h", sb, at.Add(2*time.Minute), 0.5)
+				sb.GiveBack(at.Add(2 * time.Minute)) // b's slice of the old window goes back (as it would once idle)
+				c := newInstance(t, url, time.Hour, 0, 0)
+				eventually(t, 5*time.Second, "c's store up", c.store.Up)
+				sc := budget(c, half)
+				r := sc.Report(at.Add(3 * time.Minute))
+				if h, ok, _ := sc.Hold(at.Add(3*time.Minute), 1.01); ok {
+					sc.Settle(at.Add(3*time.Minute), h, 0)
+					t.Errorf("c, started after b spent: $1.01 held with $9 of $10 spent (%+v)", sc.Report(at.Add(3*time.Minute)))
+				}
+				r = sc.Report(at.Add(3 * time.Minute))
+				if r == nil || r.SpentUSD < 9-1e-6 || r.SpentUSD > 9.5+1e-6 {
+					t.Errorf("c: expected $9 counted in the new period's window (a's, b's; a's unspent slice at most $0.5 more), got %+v", r)
+				}
+				d := newInstance(t, url, time.Hour, 0, 0) // a restart with the same period
+				eventually(t, 5*time.Second, "d's store up", d.store.Up)
+				sd := budget(d, half)
+				sd.Report(at.Add(4 * time.Minute))
+				if h, ok, _ := sd.Hold(at.Add(4*time.Minute), 0.01); !ok {
+					t.Errorf("d: $0.01 refused: a carry counted twice (%+v)", sd.Report(at.Add(4*time.Minute)))
+				} else {
+					sd.Settle(at.Add(4*time.Minute), h, 0)
+				}
+				if r2 := sd.Report(at.Add(4 * time.Minute)); r2 == nil || r == nil || r2.SpentUSD > r.SpentUSD+1e-6 {
+					t.Errorf("d: expected no more than c counted (%+v), got %+v", r, r2)
+				}
+			})
+		})
+	}
+}
+
+// A reload there and back within both windows (24h, 12h, 24h) counts
+// each spend once: $3 spent per 24h, $2 per 12h, then per 24h again:
+// $5 spent, not $8 (the 12h window's total, which holds the $3 carried
+// into it, carried back whole).
+func TestAPeriodChangedThereAndBackCountsOnce(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	day := capacity.SpendLimit{USD: 10, Period: 24 * time.Hour}
+	half := capacity.SpendLimit{USD: 10, Period: 12 * time.Hour}
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a := newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the store up", a.store.Up)
+		s := a.store.Budget("alice", "team", day.USD, day.Period).(*consumerBudget).sp
+		for _, step := range []struct {
+			l   capacity.SpendLimit
+			usd float64
+			at  time.Time
+		}{{day, 3, at}, {half, 2, at.Add(time.Minute)}, {day, 0, at.Add(2 * time.Minute)}} {
+			s.SetLimit(step.l)
+			h, ok, _ := s.Hold(step.at, max(step.usd, 0.01))
+			if !ok {
+				t.Fatalf("per %v: $%g refused (%+v)", step.l.Period, step.usd, s.Report(step.at))
+			}
+			s.Settle(step.at, h, step.usd)
+			s.GiveBack(step.at) // the slice goes back: the total is what was spent
+		}
+		eventually(t, 3*time.Second, "$5 counted", func() bool {
+			r := s.Report(at.Add(3 * time.Minute))
+			return r != nil && r.SpentUSD > 5-1e-6 && r.SpentUSD < 5+1e-6
+		})
+	})
+}
+
+// Values the router did not write in the keys a period's carry reads (the
+// budget's periods of another type, then with entries of every wrong
+// shape or a far expiry; the old window's total and writes of another
+// type) neither fail a hold nor count as spend, and the periods' key
+// expires.
+func TestHostilePeriodValues(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
+		a := newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the store up", a.store.Up)
+		opt, _ := redis.ParseURL(url)
+		c := redis.NewClient(opt)
+		defer c.Close()
+		ctx := context.Background()
+		base := "budget:group|paid"
+		periods := a.store.spendKey(base + ":periods")
+		old := a.store.spendKey(base + ":" + strconv.FormatInt(at.UnixNano()/int64(24*time.Hour), 10))
+		far := strconv.FormatInt(time.Now().Add(5*365*24*time.Hour).UnixMilli(), 10)
+		soon := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+		for _, err := range []error{
+			c.Set(ctx, periods, "not a hash", 0).Err(),
+			c.Set(ctx, old, "not a number", 0).Err(),
+			c.Set(ctx, spentKey(old), "not a hash", 0).Err(),
+		} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for round, l := range []capacity.SpendLimit{{USD: 10, Period: 12 * time.Hour}, {USD: 10, Period: 6 * time.Hour}} {
+			if round == 1 { // then a hash of entries of every wrong shape
+				if err := c.Del(ctx, periods).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.HSet(ctx, periods, "24h0m0s", "junk", "-5s", soon, "9999999h", soon, "1h0m0s", far, "x;y", soon, "24h0m0s", soon).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := capacity.NewSpending(l, a.store, base)
+			h, ok, _ := s.Hold(at.Add(time.Minute), 1)
+			if !ok {
+				t.Fatalf("round %d: $1 of $10 refused past hostile values (%+v)", round, s.Report(at.Add(time.Minute)))
+			}
+			s.Settle(at.Add(time.Minute), h, 1)
+			if r := s.Report(at.Add(time.Minute)); r == nil || r.SpentUSD > 1+1e-6 {
+				t.Errorf("round %d: expected $1 spent (no hostile value counted), got %+v", round, r)
+			}
+			key := a.store.spendKey(base + ":" + strconv.FormatInt(at.UnixNano()/int64(l.Period), 10))
+			eventually(t, 3*time.Second, "the spend written to the fleet", func() bool {
+				s.GiveBack(at.Add(time.Minute))
+				v, _ := c.Get(ctx, key).Float64()
+				return v > 1-1e-6 && v < 1+1e-6
+			})
+		}
+		if n := a.obs.count(a.obs.fallbacks); n != 0 {
+			t.Errorf("expected no fallback to local state for hostile values, got %d", n)
+		}
+		if ttl := c.PTTL(ctx, periods).Val(); ttl <= 0 || ttl > 25*time.Hour {
+			t.Errorf("expected the periods' key to expire within a period and a minute, PTTL %v", ttl)
+		}
+		for _, f := range []string{"-5s", "1h0m0s", "x;y"} { // "9999999h" is of the shape, and not carried (longer than any budget period)
+			if c.HExists(ctx, periods, f).Val() {
+				t.Errorf("expected the hostile entry %s dropped", f)
+			}
+		}
+	})
 }

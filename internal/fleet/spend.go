@@ -193,6 +193,8 @@ return n
 // key's total; ErrUnavailable when the store is down. from's total is
 // read first, then carried (the two keys may be in different hash slots
 // of a cluster): a carry that read less than an earlier one adds nothing.
+// What from's total holds carried from key (a period changed there and
+// back, within both windows) is not carried back: it is in key already.
 func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Duration) (float64, error) {
 	if !s.available() {
 		return 0, ErrUnavailable
@@ -200,19 +202,87 @@ func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Durat
 	start := time.Now()
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
-	f := s.spendKey(from)
-	old, err := s.client.Get(ctx, f).Float64()
-	switch {
-	case errors.Is(err, redis.Nil):
-		old, err = 0, nil
-	case errors.As(err, new(*strconv.NumError)):
-		old, err = 0, nil // not a number: none, as the scripts take it
+	f, k := s.spendKey(from), s.spendKey(key)
+	pipe := s.client.Pipeline()
+	get, back := pipe.Get(ctx, f), pipe.HGet(ctx, spentKey(f), "carry:"+k) // from's slot, both
+	_, _ = pipe.Exec(ctx)                                                  // each command's error below
+	for _, c := range []redis.Cmder{get, back} {
+		var reply redis.Error
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &reply) { // a value of another type (WRONGTYPE) is none
+			s.callFailed("spend", err, start)
+			return 0, err
+		}
 	}
+	old, err := get.Float64()
 	if err != nil {
-		s.callFailed("spend", err, start)
-		return 0, err
+		old = 0 // none, or not a number: none, as the scripts take it
+	}
+	if in, err := back.Float64(); err == nil && in > 0 {
+		old -= in
 	}
 	return s.runTotal(ctx, start, carryScript, "carry", key, "carry:"+f, strconv.FormatFloat(max(old, 0), 'g', -1, 64), ttl.Milliseconds())
+}
+
+// periodsScript records a budget's period as in use (capacity.SpendCarrier's
+// SpendPeriods) and answers the others recorded and not expired.
+//
+//	KEYS[1]  the budget's periods (a hash: period -> expiry, Unix ms on
+//	Redis' clock)
+//	ARGV[1]  the period (Go's duration string), ARGV[2] its ttl (ms)
+//
+// An entry of another shape, or past its expiry, is dropped; the hash
+// expires with its longest entry.
+var periodsScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
+  redis.call('DEL', KEYS[1])
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local out, last = {}, now + ttl
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local e = tonumber(all[i + 1])
+  if not e or e <= now or e > now + 400 * 86400000 or not string.match(all[i], '^[%dhms%.]+$') then
+    redis.call('HDEL', KEYS[1], all[i])
+  elseif all[i] ~= ARGV[1] then
+    out[#out + 1] = all[i]
+    if e > last then last = e end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], tostring(now + ttl))
+redis.call('PEXPIREAT', KEYS[1], last)
+return out
+`)
+
+// maxCarriedPeriod bounds a recorded period the store answers: no budget
+// period is longer than a year (a longer or malformed one is not a
+// router's).
+const maxCarriedPeriod = 366 * 24 * time.Hour
+
+// SpendPeriods records per as a period of base's budget in use, for ttl,
+// and returns the other periods recorded and not expired
+// (capacity.SpendCarrier); ErrUnavailable when the store is down.
+func (s *Store) SpendPeriods(ctx context.Context, base string, per, ttl time.Duration) ([]time.Duration, error) {
+	if !s.available() {
+		return nil, ErrUnavailable
+	}
+	start := time.Now()
+	ctx, cancel := s.requestCtx(ctx)
+	defer cancel()
+	fields, err := periodsScript.Run(ctx, s.client, []string{s.spendKey(base + ":periods")}, per.String(), max(ttl.Milliseconds(), 1)).StringSlice()
+	if err != nil {
+		s.callFailed("spend", err, start)
+		return nil, err
+	}
+	s.answered()
+	var out []time.Duration
+	for _, f := range fields {
+		if d, err := time.ParseDuration(f); err == nil && d > 0 && d <= maxCarriedPeriod && d != per {
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }
 
 // Spend returns key's total, 0 when there is none.

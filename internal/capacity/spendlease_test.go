@@ -134,6 +134,25 @@ type fakeCarrier struct {
 	periods map[string]time.Duration // base -> the periods recorded (no expiry)
 }
 
+func newFakeCarrier() *fakeCarrier {
+	return &fakeCarrier{fakeLeaser: fakeLeaser{fakeSpendStore: fakeSpendStore{totals: map[string]float64{}}}, carried: map[string]float64{}}
+}
+
+// heldPerDay holds $9.5 at 10:00 UTC of a consumer's budget under day on
+// store, once its renewal landed, and returns the spending, the instant
+// and the hold.
+func heldPerDay(t *testing.T, store SpendStore, day SpendLimit) (*Spending, time.Time, *Hold) {
+	t.Helper()
+	s := NewSpendingByPeriod(day, store, "consumer:alice")
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	h, ok, _ := s.Hold(at, 9.5)
+	if !ok {
+		t.Fatalf("$9.5 of $%g: refused", day.USD)
+	}
+	settled(t, s)
+	return s, at, h
+}
+
 func (f *fakeCarrier) SpendPeriods(_ context.Context, base string, per, _ time.Duration) ([]time.Duration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -170,15 +189,9 @@ func (f *fakeCarrier) CarrySpend(_ context.Context, from, key string, _ time.Dur
 // past the budget, in fleet's TestAFleetBudgetPeriodChangeKeepsTheSpend,
 // 1 run in 20).
 func TestASliceRenewedAcrossAReloadIsOfItsWindow(t *testing.T) {
-	store := &fakeCarrier{fakeLeaser: fakeLeaser{fakeSpendStore: fakeSpendStore{totals: map[string]float64{}}}, carried: map[string]float64{}}
+	store := newFakeCarrier()
 	day, half := SpendLimit{USD: 10, Period: 24 * time.Hour}, SpendLimit{USD: 10, Period: 12 * time.Hour}
-	s := NewSpendingByPeriod(day, store, "consumer:alice")
-	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	h, ok, _ := s.Hold(at, 9.5)
-	if !ok {
-		t.Fatal("$9.5 of $10: refused")
-	}
-	settled(t, s)
+	s, at, h := heldPerDay(t, store, day)
 	old := s.index(at)
 	s.SetLimit(half) // the reload lands while a renewal of the old window is under way
 	s.mu.Lock()
@@ -227,16 +240,10 @@ func (g *gatedCarrier) LeaseSpend(ctx context.Context, l SpendLease) (SpendGrant
 // Before, the grant was dropped (the window had rolled) and counted as
 // spent in the new window by the carry.
 func TestAGrantInFlightAcrossAReloadGoesBack(t *testing.T) {
-	fc := &fakeCarrier{fakeLeaser: fakeLeaser{fakeSpendStore: fakeSpendStore{totals: map[string]float64{}}}, carried: map[string]float64{}}
+	fc := newFakeCarrier()
 	store := &gatedCarrier{fakeCarrier: fc, armed: make(chan struct{}), gate: make(chan struct{})}
 	day, half := SpendLimit{USD: 20, Period: 24 * time.Hour}, SpendLimit{USD: 20, Period: 12 * time.Hour}
-	s := NewSpendingByPeriod(day, store, "consumer:alice")
-	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	h, ok, _ := s.Hold(at, 9.5)
-	if !ok {
-		t.Fatal("$9.5 of $20: refused")
-	}
-	settled(t, s)
+	s, at, h := heldPerDay(t, store, day)
 	s.Settle(at, h, 9.5)
 	s.GiveBack(at)
 	store.mu.Lock()

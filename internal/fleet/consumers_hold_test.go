@@ -40,6 +40,23 @@ func TestConsumerBudgetHoldsTheWorstCaseAcrossTheFleet(t *testing.T) {
 	}
 }
 
+// holdTheBudget admits alice's two requests on a budget of 0.20 USD over
+// two instances: the first holding its worst case of 0.17 on the first
+// instance, the second its worst case (0.03 or more) on the second,
+// which holds the 0.03 left.
+func holdTheBudget(t *testing.T, regs []*consumer.Registry, second float64) (*consumer.Ticket, *consumer.Ticket) {
+	t.Helper()
+	a, ref := regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.17)
+	if ref != nil {
+		t.Fatalf("expected the first request admitted into an unspent budget, got %s", ref.Message)
+	}
+	b, ref := regs[1].AdmitHolding(time.Now(), "alice", "fast", 10, second)
+	if ref != nil {
+		t.Fatalf("expected the second request admitted (it holds the 0.03 left), got %s", ref.Message)
+	}
+	return a, b
+}
+
 // A refusal for holds in flight tells the wait for holds, not for the
 // window: on budget 0.20 USD per 24 hours over two instances, a request
 // holding its worst case of 0.17 USD in flight on one instance leaves
@@ -53,14 +70,7 @@ func TestConsumerBudgetHoldsTheWorstCaseAcrossTheFleet(t *testing.T) {
 // once they record anew: TestASpentBudgetIsToldItsWindowSoon).
 func TestAConsumerRefusedForHoldsIsToldTheirWait(t *testing.T) {
 	regs := fleetRegistries(t, realRedisURL(t), 2, consumer.Plan{Name: "team", BudgetUSD: 0.20, BudgetPer: 24 * time.Hour})
-	first, ref := regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.17)
-	if ref != nil {
-		t.Fatalf("expected the first request admitted into an unspent budget, got %s", ref.Message)
-	}
-	second, ref := regs[1].AdmitHolding(time.Now(), "alice", "fast", 10, 0.05)
-	if ref != nil {
-		t.Fatalf("expected the second request admitted (it holds the 0.03 left), got %s", ref.Message)
-	}
+	first, second := holdTheBudget(t, regs, 0.05)
 	for i, r := range regs {
 		_, ref := r.AdmitHolding(time.Now(), "alice", "fast", 10, 0.05)
 		if ref == nil || ref.Limit != consumer.LimitBudget {
@@ -197,14 +207,7 @@ func TestHostileCrossingAndHeldValues(t *testing.T) {
 // expired: "retry in 1 s" for 13 s.
 func TestASpentBudgetIsToldItsWindowSoon(t *testing.T) {
 	regs := fleetRegistries(t, realRedisURL(t), 2, consumer.Plan{Name: "team", BudgetUSD: 0.20, BudgetPer: 24 * time.Hour})
-	first, ref := regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.17)
-	if ref != nil {
-		t.Fatalf("expected the first request admitted into an unspent budget, got %s", ref.Message)
-	}
-	second, ref := regs[1].AdmitHolding(time.Now(), "alice", "fast", 10, 0.03)
-	if ref != nil {
-		t.Fatalf("expected the second request admitted (it holds the 0.03 left), got %s", ref.Message)
-	}
+	first, second := holdTheBudget(t, regs, 0.03)
 	time.Sleep(100 * time.Millisecond) // the answers take a moment: each instance records its holds in flight meanwhile
 	first.Done(time.Now(), 0.17)
 	second.Done(time.Now(), 0.03)

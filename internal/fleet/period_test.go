@@ -13,6 +13,39 @@ import (
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 )
 
+// The instant and the budgets of the period tests: $10 per 24h, then per
+// 12h, at 10:00 UTC.
+var (
+	periodAt   = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	periodDay  = capacity.SpendLimit{USD: 10, Period: 24 * time.Hour}
+	periodHalf = capacity.SpendLimit{USD: 10, Period: 12 * time.Hour}
+)
+
+// periodKinds runs f for a consumer's budget and a deployment's (kind
+// "consumer", "deployment"), on each backend.
+func periodKinds(t *testing.T, f func(t *testing.T, kind, url string)) {
+	for _, kind := range []string{"consumer", "deployment"} {
+		t.Run(kind, func(t *testing.T) {
+			backends(t, func(t *testing.T, url string, _ *miniredis.Miniredis) { f(t, kind, url) })
+		})
+	}
+}
+
+// periodBudget returns in's spending of the one budget of a period test
+// under l (kind "consumer": a consumer's, Store.Budget, whose keys name
+// the period; else a deployment's, under budget:<scope>), as a reload to
+// l finds it (kept: the deployment's Spending before it; nil: a new one).
+func periodBudget(kind string, in *instance, l capacity.SpendLimit, kept *capacity.Spending) *capacity.Spending {
+	if kind == "consumer" {
+		return in.store.Budget("alice", "team", l.USD, l.Period).(*consumerBudget).sp
+	}
+	if kept == nil {
+		return capacity.NewSpending(l, in.store, "budget:group|paid")
+	}
+	kept.SetLimit(l)
+	return kept
+}
+
 // A reload that changes a budget's period, 24h to 12h at 10:00 UTC, does
 // not forgive what the fleet spent: $8.5 of $10 spent on instance a
 // before its reload still counts after it ($2 refused), $1 spent by b
@@ -23,118 +56,103 @@ import (
 // a deployment's (capacity.Spending under budget:<scope>) alike; the
 // stored keys all expire.
 func TestAFleetBudgetPeriodChangeKeepsTheSpend(t *testing.T) {
-	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	day := capacity.SpendLimit{USD: 10, Period: 24 * time.Hour}
-	half := capacity.SpendLimit{USD: 10, Period: 12 * time.Hour}
-	for _, kind := range []string{"consumer", "deployment"} {
-		t.Run(kind, func(t *testing.T) {
-			backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
-				// budget returns in's spending of the one budget under l,
-				// as a reload to l finds it.
-				budget := func(in *instance, l capacity.SpendLimit, kept *capacity.Spending) *capacity.Spending {
-					if kind == "consumer" {
-						return in.store.Budget("alice", "team", l.USD, l.Period).(*consumerBudget).sp
-					}
-					if kept == nil {
-						return capacity.NewSpending(l, in.store, "budget:group|paid")
-					}
-					kept.SetLimit(l)
-					return kept
-				}
-				a, b, c := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
-				eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() && c.store.Up() })
-				sa, sb := budget(a, day, nil), budget(b, day, nil)
-				h, ok, _ := sa.Hold(at, 9)
-				if !ok {
-					t.Fatal("a: $9 of $10: refused")
-				}
-				sa.Settle(at, h, 8.5) // $0.5 of a's slice unspent
-				if _, ok, _ := sb.Hold(at.Add(30*time.Second), 2); ok {
-					t.Fatal("b: $2 with $9 of $10 spent or held by a: held")
-				}
+	at, day, half := periodAt, periodDay, periodHalf
+	periodKinds(t, func(t *testing.T, kind, url string) {
+		budget := func(in *instance, l capacity.SpendLimit, kept *capacity.Spending) *capacity.Spending {
+			return periodBudget(kind, in, l, kept)
+		}
+		a, b, c := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() && c.store.Up() })
+		sa, sb := budget(a, day, nil), budget(b, day, nil)
+		h, ok, _ := sa.Hold(at, 9)
+		if !ok {
+			t.Fatal("a: $9 of $10: refused")
+		}
+		sa.Settle(at, h, 8.5) // $0.5 of a's slice unspent
+		if _, ok, _ := sb.Hold(at.Add(30*time.Second), 2); ok {
+			t.Fatal("b: $2 with $9 of $10 spent or held by a: held")
+		}
 
-				sa = budget(a, half, sa) // a reloads: per 12h
-				if h, ok, _ := sa.Hold(at.Add(time.Minute), 2); ok {
-					sa.Settle(at.Add(time.Minute), h, 0)
-					t.Fatal("a after its reload: $2 held with $8.5 of $10 spent: the period change forgave the spend")
-				}
-				h, ok, _ = sb.Hold(at.Add(2*time.Minute), 1) // b not reloaded yet
-				if !ok {
-					t.Fatal("b before its reload: the $1 left of the old window: refused")
-				}
-				sb.Settle(at.Add(2*time.Minute), h, 1)
+		sa = budget(a, half, sa) // a reloads: per 12h
+		if h, ok, _ := sa.Hold(at.Add(time.Minute), 2); ok {
+			sa.Settle(at.Add(time.Minute), h, 0)
+			t.Fatal("a after its reload: $2 held with $8.5 of $10 spent: the period change forgave the spend")
+		}
+		h, ok, _ = sb.Hold(at.Add(2*time.Minute), 1) // b not reloaded yet
+		if !ok {
+			t.Fatal("b before its reload: the $1 left of the old window: refused")
+		}
+		sb.Settle(at.Add(2*time.Minute), h, 1)
 
-				sb = budget(b, half, sb) // b reloads
-				sc := budget(c, half, nil)
-				// b carries what it spent at its first look after its
-				// reload, before c asks.
-				for _, x := range []struct {
-					name string
-					s    *capacity.Spending
-				}{{"b after its reload", sb}, {"c, started with per 12h", sc}} {
-					name, s := x.name, x.s
-					if h, ok, until := s.Hold(at.Add(3*time.Minute), 0.6); ok {
-						s.Settle(at.Add(3*time.Minute), h, 0)
-						t.Errorf("%s: $0.6 held with $9.5 of $10 spent", name)
-					} else if want := at.Add(2 * time.Hour); !until.Equal(want) && !until.Before(at.Add(4*time.Minute)) {
-						t.Errorf("%s: refused until %v, expected the new period's renewal at %v (or a retry shortly)", name, until, want)
-					}
-				}
-				if r := sc.Report(at.Add(3 * time.Minute)); r == nil || r.SpentUSD < 9.5-1e-6 || r.SpentUSD > 9.5+1e-6 {
-					t.Errorf("c: expected $9.5 spent in the new period's window, got %+v", r)
-				}
-				// What a leased of the old window and did not spend came
-				// back: the last $0.5 is there.
-				var last *capacity.Hold
-				for try := 0; try < 5 && last == nil; try++ { // b's slice may still be on its way back
-					if h, ok, _ := sa.Hold(at.Add(4*time.Minute+time.Duration(try)*2*time.Second), 0.5); ok {
-						last = h
-					}
-				}
-				if last == nil {
-					t.Error("a: the last $0.5 of the budget refused: a's slice of the old window, unspent, counted as spent")
-				} else {
-					if h, ok, _ := sb.Hold(at.Add(5*time.Minute), 0.01); ok {
-						sb.Settle(at.Add(5*time.Minute), h, 0)
-						t.Error("b: $0.01 held past the budget")
-					}
-					sa.Settle(at.Add(5*time.Minute), last, 0.5)
-				}
-				if h, ok, _ := sc.Hold(at.Add(2*time.Hour), 5); !ok {
-					t.Error("c: the new period's next window (12:00): $5 refused")
-				} else {
-					sc.Settle(at.Add(2*time.Hour), h, 5)
-				}
+		sb = budget(b, half, sb) // b reloads
+		sc := budget(c, half, nil)
+		// b carries what it spent at its first look after its
+		// reload, before c asks.
+		for _, x := range []struct {
+			name string
+			s    *capacity.Spending
+		}{{"b after its reload", sb}, {"c, started with per 12h", sc}} {
+			name, s := x.name, x.s
+			if h, ok, until := s.Hold(at.Add(3*time.Minute), 0.6); ok {
+				s.Settle(at.Add(3*time.Minute), h, 0)
+				t.Errorf("%s: $0.6 held with $9.5 of $10 spent", name)
+			} else if want := at.Add(2 * time.Hour); !until.Equal(want) && !until.Before(at.Add(4*time.Minute)) {
+				t.Errorf("%s: refused until %v, expected the new period's renewal at %v (or a retry shortly)", name, until, want)
+			}
+		}
+		if r := sc.Report(at.Add(3 * time.Minute)); r == nil || r.SpentUSD < 9.5-1e-6 || r.SpentUSD > 9.5+1e-6 {
+			t.Errorf("c: expected $9.5 spent in the new period's window, got %+v", r)
+		}
+		// What a leased of the old window and did not spend came
+		// back: the last $0.5 is there.
+		var last *capacity.Hold
+		for try := 0; try < 5 && last == nil; try++ { // b's slice may still be on its way back
+			if h, ok, _ := sa.Hold(at.Add(4*time.Minute+time.Duration(try)*2*time.Second), 0.5); ok {
+				last = h
+			}
+		}
+		if last == nil {
+			t.Error("a: the last $0.5 of the budget refused: a's slice of the old window, unspent, counted as spent")
+		} else {
+			if h, ok, _ := sb.Hold(at.Add(5*time.Minute), 0.01); ok {
+				sb.Settle(at.Add(5*time.Minute), h, 0)
+				t.Error("b: $0.01 held past the budget")
+			}
+			sa.Settle(at.Add(5*time.Minute), last, 0.5)
+		}
+		if h, ok, _ := sc.Hold(at.Add(2*time.Hour), 5); !ok {
+			t.Error("c: the new period's next window (12:00): $5 refused")
+		} else {
+			sc.Settle(at.Add(2*time.Hour), h, 5)
+		}
 
-				// Every key of the budgets expires.
-				opt, _ := redis.ParseURL(url)
-				cl := redis.NewClient(opt)
-				defer cl.Close()
-				ctx := context.Background()
-				keys, err := cl.Keys(ctx, keyPrefix(t)+"*").Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				n := 0
-				for _, k := range keys {
-					if !strings.Contains(k, "spend:") {
-						continue
-					}
-					ttl, err := cl.PTTL(ctx, k).Result()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if ttl <= 0 || ttl > 24*time.Hour+time.Minute {
-						t.Errorf("key %s: TTL %v, expected one of at most a period and a minute", k, ttl)
-					}
-					n++
-				}
-				if n == 0 {
-					t.Error("no keys stored")
-				}
-			})
-		})
-	}
+		// Every key of the budgets expires.
+		opt, _ := redis.ParseURL(url)
+		cl := redis.NewClient(opt)
+		defer cl.Close()
+		ctx := context.Background()
+		keys, err := cl.Keys(ctx, keyPrefix(t)+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, k := range keys {
+			if !strings.Contains(k, "spend:") {
+				continue
+			}
+			ttl, err := cl.PTTL(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ttl <= 0 || ttl > 24*time.Hour+time.Minute {
+				t.Errorf("key %s: TTL %v, expected one of at most a period and a minute", k, ttl)
+			}
+			n++
+		}
+		if n == 0 {
+			t.Error("no keys stored")
+		}
+	})
 }
 
 // A restart that changes a budget's period, 24h to 12h at 10:00 UTC (a
@@ -147,71 +165,60 @@ func TestAFleetBudgetPeriodChangeKeepsTheSpend(t *testing.T) {
 // consumer's budget and a deployment's alike. Before, a2 started an
 // empty window: $2 held with $8.5 spent.
 func TestARestartWithANewPeriodKeepsTheSpend(t *testing.T) {
-	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	day := capacity.SpendLimit{USD: 10, Period: 24 * time.Hour}
-	half := capacity.SpendLimit{USD: 10, Period: 12 * time.Hour}
-	for _, kind := range []string{"consumer", "deployment"} {
-		t.Run(kind, func(t *testing.T) {
-			backends(t, func(t *testing.T, url string, m *miniredis.Miniredis) {
-				budget := func(in *instance, l capacity.SpendLimit) *capacity.Spending {
-					if kind == "consumer" {
-						return in.store.Budget("alice", "team", l.USD, l.Period).(*consumerBudget).sp
-					}
-					return capacity.NewSpending(l, in.store, "budget:group|paid")
-				}
-				spend := func(name string, s *capacity.Spending, now time.Time, usd float64) {
-					t.Helper()
-					h, ok, _ := s.Hold(now, usd)
-					if !ok {
-						t.Fatalf("%s: $%g refused", name, usd)
-					}
-					s.Settle(now, h, usd)
-				}
-				a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
-				eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
-				sa, sb := budget(a, day), budget(b, day)
-				spend("a", sa, at, 8.5)
-				sb.Report(at)   // b's budget in use before a restarts
-				a.store.Close() // a stops: its slice's unspent part stays counted until its record expires
-				a2 := newInstance(t, url, time.Hour, 0, 0)
-				eventually(t, 5*time.Second, "a2's store up", a2.store.Up)
-				sa2 := budget(a2, half)
-				if h, ok, _ := sa2.Hold(at.Add(time.Minute), 2); ok {
-					sa2.Settle(at.Add(time.Minute), h, 0)
-					t.Fatalf("a2, restarted with per 12h: $2 held with $8.5 of $10 spent: the restart forgave the spend (%+v)", sa2.Report(at.Add(time.Minute)))
-				}
-				if r := sa2.Report(at.Add(time.Minute)); r == nil || r.SpentUSD < 8.5-1e-6 {
-					t.Errorf("a2: expected at least $8.5 counted in the new period's window, got %+v", r)
-				}
-				spend("b, still per 24h", sb, at.Add(2*time.Minute), 0.5)
-				sb.GiveBack(at.Add(2 * time.Minute)) // b's slice of the old window goes back (as it would once idle)
-				c := newInstance(t, url, time.Hour, 0, 0)
-				eventually(t, 5*time.Second, "c's store up", c.store.Up)
-				sc := budget(c, half)
-				r := sc.Report(at.Add(3 * time.Minute))
-				if h, ok, _ := sc.Hold(at.Add(3*time.Minute), 1.01); ok {
-					sc.Settle(at.Add(3*time.Minute), h, 0)
-					t.Errorf("c, started after b spent: $1.01 held with $9 of $10 spent (%+v)", sc.Report(at.Add(3*time.Minute)))
-				}
-				r = sc.Report(at.Add(3 * time.Minute))
-				if r == nil || r.SpentUSD < 9-1e-6 || r.SpentUSD > 9.5+1e-6 {
-					t.Errorf("c: expected $9 counted in the new period's window (a's, b's; a's unspent slice at most $0.5 more), got %+v", r)
-				}
-				d := newInstance(t, url, time.Hour, 0, 0) // a restart with the same period
-				eventually(t, 5*time.Second, "d's store up", d.store.Up)
-				sd := budget(d, half)
-				sd.Report(at.Add(4 * time.Minute))
-				if h, ok, _ := sd.Hold(at.Add(4*time.Minute), 0.01); !ok {
-					t.Errorf("d: $0.01 refused: a carry counted twice (%+v)", sd.Report(at.Add(4*time.Minute)))
-				} else {
-					sd.Settle(at.Add(4*time.Minute), h, 0)
-				}
-				if r2 := sd.Report(at.Add(4 * time.Minute)); r2 == nil || r == nil || r2.SpentUSD > r.SpentUSD+1e-6 {
-					t.Errorf("d: expected no more than c counted (%+v), got %+v", r, r2)
-				}
-			})
-		})
-	}
+	at, day, half := periodAt, periodDay, periodHalf
+	periodKinds(t, func(t *testing.T, kind, url string) {
+		budget := func(in *instance, l capacity.SpendLimit) *capacity.Spending { return periodBudget(kind, in, l, nil) }
+		spend := func(name string, s *capacity.Spending, now time.Time, usd float64) {
+			t.Helper()
+			h, ok, _ := s.Hold(now, usd)
+			if !ok {
+				t.Fatalf("%s: $%g refused", name, usd)
+			}
+			s.Settle(now, h, usd)
+		}
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+		sa, sb := budget(a, day), budget(b, day)
+		spend("a", sa, at, 8.5)
+		sb.Report(at)   // b's budget in use before a restarts
+		a.store.Close() // a stops: its slice's unspent part stays counted until its record expires
+		a2 := newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "a2's store up", a2.store.Up)
+		sa2 := budget(a2, half)
+		if h, ok, _ := sa2.Hold(at.Add(time.Minute), 2); ok {
+			sa2.Settle(at.Add(time.Minute), h, 0)
+			t.Fatalf("a2, restarted with per 12h: $2 held with $8.5 of $10 spent: the restart forgave the spend (%+v)", sa2.Report(at.Add(time.Minute)))
+		}
+		if r := sa2.Report(at.Add(time.Minute)); r == nil || r.SpentUSD < 8.5-1e-6 {
+			t.Errorf("a2: expected at least $8.5 counted in the new period's window, got %+v", r)
+		}
+		spend("b, still per 24h", sb, at.Add(2*time.Minute), 0.5)
+		sb.GiveBack(at.Add(2 * time.Minute)) // b's slice of the old window goes back (as it would once idle)
+		c := newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "c's store up", c.store.Up)
+		sc := budget(c, half)
+		r := sc.Report(at.Add(3 * time.Minute))
+		if h, ok, _ := sc.Hold(at.Add(3*time.Minute), 1.01); ok {
+			sc.Settle(at.Add(3*time.Minute), h, 0)
+			t.Errorf("c, started after b spent: $1.01 held with $9 of $10 spent (%+v)", sc.Report(at.Add(3*time.Minute)))
+		}
+		r = sc.Report(at.Add(3 * time.Minute))
+		if r == nil || r.SpentUSD < 9-1e-6 || r.SpentUSD > 9.5+1e-6 {
+			t.Errorf("c: expected $9 counted in the new period's window (a's, b's; a's unspent slice at most $0.5 more), got %+v", r)
+		}
+		d := newInstance(t, url, time.Hour, 0, 0) // a restart with the same period
+		eventually(t, 5*time.Second, "d's store up", d.store.Up)
+		sd := budget(d, half)
+		sd.Report(at.Add(4 * time.Minute))
+		if h, ok, _ := sd.Hold(at.Add(4*time.Minute), 0.01); !ok {
+			t.Errorf("d: $0.01 refused: a carry counted twice (%+v)", sd.Report(at.Add(4*time.Minute)))
+		} else {
+			sd.Settle(at.Add(4*time.Minute), h, 0)
+		}
+		if r2 := sd.Report(at.Add(4 * time.Minute)); r2 == nil || r == nil || r2.SpentUSD > r.SpentUSD+1e-6 {
+			t.Errorf("d: expected no more than c counted (%+v), got %+v", r, r2)
+		}
+	})
 }
 
 // A reload there and back within both windows (24h, 12h, 24h) counts

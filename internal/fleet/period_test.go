@@ -197,12 +197,11 @@ func TestARestartWithANewPeriodKeepsTheSpend(t *testing.T) {
 		c := newInstance(t, url, time.Hour, 0, 0)
 		eventually(t, 5*time.Second, "c's store up", c.store.Up)
 		sc := budget(c, half)
-		r := sc.Report(at.Add(3 * time.Minute))
 		if h, ok, _ := sc.Hold(at.Add(3*time.Minute), 1.01); ok {
 			sc.Settle(at.Add(3*time.Minute), h, 0)
 			t.Errorf("c, started after b spent: $1.01 held with $9 of $10 spent (%+v)", sc.Report(at.Add(3*time.Minute)))
 		}
-		r = sc.Report(at.Add(3 * time.Minute))
+		r := sc.Report(at.Add(3 * time.Minute))
 		if r == nil || r.SpentUSD < 9-1e-6 || r.SpentUSD > 9.5+1e-6 {
 			t.Errorf("c: expected $9 counted in the new period's window (a's, b's; a's unspent slice at most $0.5 more), got %+v", r)
 		}

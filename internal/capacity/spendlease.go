@@ -254,8 +254,69 @@ func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit floa
 	s.mu.Unlock()
 	if err == nil && g.Granted > 0 {
 		s.watchIdle()
+		s.track()
 	}
 	return g, err
+}
+
+// SpendTracker is a SpendLeaser that gives back, when it closes, what
+// the slices of the Spendings it tracks hold (Release): an instance that
+// stops gracefully (a restart, a scale-down) leaves none of its slices
+// counted as spent until their windows end.
+type SpendTracker interface {
+	// TrackSpending tracks s, which leased a slice from it.
+	TrackSpending(s *Spending)
+}
+
+// track has the store track s, granted a slice (SpendTracker: at each
+// grant, a lease call's, so that a store that forgot it learns it again).
+func (s *Spending) track() {
+	s.mu.Lock()
+	t, ok := s.store.(SpendTracker)
+	s.mu.Unlock()
+	if ok {
+		t.TrackSpending(s)
+	}
+}
+
+// Slice returns what this instance's slice holds unspent (USD; 0 without
+// a SpendLeaser or a nil Spending).
+func (s *Spending) Slice() float64 {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lease
+}
+
+// Release gives back at now what the slice holds unspent (a negative
+// spend, written before it returns, within storeTimeout) and records the
+// slice as empty in the store (a lease call that asks for nothing), so
+// that the fleet may spend it and no one waits for it: the store is
+// closing (SpendTracker). Holds in flight keep their part; what they
+// settle at later is written if the store still answers.
+func (s *Spending) Release(now time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	gave, l, i, limit := s.giveBack(0), s.leaser(), s.window, s.storeLimit()
+	s.mu.Unlock()
+	if gave {
+		s.flush(now)
+	}
+	if l != nil {
+		if g, err := s.callLease(l, i, 0, 0, 0, limit); err == nil && g.Granted > 0 {
+			s.mu.Lock()
+			s.leased(i, g, now)
+			gave = s.giveBack(0)
+			s.mu.Unlock()
+			if gave {
+				s.flush(now)
+			}
+		}
+	}
 }
 
 // renew tops up window i's slice for the horizon's demand, in the

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
 )
 
@@ -71,5 +72,48 @@ func TestAnInstanceReportsItsOwnBudgetWhileRedisIsDown(t *testing.T) {
 	}
 	if len(rep) != 1 || rep[0].FleetWide || math.Abs(rep[0].SpentUSD-0.05) > 1e-6 {
 		t.Errorf("expected this instance's 0.05 USD spent, not fleet-wide, got %+v", rep)
+	}
+}
+
+// An instance that stops gracefully (Close: a restart, a scale-down)
+// gives back what its budgets' slices hold, so the fleet may spend them:
+// on budget 1 USD per 24 hours, a request holding its worst case of 0.10
+// on the first instance, answered at 0.05, leaves that instance a slice
+// of the rest; once it stops, the second instance holds 0.95 (the whole
+// budget but the spend). Before, the slice stayed counted as spent until
+// the window ended (0.40 counted spent, 0.95 refused), its record
+// expired or not.
+// A deployment's budget (capacity.Spending on the store) alike.
+func TestAStoppedInstanceGivesItsBudgetSlicesBack(t *testing.T) {
+	url := realRedisURL(t)
+	regs, stores := fleetRegistriesOn(t, url, 2, consumer.Plan{Name: "team", BudgetUSD: 1, BudgetPer: 24 * time.Hour}, 2*time.Second)
+	tk, ref := regs[0].AdmitHolding(time.Now(), "alice", "fast", 10, 0.10)
+	if ref != nil {
+		t.Fatalf("expected a request admitted, got %s", ref.Message)
+	}
+	tk.Done(time.Now(), 0.05)
+
+	dep := capacity.NewSpending(capacity.SpendLimit{USD: 1, Period: 24 * time.Hour}, stores[0], "budget:group|paid")
+	h, ok, _ := dep.Hold(time.Now(), 0.10)
+	if !ok {
+		t.Fatal("deployment: $0.10 of $1 refused")
+	}
+	dep.Settle(time.Now(), h, 0.05)
+	if s := stores[0].budgets["consumer:"+consumerID("alice", consumer.DefaultPlan)].sp.Slice(); s <= 0.05 {
+		t.Fatalf("expected the first instance to hold a slice of the consumer's budget, got %g", s)
+	}
+	if dep.Slice() <= 0.05 {
+		t.Fatalf("expected the first instance to hold a slice of the deployment's budget, got %g", dep.Slice())
+	}
+	stores[0].Close()
+	for name, other := range map[string]*capacity.Spending{ // a hold of the worst case whole (a consumer's request would be admitted as the crossing)
+		"consumer":   stores[1].Budget("alice", consumer.DefaultPlan, 1, 24*time.Hour).(*consumerBudget).sp,
+		"deployment": capacity.NewSpending(capacity.SpendLimit{USD: 1, Period: 24 * time.Hour}, stores[1], "budget:group|paid"),
+	} {
+		if h, ok, _ := other.Hold(time.Now(), 0.95); !ok {
+			t.Errorf("%s: expected $0.95 held on the other instance once the first stopped (%+v)", name, other.Report(time.Now()))
+		} else {
+			other.Settle(time.Now(), h, 0.95)
+		}
 	}
 }

@@ -430,3 +430,31 @@ func (s *Store) LeaseSpend(ctx context.Context, l capacity.SpendLease) (capacity
 	}
 	return capacity.SpendGrant{Granted: granted, Total: total, Others: others, OthersInFlight: held}, nil
 }
+
+// maxTrackedSpendings bounds the budgets a store tracks for Close: beyond
+// it, those whose slice holds nothing are forgotten (one that leases
+// again is tracked again).
+const maxTrackedSpendings = 20000
+
+// TrackSpending implements capacity.SpendTracker: sp leased a slice, and
+// Close gives back what it holds then (Spending.Release), so that a
+// gracefully stopped instance leaves none of a budget's slices counted as
+// spent until their windows end.
+func (s *Store) TrackSpending(sp *capacity.Spending) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if s.spendings == nil {
+		s.spendings = map[*capacity.Spending]bool{}
+	}
+	if len(s.spendings) >= maxTrackedSpendings {
+		for t := range s.spendings {
+			if t.Slice() == 0 {
+				delete(s.spendings, t)
+			}
+		}
+	}
+	s.spendings[sp] = true
+}

@@ -148,9 +148,10 @@ type Store struct {
 	ps                 *redis.PubSub
 	closed             bool
 
-	consumers      map[string]*consumerLimits // consumers' fleet-wide minutes, by consumerID (consumers.go), under mu
-	budgets        map[string]*consumerBudget // consumers' fleet-wide budgets, by key (consumers.go), under mu
-	consumerWindow time.Duration              // their span: 0, capacity.DeclaredWindow (tests set it shorter)
+	consumers      map[string]*consumerLimits  // consumers' fleet-wide minutes, by consumerID (consumers.go), under mu
+	budgets        map[string]*consumerBudget  // consumers' fleet-wide budgets, by key (consumers.go), under mu
+	spendings      map[*capacity.Spending]bool // the budgets that leased a slice (TrackSpending), under mu
+	consumerWindow time.Duration               // their span: 0, capacity.DeclaredWindow (tests set it shorter)
 }
 
 // pending is what the writer has yet to write for one deployment.
@@ -339,6 +340,10 @@ func (s *Store) close() error {
 	for _, b := range s.bindings {
 		bindings = append(bindings, b)
 	}
+	spendings := make([]*capacity.Spending, 0, len(s.spendings))
+	for sp := range s.spendings {
+		spendings = append(spendings, sp)
+	}
 	s.mu.Unlock()
 	if ps != nil {
 		_ = ps.Close()
@@ -357,6 +362,9 @@ func (s *Store) close() error {
 			b.upkeepPlaces(time.Now(), true)
 		}
 		s.upkeepFlights(time.Now(), true)
+		for _, sp := range spendings {
+			sp.Release(time.Now()) // what a budget's slice holds goes back too
+		}
 		s.mu.Lock()
 		batch := s.pending
 		s.pending = map[*binding]*pending{}

@@ -158,11 +158,17 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 // from it before, and keeps that in the writes applied, so that each
 // instance's carry adds only what the fleet spent since the last one
 // (the instances reload one by one, the later ones still spending in
-// the old window until then); a smaller one adds nothing. A total that
-// is not a number is replaced by 0 as none would be.
+// the old window until then); a smaller one adds nothing. The first
+// carry from a window adds its amount whatever its sign: a window carried
+// back into the one it was carried from (a period changed there and
+// back) has, less what it holds carried from there, what it spent less
+// what slices of there it was given at the reload (CarrySpend), which
+// may be less than 0: those slices are in there's total still, counted
+// once as spent and once given back. The total never goes below 0. A
+// total that is not a number is replaced by 0 as none would be.
 //
 //	KEYS[1]  the total, KEYS[2] the writes applied
-//	ARGV[1]  the field of the old window, ARGV[2] its total (USD), ARGV[3] ttl (ms)
+//	ARGV[1]  the field of the old window, ARGV[2] its amount (USD), ARGV[3] ttl (ms)
 //
 // It returns the total as a string.
 var carryScript = redis.NewScript(`
@@ -174,10 +180,14 @@ if redis.call('TYPE', KEYS[2]).ok ~= 'hash' then
   redis.call('DEL', KEYS[2])
 end
 local o = tonumber(ARGV[2]) or 0
-local c = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') or 0
+local c = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '')
 local n
-if o > c then
-  n = redis.call('INCRBYFLOAT', KEYS[1], string.format('%.17g', o - c))
+if (c == nil and o ~= 0) or (c ~= nil and o > c) then
+  n = redis.call('INCRBYFLOAT', KEYS[1], string.format('%.17g', o - (c or 0)))
+  if tonumber(n) < 0 then
+    redis.call('SET', KEYS[1], '0')
+    n = '0'
+  end
   redis.call('HSET', KEYS[2], ARGV[1], string.format('%.17g', o))
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -214,13 +224,12 @@ func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Durat
 		}
 	}
 	old, err := get.Float64()
-	if err != nil {
-		old = 0 // none, or not a number: none, as the scripts take it
+	if err != nil || old < 0 {
+		old = 0 // none, or not a number: none, as the scripts take it (and nothing carried from key is taken back)
+	} else if in, err := back.Float64(); err == nil && in > 0 {
+		old -= in // may be less than 0: what key's slices gave back to from at a reload to from's period is in key's total still
 	}
-	if in, err := back.Float64(); err == nil && in > 0 {
-		old -= in
-	}
-	return s.runTotal(ctx, start, carryScript, "carry", key, "carry:"+f, strconv.FormatFloat(max(old, 0), 'g', -1, 64), ttl.Milliseconds())
+	return s.runTotal(ctx, start, carryScript, "carry", key, "carry:"+f, strconv.FormatFloat(old, 'g', -1, 64), ttl.Milliseconds())
 }
 
 // periodsScript records a budget's period as in use (capacity.SpendCarrier's

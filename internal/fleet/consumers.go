@@ -419,15 +419,24 @@ func (s *Store) ReportBudgets(now time.Time, budgets []consumer.BudgetRef) ([]co
 		totals[i], entries[i] = pipe.Get(ctx, k), pipe.HGetAll(ctx, slicesKey(k))
 	}
 	start := time.Now()
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		s.callFailed("spend", err, start)
-		return nil, err
+	_, _ = pipe.Exec(ctx) // each command's error below
+	for i := range budgets {
+		for _, c := range []redis.Cmder{totals[i], entries[i]} {
+			var reply redis.Error
+			if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &reply) { // a key of another type is none, as the scripts take it
+				s.callFailed("spend", err, start)
+				return nil, err
+			}
+		}
 	}
 	s.answered()
 	out := make([]consumer.BudgetFigures, len(budgets))
 	nowMS := time.Now().UnixMilli() // the records' expiries are on Redis' clock; a skew of ms against their seconds
 	for i := range budgets {
-		total, _ := totals[i].Float64() // none, or not a number: 0, as the scripts take it
+		total, err := totals[i].Float64()
+		if err != nil || !(total >= 0) || math.IsInf(total, 0) {
+			total = 0 // none, or no finite number: none, as the scripts take it
+		}
 		var unspent, held float64
 		for field, v := range entries[i].Val() {
 			a, e, ok := sliceEntry(v)

@@ -1,9 +1,14 @@
 package fleet
 
 import (
+	"context"
+	"encoding/json"
 	"math"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/llmrouter/caddy-llm-router/internal/capacity"
 	"github.com/llmrouter/caddy-llm-router/internal/consumer"
@@ -115,5 +120,56 @@ func TestAStoppedInstanceGivesItsBudgetSlicesBack(t *testing.T) {
 		} else {
 			other.Settle(time.Now(), h, 0.95)
 		}
+	}
+}
+
+// A budget's total that is no finite number ("nan", "inf", "-inf", a
+// hash), written by no router, is read as none: the fleet's instances
+// hold no more than the budget between them (each held its own $1 on a
+// "nan" before: $2 of $1), the report stays JSON (NaN failed it with
+// 500), and Redis is not taken for down.
+func TestANonFiniteBudgetTotalIsNone(t *testing.T) {
+	url := realRedisURL(t)
+	for _, bad := range []string{"nan", "inf", "-inf", "hash"} {
+		t.Run(bad, func(t *testing.T) {
+			regs, stores := fleetRegistriesOn(t, url, 2, consumer.Plan{Name: "team", BudgetUSD: 1, BudgetPer: 24 * time.Hour}, 2*time.Second)
+			opt, _ := redis.ParseURL(url)
+			c := redis.NewClient(opt)
+			defer c.Close()
+			ctx := context.Background()
+			per := 24 * time.Hour
+			key := stores[0].spendKey("consumer:" + consumerID("alice", consumer.DefaultPlan) + ":" + per.String() + ":" + strconv.FormatInt(time.Now().UnixNano()/int64(per), 10))
+			var err error
+			if bad == "hash" {
+				err = c.HSet(ctx, key, "x", "1").Err()
+			} else {
+				err = c.Set(ctx, key, bad, 0).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := 0.0
+			for i := range 40 {
+				sp := stores[i%2].Budget("alice", consumer.DefaultPlan, 1, per).(*consumerBudget).sp
+				if h, ok, _ := sp.Hold(time.Now(), 0.05); ok {
+					sp.Settle(time.Now(), h, 0.05)
+					held += 0.05
+				}
+			}
+			if held > 1+1e-9 || held < 0.9 {
+				t.Errorf("expected the fleet to hold about $1 of $1 between its instances, held $%.2f", held)
+			}
+			for i, r := range regs {
+				rep := r.Report(time.Now())
+				if _, err := json.Marshal(rep); err != nil {
+					t.Errorf("instance %d: the report is no JSON: %v", i, err)
+				}
+			}
+			for i, s := range stores {
+				if !s.Up() {
+					t.Errorf("instance %d: Redis taken for down", i)
+				}
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,28 @@ func spentKey(spendKey string) string {
 	return "{" + spendKey + "}:applied"
 }
 
+// luaTotal is the scripts' reading of a budget's total (total_of): a key
+// of another type, or a value that is no finite number (a stray or
+// hostile value: "abc", "nan", "inf"), is deleted and read as 0, as none
+// would be, so that no script fails on it and INCRBYFLOAT can add to it.
+const luaTotal = `
+local function total_of(key)
+  local t = redis.call('TYPE', key).ok
+  if t ~= 'string' then
+    if t ~= 'none' then
+      redis.call('DEL', key)
+    end
+    return 0
+  end
+  local n = tonumber(redis.call('GET', key))
+  if not n or n ~= n or n == math.huge or n == -math.huge then
+    redis.call('DEL', key)
+    return 0
+  end
+  return n
+end
+`
+
 // addScript adds a write to a budget's total unless it was applied
 // already (a retry whose first reply was lost): each writer's writes
 // come in order, so a Seq at most its last one applied was.
@@ -58,10 +81,14 @@ func spentKey(spendKey string) string {
 //	ARGV[1]  the amount (USD), ARGV[2] the writer, ARGV[3] its Seq, ARGV[4] ttl (ms)
 //
 // It returns the total as a string.
-var addScript = redis.NewScript(`
+var addScript = redis.NewScript(luaTotal + `
+if redis.call('TYPE', KEYS[2]).ok ~= 'hash' then
+  redis.call('DEL', KEYS[2])
+end
+local cur = total_of(KEYS[1])
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') or 0
 if tonumber(ARGV[3]) <= last then
-  return tostring(tonumber(redis.call('GET', KEYS[1]) or '0') or 0)
+  return tostring(cur)
 end
 local n = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
@@ -111,8 +138,8 @@ func (s *Store) runTotal(ctx context.Context, start time.Time, script *redis.Scr
 //
 // It returns {1, new total} when it held, else {0, total}; the totals as
 // strings (Redis' replies truncate Lua numbers to integers).
-var holdScript = redis.NewScript(`
-local total = tonumber(redis.call('GET', KEYS[1]) or '0')
+var holdScript = redis.NewScript(luaTotal + `
+local total = total_of(KEYS[1])
 if total + tonumber(ARGV[1]) > tonumber(ARGV[2]) then
   return {0, tostring(total)}
 end
@@ -171,11 +198,8 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 //	ARGV[1]  the field of the old window, ARGV[2] its amount (USD), ARGV[3] ttl (ms)
 //
 // It returns the total as a string.
-var carryScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur and not tonumber(cur) then
-  redis.call('DEL', KEYS[1])
-end
+var carryScript = redis.NewScript(luaTotal + `
+total_of(KEYS[1])
 if redis.call('TYPE', KEYS[2]).ok ~= 'hash' then
   redis.call('DEL', KEYS[2])
 end
@@ -192,7 +216,7 @@ if (c == nil and o ~= 0) or (c ~= nil and o > c) then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 else
-  n = tostring(tonumber(redis.call('GET', KEYS[1]) or '0') or 0)
+  n = tostring(total_of(KEYS[1]))
 end
 return n
 `)
@@ -224,7 +248,7 @@ func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Durat
 		}
 	}
 	old, err := get.Float64()
-	if err != nil || old < 0 {
+	if err != nil || !(old >= 0) || math.IsInf(old, 0) {
 		old = 0 // none, or not a number: none, as the scripts take it (and nothing carried from key is taken back)
 	} else if in, err := back.Float64(); err == nil && in > 0 {
 		old -= in // may be less than 0: what key's slices gave back to from at a reload to from's period is in key's total still
@@ -303,10 +327,14 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
 	v, err := s.client.Get(ctx, s.spendKey(key)).Float64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
+	var reply redis.Error
+	var num *strconv.NumError
+	switch {
+	case errors.Is(err, redis.Nil), errors.As(err, &num), err == nil && (math.IsNaN(v) || math.IsInf(v, 0)):
+		return 0, nil // none, or no finite number: none, as the scripts take it
+	case errors.As(err, &reply):
+		return 0, nil // a key of another type: none, as the scripts take it
+	case err != nil:
 		s.callFailed("spend", err, start)
 	}
 	return v, err
@@ -338,12 +366,8 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 //
 // It returns {slice granted, total, the others' slices, the others'
 // holds}, as strings (Redis' replies truncate Lua numbers to integers).
-var leaseSpendScript = redis.NewScript(`
-local total = tonumber(redis.call('GET', KEYS[1]) or '0')
-if total == nil then
-  redis.call('DEL', KEYS[1])
-  total = 0
-end
+var leaseSpendScript = redis.NewScript(luaTotal + `
+local total = total_of(KEYS[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local others, held = 0, 0

@@ -64,6 +64,13 @@ type SpendCarrier interface {
 type SpendOp struct {
 	Writer string
 	Seq    int64
+	// Record, with a SpendLeaser, has the write record the writer's slice
+	// and its holds in flight (USD) as they were when it was made, for
+	// EntryTTL, as a lease call does (SpendLease.Held, InFlight): a slice
+	// given back leaves no record of it behind.
+	Record          bool
+	Slice, InFlight float64
+	EntryTTL        time.Duration
 }
 
 // Spending counts what one scope (a deployment, a model group) spent and
@@ -516,6 +523,9 @@ func (s *Spending) flush(now time.Time) {
 			}
 			s.seq++
 			s.op = &spendOp{SpendOp: SpendOp{Writer: s.writer, Seq: s.seq}, usd: s.spent, window: s.window, key: s.storeKey(s.window)}
+			if s.leaser() != nil && s.carry == 0 {
+				s.op.Record, s.op.Slice, s.op.InFlight, s.op.EntryTTL = true, s.lease, s.inSlice, spendSliceEntry
+			}
 		}
 		op, store, ttl := *s.op, s.store, s.storeTTL()
 		s.mu.Unlock()
@@ -529,6 +539,9 @@ func (s *Spending) flush(now time.Time) {
 		}
 		if s.op != nil && s.op.SpendOp == op.SpendOp {
 			s.op, s.spent = nil, s.spent-op.usd
+			if op.Record && op.window == s.window {
+				s.recorded, s.recordedIn = [2]float64{op.Slice, op.InFlight}, op.window
+			}
 			s.learn(op.window, total, now)
 		}
 	}

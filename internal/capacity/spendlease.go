@@ -290,6 +290,33 @@ func (s *Spending) Slice() float64 {
 	return s.lease
 }
 
+// Sync writes at now what this instance keeps of the budget and not in
+// its store (a period's carry first, then what it spent), as its next
+// look would: for a report read from the store (nothing without one).
+func (s *Spending) Sync(now time.Time) {
+	if s == nil || s.store == nil {
+		return
+	}
+	s.mu.Lock()
+	s.roll(now)
+	s.mu.Unlock()
+	s.flush(now)
+}
+
+// Unwritten returns what this instance spent, and holds, of the
+// budget's current window and has not written to its store (USD; not its
+// slice's give-backs still to write): what a report read from the store
+// lacks.
+func (s *Spending) Unwritten(now time.Time) (spent, held float64) {
+	if s == nil || s.store == nil {
+		return 0, 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(now)
+	return max(s.spent, 0), s.held
+}
+
 // Release gives back at now what the slice holds unspent (a negative
 // spend, written before it returns, within storeTimeout) and records the
 // slice as empty in the store (a lease call that asks for nothing), so

@@ -414,8 +414,11 @@ func (s *Store) ReportBudgets(now time.Time, budgets []consumer.BudgetRef) ([]co
 	defer cancel()
 	pipe := s.client.Pipeline()
 	totals, entries := make([]*redis.StringCmd, len(budgets)), make([]*redis.MapStringStringCmd, len(budgets))
+	sps := make([]*capacity.Spending, len(budgets))
 	for i, b := range budgets {
-		k := s.spendKey(s.Budget(b.Consumer, b.Plan, b.USD, b.Per).(*consumerBudget).sp.StoreKey(now))
+		sps[i] = s.Budget(b.Consumer, b.Plan, b.USD, b.Per).(*consumerBudget).sp
+		sps[i].Sync(now) // a carry after a reload, a write still kept here: in the total read
+		k := s.spendKey(sps[i].StoreKey(now))
 		totals[i], entries[i] = pipe.Get(ctx, k), pipe.HGetAll(ctx, slicesKey(k))
 	}
 	start := time.Now()
@@ -449,7 +452,8 @@ func (s *Store) ReportBudgets(now time.Time, budgets []consumer.BudgetRef) ([]co
 				unspent += a
 			}
 		}
-		out[i] = consumer.BudgetFigures{SpentUSD: capacity.RoundUSD(max(total-unspent-held, 0)), HeldUSD: capacity.RoundUSD(min(held, max(total-unspent, 0)))}
+		spent, holds := sps[i].Unwritten(now) // what this instance could not write yet
+		out[i] = consumer.BudgetFigures{SpentUSD: capacity.RoundUSD(max(total-unspent-held, 0) + spent), HeldUSD: capacity.RoundUSD(min(held, max(total-unspent, 0)) + holds)}
 	}
 	return out, nil
 }

@@ -75,10 +75,16 @@ end
 
 // addScript adds a write to a budget's total unless it was applied
 // already (a retry whose first reply was lost): each writer's writes
-// come in order, so a Seq at most its last one applied was.
+// come in order, so a Seq at most its last one applied was. A write that
+// records (ARGV[5] "1": a leasing writer's, capacity.SpendOp.Record)
+// sets the writer's entries in the slices hash as leaseSpendScript does,
+// so that a slice given back leaves no record of it behind.
 //
-//	KEYS[1]  the total, KEYS[2] the writes applied (writer -> last Seq)
-//	ARGV[1]  the amount (USD), ARGV[2] the writer, ARGV[3] its Seq, ARGV[4] ttl (ms)
+//	KEYS[1]  the total, KEYS[2] the writes applied (writer -> last Seq),
+//	KEYS[3]  the slices (leaseSpendScript's)
+//	ARGV[1]  the amount (USD), ARGV[2] the writer, ARGV[3] its Seq, ARGV[4] ttl (ms),
+//	ARGV[5]  "1" to record, ARGV[6] the writer's slice, ARGV[7] its holds
+//	in flight (USD), ARGV[8] the entries' ttl (ms)
 //
 // It returns the total as a string.
 var addScript = redis.NewScript(luaTotal + `
@@ -94,6 +100,22 @@ local n = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
+if ARGV[5] == '1' then
+  if redis.call('TYPE', KEYS[3]).ok ~= 'hash' then
+    redis.call('DEL', KEYS[3])
+  end
+  local t = redis.call('TIME')
+  local exp = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[8])
+  for i, f in ipairs({ARGV[2], ARGV[2] .. '#held'}) do
+    local m = tonumber(ARGV[5 + i]) or 0
+    if m > 0 then
+      redis.call('HSET', KEYS[3], f, string.format('%.17g', m) .. ':' .. exp)
+    else
+      redis.call('HDEL', KEYS[3], f)
+    end
+  end
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+end
 return n
 `)
 
@@ -107,7 +129,13 @@ func (s *Store) AddSpend(ctx context.Context, key string, usd float64, op capaci
 	start := time.Now()
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
-	return s.runTotal(ctx, start, addScript, "add", key, strconv.FormatFloat(usd, 'g', -1, 64), op.Writer, op.Seq, ttl.Milliseconds())
+	record := "0"
+	if op.Record {
+		record = "1"
+	}
+	f := func(v float64) string { return strconv.FormatFloat(max(v, 0), 'g', -1, 64) }
+	return s.runTotal(ctx, start, addScript, "add", key, strconv.FormatFloat(usd, 'g', -1, 64), op.Writer, op.Seq, ttl.Milliseconds(),
+		record, f(op.Slice), f(op.InFlight), max(op.EntryTTL.Milliseconds(), 1))
 }
 
 // runTotal runs script (the add or carry script, named name) on key's
@@ -115,7 +143,7 @@ func (s *Store) AddSpend(ctx context.Context, key string, usd float64, op capaci
 // a failed call is recorded as the request path's (callFailed).
 func (s *Store) runTotal(ctx context.Context, start time.Time, script *redis.Script, name, key string, args ...any) (float64, error) {
 	k := s.spendKey(key)
-	str, err := script.Run(ctx, s.client, []string{k, spentKey(k)}, args...).Text()
+	str, err := script.Run(ctx, s.client, []string{k, spentKey(k), slicesKey(k)}, args...).Text()
 	if err != nil {
 		s.callFailed("spend", err, start)
 		return 0, err

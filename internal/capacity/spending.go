@@ -122,6 +122,7 @@ type Spending struct {
 	// calls in flight, which the carry waits for (carryOver).
 	carriedOld int64
 	leaseCalls int
+	released   bool // its store is closing (Release): no lease call more
 	// byPeriod names the period in the store's keys (NewSpendingByPeriod).
 	byPeriod bool
 	shared   float64 // in it: the fleet's total (spent and held) as the store last stated it

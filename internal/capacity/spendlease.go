@@ -237,7 +237,7 @@ func (s *Spending) callLease(l SpendLeaser, i int64, need, ask, keep, limit floa
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	s.mu.Lock()
-	if s.window != i { // a renewal of a window this instance no longer counts (it ended, or a reload rolled past it)
+	if s.window != i || s.released { // a renewal of a window this instance no longer counts (it ended, or a reload rolled past it), or its store closes
 		s.mu.Unlock()
 		return SpendGrant{}, errWindowGone
 	}
@@ -328,21 +328,27 @@ func (s *Spending) Release(now time.Time) {
 		return
 	}
 	s.mu.Lock()
-	gave, l, i, limit := s.giveBack(0), s.leaser(), s.window, s.storeLimit()
+	// A lease call in flight (a renewal) lands first, within
+	// storeTimeout, and none is sent after: its grant would stay out.
+	for wait := time.Now().Add(storeTimeout); s.leaseCalls > 0 && time.Now().Before(wait); {
+		s.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		s.mu.Lock()
+	}
+	s.released = true
+	gave, l := s.giveBack(0), s.leaser()
 	s.mu.Unlock()
 	if gave {
 		s.flush(now)
 	}
-	if l != nil {
-		if g, err := s.callLease(l, i, 0, 0, 0, limit); err == nil && g.Granted > 0 {
-			s.mu.Lock()
-			s.leased(i, g, now)
-			gave = s.giveBack(0)
-			s.mu.Unlock()
-			if gave {
-				s.flush(now)
-			}
-		}
+	if l != nil { // the record emptied, by a lease call that asks for nothing
+		s.mu.Lock()
+		lease := SpendLease{Key: s.storeKey(s.window), Limit: s.storeLimit(), TTL: s.storeTTL(), Writer: s.writer,
+			Held: s.lease, EntryTTL: spendSliceEntry, InFlight: s.inSlice}
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		_, _ = l.LeaseSpend(ctx, lease)
+		cancel()
 	}
 }
 

@@ -358,3 +358,50 @@ func TestACarryBackTakesBackTheSlicesGivenThere(t *testing.T) {
 		}
 	})
 }
+
+// A rolling restart to a new period counts what was spent, not the
+// slices the instances held when the first of them restarted: a carried
+// $3 and b's $0.5 per 24h, and b's unspent slice as spent (b was still
+// running), until b stopped (its slice back in the 24h window) and
+// started per 12h: its carry, a later read of the 24h window, takes the
+// slice back. Before, the 12h window kept it as spent (helper-61's F2:
+// $0.898 counted of $0.558 billed).
+func TestARollingRestartCountsNoSliceAsSpent(t *testing.T) {
+	at, day, half := periodAt, periodDay, periodHalf
+	periodKinds(t, func(t *testing.T, kind, url string) {
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+		sa, sb := periodBudget(kind, a, day, nil), periodBudget(kind, b, day, nil)
+		for _, x := range []struct {
+			s          *capacity.Spending
+			hold, cost float64
+		}{{sa, 3, 3}, {sb, 1, 0.5}} {
+			h, ok, _ := x.s.Hold(at, x.hold)
+			if !ok {
+				t.Fatalf("$%g of $10 refused", x.hold)
+			}
+			x.s.Settle(at, h, x.cost)
+		}
+		if sb.Slice() <= 0 {
+			t.Fatal("expected b to hold a slice of the 24h window")
+		}
+		a.store.Close() // a restarts per 12h; b still runs per 24h, holding its slice
+		a2 := newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "a2's store up", a2.store.Up)
+		sa2 := periodBudget(kind, a2, half, nil)
+		sa2.Sync(at.Add(time.Minute))
+		b.store.Close() // then b: its slice goes back to the 24h window
+		b2 := newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "b2's store up", b2.store.Up)
+		sb2 := periodBudget(kind, b2, half, nil)
+		sb2.Sync(at.Add(2 * time.Minute))
+		var r *capacity.SpendingReport
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			sb2.Sync(at.Add(2 * time.Minute))
+			if r = sb2.Report(at.Add(2 * time.Minute)); r != nil && r.SpentUSD > 3.5-1e-6 && r.SpentUSD < 3.5+1e-6 {
+				return
+			}
+		}
+		t.Errorf("expected $3.5 counted per 12h once every instance restarted, got %+v", r)
+	})
+}

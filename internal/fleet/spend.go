@@ -54,7 +54,10 @@ func spentKey(spendKey string) string {
 // luaTotal is the scripts' reading of a budget's total (total_of): a key
 // of another type, or a value that is no finite number (a stray or
 // hostile value: "abc", "nan", "inf"), is deleted and read as 0, as none
-// would be, so that no script fails on it and INCRBYFLOAT can add to it.
+// would be, so that no script fails on it and INCRBYFLOAT can add to it;
+// and its version (bump): each script that changes the total counts it in
+// the writes applied ("#v"), so that a carry that read the total knows
+// whether a later one read it since (CarrySpend).
 const luaTotal = `
 local function total_of(key)
   local t = redis.call('TYPE', key).ok
@@ -70,6 +73,14 @@ local function total_of(key)
     return 0
   end
   return n
+end
+local function bump(applied, ttl)
+  local t = redis.call('TYPE', applied).ok
+  if t ~= 'hash' and t ~= 'none' then
+    redis.call('DEL', applied)
+  end
+  redis.call('HINCRBY', applied, '#v', 1)
+  redis.call('PEXPIRE', applied, ttl)
 end
 `
 
@@ -98,8 +109,8 @@ if tonumber(ARGV[3]) <= last then
 end
 local n = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+bump(KEYS[2], ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
 if ARGV[5] == '1' then
   if redis.call('TYPE', KEYS[3]).ok ~= 'hash' then
     redis.call('DEL', KEYS[3])
@@ -161,7 +172,7 @@ func (s *Store) runTotal(ctx context.Context, start time.Time, script *redis.Scr
 // within the limit, atomically (the fleet's holds never promise the
 // budget twice).
 //
-//	KEYS[1]  the total
+//	KEYS[1]  the total, KEYS[2] the writes applied (its version)
 //	ARGV[1]  the hold (USD), ARGV[2] the limit (USD), ARGV[3] ttl (ms)
 //
 // It returns {1, new total} when it held, else {0, total}; the totals as
@@ -173,6 +184,7 @@ if total + tonumber(ARGV[1]) > tonumber(ARGV[2]) then
 end
 local n = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+bump(KEYS[2], ARGV[3])
 return {1, n}
 `)
 
@@ -186,7 +198,8 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 	start := time.Now()
 	ctx, cancel := s.requestCtx(ctx)
 	defer cancel()
-	res, err := holdScript.Run(ctx, s.client, []string{s.spendKey(key)},
+	k := s.spendKey(key)
+	res, err := holdScript.Run(ctx, s.client, []string{k, spentKey(k)},
 		strconv.FormatFloat(usd, 'g', -1, 64), strconv.FormatFloat(limit, 'g', -1, 64), ttl.Milliseconds()).Slice()
 	if err != nil {
 		s.callFailed("spend", err, start)
@@ -213,8 +226,14 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 // from it before, and keeps that in the writes applied, so that each
 // instance's carry adds only what the fleet spent since the last one
 // (the instances reload one by one, the later ones still spending in
-// the old window until then); a smaller one adds nothing. The first
-// carry from a window adds its amount whatever its sign: a window carried
+// the old window until then). A read of the old window's total made
+// after the last one carried (its version, the old window's "#v", is
+// larger) decides whatever it says: a total that went down since (a
+// slice given back there, by an instance stopping or reloading later,
+// after an earlier carry counted it as spent) takes back from this one;
+// an older read, or one of no version, adds only what it has beyond the
+// last carried. The first carry from a window adds its amount whatever
+// its sign: a window carried
 // back into the one it was carried from (a period changed there and
 // back) has, less what it holds carried from there, what it spent less
 // what slices of there it was given at the reload (CarrySpend), which
@@ -223,7 +242,8 @@ func (s *Store) HoldSpend(ctx context.Context, key string, usd, limit float64, t
 // total that is not a number is replaced by 0 as none would be.
 //
 //	KEYS[1]  the total, KEYS[2] the writes applied
-//	ARGV[1]  the field of the old window, ARGV[2] its amount (USD), ARGV[3] ttl (ms)
+//	ARGV[1]  the field of the old window, ARGV[2] its amount (USD), ARGV[3] ttl (ms),
+//	ARGV[4]  the version of the old window's total read (0: none)
 //
 // It returns the total as a string.
 var carryScript = redis.NewScript(luaTotal + `
@@ -233,16 +253,28 @@ if redis.call('TYPE', KEYS[2]).ok ~= 'hash' then
 end
 local o = tonumber(ARGV[2]) or 0
 local c = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '')
-local n
-if (c == nil and o ~= 0) or (c ~= nil and o > c) then
+local v = tonumber(ARGV[4]) or 0
+local cv = tonumber(redis.call('HGET', KEYS[2], 'v:' .. ARGV[1]) or '')
+if v > 0 and (cv == nil or v > cv) then
+  redis.call('HSET', KEYS[2], 'v:' .. ARGV[1], tostring(v))
+end
+local apply, n
+if c == nil then
+  apply = o ~= 0
+elseif v > 0 and cv ~= nil then
+  apply = v > cv and o ~= c -- the later read decides, whatever its sign
+else
+  apply = o > c -- reads of no version: the largest decides
+end
+if apply then
   n = redis.call('INCRBYFLOAT', KEYS[1], string.format('%.17g', o - (c or 0)))
   if tonumber(n) < 0 then
     redis.call('SET', KEYS[1], '0')
     n = '0'
   end
   redis.call('HSET', KEYS[2], ARGV[1], string.format('%.17g', o))
+  bump(KEYS[2], ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
 else
   n = tostring(total_of(KEYS[1]))
 end
@@ -266,9 +298,9 @@ func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Durat
 	defer cancel()
 	f, k := s.spendKey(from), s.spendKey(key)
 	pipe := s.client.Pipeline()
-	get, back := pipe.Get(ctx, f), pipe.HGet(ctx, spentKey(f), "carry:"+k) // from's slot, both
-	_, _ = pipe.Exec(ctx)                                                  // each command's error below
-	for _, c := range []redis.Cmder{get, back} {
+	get, back, version := pipe.Get(ctx, f), pipe.HGet(ctx, spentKey(f), "carry:"+k), pipe.HGet(ctx, spentKey(f), "#v") // from's slot, all
+	_, _ = pipe.Exec(ctx)                                                                                              // each command's error below
+	for _, c := range []redis.Cmder{get, back, version} {
 		var reply redis.Error
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &reply) { // a value of another type (WRONGTYPE) is none
 			s.callFailed("spend", err, start)
@@ -281,7 +313,8 @@ func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Durat
 	} else if in, err := back.Float64(); err == nil && in > 0 {
 		old -= in // may be less than 0: what key's slices gave back to from at a reload to from's period is in key's total still
 	}
-	return s.runTotal(ctx, start, carryScript, "carry", key, "carry:"+f, strconv.FormatFloat(old, 'g', -1, 64), ttl.Milliseconds())
+	v, _ := version.Int64() // 0: none (written before versions), the largest read decides
+	return s.runTotal(ctx, start, carryScript, "carry", key, "carry:"+f, strconv.FormatFloat(old, 'g', -1, 64), ttl.Milliseconds(), max(v, 0))
 }
 
 // periodsScript records a budget's period as in use (capacity.SpendCarrier's
@@ -386,7 +419,7 @@ func (s *Store) Spend(ctx context.Context, key string) (float64, error) {
 // at their answers' cost, no more), and answers the others' sum of those
 // apart. An entry of another shape is dropped.
 //
-//	KEYS[1]  the total, KEYS[2] the slices
+//	KEYS[1]  the total, KEYS[2] the slices, KEYS[3] the writes applied (its version)
 //	ARGV[1]  need, ARGV[2] ask, ARGV[3] the limit, ARGV[5] keep (USD),
 //	ARGV[4] ttl (ms), ARGV[6] the writer, ARGV[7] its slice before this
 //	grant (USD), ARGV[8] its entry's ttl (ms), ARGV[9] its holds in
@@ -443,6 +476,7 @@ end
 local gs = string.format('%.17g', g)
 local n = redis.call('INCRBYFLOAT', KEYS[1], gs)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
+bump(KEYS[3], ARGV[4])
 mine(tonumber(gs))
 return {gs, n, tostring(others), tostring(held)}
 `)
@@ -469,7 +503,7 @@ func (s *Store) LeaseSpend(ctx context.Context, l capacity.SpendLease) (capacity
 	defer cancel()
 	k := s.spendKey(l.Key)
 	f := func(v float64) string { return strconv.FormatFloat(max(v, 0), 'g', -1, 64) }
-	res, err := leaseSpendScript.Run(ctx, s.client, []string{k, slicesKey(k)}, f(l.Need), f(max(l.Ask, l.Need)),
+	res, err := leaseSpendScript.Run(ctx, s.client, []string{k, slicesKey(k), spentKey(k)}, f(l.Need), f(max(l.Ask, l.Need)),
 		strconv.FormatFloat(l.Limit, 'g', -1, 64), l.TTL.Milliseconds(), f(l.Keep), l.Writer, f(l.Held),
 		max(l.EntryTTL.Milliseconds(), 1), f(l.InFlight)).StringSlice()
 	if err != nil {

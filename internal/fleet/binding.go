@@ -53,6 +53,10 @@ func (b *binding) Publish(sh capacity.Shared) {
 	s := b.s
 	now := time.Now()
 	s.mu.Lock()
+	if s.bindings[b.id] != b { // replaced or let go: its state shares nothing more
+		s.mu.Unlock()
+		return
+	}
 	p := s.pending[b]
 	if p == nil {
 		p = new(pending)

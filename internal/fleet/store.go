@@ -449,6 +449,14 @@ func (s *Store) succeeded() {
 	}
 }
 
+// current reports whether b is still its deployment's binding (Bind may
+// have replaced it, Unbind let it go).
+func (s *Store) current(b *binding) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bindings[b.id] == b
+}
+
 func (s *Store) snapshotBindings() []*binding {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -470,7 +478,9 @@ func (s *Store) pollLoop() {
 		// A state a newer store took over and let go of (a reload to
 		// another store that failed) comes back to this one.
 		for _, b := range s.snapshotBindings() {
-			b.st.AdoptFleet(b)
+			if b.st.AdoptFleet(b) && !s.current(b) {
+				b.st.ClearFleet(b) // replaced meanwhile (Bind): its state is no longer this store's to share
+			}
 		}
 		if s.health.Load() != healthUp {
 			if err := s.resync(); err != nil {

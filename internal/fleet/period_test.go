@@ -328,7 +328,8 @@ func TestHostilePeriodValues(t *testing.T) {
 // may be less than 0: per 24h $3 spent with a slice of $3 unspent (the
 // total $6), per 12h the $6 carried, the slice given back ($3) and $2
 // spent ($5), per 24h again: $5, not $6 (the slice counted once as spent
-// in the 24h window and once given back in the 12h one). Store.CarrySpend
+// in the 24h window and once given back in the 12h one); and per 12h
+// again: $5. Store.CarrySpend
 // on its own, as the race of a renewal with the reload left it (1 run in
 // 20 of TestAPeriodChangedThereAndBackCountsOnce under load).
 func TestACarryBackTakesBackTheSlicesGivenThere(t *testing.T) {
@@ -355,6 +356,12 @@ func TestACarryBackTakesBackTheSlicesGivenThere(t *testing.T) {
 		}
 		if again, err := a.store.CarrySpend(ctx, half, day, time.Hour); err != nil || again != total {
 			t.Errorf("a second carry back: expected it to add nothing (%v), got %v, %v", total, again, err)
+		}
+		// And forth again (a third change, per 12h): the 12h window holds
+		// the $5 already; what 24h holds carried from it (-$1) is not
+		// carried back (it took $4 before, the -$1 left out).
+		if forth, err := a.store.CarrySpend(ctx, day, half, time.Hour); err != nil || forth < 5-1e-9 || forth > 5+1e-9 {
+			t.Errorf("the carry forth again into 12h: expected $5, got %v, %v", forth, err)
 		}
 	})
 }

@@ -310,8 +310,8 @@ func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Durat
 	old, err := get.Float64()
 	if err != nil || !(old >= 0) || math.IsInf(old, 0) {
 		old = 0 // none, or not a number: none, as the scripts take it (and nothing carried from key is taken back)
-	} else if in, err := back.Float64(); err == nil && in > 0 {
-		old -= in // may be less than 0: what key's slices gave back to from at a reload to from's period is in key's total still
+	} else if in, err := back.Float64(); err == nil && in != 0 {
+		old -= in // what from holds carried from key, whatever its sign (a carry back may have taken from it); old may be less than 0: what key's slices gave back to from at a reload to from's period is in key's total still
 	}
 	v, _ := version.Int64() // 0: none (written before versions), the largest read decides
 	return s.runTotal(ctx, start, carryScript, "carry", key, "carry:"+f, strconv.FormatFloat(old, 'g', -1, 64), ttl.Milliseconds(), max(v, 0))

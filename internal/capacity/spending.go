@@ -55,8 +55,28 @@ type SpendCarrier interface {
 	// recorded and not expired: a Spending started with a new period (a
 	// restart, not a reload: SetLimit) carries their windows of now into
 	// its own, as a reload does.
-	SpendPeriods(ctx context.Context, base string, per, ttl time.Duration) ([]time.Duration, error)
+	SpendPeriods(ctx context.Context, base string, per, ttl time.Duration) ([]PeriodInUse, error)
 }
+
+// PeriodInUse is another period of a budget recorded in use
+// (SpendCarrier.SpendPeriods): Period, and Age, how long ago an instance
+// last recorded it (a negative Age: unknown).
+type PeriodInUse struct {
+	Period, Age time.Duration
+}
+
+// Carries while the instances run different periods of one budget (a
+// rolling restart or reload that changes it): an instance records its
+// period every periodsEvery, or every spendLookEvery while another
+// period was recorded within periodLive (instances running it), and
+// carries that period's window of now into its own each time, so that
+// each window counts what the other spends within about a second (the
+// carries subtract what each window holds carried from the other: both
+// count the sum).
+const (
+	periodsEvery = 5 * time.Second
+	periodLive   = 3 * periodsEvery
+)
 
 // SpendOp names a write to a SpendStore: its writer (one Spending of one
 // instance) and its sequence number, from 1, increasing with each write
@@ -111,12 +131,21 @@ type Spending struct {
 	// be carried into the current window's (flush); "" when none.
 	carryFrom string
 	carryMore []string // the other windows to carry after carryFrom (registerPeriods)
+	// pushes are carries of the current window into other periods'
+	// windows of now, in use by running instances (recordPeriod), after
+	// the carries into it.
+	pushes []push
 	// periodsIn is the window (its index + 1) in which this Spending last
 	// recorded its period in the store (SpendCarrier.SpendPeriods), 0
 	// none; periodsDone, it did once (and carried the other periods'
 	// windows then).
 	periodsIn   int64
 	periodsDone bool
+	// periodsNext is when (real time) to record the period again, mixed
+	// whether another period was recorded within periodLive then.
+	periodsNext time.Time
+	mixed       bool
+	firstIn     int64 // the window (index + 1) of its first record
 	// carriedOld is the old period's window (its index + 1) a reload
 	// rolled past and carries (0: none); leaseCalls counts the lease
 	// calls in flight, which the carry waits for (carryOver).
@@ -381,6 +410,9 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 			return h, ok, until
 		}
 	}
+	if s.unrecorded() && !s.flushing {
+		go s.flush(now) // the period recorded again, and another one's window carried (periodsEvery), off the request path
+	}
 	store, limit, key, ttl := s.store, s.storeLimit(), s.storeKey(i), s.storeTTL()
 	if store == nil {
 		ok = s.holdHere(h)
@@ -518,6 +550,13 @@ func (s *Spending) flush(now time.Time) {
 			}
 			continue
 		}
+		if s.op == nil && len(s.pushes) > 0 {
+			if !s.pushOver() {
+				s.retryLater()
+				return
+			}
+			continue
+		}
 		if s.op == nil {
 			if s.spent == 0 {
 				return
@@ -585,12 +624,43 @@ func (s *Spending) carryOver(now time.Time) bool {
 	return true
 }
 
+// push is a carry of window from into another period's window to (its
+// key expiring after ttl).
+type push struct {
+	from, to string
+	ttl      time.Duration
+}
+
+// pushOver carries the first of the pushes; it reports whether the store
+// answered (the push is then done); under s.mu, which it releases for
+// the call.
+func (s *Spending) pushOver() bool {
+	c, ok := s.store.(SpendCarrier)
+	p := s.pushes[0]
+	if !ok {
+		s.pushes = nil
+		return true
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	_, err := c.CarrySpend(ctx, p.from, p.to, p.ttl)
+	cancel()
+	s.mu.Lock()
+	if err != nil {
+		return false
+	}
+	if len(s.pushes) > 0 && s.pushes[0] == p {
+		s.pushes = s.pushes[1:]
+	}
+	return true
+}
+
 // unrecorded reports whether this Spending's period is still to be
 // recorded in the store in the current window (a SpendCarrier); under
 // s.mu.
 func (s *Spending) unrecorded() bool {
 	_, ok := s.store.(SpendCarrier)
-	return ok && s.limit.Period > 0 && s.carry == 0 && s.periodsIn != s.window+1
+	return ok && s.limit.Period > 0 && s.carry == 0 && (s.periodsIn != s.window+1 || !time.Now().Before(s.periodsNext))
 }
 
 // firstLook reports whether this Spending has never recorded its period
@@ -598,10 +668,11 @@ func (s *Spending) unrecorded() bool {
 func (s *Spending) firstLook() bool { return !s.periodsDone && s.unrecorded() }
 
 // recordPeriod records the period in use in the store for the current
-// window (SpendCarrier.SpendPeriods: a period and a minute), and the
-// first time carries the window of now of every other period recorded
+// window (SpendCarrier.SpendPeriods: a period and a minute), and carries
+// the window of now of every other period recorded, the first time
 // (carryFrom, carryMore: a restart that changed the period forgives
-// nothing, as a reload does not); it reports whether the store answered;
+// nothing, as a reload does not), and then of those recorded within
+// periodLive (instances still running them); it reports whether the store answered;
 // under s.mu, which it releases for the call. now zero (a retry): the
 // current window's start.
 func (s *Spending) recordPeriod(now time.Time) bool {
@@ -619,20 +690,33 @@ func (s *Spending) recordPeriod(now time.Time) bool {
 		return true // rolled or reloaded meanwhile: the next turn decides
 	}
 	s.periodsIn = i + 1
-	if first {
-		s.periodsDone = true
-		at := now
-		if at.IsZero() || s.index(at) != i {
-			at = time.Unix(0, i*int64(per))
-		}
-		for _, q := range others {
-			if q > 0 && q != per {
-				s.carryMore = append(s.carryMore, s.storeKeyOf(q, at.UnixNano()/int64(q)))
+	at := now
+	if at.IsZero() || s.index(at) != i {
+		at = time.Unix(0, i*int64(per))
+	}
+	s.mixed = false
+	for _, q := range others {
+		live := q.Age >= 0 && q.Age <= periodLive
+		s.mixed = s.mixed || live
+		if q.Period > 0 && q.Period != per && (first || live) && s.carryFrom == "" {
+			other := s.storeKeyOf(q.Period, at.UnixNano()/int64(q.Period))
+			if first || s.firstIn == i+1 { // in a later window of its own, the other's window holds spend of this one's windows past
+				s.carryMore = append(s.carryMore, other)
+			}
+			if live && len(s.pushes) < 8 { // its instances count this window's spend too
+				s.pushes = append(s.pushes, push{from: s.storeKey(i), to: other, ttl: q.Period + time.Minute})
 			}
 		}
-		if s.carryFrom == "" && len(s.carryMore) > 0 {
-			s.carryFrom, s.carryMore = s.carryMore[0], s.carryMore[1:]
-		}
+	}
+	if first {
+		s.firstIn = i + 1
+	}
+	s.periodsDone = true
+	if s.periodsNext = time.Now().Add(periodsEvery); s.mixed {
+		s.periodsNext = time.Now().Add(spendLookEvery)
+	}
+	if s.carryFrom == "" && len(s.carryMore) > 0 {
+		s.carryFrom, s.carryMore = s.carryMore[0], s.carryMore[1:]
 	}
 	return true
 }

@@ -117,7 +117,13 @@ func (s *Spending) leaseFor(now time.Time, l SpendLeaser, h *Hold) (ok, answered
 	need := h.usd - s.lease
 	limit, i := s.storeLimit(), s.window
 	s.mu.Unlock()
-	g, err := s.callLease(l, i, need, need+s.demandOver(now), h.usd, limit)
+	ask := need + s.demandOver(now)
+	s.mu.Lock()
+	if s.mixed { // another period's window counts this one's spend a carry later: slices of an attempt at a time
+		ask = need
+	}
+	s.mu.Unlock()
+	g, err := s.callLease(l, i, need, ask, h.usd, limit)
 	s.mu.Lock()
 	if err != nil || s.window != i {
 		if err == nil {
@@ -358,6 +364,9 @@ func (s *Spending) Release(now time.Time) {
 func (s *Spending) renew(now time.Time, i int64) {
 	s.mu.Lock()
 	l, ask, keep, limit := s.leaser(), s.demand.Over(now, spendLeaseHorizon)-s.lease, s.attempt, s.storeLimit()
+	if s.mixed {
+		ask = 0 // no slice ahead of demand while another period's window counts this one's spend a carry later
+	}
 	s.mu.Unlock()
 	var g SpendGrant
 	var err error

@@ -153,16 +153,16 @@ func heldPerDay(t *testing.T, store SpendStore, day SpendLimit) (*Spending, time
 	return s, at, h
 }
 
-func (f *fakeCarrier) SpendPeriods(_ context.Context, base string, per, _ time.Duration) ([]time.Duration, error) {
+func (f *fakeCarrier) SpendPeriods(_ context.Context, base string, per, _ time.Duration) ([]PeriodInUse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.periods == nil {
 		f.periods = map[string]time.Duration{}
 	}
-	var out []time.Duration
+	var out []PeriodInUse
 	for k, d := range f.periods {
 		if strings.HasPrefix(k, base+"|") && d != per {
-			out = append(out, d)
+			out = append(out, PeriodInUse{Period: d, Age: -1})
 		}
 	}
 	f.periods[base+"|"+per.String()] = per

@@ -412,3 +412,47 @@ func TestARollingRestartCountsNoSliceAsSpent(t *testing.T) {
 		t.Errorf("expected $3.5 counted per 12h once every instance restarted, got %+v", r)
 	})
 }
+
+// While the instances run different periods of one budget (a rolling
+// restart to per 12h: a restarted, b still per 24h), each window counts
+// what the other spends within about a second (a, which sees both
+// periods recorded, carries each window into the other), so the fleet
+// holds the budget and what is spent from slices between two carries:
+// requests of $0.05 alternating between a and b, 10 ms apart (the
+// demand of 2.5 USD a second on a $10 budget: slices of a few dollars),
+// with $3 spent before, spent $11-12 of $10. Before, each window
+// enforced the budget on its own: $14.30 (helper-62: $1.368 admitted
+// on $1).
+func TestMixedPeriodsHoldTheBudgetTogether(t *testing.T) {
+	at, day, half := periodAt, periodDay, periodHalf
+	periodKinds(t, func(t *testing.T, kind, url string) {
+		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+		sa, sb := periodBudget(kind, a, day, nil), periodBudget(kind, b, day, nil)
+		for _, s := range []*capacity.Spending{sa, sb} {
+			h, ok, _ := s.Hold(at, 1.5)
+			if !ok {
+				t.Fatal("$1.5 of $10 refused")
+			}
+			s.Settle(at, h, 1.5)
+		}
+		a.store.Close()
+		a2 := newInstance(t, url, time.Hour, 0, 0)
+		eventually(t, 5*time.Second, "a2's store up", a2.store.Up)
+		sa2 := periodBudget(kind, a2, half, nil)
+		spent := 3.0
+		for i := 0; i < 400 && spent < 20; i++ {
+			s := []*capacity.Spending{sa2, sb}[i%2]
+			now := at.Add(time.Minute + time.Duration(i)*100*time.Millisecond)
+			if h, ok, _ := s.Hold(now, 0.05); ok {
+				s.Settle(now, h, 0.05)
+				spent += 0.05
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("%s: $%.2f spent of $10 while a ran per 12h and b per 24h", kind, spent)
+		if spent > 12.5+1e-9 {
+			t.Errorf("expected the two windows to hold about $10 between them (and slices spent between carries), spent $%.2f", spent)
+		}
+	})
+}

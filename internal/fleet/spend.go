@@ -318,10 +318,12 @@ func (s *Store) CarrySpend(ctx context.Context, from, key string, ttl time.Durat
 }
 
 // periodsScript records a budget's period as in use (capacity.SpendCarrier's
-// SpendPeriods) and answers the others recorded and not expired.
+// SpendPeriods) and answers the others recorded and not expired, each
+// with how long ago it was recorded (ms; -1 for an entry of the shape
+// before: unknown).
 //
-//	KEYS[1]  the budget's periods (a hash: period -> expiry, Unix ms on
-//	Redis' clock)
+//	KEYS[1]  the budget's periods (a hash: period -> "<expiry>:<recorded>",
+//	Unix ms on Redis' clock)
 //	ARGV[1]  the period (Go's duration string), ARGV[2] its ttl (ms)
 //
 // An entry of another shape, or past its expiry, is dropped; the hash
@@ -336,15 +338,24 @@ local ttl = tonumber(ARGV[2])
 local out, last = {}, now + ttl
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
-  local e = tonumber(all[i + 1])
+  local e, at = string.match(all[i + 1], '^(%d+):(%d+)$')
+  if not e then
+    e, at = string.match(all[i + 1], '^(%d+)$'), nil
+  end
+  e, at = tonumber(e), tonumber(at)
   if not e or e <= now or e > now + 400 * 86400000 or not string.match(all[i], '^[%dhms%.]+$') then
     redis.call('HDEL', KEYS[1], all[i])
   elseif all[i] ~= ARGV[1] then
+    local age = -1
+    if at and at <= now then
+      age = now - at
+    end
     out[#out + 1] = all[i]
+    out[#out + 1] = tostring(age)
     if e > last then last = e end
   end
 end
-redis.call('HSET', KEYS[1], ARGV[1], tostring(now + ttl))
+redis.call('HSET', KEYS[1], ARGV[1], tostring(now + ttl) .. ':' .. tostring(now))
 redis.call('PEXPIREAT', KEYS[1], last)
 return out
 `)
@@ -357,7 +368,7 @@ const maxCarriedPeriod = 366 * 24 * time.Hour
 // SpendPeriods records per as a period of base's budget in use, for ttl,
 // and returns the other periods recorded and not expired
 // (capacity.SpendCarrier); ErrUnavailable when the store is down.
-func (s *Store) SpendPeriods(ctx context.Context, base string, per, ttl time.Duration) ([]time.Duration, error) {
+func (s *Store) SpendPeriods(ctx context.Context, base string, per, ttl time.Duration) ([]capacity.PeriodInUse, error) {
 	if !s.available() {
 		return nil, ErrUnavailable
 	}
@@ -370,10 +381,12 @@ func (s *Store) SpendPeriods(ctx context.Context, base string, per, ttl time.Dur
 		return nil, err
 	}
 	s.answered()
-	var out []time.Duration
-	for _, f := range fields {
-		if d, err := time.ParseDuration(f); err == nil && d > 0 && d <= maxCarriedPeriod && d != per {
-			out = append(out, d)
+	var out []capacity.PeriodInUse
+	for i := 0; i+1 < len(fields); i += 2 {
+		d, err := time.ParseDuration(fields[i])
+		age, err2 := strconv.ParseInt(fields[i+1], 10, 64)
+		if err == nil && err2 == nil && d > 0 && d <= maxCarriedPeriod && d != per {
+			out = append(out, capacity.PeriodInUse{Period: d, Age: time.Duration(age) * time.Millisecond})
 		}
 	}
 	return out, nil

@@ -31,6 +31,15 @@ func periodKinds(t *testing.T, f func(t *testing.T, kind, url string)) {
 	}
 }
 
+// twoPerDay starts two instances on url, each with kind's budget per
+// 24h (periodBudget).
+func twoPerDay(t *testing.T, kind, url string) (a, b *instance, sa, sb *capacity.Spending) {
+	t.Helper()
+	a, b = newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
+	eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
+	return a, b, periodBudget(kind, a, periodDay, nil), periodBudget(kind, b, periodDay, nil)
+}
+
 // periodBudget returns in's spending of the one budget of a period test
 // under l (kind "consumer": a consumer's, Store.Budget, whose keys name
 // the period; else a deployment's, under budget:<scope>), as a reload to
@@ -374,11 +383,9 @@ func TestACarryBackTakesBackTheSlicesGivenThere(t *testing.T) {
 // slice back. Before, the 12h window kept it as spent (helper-61's F2:
 // $0.898 counted of $0.558 billed).
 func TestARollingRestartCountsNoSliceAsSpent(t *testing.T) {
-	at, day, half := periodAt, periodDay, periodHalf
+	at, half := periodAt, periodHalf
 	periodKinds(t, func(t *testing.T, kind, url string) {
-		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
-		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
-		sa, sb := periodBudget(kind, a, day, nil), periodBudget(kind, b, day, nil)
+		a, b, sa, sb := twoPerDay(t, kind, url)
 		for _, x := range []struct {
 			s          *capacity.Spending
 			hold, cost float64
@@ -424,11 +431,9 @@ func TestARollingRestartCountsNoSliceAsSpent(t *testing.T) {
 // enforced the budget on its own: $14.30 (helper-62: $1.368 admitted
 // on $1).
 func TestMixedPeriodsHoldTheBudgetTogether(t *testing.T) {
-	at, day, half := periodAt, periodDay, periodHalf
+	at, half := periodAt, periodHalf
 	periodKinds(t, func(t *testing.T, kind, url string) {
-		a, b := newInstance(t, url, time.Hour, 0, 0), newInstance(t, url, time.Hour, 0, 0)
-		eventually(t, 5*time.Second, "the stores up", func() bool { return a.store.Up() && b.store.Up() })
-		sa, sb := periodBudget(kind, a, day, nil), periodBudget(kind, b, day, nil)
+		a, _, sa, sb := twoPerDay(t, kind, url)
 		for _, s := range []*capacity.Spending{sa, sb} {
 			h, ok, _ := s.Hold(at, 1.5)
 			if !ok {

@@ -394,11 +394,7 @@ func (s *Spending) Hold(now time.Time, usd float64) (h *Hold, ok bool, until tim
 		s.mu.Lock()
 		// Another hold's flush may be carrying (flush is one at a time):
 		// it lands within storeTimeout, or the store did not answer.
-		for wait := time.Now().Add(storeTimeout); (s.carryFrom != "" || s.firstLook()) && s.flushing && time.Now().Before(wait); {
-			s.mu.Unlock()
-			time.Sleep(time.Millisecond)
-			s.mu.Lock()
-		}
+		s.awaitLocked(func() bool { return (s.carryFrom != "" || s.firstLook()) && s.flushing })
 		i = s.roll(now)
 		until = s.resetAt(i)
 		h.window = i
@@ -599,11 +595,7 @@ func (s *Spending) carryOver(now time.Time) bool {
 	// A lease call of this instance in flight to the old window lands
 	// there first, so that the carry counts its grant (which goes back to
 	// the new window when it lands: leased), within storeTimeout.
-	for wait := time.Now().Add(storeTimeout); s.leaseCalls > 0 && time.Now().Before(wait); {
-		s.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		s.mu.Lock()
-	}
+	s.awaitLocked(func() bool { return s.leaseCalls > 0 })
 	from, i := s.carryFrom, s.window
 	key, ttl := s.storeKey(i), s.storeTTL()
 	s.mu.Unlock()
@@ -653,6 +645,17 @@ func (s *Spending) pushOver() bool {
 		s.pushes = s.pushes[1:]
 	}
 	return true
+}
+
+// awaitLocked waits while busy holds, for another goroutine's store call
+// (a carry, a lease call in flight), within storeTimeout; under s.mu,
+// which it releases while it waits.
+func (s *Spending) awaitLocked(busy func() bool) {
+	for wait := time.Now().Add(storeTimeout); busy() && time.Now().Before(wait); {
+		s.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		s.mu.Lock()
+	}
 }
 
 // unrecorded reports whether this Spending's period is still to be

@@ -336,11 +336,7 @@ func (s *Spending) Release(now time.Time) {
 	s.mu.Lock()
 	// A lease call in flight (a renewal) lands first, within
 	// storeTimeout, and none is sent after: its grant would stay out.
-	for wait := time.Now().Add(storeTimeout); s.leaseCalls > 0 && time.Now().Before(wait); {
-		s.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		s.mu.Lock()
-	}
+	s.awaitLocked(func() bool { return s.leaseCalls > 0 })
 	s.released = true
 	gave, l := s.giveBack(0), s.leaser()
 	s.mu.Unlock()
